@@ -1,0 +1,552 @@
+//! `LockClient`, its builder, and the acquire path.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{ConnectionAddr, ConnectionLike, IntoConnectionInfo};
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::notify::Notifier;
+use crate::options::LockOptions;
+use crate::raw::{self, Acquire, Scripts};
+
+/// A handle to a Redis server for taking distributed locks.
+///
+/// Cheap to clone (an `Arc` inside), `Send + Sync`: build one per process and
+/// share it. Each client has a random id; together with a small per-thread
+/// number it forms the owner of every lock the client takes, so the same thread
+/// can re-enter a lock it holds and no one else can release it.
+///
+/// ```no_run
+/// # fn main() -> Result<(), leasehold::Error> {
+/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+/// let guard = client.lock("order:pay")?; // blocks until held
+/// // … the critical section …
+/// guard.unlock()?; // or just drop it
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// What every clone of a client and every guard share.
+pub(crate) struct Inner {
+    id: uuid::Uuid,
+    pool: r2d2::Pool<Manager>,
+    scripts: Scripts,
+    key_prefix: String,
+    watchdog_lease: Duration,
+    socket_timeout: Duration,
+    /// The last error met opening a pooled connection, shared with the manager.
+    last_connect_error: Arc<Mutex<Option<redis::RedisError>>>,
+    notifier: Notifier,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.notifier.close();
+    }
+}
+
+/// Builds a [`LockClient`]; every setting has a written-down default.
+///
+/// ```no_run
+/// # fn main() -> Result<(), leasehold::Error> {
+/// use std::time::Duration;
+/// let client = leasehold::LockClient::builder("redis://127.0.0.1/")
+///     .pool_size(16)
+///     .key_prefix("billing:")
+///     .socket_timeout(Duration::from_secs(2))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LockClientBuilder {
+    url: String,
+    pool_size: u32,
+    key_prefix: String,
+    watchdog_lease: Duration,
+    connect_timeout: Duration,
+    socket_timeout: Duration,
+}
+
+impl LockClientBuilder {
+    /// Most pooled connections open at once; each lock or unlock holds one
+    /// only for its round trip. Defaults to 16.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// A prefix put before every lock name to form the Redis key (e.g.
+    /// `"billing:"`). Defaults to none: the key is the name, as in Redisson.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The lease of locks taken without an explicit one. Defaults to 30 s
+    /// (Redisson's `lockWatchdogTimeout`).
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// How long to wait for a new connection to Redis, and for a pooled one
+    /// when all are busy. Defaults to 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis reply may take before the call fails with a timeout
+    /// error; it also bounds how long a guard's `Drop` can block when Redis is
+    /// unreachable. Defaults to 3 s.
+    pub fn socket_timeout(mut self, timeout: Duration) -> Self {
+        self.socket_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings and builds the client. Nothing connects yet: the
+    /// first lock opens the first connection.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse or a
+    /// `rediss://` (TLS) URL, which leasehold does not support yet;
+    /// [`Error::InvalidArgument`] for a zero pool size, lease or timeout.
+    pub fn build(self) -> Result<LockClient> {
+        if self.pool_size == 0 {
+            return Err(Error::invalid("pool size must be at least 1"));
+        }
+        for (what, d) in [
+            ("watchdog lease", self.watchdog_lease),
+            ("connect timeout", self.connect_timeout),
+            ("socket timeout", self.socket_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("{what} must be greater than zero")));
+            }
+        }
+        let info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::InvalidUrl {
+                reason: format!("cannot parse {:?}", redact(&self.url)),
+                source: Some(e),
+            })?;
+        if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+            return Err(Error::InvalidUrl {
+                reason: "TLS (rediss://) is not supported yet".into(),
+                source: None,
+            });
+        }
+        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+        let info = info.set_tcp_settings(tcp);
+        let id = uuid::Uuid::new_v4();
+        let notifier = Notifier::new(
+            &info,
+            format!("leasehold-notify-{}", short_id(&id)),
+            self.connect_timeout,
+            self.socket_timeout,
+        );
+        let client = redis::Client::open(info).map_err(|e| Error::InvalidUrl {
+            reason: format!("cannot use {:?}", redact(&self.url)),
+            source: Some(e),
+        })?;
+        let last_connect_error = Arc::new(Mutex::new(None));
+        let manager = Manager {
+            client,
+            connect_timeout: self.connect_timeout,
+            socket_timeout: self.socket_timeout,
+            last_error: Arc::clone(&last_connect_error),
+        };
+        // No PING on checkout: it would make lock + unlock three round trips. A
+        // connection that broke is dropped by `has_broken` when it comes back,
+        // and the next command on a stale one fails fast with an I/O error.
+        let pool = r2d2::Pool::builder()
+            .max_size(self.pool_size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(self.connect_timeout)
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(manager);
+        Ok(LockClient {
+            inner: Arc::new(Inner {
+                id,
+                pool,
+                scripts: Scripts::new(),
+                key_prefix: self.key_prefix,
+                watchdog_lease: self.watchdog_lease,
+                socket_timeout: self.socket_timeout,
+                last_connect_error,
+                notifier,
+            }),
+        })
+    }
+}
+
+impl LockClient {
+    /// A client with every default (see [`LockClientBuilder`]).
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::build`].
+    pub fn new(url: &str) -> Result<LockClient> {
+        Self::builder(url).build()
+    }
+
+    /// A builder to change the defaults.
+    pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder {
+            url: url.to_owned(),
+            pool_size: 16,
+            key_prefix: String::new(),
+            watchdog_lease: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            socket_timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// Takes the lock `name`, waiting as long as it takes.
+    ///
+    /// The lease is the client's watchdog lease. If the calling thread already
+    /// holds `name`, this re-enters at once and returns a second guard; the lock
+    /// is free only when every guard is gone.
+    ///
+    /// While the lock is held by someone else the thread parks: it wakes on the
+    /// holder's unlock message, or when the holder's lease would have run out,
+    /// whichever comes first — it never polls.
+    ///
+    /// # Errors
+    /// Invalid name, Redis unreachable or failing, a non-lock value at the key.
+    pub fn lock(&self, name: &str) -> Result<LockGuard> {
+        self.lock_with(name, LockOptions::new())
+    }
+
+    /// One attempt: the guard if the lock was free (or already ours), `None`
+    /// if someone else holds it.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        self.acquire(name, None, Some(Instant::now()))
+    }
+
+    /// Waits up to `wait` for the lock; `None` if it stayed held.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(name, None, Some(deadline_after(wait)))
+    }
+
+    /// Waits until `deadline` for the lock; `None` if it stayed held. A
+    /// deadline in the past makes one attempt.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<LockGuard>> {
+        self.acquire(name, None, Some(deadline))
+    }
+
+    /// Takes the lock with options: an explicit lease, a bounded wait.
+    ///
+    /// With [`LockOptions::wait`] set, gives up when the wait runs out and
+    /// returns [`Error::WaitTimedOut`]; without it, waits as long as it takes.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// use leasehold::LockOptions;
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// let opts = LockOptions::new()
+    ///     .lease(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2));
+    /// match client.lock_with("report:nightly", opts) {
+    ///     Ok(_guard) => { /* at most 10 s of work */ }
+    ///     Err(e) if e.is_wait_timeout() => { /* someone else is on it */ }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and a zero lease.
+    pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
+        let deadline = options.wait_value().map(deadline_after);
+        match self.acquire(name, options.lease_value(), deadline)? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::WaitTimedOut {
+                name: name.to_owned(),
+                waited: options.wait_value().unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Like [`lock_with`](Self::lock_with) but returns `None` when the wait
+    /// runs out; without [`LockOptions::wait`] it makes one attempt.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus a zero lease.
+    pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
+        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        self.acquire(name, options.lease_value(), Some(deadline))
+    }
+
+    /// The acquire loop: attempt; if held elsewhere subscribe (confirmed),
+    /// attempt again, then park until woken, the holder's lease or `deadline`.
+    fn acquire(
+        &self,
+        name: &str,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>> {
+        if name.is_empty() {
+            return Err(Error::invalid("lock name must not be empty"));
+        }
+        if lease.is_some_and(|l| l.is_zero()) {
+            return Err(Error::invalid(
+                "lease must be greater than zero (a zero PEXPIRE would delete the lock at once)",
+            ));
+        }
+        let inner = &self.inner;
+        let key = format!("{}{}", inner.key_prefix, name);
+        let owner = inner.owner();
+        let lease = lease.unwrap_or(inner.watchdog_lease);
+        let mut subscription = None;
+        loop {
+            let ttl = match inner.attempt(&key, &owner, lease)? {
+                Acquire::Acquired => {
+                    return Ok(Some(LockGuard::new(
+                        Arc::clone(inner),
+                        name.to_owned(),
+                        key,
+                        owner,
+                        lease,
+                    )));
+                }
+                Acquire::HeldElsewhere { ttl } => ttl,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None);
+            }
+            // A holder that died without unlocking costs at most its lease:
+            // wake when it would have expired (+1 ms for PTTL's rounding).
+            let cap = ttl.unwrap_or(inner.watchdog_lease) + Duration::from_millis(1);
+            let wake_at = match deadline {
+                Some(d) => d.min(now + cap),
+                None => now + cap,
+            };
+            match &subscription {
+                // Subscribe first, then retry: an unlock published between our
+                // attempt and the confirmation is caught by the retry.
+                None => {
+                    let channel = raw::channel_name(&key);
+                    subscription = Some(inner.notifier.subscribe(&channel, wake_at));
+                }
+                Some(sub) => {
+                    sub.wait_until(wake_at);
+                }
+            }
+        }
+    }
+
+    /// The lease of locks taken without an explicit lease.
+    pub fn watchdog_lease(&self) -> Duration {
+        self.inner.watchdog_lease
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &format_args!("{}…", short_id(&self.inner.id)))
+            .field("key_prefix", &self.inner.key_prefix)
+            .field("watchdog_lease", &self.inner.watchdog_lease)
+            .field("socket_timeout", &self.inner.socket_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    /// `"<client-uuid>:<thread-n>"`, the hash field Redisson uses.
+    fn owner(&self) -> String {
+        format!("{}:{}", self.id, thread_number())
+    }
+
+    fn attempt(&self, key: &str, owner: &str, lease: Duration) -> Result<Acquire> {
+        let mut con = self.connection(None)?;
+        self.scripts
+            .acquire(&mut *con, key, owner, lease)
+            .map_err(|e| Error::from_redis(e, key))
+    }
+
+    /// Runs the release script for one hold of `owner` on `key`.
+    pub(crate) fn release(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        pool_wait: Option<Duration>,
+    ) -> Result<raw::Release> {
+        let mut con = self.connection(pool_wait)?;
+        self.scripts
+            .release(&mut *con, key, &raw::channel_name(key), owner, lease)
+            .map_err(|e| Error::from_redis(e, key))
+    }
+
+    /// A pooled connection, waiting at most `wait` (default: the connect
+    /// timeout). On failure reports the connection error r2d2 saw, typed.
+    fn connection(&self, wait: Option<Duration>) -> Result<r2d2::PooledConnection<Manager>> {
+        let wait = wait.unwrap_or_else(|| self.pool.connection_timeout());
+        self.pool.get_timeout(wait).map_err(|e| {
+            match self.last_connect_error.lock().clone() {
+                Some(cause) => Error::from(cause),
+                None => Error::Pool {
+                    message: e.to_string(),
+                    timeout: wait,
+                },
+            }
+        })
+    }
+
+    pub(crate) fn socket_timeout(&self) -> Duration {
+        self.socket_timeout
+    }
+}
+
+/// r2d2's manager: connections with socket timeouts, and the last connect
+/// error kept typed (r2d2 itself keeps only its text).
+struct Manager {
+    client: redis::Client,
+    connect_timeout: Duration,
+    socket_timeout: Duration,
+    last_error: Arc<Mutex<Option<redis::RedisError>>>,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = redis::Connection;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
+        let result = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)
+            .and_then(|con| {
+                con.set_read_timeout(Some(self.socket_timeout))?;
+                con.set_write_timeout(Some(self.socket_timeout))?;
+                Ok(con)
+            });
+        *self.last_error.lock() = result.as_ref().err().cloned();
+        result
+    }
+
+    fn is_valid(&self, con: &mut redis::Connection) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").query(con)
+    }
+
+    fn has_broken(&self, con: &mut redis::Connection) -> bool {
+        !con.is_open()
+    }
+}
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_NUMBER: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A small number, unique in this process, for the calling OS thread.
+fn thread_number() -> u64 {
+    THREAD_NUMBER.with(|n| *n)
+}
+
+fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// The first 8 hex digits: enough to tell clients apart in logs, not enough to
+/// forge an owner.
+pub(crate) fn short_id(id: &uuid::Uuid) -> String {
+    id.simple().to_string()[..8].to_owned()
+}
+
+/// The URL without its password, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + Clone + fmt::Debug + 'static>() {}
+
+    #[test]
+    fn client_is_send_sync_clone_debug() {
+        assert_send_sync::<LockClient>();
+    }
+
+    #[test]
+    fn thread_numbers_differ_per_thread_and_stay_fixed() {
+        let here = thread_number();
+        assert_eq!(here, thread_number());
+        let there = std::thread::spawn(thread_number).join().unwrap();
+        assert_ne!(here, there);
+    }
+
+    #[test]
+    fn bad_settings_are_errors_not_panics() {
+        let e = LockClient::builder("redis://127.0.0.1/")
+            .pool_size(0)
+            .build()
+            .unwrap_err();
+        assert!(e.is_invalid_argument(), "{e}");
+        let e = LockClient::builder("redis://127.0.0.1/")
+            .watchdog_lease(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert!(e.is_invalid_argument(), "{e}");
+        let e = LockClient::new("not a url").unwrap_err();
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+        let e = LockClient::new("rediss://127.0.0.1/").unwrap_err();
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn debug_and_errors_hide_secrets() {
+        assert_eq!(
+            redact("redis://user:hunter2@127.0.0.1:6379/0"),
+            "redis://user:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+        let client = LockClient::new("redis://127.0.0.1/").unwrap();
+        let shown = format!("{client:?}");
+        assert!(!shown.contains(&client.inner.id.to_string()), "{shown}");
+    }
+
+    #[test]
+    fn empty_name_and_zero_lease_are_rejected_before_redis() {
+        // Port 1 on loopback: nothing listens, but validation comes first.
+        let client = LockClient::new("redis://127.0.0.1:1/").unwrap();
+        assert!(client.try_lock("").unwrap_err().is_invalid_argument());
+        let opts = LockOptions::new().lease(Duration::ZERO);
+        assert!(client.try_lock_with("x", opts).unwrap_err().is_invalid_argument());
+    }
+}

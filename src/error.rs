@@ -1,0 +1,236 @@
+//! The one error type of the crate.
+
+use std::fmt;
+
+/// A `Result` whose error is [`enum@Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when taking or releasing a lock.
+///
+/// Each message says what went wrong and what to do about it; the underlying
+/// `redis` or `r2d2` error, where there is one, is kept as [`source()`].
+/// Callers usually decide with the predicates ([`is_not_held`],
+/// [`is_timeout`], [`is_connection`], …) rather than by matching variants.
+///
+/// [`source()`]: std::error::Error::source
+/// [`is_not_held`]: Error::is_not_held
+/// [`is_timeout`]: Error::is_timeout
+/// [`is_connection`]: Error::is_connection
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected before anything was sent to Redis.
+    #[error("invalid argument: {reason}")]
+    InvalidArgument {
+        /// What was wrong with the argument.
+        reason: String,
+    },
+
+    /// The Redis URL could not be parsed or uses a scheme leasehold cannot serve.
+    #[error("invalid redis url: {reason}; use redis://[user:password@]host[:port][/db] or redis+unix:///path")]
+    InvalidUrl {
+        /// What was wrong with the URL.
+        reason: String,
+        /// The parse error from the `redis` crate, if it found one.
+        #[source]
+        source: Option<redis::RedisError>,
+    },
+
+    /// The lock was not held by this guard when it tried to release it.
+    ///
+    /// Its lease ran out (and perhaps someone else took the name since), or the
+    /// key was deleted behind its back. Nothing was changed in Redis. Work done
+    /// under this guard may have overlapped with another holder.
+    #[error("lock {name:?} was no longer held by this owner (its lease expired or the key was removed); nothing was released")]
+    NotHeld {
+        /// The lock name as the caller gave it.
+        name: String,
+    },
+
+    /// The lock stayed held by someone else for the whole wait
+    /// ([`LockOptions::wait`](crate::LockOptions::wait) with `lock_with`).
+    #[error("lock {name:?} stayed held by another owner for the whole wait of {waited:?}; retry later or wait longer")]
+    WaitTimedOut {
+        /// The lock name as the caller gave it.
+        name: String,
+        /// How long we waited.
+        waited: std::time::Duration,
+    },
+
+    /// The lock key exists in Redis but is not a hash, so it is not a lock.
+    #[error("key {key:?} holds a value that is not a lock hash (WRONGTYPE); choose another lock name or a key prefix")]
+    WrongType {
+        /// The full Redis key (after the client's key prefix).
+        key: String,
+        /// The server's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// Redis refused our credentials.
+    #[error("redis rejected the credentials: check the user name and password in the redis url")]
+    Auth {
+        /// The server's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// No connection could be had from the pool within the connect timeout.
+    #[error("could not get a redis connection within {timeout:?}: {message}; check that redis is running and reachable, or raise the connect timeout")]
+    Pool {
+        /// The last error r2d2 saw while connecting (r2d2 keeps only its text).
+        message: String,
+        /// How long we waited.
+        timeout: std::time::Duration,
+    },
+
+    /// Connecting to Redis, or talking to it, failed.
+    #[error("redis connection failed: {source}; check that redis is running and reachable")]
+    Connection {
+        /// The I/O error from the `redis` crate.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// Redis answered with an error leasehold does not classify further.
+    #[error("redis error: {source}")]
+    Redis {
+        /// The error from the `redis` crate.
+        #[source]
+        source: redis::RedisError,
+    },
+}
+
+impl Error {
+    /// True when a guard tried to release or extend a lock it no longer held.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    /// True when `lock_with` gave up because the lock stayed held for the
+    /// whole wait.
+    pub fn is_wait_timeout(&self) -> bool {
+        matches!(self, Error::WaitTimedOut { .. })
+    }
+
+    /// True when Redis did not answer in time (socket timeout), or no pooled
+    /// connection could be had in time.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Pool { .. } => true,
+            Error::Connection { source } | Error::Redis { source } => source.is_timeout(),
+            _ => false,
+        }
+    }
+
+    /// True when Redis could not be reached or the connection broke; retrying
+    /// later may succeed.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Error::Pool { .. } | Error::Connection { .. })
+    }
+
+    /// True when the caller passed something leasehold refuses (empty name,
+    /// zero lease, bad URL).
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Error::InvalidArgument { .. } | Error::InvalidUrl { .. })
+    }
+
+    /// True when the lock key holds a non-hash value (`WRONGTYPE`).
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
+    }
+
+    /// True when Redis rejected the credentials.
+    pub fn is_auth(&self) -> bool {
+        matches!(self, Error::Auth { .. })
+    }
+
+    pub(crate) fn invalid(reason: impl fmt::Display) -> Self {
+        Error::InvalidArgument {
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Classifies an error of the `redis` crate met while working on `key`.
+    pub(crate) fn from_redis(err: redis::RedisError, key: &str) -> Self {
+        if is_wrongtype(&err) {
+            return Error::WrongType {
+                key: key.to_owned(),
+                source: err,
+            };
+        }
+        Error::from(err)
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        if is_auth_failure(&err) {
+            Error::Auth { source: err }
+        } else if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+        {
+            Error::Connection { source: err }
+        } else {
+            Error::Redis { source: err }
+        }
+    }
+}
+
+fn is_wrongtype(err: &redis::RedisError) -> bool {
+    // Inside a script Redis 7 keeps the original code ("WRONGTYPE … script: …");
+    // older servers wrap it in an ERR whose text still names it.
+    err.code() == Some("WRONGTYPE") || err.detail().is_some_and(|d| d.contains("WRONGTYPE"))
+}
+
+fn is_auth_failure(err: &redis::RedisError) -> bool {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return true;
+    }
+    matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
+        || err
+            .detail()
+            .is_some_and(|d| d.contains("WRONGPASS") || d.contains("NOAUTH"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync_static<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn error_is_send_sync_static() {
+        assert_send_sync_static::<Error>();
+    }
+
+    #[test]
+    fn messages_are_lowercase_without_trailing_period() {
+        let errors = [
+            Error::invalid("lock name must not be empty"),
+            Error::NotHeld { name: "a".into() },
+            Error::Pool {
+                message: "connection refused".into(),
+                timeout: std::time::Duration::from_secs(1),
+            },
+        ];
+        for e in errors {
+            let msg = e.to_string();
+            assert!(msg.chars().next().is_some_and(|c| c.is_lowercase()), "{msg}");
+            assert!(!msg.ends_with('.'), "{msg}");
+        }
+    }
+
+    #[test]
+    fn predicates_classify() {
+        assert!(Error::NotHeld { name: "x".into() }.is_not_held());
+        assert!(Error::invalid("x").is_invalid_argument());
+        let io: redis::RedisError =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into();
+        let e = Error::from(io);
+        assert!(e.is_connection(), "{e:?}");
+        assert!(!e.is_not_held());
+    }
+}

@@ -1,0 +1,141 @@
+//! `LockGuard`: the RAII handle of one hold.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Inner;
+use crate::error::{Error, Result};
+use crate::raw::Release;
+
+/// One hold of a distributed lock; dropping it releases the hold.
+///
+/// Holds an `Arc` to the client's internals, so it has no lifetime and can be
+/// moved into threads and structs, and dropped on another thread than the one
+/// that took it (it remembers its owner).
+///
+/// [`unlock`](Self::unlock) is the checked release; `Drop` does the same
+/// best-effort — it never panics, logs a failure through `tracing`, and is
+/// bounded by the client's socket timeout when Redis is unreachable.
+///
+/// ```no_run
+/// # fn main() -> Result<(), leasehold::Error> {
+/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+/// let outer = client.lock("ledger")?;
+/// let inner = client.lock("ledger")?; // same thread: re-enters at once
+/// assert_eq!(inner.name(), "ledger");
+/// drop(outer);                         // still held through `inner`
+/// inner.unlock()?;                     // now free
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    client: Arc<Inner>,
+    name: String,
+    key: String,
+    owner: String,
+    lease: Duration,
+    /// Set by `unlock(self)` so that `Drop` does nothing more.
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        client: Arc<Inner>,
+        name: String,
+        key: String,
+        owner: String,
+        lease: Duration,
+    ) -> Self {
+        LockGuard {
+            client,
+            name,
+            key,
+            owner,
+            lease,
+            released: false,
+        }
+    }
+
+    /// The lock name as given to `lock`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock: the client's key prefix followed by the name.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The lease this hold was taken with.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Releases this hold, checking that it was still ours.
+    ///
+    /// If other guards of the same owner (reentrant holds) remain, the lock
+    /// stays held and keeps its lease; otherwise it is freed and waiters are
+    /// woken.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lock was no longer ours (the lease ran
+    /// out, the key was removed): nothing was changed in Redis. Connection
+    /// errors when Redis could not be reached; the lock then expires with its
+    /// lease.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.release(None)
+    }
+
+    fn release(&self, pool_wait: Option<Duration>) -> Result<()> {
+        match self
+            .client
+            .release(&self.key, &self.owner, self.lease, pool_wait)?
+        {
+            Release::Freed | Release::StillHeld => Ok(()),
+            Release::NotHeld => Err(Error::NotHeld {
+                name: self.name.clone(),
+            }),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        // Wait for a pooled connection no longer than one reply may take.
+        if let Err(e) = self.release(Some(self.client.socket_timeout())) {
+            tracing::warn!(lock = %self.name, error = %e, "leasehold: releasing a lock on drop failed");
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only the thread part of the owner: the client id is not printed.
+        let thread = self.owner.rsplit(':').next().unwrap_or("");
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("lease", &self.lease)
+            .field("thread", &thread)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn guard_is_send_sync_static() {
+        assert_send_sync::<LockGuard>();
+    }
+}

@@ -1,0 +1,51 @@
+//! Distributed locks on Redis with RAII guards, the way Redisson gives them to
+//! Java: unique owners, owner-checked atomic unlock, reentrancy, leases, and
+//! waiting on pub/sub instead of polling.
+//!
+//! ```no_run
+//! # fn pay() -> Result<(), leasehold::Error> { Ok(()) }
+//! # fn main() -> Result<(), leasehold::Error> {
+//! let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+//! let _g = client.lock("order:pay")?; // blocks until held
+//! pay()?;                             // exactly one process is here
+//! # Ok(()) }                          // _g dropped: owner-checked unlock
+//! ```
+//!
+//! # The ladder
+//! As `parking_lot`'s mutex, inside `Result` because Redis can fail:
+//! [`LockClient::lock`] blocks, [`LockClient::try_lock`] makes one attempt,
+//! [`LockClient::try_lock_for`] / [`LockClient::try_lock_until`] wait up to a
+//! bound, and [`LockClient::lock_with`] takes [`LockOptions`] (an explicit
+//! lease, a bounded wait).
+//!
+//! # What is in Redis
+//! The layout is Redisson's `RLock`, so a Rust service and a Java service can
+//! guard the same resource: the lock key is a hash
+//! `{"<client-uuid>:<thread-n>": hold_count}` with a `PEXPIRE` of the lease;
+//! the last unlock deletes it and publishes `0` on
+//! `redisson_lock__channel:{<key>}`. Acquire and release are one Lua script
+//! each, so an uncontended lock + unlock is two round trips, and the owner
+//! check happens inside Redis: no guard can release a lock it does not hold.
+//!
+//! # Waiting
+//! A waiter subscribes to the lock's channel (one subscriber connection per
+//! client, shared and reference-counted), retries once, then parks until the
+//! unlock message or the holder's remaining lease — a holder that crashed
+//! costs a waiter at most its lease, and no one polls.
+//!
+//! # Errors
+//! Every fallible call returns [`Error`]: bad input, Redis faults and a lock
+//! that was lost are typed, never panics.
+#![warn(missing_docs)]
+
+mod client;
+mod error;
+mod guard;
+mod notify;
+mod options;
+mod raw;
+
+pub use client::{LockClient, LockClientBuilder};
+pub use error::{Error, Result};
+pub use guard::LockGuard;
+pub use options::LockOptions;
