@@ -1,0 +1,269 @@
+//! Throwaway `redis-server`s for tests and benches.
+//!
+//! Each [`RedisServer`] is a real server on a free loopback port, with no
+//! persistence (`--save "" --appendonly no`) and its log in a temp dir; it is
+//! ready once it answers PING, and it is killed and reaped on drop. No test
+//! uses a server it did not start.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A `redis-server` process owned by the test.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+    password: Option<String>,
+}
+
+impl RedisServer {
+    /// A server with default settings.
+    pub fn start() -> Self {
+        Self::start_with(&[], None)
+    }
+
+    /// A server that requires `password` (`--requirepass`).
+    pub fn start_with_password(password: &str) -> Self {
+        Self::start_with(&["--requirepass", password], Some(password))
+    }
+
+    /// A server with extra command-line settings.
+    pub fn start_with(extra: &[&str], password: Option<&str>) -> Self {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            match Self::try_start(extra, password) {
+                Ok(server) => return server,
+                Err(log) if log.contains("Address already in use") => last_log = log,
+                Err(log) => panic!("redis-server did not start; its log:\n{log}"),
+            }
+        }
+        panic!("redis-server found no free port after 5 tries; last log:\n{last_log}");
+    }
+
+    fn try_start(extra: &[&str], password: Option<&str>) -> Result<Self, String> {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-test-{}-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed),
+            port
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
+        let log = dir.join("redis.log");
+        let bin = std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                "`{bin}` was not found: the tests start their own Redis. Install it with \
+                 `apt-get update && apt-get install -y redis-server` (as root), or run \
+                 scripts/test.sh, which does that for you"
+            ),
+            Err(e) => panic!("cannot start `{bin}`: {e}"),
+        };
+        let mut server = RedisServer {
+            child,
+            port,
+            dir,
+            password: password.map(str::to_owned),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(_)) = server.child.try_wait() {
+                return Err(server.log());
+            }
+            if let Ok(mut con) = server.try_connection() {
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    return Ok(server);
+                }
+            }
+            if Instant::now() > deadline {
+                let log = server.log();
+                panic!("redis-server on port {port} did not answer PING within 10 s; its log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`, with the password when there is one.
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// The URL without credentials.
+    pub fn bare_url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        con.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(con)
+    }
+
+    /// A plain connection, for inspecting what is in Redis.
+    pub fn connection(&self) -> redis::Connection {
+        self.try_connection()
+            .unwrap_or_else(|e| panic!("cannot connect to test redis: {e}\n{}", self.log()))
+    }
+
+    /// `INFO commandstats` as `command -> calls`.
+    pub fn command_calls(&self) -> HashMap<String, u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.connection())
+            .unwrap();
+        parse_command_calls(&info)
+    }
+
+    /// Clears the command statistics.
+    pub fn reset_stats(&self) {
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query::<()>(&mut self.connection())
+            .unwrap();
+    }
+
+    /// Sends a signal to the server (`STOP`, `CONT`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{sig} failed");
+    }
+
+    /// Kills the server now and waits for it to exit.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill(); // SIGKILL ends a SIGSTOPped server too
+
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// `cmdstat_evalsha:calls=3,usec=…` lines → `{"evalsha": 3}`.
+pub fn parse_command_calls(info: &str) -> HashMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// A `MONITOR` connection: records every command clients send, telling
+/// commands run inside scripts (`[0 lua]`) apart from real round trips.
+pub struct Monitor {
+    con: redis::Connection,
+    url: String,
+}
+
+impl Monitor {
+    pub fn start(server: &RedisServer) -> Self {
+        let mut con = server.connection();
+        con.send_packed_command(&redis::cmd("MONITOR").get_packed_command())
+            .unwrap();
+        let ok = con.recv_response().unwrap();
+        assert_eq!(ok, redis::Value::Okay, "MONITOR answered {ok:?}");
+        Monitor {
+            con,
+            url: server.url(),
+        }
+    }
+
+    /// Stops recording and returns the commands clients sent (not those run
+    /// by scripts), lowercased command names first, e.g. `"evalsha"`.
+    pub fn client_commands(mut self) -> Vec<String> {
+        let marker = format!("monitor-end-{}", std::process::id());
+        let mut other = redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("ECHO").arg(&marker).query::<String>(&mut other).unwrap();
+        let mut out = Vec::new();
+        loop {
+            let line = match self.con.recv_response().unwrap() {
+                redis::Value::SimpleString(s) => s,
+                redis::Value::Okay => continue,
+                other => panic!("unexpected MONITOR line {other:?}"),
+            };
+            if line.contains(&marker) {
+                return out;
+            }
+            if line.contains("[0 lua]") || line.contains(" lua]") {
+                continue;
+            }
+            // `<time> [<db> <addr>] "cmd" "arg" …`
+            if let Some(rest) = line.split_once("] \"").map(|(_, r)| r) {
+                let cmd = rest.split('"').next().unwrap_or("").to_lowercase();
+                out.push(cmd);
+            }
+        }
+    }
+}
+
+/// Polls `cond` until it holds or `within` passes; returns whether it held.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
