@@ -406,15 +406,15 @@ impl Inner {
     /// timeout). On failure reports the connection error r2d2 saw, typed.
     fn connection(&self, wait: Option<Duration>) -> Result<r2d2::PooledConnection<Manager>> {
         let wait = wait.unwrap_or_else(|| self.pool.connection_timeout());
-        self.pool.get_timeout(wait).map_err(|e| {
-            match self.last_connect_error.lock().clone() {
+        self.pool
+            .get_timeout(wait)
+            .map_err(|e| match self.last_connect_error.lock().clone() {
                 Some(cause) => Error::from(cause),
                 None => Error::Pool {
                     message: e.to_string(),
                     timeout: wait,
                 },
-            }
-        })
+            })
     }
 
     pub(crate) fn socket_timeout(&self) -> Duration {
@@ -547,6 +547,9 @@ mod tests {
         let client = LockClient::new("redis://127.0.0.1:1/").unwrap();
         assert!(client.try_lock("").unwrap_err().is_invalid_argument());
         let opts = LockOptions::new().lease(Duration::ZERO);
-        assert!(client.try_lock_with("x", opts).unwrap_err().is_invalid_argument());
+        assert!(client
+            .try_lock_with("x", opts)
+            .unwrap_err()
+            .is_invalid_argument());
     }
 }

@@ -132,7 +132,10 @@ impl Error {
     /// True when the caller passed something leasehold refuses (empty name,
     /// zero lease, bad URL).
     pub fn is_invalid_argument(&self) -> bool {
-        matches!(self, Error::InvalidArgument { .. } | Error::InvalidUrl { .. })
+        matches!(
+            self,
+            Error::InvalidArgument { .. } | Error::InvalidUrl { .. }
+        )
     }
 
     /// True when the lock key holds a non-hash value (`WRONGTYPE`).
@@ -218,7 +221,10 @@ mod tests {
         ];
         for e in errors {
             let msg = e.to_string();
-            assert!(msg.chars().next().is_some_and(|c| c.is_lowercase()), "{msg}");
+            assert!(
+                msg.chars().next().is_some_and(|c| c.is_lowercase()),
+                "{msg}"
+            );
             assert!(!msg.ends_with('.'), "{msg}");
         }
     }

@@ -68,7 +68,9 @@ struct Channel {
     inflight: u32,
     /// Wake-ups granted and not yet taken.
     permits: usize,
-    /// Set on reconnect: when the new subscription is confirmed, wake everyone.
+    /// Waiters of this channel retried while it was not subscribed (after a
+    /// disconnect, or a confirmation that came too late): wake them all once
+    /// Redis confirms the subscription.
     resync: bool,
     cv: Arc<Condvar>,
 }
@@ -143,7 +145,10 @@ impl Notifier {
             match writer {
                 Some(w) => {
                     entry.inflight += 1;
-                    send(w, &redis::cmd("SUBSCRIBE").arg(channel).get_packed_command());
+                    send(
+                        w,
+                        &redis::cmd("SUBSCRIBE").arg(channel).get_packed_command(),
+                    );
                 }
                 // The thread subscribes every registered channel when it connects.
                 None => {
@@ -152,12 +157,17 @@ impl Notifier {
             }
         }
         loop {
-            let confirmed = st.writer.is_some()
-                && st
-                    .channels
-                    .get(channel)
-                    .is_some_and(|c| c.inflight == 0);
-            if confirmed || cv.wait_until(&mut st, confirm_by).timed_out() {
+            let confirmed =
+                st.writer.is_some() && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
+            if confirmed {
+                break;
+            }
+            if cv.wait_until(&mut st, confirm_by).timed_out() {
+                // The caller retries unsubscribed; wake it again once Redis
+                // confirms, or a message published before then is lost to it.
+                if let Some(c) = st.channels.get_mut(channel) {
+                    c.resync = true;
+                }
                 break;
             }
         }
@@ -294,7 +304,6 @@ impl Shared {
             for (name, c) in st.channels.iter_mut() {
                 cmd.arg(name);
                 c.inflight = 1;
-                c.resync = true;
             }
             send(&mut writer, &cmd.get_packed_command());
         }
@@ -311,6 +320,9 @@ impl Shared {
         }
         for c in st.channels.values_mut() {
             c.inflight = 0;
+            // Retry now, and again once subscribed on the next connection:
+            // messages published in between are lost.
+            c.resync = true;
             c.wake_all();
         }
         st.channels.retain(|_, c| c.refs > 0);

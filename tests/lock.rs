@@ -33,20 +33,33 @@ fn redis_layout_is_redissons_rlock() {
     assert_eq!(held.len(), 1, "{held:?}");
     let (owner, count) = &held[0];
     let (uuid, thread) = owner.rsplit_once(':').unwrap();
-    assert!(uuid::Uuid::parse_str(uuid).is_ok(), "owner {owner:?} starts with a uuid");
-    assert!(thread.parse::<u64>().is_ok(), "owner {owner:?} ends with a thread number");
+    assert!(
+        uuid::Uuid::parse_str(uuid).is_ok(),
+        "owner {owner:?} starts with a uuid"
+    );
+    assert!(
+        thread.parse::<u64>().is_ok(),
+        "owner {owner:?} ends with a thread number"
+    );
     assert_eq!(*count, 1);
     let pttl: i64 = con.pttl("order:pay").unwrap();
-    assert!(pttl > 25_000 && pttl <= 30_000, "watchdog lease 30 s, pttl {pttl}");
+    assert!(
+        pttl > 25_000 && pttl <= 30_000,
+        "watchdog lease 30 s, pttl {pttl}"
+    );
 
     // The last unlock deletes the key and publishes "0" on Redisson's channel.
     let mut sub_con = server.connection();
     let mut pubsub = sub_con.as_pubsub();
-    pubsub.subscribe("redisson_lock__channel:{order:pay}").unwrap();
+    pubsub
+        .subscribe("redisson_lock__channel:{order:pay}")
+        .unwrap();
     guard.unlock().unwrap();
     let exists: bool = con.exists("order:pay").unwrap();
     assert!(!exists);
-    pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let msg = pubsub.get_message().unwrap();
     assert_eq!(msg.get_channel_name(), "redisson_lock__channel:{order:pay}");
     assert_eq!(msg.get_payload::<String>().unwrap(), "0");
@@ -64,7 +77,10 @@ fn key_prefix_and_explicit_lease_are_applied() {
     let guard = client.lock_with("invoice:7", opts).unwrap();
     assert_eq!(guard.key(), "billing:invoice:7");
     let pttl: i64 = con.pttl("billing:invoice:7").unwrap();
-    assert!(pttl > 5_000 && pttl <= 7_000, "explicit lease 7 s, pttl {pttl}");
+    assert!(
+        pttl > 5_000 && pttl <= 7_000,
+        "explicit lease 7 s, pttl {pttl}"
+    );
     let bare: bool = con.exists("invoice:7").unwrap();
     assert!(!bare, "the unprefixed name is not touched");
     drop(guard);
@@ -81,7 +97,10 @@ fn reentrant_per_thread_free_only_when_every_guard_is_gone() {
 
     for outer_first in [true, false] {
         let g1 = client.lock("re").unwrap();
-        let g2 = client.try_lock("re").unwrap().expect("same thread re-enters at once");
+        let g2 = client
+            .try_lock("re")
+            .unwrap()
+            .expect("same thread re-enters at once");
         assert_eq!(fields(&mut con, "re")[0].1, 2, "hold count 2");
 
         let taken_elsewhere = |c: &LockClient| {
@@ -90,15 +109,24 @@ fn reentrant_per_thread_free_only_when_every_guard_is_gone() {
                 .join()
                 .unwrap()
         };
-        assert!(!taken_elsewhere(&client), "another thread of the same client waits");
+        assert!(
+            !taken_elsewhere(&client),
+            "another thread of the same client waits"
+        );
         assert!(!taken_elsewhere(&other_client), "another client waits");
 
         let (first, second) = if outer_first { (g1, g2) } else { (g2, g1) };
         drop(first);
         assert_eq!(fields(&mut con, "re")[0].1, 1, "one hold left");
-        assert!(!taken_elsewhere(&client), "still held after one of two drops");
+        assert!(
+            !taken_elsewhere(&client),
+            "still held after one of two drops"
+        );
         let pttl: i64 = con.pttl("re").unwrap();
-        assert!(pttl > 25_000, "the remaining hold keeps its lease, pttl {pttl}");
+        assert!(
+            pttl > 25_000,
+            "the remaining hold keeps its lease, pttl {pttl}"
+        );
         second.unlock().unwrap();
         let exists: bool = con.exists("re").unwrap();
         assert!(!exists, "free once every guard is gone");
@@ -190,9 +218,16 @@ fn expired_guard_cannot_release_the_new_holders_lock() {
     let err = stale.unlock().unwrap_err();
     assert!(err.is_not_held(), "{err:?}");
     assert!(err.to_string().contains("no longer held"), "{err}");
-    assert_eq!(fields(&mut con, "acct"), before, "the new holder's hash is untouched");
+    assert_eq!(
+        fields(&mut con, "acct"),
+        before,
+        "the new holder's hash is untouched"
+    );
     let pttl: i64 = con.pttl("acct").unwrap();
-    assert!(pttl > 25_000, "the new holder's lease is untouched, pttl {pttl}");
+    assert!(
+        pttl > 25_000,
+        "the new holder's lease is untouched, pttl {pttl}"
+    );
     fresh.unlock().unwrap();
 }
 
@@ -209,8 +244,15 @@ fn uncontended_lock_unlock_is_two_round_trips() {
         g.unlock().unwrap();
     }
     let sent = monitor.client_commands();
-    assert_eq!(sent.len(), 2 * N, "two round trips per lock + unlock: {sent:?}");
-    assert!(sent.iter().all(|c| c == "evalsha"), "only the scripts: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        2 * N,
+        "two round trips per lock + unlock: {sent:?}"
+    );
+    assert!(
+        sent.iter().all(|c| c == "evalsha"),
+        "only the scripts: {sent:?}"
+    );
 }
 
 #[test]
@@ -302,7 +344,11 @@ fn drop_returns_promptly_when_redis_is_gone() {
     server.kill();
     let started = Instant::now();
     drop(guard);
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -317,7 +363,10 @@ fn panic_in_critical_section_releases_the_lock() {
     .join();
     assert!(result.is_err(), "the thread panicked");
     let exists: bool = server.connection().exists("panicky").unwrap();
-    assert!(!exists, "unwinding dropped the guard, which released the lock");
+    assert!(
+        !exists,
+        "unwinding dropped the guard, which released the lock"
+    );
     assert!(client.try_lock("panicky").unwrap().is_some());
 }
 
@@ -326,7 +375,9 @@ fn guard_moved_to_another_thread_releases_there() {
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
     let guard = client.lock("moved").unwrap();
-    thread::spawn(move || guard.unlock().unwrap()).join().unwrap();
+    thread::spawn(move || guard.unlock().unwrap())
+        .join()
+        .unwrap();
     let exists: bool = server.connection().exists("moved").unwrap();
     assert!(!exists);
 }

@@ -97,7 +97,9 @@ impl RedisServer {
             }
             if Instant::now() > deadline {
                 let log = server.log();
-                panic!("redis-server on port {port} did not answer PING within 10 s; its log:\n{log}");
+                panic!(
+                    "redis-server on port {port} did not answer PING within 10 s; its log:\n{log}"
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -231,7 +233,10 @@ impl Monitor {
             .unwrap()
             .get_connection()
             .unwrap();
-        redis::cmd("ECHO").arg(&marker).query::<String>(&mut other).unwrap();
+        redis::cmd("ECHO")
+            .arg(&marker)
+            .query::<String>(&mut other)
+            .unwrap();
         let mut out = Vec::new();
         loop {
             let line = match self.con.recv_response().unwrap() {

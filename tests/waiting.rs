@@ -1,0 +1,282 @@
+//! Waiting without polling: pub/sub wake-ups, the subscribe/unlock race, one
+//! shared subscriber per client, crashed holders, deadlines.
+
+mod support;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockOptions};
+use redis::Commands;
+use support::{eventually, RedisServer};
+
+fn numsub(server: &RedisServer, channel: &str) -> i64 {
+    let v: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.connection())
+        .unwrap();
+    v[0].1
+}
+
+fn lock_channels(server: &RedisServer) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("redisson_lock__channel:*")
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// Connections named by a leasehold subscriber (`leasehold-notify-<id>`).
+fn subscriber_connections(server: &RedisServer) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.connection())
+        .unwrap();
+    list.lines()
+        .filter(|l| l.contains("name=leasehold-notify-"))
+        .count()
+}
+
+#[test]
+fn waiter_wakes_on_the_unlock_message_not_the_lease() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let guard = client.lock("msg").unwrap(); // 30 s lease
+    let waiter = thread::spawn(move || {
+        let started = Instant::now();
+        let g = other.try_lock_for("msg", Duration::from_secs(20)).unwrap();
+        (g.is_some(), started.elapsed())
+    });
+    thread::sleep(Duration::from_millis(300));
+    guard.unlock().unwrap();
+    let (got, waited) = waiter.join().unwrap();
+    assert!(got, "the waiter got the lock");
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken by the unlock message, not the 30 s lease: waited {waited:?}"
+    );
+}
+
+#[test]
+fn subscribe_unlock_race_never_loses_a_wakeup() {
+    // The holder unlocks at varying moments around the waiter's subscribe. A
+    // lost message would leave the waiter parked for the 30 s lease, past its
+    // 10 s deadline.
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter_client = LockClient::new(&server.url()).unwrap();
+    for i in 0..150u32 {
+        let guard = holder.lock("race").unwrap();
+        let c = waiter_client.clone();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(0);
+        let waiter = thread::spawn(move || {
+            ready_tx.send(()).unwrap();
+            c.try_lock_for("race", Duration::from_secs(10))
+                .unwrap()
+                .map(|g| g.unlock().unwrap())
+                .is_some()
+        });
+        ready_rx.recv().unwrap();
+        let spin = Duration::from_micros(u64::from(i % 30) * 40);
+        let until = Instant::now() + spin;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        guard.unlock().unwrap();
+        assert!(
+            waiter.join().unwrap(),
+            "round {i}: the waiter missed the unlock"
+        );
+    }
+}
+
+#[test]
+fn waiting_does_not_poll_redis() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let a = LockClient::new(&server.url()).unwrap();
+    let b = LockClient::new(&server.url()).unwrap();
+    let guard = holder.lock("quiet").unwrap(); // 30 s lease
+    server.reset_stats();
+    let (tx, rx) = mpsc::channel();
+    let mut waiters = Vec::new();
+    for client in [a.clone(), a, b] {
+        let tx = tx.clone();
+        waiters.push(thread::spawn(move || {
+            let g = client.lock("quiet").unwrap();
+            tx.send(()).unwrap();
+            drop(g);
+        }));
+    }
+    thread::sleep(Duration::from_secs(2));
+    let calls = server.command_calls();
+    assert!(
+        rx.try_recv().is_err(),
+        "nobody got the lock while it was held"
+    );
+    let attempts = calls.get("evalsha").copied().unwrap_or(0);
+    // Each waiter: one attempt, subscribe, one retry — then it parks.
+    assert!(
+        (3..=8).contains(&attempts),
+        "3 waiters over 2 s made {attempts} acquire attempts: {calls:?}"
+    );
+    guard.unlock().unwrap();
+    for _ in 0..3 {
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("every waiter gets the lock in turn");
+    }
+    for w in waiters {
+        w.join().unwrap();
+    }
+}
+
+#[test]
+fn one_subscriber_connection_per_client_and_refcounted_subscriptions() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiters = LockClient::new(&server.url()).unwrap();
+    let names: Vec<String> = (0..5).map(|i| format!("shared:{i}")).collect();
+    let guards: Vec<_> = names.iter().map(|n| holder.lock(n).unwrap()).collect();
+
+    let mut handles = Vec::new();
+    for name in &names {
+        for _ in 0..2 {
+            let c = waiters.clone();
+            let name = name.clone();
+            handles.push(thread::spawn(move || {
+                c.lock(&name).unwrap().unlock().unwrap();
+            }));
+        }
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            names
+                .iter()
+                .all(|n| numsub(&server, &format!("redisson_lock__channel:{{{n}}}")) == 1)
+        }),
+        "each name is subscribed exactly once, whatever its number of waiters"
+    );
+    assert_eq!(
+        subscriber_connections(&server),
+        1,
+        "one subscriber connection for 10 waiters"
+    );
+
+    drop(guards);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || lock_channels(&server).is_empty()),
+        "subscriptions are dropped when no one waits: {:?}",
+        lock_channels(&server)
+    );
+    assert_eq!(
+        subscriber_connections(&server),
+        1,
+        "the connection is kept for the next waiter"
+    );
+}
+
+#[test]
+fn crashed_holder_is_handed_over_within_its_lease() {
+    let server = RedisServer::start();
+    let crashed = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let lease = Duration::from_millis(1500);
+    let guard = crashed
+        .lock_with("crash", LockOptions::new().lease(lease))
+        .unwrap();
+    let taken = Instant::now();
+    std::mem::forget(guard); // the holder dies: no unlock, no message
+    let g = waiter.lock("crash").unwrap();
+    let waited = taken.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1300),
+        "not before the lease ran out: {waited:?}"
+    );
+    assert!(
+        waited < lease + Duration::from_secs(2),
+        "within lease + slack: {waited:?}"
+    );
+    g.unlock().unwrap();
+}
+
+#[test]
+fn bounded_waits_give_up_on_time() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let _g = holder.lock("busy").unwrap();
+
+    assert!(other.try_lock("busy").unwrap().is_none());
+
+    let started = Instant::now();
+    assert!(other
+        .try_lock_for("busy", Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+
+    let deadline = Instant::now() + Duration::from_millis(200);
+    assert!(other.try_lock_until("busy", deadline).unwrap().is_none());
+    assert!(Instant::now() >= deadline);
+
+    let e = other
+        .lock_with("busy", LockOptions::new().wait(Duration::from_millis(200)))
+        .unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+
+    // No waiter is left subscribed after giving up.
+    assert!(eventually(Duration::from_secs(5), || lock_channels(
+        &server
+    )
+    .is_empty()));
+}
+
+#[test]
+fn waiters_survive_a_killed_subscriber_connection() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let guard = holder.lock("resub").unwrap(); // 30 s lease
+    let channel = "redisson_lock__channel:{resub}";
+    let waiter = thread::spawn(move || {
+        let started = Instant::now();
+        let got = other
+            .try_lock_for("resub", Duration::from_secs(20))
+            .unwrap()
+            .is_some();
+        (got, started.elapsed())
+    });
+    assert!(eventually(Duration::from_secs(5), || numsub(
+        &server, channel
+    ) == 1));
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(killed, 1);
+    assert!(
+        eventually(Duration::from_secs(5), || numsub(&server, channel) == 1),
+        "the subscriber reconnected and subscribed again"
+    );
+    guard.unlock().unwrap();
+    let (got, waited) = waiter.join().unwrap();
+    assert!(got);
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken by the message, not the lease: {waited:?}"
+    );
+    let exists: bool = server.connection().exists("resub").unwrap();
+    assert!(!exists);
+}
