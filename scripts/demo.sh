@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job: several worker processes x threads drain a shared list of jobs,
+# each job guarded by client.lock("job:<id>"), and we prove none ran twice.
+# Uses $REDIS_URL when set; otherwise starts a throwaway redis-server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+ensure_cargo
+if [ -z "${REDIS_URL:-}" ]; then
+    ensure_redis_server
+    start_throwaway_redis
+fi
+cargo build --release --example batch_jobs --quiet
+target/release/examples/batch_jobs --url "$REDIS_URL" \
+    --processes "${PROCESSES:-4}" --threads "${THREADS:-4}" \
+    --jobs "${JOBS:-400}" --work-ms "${WORK_MS:-2}" --compare
