@@ -13,6 +13,7 @@ use crate::guard::LockGuard;
 use crate::notify::Notifier;
 use crate::options::LockOptions;
 use crate::raw::{self, Acquire, Scripts};
+use crate::renewal::{LeaseState, Renewer, Stats};
 
 /// A handle to a Redis server for taking distributed locks.
 ///
@@ -45,6 +46,7 @@ pub(crate) struct Inner {
     /// The last error met opening a pooled connection, shared with the manager.
     last_connect_error: Arc<Mutex<Option<redis::RedisError>>>,
     notifier: Notifier,
+    pub(crate) renewer: Renewer,
 }
 
 impl Drop for Inner {
@@ -91,8 +93,9 @@ impl LockClientBuilder {
         self
     }
 
-    /// The lease of locks taken without an explicit one. Defaults to 30 s
-    /// (Redisson's `lockWatchdogTimeout`).
+    /// The lease of locks taken without an explicit one, renewed every third
+    /// of it while the guard lives. Defaults to 30 s (Redisson's
+    /// `lockWatchdogTimeout`).
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.watchdog_lease = lease;
         self
@@ -160,6 +163,19 @@ impl LockClientBuilder {
             reason: format!("cannot use {:?}", redact(&self.url)),
             source: Some(e),
         })?;
+        let renewer = {
+            let (client, connect, socket) =
+                (client.clone(), self.connect_timeout, self.socket_timeout);
+            let connector = Box::new(move || {
+                let con = client.get_connection_with_timeout(connect)?;
+                con.set_read_timeout(Some(socket))?;
+                con.set_write_timeout(Some(socket))?;
+                Ok(con)
+            });
+            // Renew up to a thirtieth of the lease early to batch more.
+            Renewer::start(connector, self.watchdog_lease / 30)
+                .map_err(|source| Error::Thread { source })?
+        };
         let last_connect_error = Arc::new(Mutex::new(None));
         let manager = Manager {
             client,
@@ -187,6 +203,7 @@ impl LockClientBuilder {
                 socket_timeout: self.socket_timeout,
                 last_connect_error,
                 notifier,
+                renewer,
             }),
         })
     }
@@ -215,7 +232,8 @@ impl LockClient {
 
     /// Takes the lock `name`, waiting as long as it takes.
     ///
-    /// The lease is the client's watchdog lease. If the calling thread already
+    /// The lease is the client's watchdog lease, renewed by the client's
+    /// renewal thread while the guard lives. If the calling thread already
     /// holds `name`, this re-enters at once and returns a second guard; the lock
     /// is free only when every guard is gone.
     ///
@@ -318,17 +336,27 @@ impl LockClient {
         let inner = &self.inner;
         let key = format!("{}{}", inner.key_prefix, name);
         let owner = inner.owner();
+        let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
         let mut subscription = None;
         loop {
+            // The lease counts from when the request was sent, not answered.
+            let sent_at = Instant::now();
             let ttl = match inner.attempt(&key, &owner, lease)? {
                 Acquire::Acquired => {
+                    let state = if watchdog {
+                        inner.renewer.register(&key, &owner, lease, sent_at)
+                    } else {
+                        LeaseState::new(sent_at + lease)
+                    };
                     return Ok(Some(LockGuard::new(
                         Arc::clone(inner),
                         name.to_owned(),
                         key,
                         owner,
                         lease,
+                        state,
+                        watchdog,
                     )));
                 }
                 Acquire::HeldElsewhere { ttl } => ttl,
@@ -352,7 +380,10 @@ impl LockClient {
                     subscription = Some(inner.notifier.subscribe(&channel, wake_at));
                 }
                 Some(sub) => {
+                    let parked = &inner.renewer.counters.waiters_parked;
+                    parked.fetch_add(1, Ordering::Relaxed);
                     sub.wait_until(wake_at);
+                    parked.fetch_sub(1, Ordering::Relaxed);
                 }
             }
         }
@@ -361,6 +392,13 @@ impl LockClient {
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_lease(&self) -> Duration {
         self.inner.watchdog_lease
+    }
+
+    /// Counters of this client (shared by its clones) for export to metrics:
+    /// live watchdog leases, renewals sent and their round trips, leases lost,
+    /// waiters parked. Reads atomics only; never touches the network.
+    pub fn stats(&self) -> Stats {
+        self.inner.renewer.counters.snapshot()
     }
 }
 

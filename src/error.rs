@@ -92,6 +92,14 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// A background thread (renewal) could not be started.
+    #[error("could not start a leasehold background thread: {source}; the process may be out of threads or memory")]
+    Thread {
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Redis answered with an error leasehold does not classify further.
     #[error("redis error: {source}")]
     Redis {

@@ -4,9 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::Receiver;
+
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::raw::Release;
+use crate::renewal::{LeaseLost, LeaseState};
 
 /// One hold of a distributed lock; dropping it releases the hold.
 ///
@@ -36,6 +39,10 @@ pub struct LockGuard {
     key: String,
     owner: String,
     lease: Duration,
+    /// Shared with the renewal thread and with reentrant guards of one owner.
+    state: Arc<LeaseState>,
+    /// Whether the watchdog renews this lease (no explicit lease given).
+    renewed: bool,
     /// Set by `unlock(self)` so that `Drop` does nothing more.
     released: bool,
 }
@@ -47,6 +54,8 @@ impl LockGuard {
         key: String,
         owner: String,
         lease: Duration,
+        state: Arc<LeaseState>,
+        renewed: bool,
     ) -> Self {
         LockGuard {
             client,
@@ -54,8 +63,44 @@ impl LockGuard {
             key,
             owner,
             lease,
+            state,
+            renewed,
             released: false,
         }
+    }
+
+    /// Whether the lock is still ours, as far as this client knows: false once
+    /// renewal found the lease gone or could not renew it before it ran out,
+    /// and false once an explicit lease has run out. Never touches the network.
+    ///
+    /// For a watchdog lease this turns false within one renewal period (a
+    /// third of the lease) of the loss.
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// A channel that receives one [`LeaseLost`] when the watchdog finds this
+    /// lease lost — so a long job can stop without polling, e.g. in a
+    /// `crossbeam_channel::select!` beside its work. Guards of one reentrant
+    /// hold share the channel (one message in all). Explicit leases are not
+    /// watched: they simply expire (see [`is_held`](Self::is_held)).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// let guard = client.lock("rotate:keys")?;
+    /// let lost = guard.lost();
+    /// for step in 0..1_000 {
+    ///     if let Ok(why) = lost.try_recv() {
+    ///         eprintln!("stopping at step {step}: lock lost ({why})");
+    ///         break;
+    ///     }
+    ///     // … one step of work …
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Receiver<LeaseLost> {
+        self.state.lost_receiver()
     }
 
     /// The lock name as given to `lock`.
@@ -90,6 +135,18 @@ impl LockGuard {
     }
 
     fn release(&self, pool_wait: Option<Duration>) -> Result<()> {
+        if self.renewed {
+            // Stops renewal (when this is the last hold) before the release.
+            self.client
+                .renewer
+                .release(&self.key, &self.owner, &self.state);
+        }
+        if self.state.is_lost() {
+            // Someone else may hold it now: send nothing at all.
+            return Err(Error::NotHeld {
+                name: self.name.clone(),
+            });
+        }
         match self
             .client
             .release(&self.key, &self.owner, self.lease, pool_wait)?

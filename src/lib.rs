@@ -44,8 +44,10 @@ mod guard;
 mod notify;
 mod options;
 mod raw;
+mod renewal;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use options::LockOptions;
+pub use renewal::{LeaseLost, Stats};

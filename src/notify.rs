@@ -1,6 +1,6 @@
 //! The shared pub/sub subscriber that wakes local waiters.
 //!
-//! One connection and one thread (`leasehold-notify`) per client, started the
+//! One connection and one thread (`leasehold-sub`) per client, started the
 //! first time a waiter needs it. Waiters register a channel; subscriptions are
 //! reference-counted per channel, so a hundred threads waiting on one name
 //! cost one `SUBSCRIBE`, and the last one to leave sends `UNSUBSCRIBE`.
@@ -126,7 +126,7 @@ impl Notifier {
             st.thread_started = true;
             let worker = Arc::clone(shared);
             let spawned = std::thread::Builder::new()
-                .name("leasehold-notify".into())
+                .name("leasehold-sub".into())
                 .spawn(move || worker.run());
             if let Err(e) = spawned {
                 st.thread_started = false;
