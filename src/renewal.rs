@@ -150,25 +150,28 @@ impl Counters {
     }
 }
 
-enum Ctrl {
-    Register {
-        id: u64,
-        key: String,
-        owner: String,
-        lease: Duration,
-        state: Arc<LeaseState>,
-    },
-    Cancel {
-        id: u64,
-    },
+/// Leases registered since the thread last looked. Registering does not wake
+/// the thread while it has a timer armed: every watchdog lease of a client has
+/// the same length, so a new one is never due before the armed timer fires,
+/// and the thread takes the queue then. Only an idle thread (nothing armed)
+/// or a long queue is woken — a lock + unlock costs no thread wake-up.
+struct Pending {
+    queue: Mutex<Vec<Entry>>,
+    /// The thread has a timer armed (its wheel is not empty).
+    armed: AtomicBool,
 }
 
+/// Past this many queued registrations the thread is woken to take them, so
+/// that short-lived leases do not pile up until the next renewal.
+const QUEUE_WAKE: usize = 1_024;
+
 /// The client's side of the renewal thread: a registry of watchdog leases
-/// (reentrant guards of one owner share one entry) and the control channel.
+/// (reentrant guards of one owner share one entry) and the queue to it.
 pub(crate) struct Renewer {
-    tx: Sender<Ctrl>,
+    /// Wakes the thread; dropping it (with the client) makes the thread exit.
+    wake: Sender<()>,
+    pending: Arc<Pending>,
     registry: Mutex<HashMap<(String, String), Registered>>,
-    next_id: AtomicU64,
     /// Held by the thread while it sends a batch; taken briefly at unlock so
     /// that no renewal of a cancelled lease is sent after unlock returns.
     gate: Arc<Mutex<()>>,
@@ -176,7 +179,6 @@ pub(crate) struct Renewer {
 }
 
 struct Registered {
-    id: u64,
     refs: usize,
     state: Arc<LeaseState>,
 }
@@ -189,16 +191,22 @@ impl Renewer {
     /// more is renewed in the same round trip (a little early), so leases
     /// taken at scattered moments still renew in few batches.
     pub(crate) fn start(connector: Connector, coalesce: Duration) -> std::io::Result<Self> {
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (wake, rx) = crossbeam_channel::unbounded();
         let gate = Arc::new(Mutex::new(()));
         let counters = Arc::new(Counters::default());
+        let pending = Arc::new(Pending {
+            queue: Mutex::new(Vec::new()),
+            armed: AtomicBool::new(false),
+        });
         let mut worker = Worker {
             rx,
+            pending: Arc::clone(&pending),
             connector,
             con: None,
             coalesce,
             wheel: Wheel::new(Instant::now()),
             entries: HashMap::new(),
+            next_id: 0,
             gate: Arc::clone(&gate),
             counters: Arc::clone(&counters),
             sha: redis::Script::new(RENEW).get_hash().to_owned(),
@@ -207,9 +215,9 @@ impl Renewer {
             .name("leasehold-renew".into())
             .spawn(move || worker.run())?;
         Ok(Renewer {
-            tx,
+            wake,
+            pending,
             registry: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
             gate,
             counters,
         })
@@ -232,33 +240,40 @@ impl Renewer {
                 return Arc::clone(&r.state);
             }
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let state = LeaseState::new(sent_at + lease);
-        let _ = self.tx.send(Ctrl::Register {
-            id,
-            key: key.to_owned(),
-            owner: owner.to_owned(),
-            lease,
-            state: Arc::clone(&state),
-        });
+        let queued = {
+            let mut queue = self.pending.queue.lock();
+            queue.push(Entry {
+                key: key.to_owned(),
+                owner: owner.to_owned(),
+                lease,
+                state: Arc::clone(&state),
+                due: sent_at + lease / 3,
+            });
+            queue.len()
+        };
+        if queued >= QUEUE_WAKE || !self.pending.armed.load(Ordering::SeqCst) {
+            let _ = self.wake.send(());
+        }
         self.counters.live_leases.fetch_add(1, Ordering::Relaxed);
-        if let Some(old) = reg.insert(
+        let replaced = reg.insert(
             slot,
             Registered {
-                id,
                 refs: 1,
                 state: Arc::clone(&state),
             },
-        ) {
-            // A lost entry replaced by a fresh hold: the thread forgets it.
-            let _ = self.tx.send(Ctrl::Cancel { id: old.id });
+        );
+        if let Some(old) = replaced {
+            // A lost entry replaced by a fresh hold: the thread drops it.
+            old.state.cancelled.store(true, Ordering::Release);
             self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
         }
         state
     }
 
     /// One guard of `state` is going away. When it was the last, renewal
-    /// stops before this returns.
+    /// stops before this returns (the thread drops the entry when it next
+    /// meets it).
     pub(crate) fn release(&self, key: &str, owner: &str, state: &Arc<LeaseState>) {
         let mut reg = self.registry.lock();
         let slot = (key.to_owned(), owner.to_owned());
@@ -272,12 +287,10 @@ impl Renewer {
         if r.refs > 0 {
             return;
         }
-        let id = r.id;
         reg.remove(&slot);
         drop(reg);
         state.cancelled.store(true, Ordering::Release);
         drop(self.gate.lock()); // wait out a batch in flight
-        let _ = self.tx.send(Ctrl::Cancel { id });
         self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -295,12 +308,14 @@ struct Entry {
 pub(crate) type Connector = Box<dyn Fn() -> RedisResult<redis::Connection> + Send>;
 
 struct Worker {
-    rx: Receiver<Ctrl>,
+    rx: Receiver<()>,
+    pending: Arc<Pending>,
     connector: Connector,
     con: Option<redis::Connection>,
     coalesce: Duration,
     wheel: Wheel,
     entries: HashMap<u64, Entry>,
+    next_id: u64,
     gate: Arc<Mutex<()>>,
     counters: Arc<Counters>,
     sha: String,
@@ -309,45 +324,41 @@ struct Worker {
 impl Worker {
     fn run(&mut self) {
         loop {
-            let timer = match self.wheel.next_due() {
+            self.take_pending();
+            let next = self.wheel.next_due();
+            if next.is_none() {
+                // Disarm first, then look once more: a lease queued after
+                // this look sees `armed == false` and wakes us.
+                self.pending.armed.store(false, Ordering::SeqCst);
+                if !self.pending.queue.lock().is_empty() {
+                    continue;
+                }
+            } else {
+                self.pending.armed.store(true, Ordering::SeqCst);
+            }
+            let timer = match next {
                 Some(at) => after(at.saturating_duration_since(Instant::now())),
                 None => never(),
             };
             select! {
-                recv(self.rx) -> msg => match msg {
-                    Ok(ctrl) => self.control(ctrl),
-                    Err(_) => return, // the client is gone
+                recv(self.rx) -> msg => if msg.is_err() {
+                    return; // the client is gone
                 },
                 recv(timer) -> _ => self.tick(),
             }
         }
     }
 
-    fn control(&mut self, ctrl: Ctrl) {
-        match ctrl {
-            Ctrl::Register {
-                id,
-                key,
-                owner,
-                lease,
-                state,
-            } => {
-                let due = Instant::now() + lease / 3;
-                self.wheel.insert(id, due);
-                self.entries.insert(
-                    id,
-                    Entry {
-                        key,
-                        owner,
-                        lease,
-                        state,
-                        due,
-                    },
-                );
+    /// Moves queued leases into the wheel, skipping those already unlocked.
+    fn take_pending(&mut self) {
+        let queued = std::mem::take(&mut *self.pending.queue.lock());
+        for entry in queued {
+            if entry.state.cancelled.load(Ordering::Acquire) {
+                continue;
             }
-            Ctrl::Cancel { id } => {
-                self.entries.remove(&id);
-            }
+            self.next_id += 1;
+            self.wheel.insert(self.next_id, entry.due);
+            self.entries.insert(self.next_id, entry);
         }
     }
 
@@ -356,9 +367,12 @@ impl Worker {
         let mut due = Vec::new();
         for id in self.wheel.take_due(horizon) {
             match self.entries.get(&id) {
+                Some(e) if e.state.cancelled.load(Ordering::Acquire) => {
+                    self.entries.remove(&id); // unlocked since
+                }
                 Some(e) if e.due <= horizon => due.push(id),
                 Some(e) => self.wheel.insert(id, e.due), // a later turn
-                None => {}                               // cancelled
+                None => {}
             }
         }
         for chunk in due.chunks(CHUNK) {
