@@ -1,5 +1,5 @@
-//! The Redis protocol of one lock, with no threads: acquire and release as
-//! Lua scripts, wire-compatible with Redisson's `RLock`.
+//! The Redis protocol of one lock, with no threads: acquire, release and
+//! renew as Lua scripts, wire-compatible with Redisson's `RLock`.
 //!
 //! Layout (the same as Redisson's, so Java and Rust services can guard one
 //! resource):
@@ -44,6 +44,17 @@ end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[1])
 return 1
+"#;
+
+/// Renew: extends the lease only while our owner field is there; 1 if
+/// renewed, 0 if the lease is no longer ours. Sent in pipelined batches by the
+/// renewal thread (see `renewal.rs`), hence a plain source string.
+pub(crate) const RENEW: &str = r#"
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return 1
+end
+return 0
 "#;
 
 /// What an acquire attempt found.

@@ -29,14 +29,7 @@ use crossbeam_channel::{after, never, select, Receiver, Sender};
 use parking_lot::Mutex;
 use redis::{RedisResult, Value};
 
-/// Owner-checked renew: extends the lease only while our field is there.
-const RENEW: &str = r#"
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return 1
-end
-return 0
-"#;
+use crate::raw::RENEW;
 
 /// Wheel resolution.
 const TICK: Duration = Duration::from_millis(10);
