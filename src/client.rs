@@ -10,6 +10,7 @@ use redis::{ConnectionAddr, ConnectionLike, IntoConnectionInfo};
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::local::{Enter, LocalLocks, Successor};
 use crate::notify::Notifier;
 use crate::options::LockOptions;
 use crate::raw::{self, Acquire, Scripts};
@@ -47,6 +48,8 @@ pub(crate) struct Inner {
     last_connect_error: Arc<Mutex<Option<redis::RedisError>>>,
     notifier: Notifier,
     pub(crate) renewer: Renewer,
+    /// Threads of this client queued per lock name (see `local.rs`).
+    pub(crate) local: LocalLocks,
 }
 
 impl Drop for Inner {
@@ -204,6 +207,7 @@ impl LockClientBuilder {
                 last_connect_error,
                 notifier,
                 renewer,
+                local: LocalLocks::default(),
             }),
         })
     }
@@ -317,8 +321,10 @@ impl LockClient {
         self.acquire(name, options.lease_value(), Some(deadline))
     }
 
-    /// The acquire loop: attempt; if held elsewhere subscribe (confirmed),
-    /// attempt again, then park until woken, the holder's lease or `deadline`.
+    /// The acquire path: take a place in this client's queue for the name
+    /// (threads of one client never race each other at Redis); when it is our
+    /// turn attempt; if held elsewhere subscribe (confirmed), attempt again,
+    /// then park until woken, the holder's lease or `deadline`.
     fn acquire(
         &self,
         name: &str,
@@ -338,26 +344,28 @@ impl LockClient {
         let owner = inner.owner();
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
-        let mut subscription = None;
+        let mut turn = match inner.local.enter(&key, &owner, lease, deadline) {
+            Enter::Turn(turn) => turn,
+            Enter::Granted(sent_at) => {
+                let guard = self.guard(name, key, owner, lease, watchdog, sent_at);
+                inner
+                    .local
+                    .holding(guard.key(), &guard.owner, guard.state());
+                return Ok(Some(guard));
+            }
+            Enter::TimedOut => return Ok(None),
+        };
         loop {
+            if let Some(sub) = turn.subscription() {
+                sub.clear_permits();
+            }
             // The lease counts from when the request was sent, not answered.
             let sent_at = Instant::now();
-            let ttl = match inner.attempt(&key, &owner, lease)? {
+            let ttl = match inner.attempt(&key, &owner, lease, turn.fresh())? {
                 Acquire::Acquired => {
-                    let state = if watchdog {
-                        inner.renewer.register(&key, &owner, lease, sent_at)
-                    } else {
-                        LeaseState::new(sent_at + lease)
-                    };
-                    return Ok(Some(LockGuard::new(
-                        Arc::clone(inner),
-                        name.to_owned(),
-                        key,
-                        owner,
-                        lease,
-                        state,
-                        watchdog,
-                    )));
+                    let guard = self.guard(name, key, owner, lease, watchdog, sent_at);
+                    turn.acquired(guard.state());
+                    return Ok(Some(guard));
                 }
                 Acquire::HeldElsewhere { ttl } => ttl,
             };
@@ -372,12 +380,12 @@ impl LockClient {
                 Some(d) => d.min(now + cap),
                 None => now + cap,
             };
-            match &subscription {
+            match turn.subscription() {
                 // Subscribe first, then retry: an unlock published between our
                 // attempt and the confirmation is caught by the retry.
                 None => {
                     let channel = raw::channel_name(&key);
-                    subscription = Some(inner.notifier.subscribe(&channel, wake_at));
+                    turn.set_subscription(inner.notifier.subscribe(&channel, wake_at));
                 }
                 Some(sub) => {
                     let parked = &inner.renewer.counters.waiters_parked;
@@ -389,6 +397,33 @@ impl LockClient {
         }
     }
 
+    /// The guard of a hold that started when its request was sent at `sent_at`.
+    fn guard(
+        &self,
+        name: &str,
+        key: String,
+        owner: String,
+        lease: Duration,
+        watchdog: bool,
+        sent_at: Instant,
+    ) -> LockGuard {
+        let inner = &self.inner;
+        let state = if watchdog {
+            inner.renewer.register(&key, &owner, lease, sent_at)
+        } else {
+            LeaseState::new(sent_at + lease)
+        };
+        LockGuard::new(
+            Arc::clone(inner),
+            name.to_owned(),
+            key,
+            owner,
+            lease,
+            state,
+            watchdog,
+        )
+    }
+
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_lease(&self) -> Duration {
         self.inner.watchdog_lease
@@ -396,9 +431,15 @@ impl LockClient {
 
     /// Counters of this client (shared by its clones) for export to metrics:
     /// live watchdog leases, renewals sent and their round trips, leases lost,
-    /// waiters parked. Reads atomics only; never touches the network.
+    /// waiters parked and queued, in-process handoffs. Reads atomics only;
+    /// never touches the network.
     pub fn stats(&self) -> Stats {
-        self.inner.renewer.counters.snapshot()
+        let mut stats = self.inner.renewer.counters.snapshot();
+        let local = &self.inner.local;
+        stats.waiters_queued = local.queued.load(Ordering::Relaxed);
+        stats.waiters_parked += stats.waiters_queued;
+        stats.handoffs = local.handoffs.load(Ordering::Relaxed);
+        stats
     }
 }
 
@@ -419,10 +460,10 @@ impl Inner {
         format!("{}:{}", self.id, thread_number())
     }
 
-    fn attempt(&self, key: &str, owner: &str, lease: Duration) -> Result<Acquire> {
+    fn attempt(&self, key: &str, owner: &str, lease: Duration, fresh: bool) -> Result<Acquire> {
         let mut con = self.connection(None)?;
         self.scripts
-            .acquire(&mut *con, key, owner, lease)
+            .acquire(&mut *con, key, owner, lease, fresh)
             .map_err(|e| Error::from_redis(e, key))
     }
 
@@ -433,10 +474,18 @@ impl Inner {
         owner: &str,
         lease: Duration,
         pool_wait: Option<Duration>,
+        successor: Option<Successor<'_>>,
     ) -> Result<raw::Release> {
         let mut con = self.connection(pool_wait)?;
         self.scripts
-            .release(&mut *con, key, &raw::channel_name(key), owner, lease)
+            .release(
+                &mut *con,
+                key,
+                &raw::channel_name(key),
+                owner,
+                lease,
+                successor,
+            )
             .map_err(|e| Error::from_redis(e, key))
     }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -37,7 +37,7 @@ pub struct LockGuard {
     client: Arc<Inner>,
     name: String,
     key: String,
-    owner: String,
+    pub(crate) owner: String,
     lease: Duration,
     /// Shared with the renewal thread and with reentrant guards of one owner.
     state: Arc<LeaseState>,
@@ -103,6 +103,11 @@ impl LockGuard {
         self.state.lost_receiver()
     }
 
+    /// The lease state shared with the renewal thread.
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
+
     /// The lock name as given to `lock`.
     pub fn name(&self) -> &str {
         &self.name
@@ -141,20 +146,38 @@ impl LockGuard {
                 .renewer
                 .release(&self.key, &self.owner, &self.state);
         }
+        // A thread of this client queued for the lock may get it directly.
+        let handover = self.client.local.release(&self.key, &self.owner);
         if self.state.is_lost() {
-            // Someone else may hold it now: send nothing at all.
+            // Someone else may hold it now: send nothing at all (dropping the
+            // handover lets the next local thread try Redis itself).
             return Err(Error::NotHeld {
                 name: self.name.clone(),
             });
         }
-        match self
-            .client
-            .release(&self.key, &self.owner, self.lease, pool_wait)?
-        {
-            Release::Freed | Release::StillHeld => Ok(()),
-            Release::NotHeld => Err(Error::NotHeld {
-                name: self.name.clone(),
-            }),
+        let sent_at = Instant::now();
+        let released = self.client.release(
+            &self.key,
+            &self.owner,
+            self.lease,
+            pool_wait,
+            handover.successor(),
+        )?;
+        match released {
+            Release::HandedOver => {
+                handover.finish(Some(sent_at));
+                Ok(())
+            }
+            Release::Freed | Release::StillHeld => {
+                handover.finish(None);
+                Ok(())
+            }
+            Release::NotHeld => {
+                handover.finish(None);
+                Err(Error::NotHeld {
+                    name: self.name.clone(),
+                })
+            }
         }
     }
 }

@@ -41,6 +41,7 @@
 mod client;
 mod error;
 mod guard;
+mod local;
 mod notify;
 mod options;
 mod raw;

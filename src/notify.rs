@@ -198,6 +198,25 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    /// Whether Redis has acknowledged this channel's subscription on the live
+    /// connection (so it counts in `PUBSUB NUMSUB`).
+    pub(crate) fn confirmed(&self) -> bool {
+        let st = self.shared.state.lock();
+        st.writer.is_some()
+            && st
+                .channels
+                .get(&self.channel)
+                .is_some_and(|c| c.refs > 0 && c.inflight == 0)
+    }
+
+    /// Forgets wake-ups granted so far: called right before an attempt, which
+    /// sees everything those messages announced.
+    pub(crate) fn clear_permits(&self) {
+        if let Some(c) = self.shared.state.lock().channels.get_mut(&self.channel) {
+            c.permits = 0;
+        }
+    }
+
     /// Parks until an unlock message (or a reconnect) grants this waiter a
     /// wake-up, or until `until`. Returns whether it was woken.
     pub(crate) fn wait_until(&self, until: Instant) -> bool {

@@ -16,32 +16,52 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script};
 
+use crate::local::Successor;
+
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
-/// Acquire: free, or already ours → count + 1, set the lease, return nil.
+/// Acquire: free, or already ours → one more hold, set the lease, return nil.
+/// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
+/// the first hold whatever count Redis still shows for the owner — a stale
+/// count from a lost lease or an unconfirmed handoff must not outlive it.
 /// Held by someone else → return its PTTL (-1 when it has no expiry).
 const ACQUIRE: &str = r#"
 if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    if ARGV[3] == '1' then
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+    else
+        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    end
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
 return redis.call('pttl', KEYS[1])
 "#;
 
-/// Release: not ours → nil. Ours → count − 1; still > 0 → refresh the lease,
-/// return 0; at 0 → delete, publish the unlock message, return 1.
+/// Release: not ours → nil. Ours with more holds → count − 1, refresh the
+/// lease, return 0. The last hold:
+/// - with a successor in `ARGV[4]` (a thread of the same client queued for the
+///   lock) and either `ARGV[6] == "1"` or nobody else subscribed to the unlock
+///   channel (`PUBSUB NUMSUB` minus our own `ARGV[5]` subscriptions) → the
+///   lock passes to the successor with its lease `ARGV[7]`, return 2;
+/// - otherwise delete, publish the unlock message, return 1.
 const RELEASE: &str = r#"
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local count = redis.call('hget', KEYS[1], ARGV[3])
+if not count then
     return nil
 end
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if counter > 0 then
+if tonumber(count) > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0
 end
 redis.call('del', KEYS[1])
+if ARGV[4] and (ARGV[6] == '1' or redis.call('pubsub', 'numsub', KEYS[2])[2] <= tonumber(ARGV[5])) then
+    redis.call('hset', KEYS[1], ARGV[4], 1)
+    redis.call('pexpire', KEYS[1], ARGV[7])
+    return 2
+end
 redis.call('publish', KEYS[2], ARGV[1])
 return 1
 "#;
@@ -74,6 +94,9 @@ pub(crate) enum Release {
     Freed,
     /// One reentrant hold was given back; others of the same owner remain.
     StillHeld,
+    /// The last hold was given back and the lock passed directly to the
+    /// successor named in the release (a thread queued in the same client).
+    HandedOver,
     /// Our owner field was not there: nothing was changed.
     NotHeld,
 }
@@ -100,12 +123,14 @@ impl Scripts {
         key: &str,
         owner: &str,
         lease: Duration,
+        fresh: bool,
     ) -> RedisResult<Acquire> {
         let ttl: Option<i64> = self
             .acquire
             .key(key)
             .arg(millis(lease))
             .arg(owner)
+            .arg(if fresh { "1" } else { "0" })
             .invoke(con)?;
         Ok(match ttl {
             None => Acquire::Acquired,
@@ -116,7 +141,8 @@ impl Scripts {
         })
     }
 
-    /// One `EVALSHA`; `lease` is what a remaining reentrant hold keeps.
+    /// One `EVALSHA`; `lease` is what a remaining reentrant hold keeps;
+    /// `successor` is whom the lock may pass to directly.
     pub(crate) fn release(
         &self,
         con: &mut dyn ConnectionLike,
@@ -124,18 +150,26 @@ impl Scripts {
         channel: &str,
         owner: &str,
         lease: Duration,
+        successor: Option<Successor<'_>>,
     ) -> RedisResult<Release> {
-        let freed: Option<i64> = self
-            .release
-            .key(key)
+        let mut invocation = self.release.key(key);
+        invocation
             .key(channel)
             .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
-            .arg(owner)
-            .invoke(con)?;
+            .arg(owner);
+        if let Some(next) = successor {
+            invocation
+                .arg(next.owner)
+                .arg(next.own_subscriptions)
+                .arg(if next.force { "1" } else { "0" })
+                .arg(millis(next.lease));
+        }
+        let freed: Option<i64> = invocation.invoke(con)?;
         Ok(match freed {
             None => Release::NotHeld,
             Some(0) => Release::StillHeld,
+            Some(2) => Release::HandedOver,
             Some(_) => Release::Freed,
         })
     }

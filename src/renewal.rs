@@ -87,6 +87,11 @@ impl LeaseState {
         !self.lost.load(Ordering::Acquire) && Instant::now() < *self.valid_until.lock()
     }
 
+    /// Until when the lease is known to be ours (extended by each renewal).
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
     }
@@ -118,8 +123,15 @@ pub struct Stats {
     pub renewal_round_trips: u64,
     /// Leases found lost since the client was built.
     pub leases_lost: u64,
-    /// Threads parked waiting for a lock right now.
+    /// Threads parked waiting for a lock right now: on pub/sub for another
+    /// client's release, or queued behind a thread of this client.
     pub waiters_parked: u64,
+    /// Of those, the threads queued behind another thread of this client
+    /// (they send nothing to Redis while they wait).
+    pub waiters_queued: u64,
+    /// Locks passed directly from one thread of this client to another by a
+    /// release, since the client was built (one round trip each).
+    pub handoffs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -139,6 +151,9 @@ impl Counters {
             renewal_round_trips: self.renewal_round_trips.load(Ordering::Relaxed),
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
             waiters_parked: self.waiters_parked.load(Ordering::Relaxed),
+            // Filled in by the client from its in-process queues.
+            waiters_queued: 0,
+            handoffs: 0,
         }
     }
 }

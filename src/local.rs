@@ -1,0 +1,511 @@
+//! In-process queueing and handoff: one thread per client and lock name talks
+//! to Redis at a time.
+//!
+//! Every client keeps a small slot per lock name it is using. The thread that
+//! holds the lock — or, while nobody here holds it, the one thread trying to
+//! get it (the *representative*) — is the slot's active owner; other threads
+//! of the client that want the same name queue here, in arrival order, and
+//! send nothing to Redis while they wait.
+//!
+//! When the holder releases its last hold and a thread is queued, the release
+//! script hands the lock straight to that thread (one round trip: the owner
+//! field is replaced and the lease set for the new owner), unless other
+//! processes wait for it too — then a client keeps the lock for at most
+//! [`HANDOFFS_WHILE_OTHERS_WAIT`] handoffs in a row before it releases it
+//! publicly and lets everyone race for it again. Whether others wait is read
+//! inside the script (`PUBSUB NUMSUB` of the unlock channel, minus our own
+//! subscription), so the decision and the handoff are one atomic step.
+//!
+//! When the lock is not handed over (released publicly, lost, or the release
+//! failed), the first queued thread becomes the representative and tries
+//! Redis itself, waking on pub/sub like any other waiter.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::notify::Subscription;
+use crate::renewal::LeaseState;
+
+/// Consecutive in-process handoffs allowed while other clients wait for the
+/// same lock; then the lock is released publicly (and the queued thread here
+/// races the others for it). Keeps one busy process from keeping a lock for
+/// itself while waiters elsewhere starve.
+pub(crate) const HANDOFFS_WHILE_OTHERS_WAIT: u32 = 2;
+
+/// Consecutive in-process handoffs allowed when Redis sees no other waiter:
+/// a bound for waiters Redis cannot see (e.g. polling clients of another
+/// library), which still get a chance every this many turns.
+pub(crate) const HANDOFFS_MAX: u32 = 64;
+
+/// The per-client table of lock names in use.
+#[derive(Default)]
+pub(crate) struct LocalLocks {
+    slots: Mutex<HashMap<String, Slot>>,
+    /// Threads queued behind another thread of this client right now.
+    pub(crate) queued: AtomicU64,
+    /// Locks passed from one thread to another of this client by a release.
+    pub(crate) handoffs: AtomicU64,
+}
+
+struct Slot {
+    /// The owner holding the lock (`holds > 0`) or trying to get it.
+    active: String,
+    /// Live guards of `active` in this client.
+    holds: u32,
+    /// The active owner is running an acquire attempt right now.
+    attempting: bool,
+    /// In-process handoffs in a row (reset by a public release).
+    streak: u32,
+    queue: VecDeque<Arc<Waiter>>,
+    /// The client's subscription to the unlock channel, kept while the slot
+    /// lives so that handoffs cost no SUBSCRIBE/UNSUBSCRIBE churn.
+    sub: Option<Subscription>,
+    /// The lease of the latest hold of `active`, watched by the first queued
+    /// thread: if it runs out (or is lost) while the holder keeps its guard,
+    /// that thread stops waiting for the guard and tries Redis itself.
+    lease: Option<Arc<LeaseState>>,
+}
+
+impl Slot {
+    fn idle(&self) -> bool {
+        self.holds == 0 && !self.attempting && self.queue.is_empty()
+    }
+}
+
+/// A thread queued behind the active owner.
+struct Waiter {
+    owner: String,
+    lease: Duration,
+    state: Mutex<WaitState>,
+    cv: Condvar,
+}
+
+#[derive(Clone, Copy)]
+enum WaitState {
+    Queued,
+    /// Popped by a releasing holder that is running the handoff script: the
+    /// waiter must wait for the outcome (bounded by the releaser's socket
+    /// timeout), as the lock may already be its own.
+    Handing,
+    /// The lock is ours; the lease counts from this instant.
+    Granted(Instant),
+    /// We are the active owner now and must try Redis ourselves.
+    Promoted,
+}
+
+impl Waiter {
+    fn set(&self, state: WaitState) {
+        *self.state.lock() = state;
+        self.cv.notify_one();
+    }
+}
+
+/// What [`LocalLocks::enter`] decided.
+pub(crate) enum Enter<'a> {
+    /// We are the active owner: try Redis.
+    Turn(Turn<'a>),
+    /// The previous holder handed the lock to us; its lease counts from the
+    /// instant given (when the handoff was sent).
+    Granted(Instant),
+    /// The deadline passed while another thread here had the lock.
+    TimedOut,
+}
+
+impl LocalLocks {
+    /// Takes a place for `owner` on `key`: the active owner's turn at once
+    /// (free slot, or a reentrant hold), or a place in the queue, waiting until
+    /// handed the lock, promoted, or `deadline`.
+    pub(crate) fn enter<'a>(
+        &'a self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Enter<'a> {
+        let waiter = {
+            let mut slots = self.slots.lock();
+            let slot = match slots.get_mut(key) {
+                None => {
+                    slots.insert(
+                        key.to_owned(),
+                        Slot {
+                            active: owner.to_owned(),
+                            holds: 0,
+                            attempting: true,
+                            streak: 0,
+                            queue: VecDeque::new(),
+                            sub: None,
+                            lease: None,
+                        },
+                    );
+                    return Enter::Turn(Turn::new(self, key, true, false));
+                }
+                Some(slot) => slot,
+            };
+            if slot.active == owner {
+                // Reentrant, or our own guard is being released elsewhere.
+                let fresh = slot.holds == 0;
+                slot.attempting = true;
+                return Enter::Turn(Turn::new(self, key, fresh, true));
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Enter::TimedOut;
+            }
+            let waiter = Arc::new(Waiter {
+                owner: owner.to_owned(),
+                lease,
+                state: Mutex::new(WaitState::Queued),
+                cv: Condvar::new(),
+            });
+            slot.queue.push_back(Arc::clone(&waiter));
+            waiter
+        };
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        let entered = self.wait_in_queue(key, &waiter, deadline);
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        entered
+    }
+
+    fn wait_in_queue<'a>(
+        &'a self,
+        key: &str,
+        waiter: &Arc<Waiter>,
+        deadline: Option<Instant>,
+    ) -> Enter<'a> {
+        loop {
+            // The first in the queue also watches the holder's lease.
+            let lease_end = self.holder_lease_end(key, waiter);
+            let wake_at = match (deadline, lease_end) {
+                (Some(d), Some(l)) => Some(d.min(l)),
+                (d, l) => d.or(l),
+            };
+            let mut state = waiter.state.lock();
+            let timed_out = match *state {
+                WaitState::Granted(at) => return Enter::Granted(at),
+                WaitState::Promoted => return Enter::Turn(Turn::new(self, key, true, true)),
+                WaitState::Handing => {
+                    waiter.cv.wait(&mut state);
+                    continue;
+                }
+                WaitState::Queued => match wake_at {
+                    Some(at) => waiter.cv.wait_until(&mut state, at).timed_out(),
+                    None => {
+                        waiter.cv.wait(&mut state);
+                        false
+                    }
+                },
+            };
+            if !timed_out || !matches!(*state, WaitState::Queued) {
+                continue;
+            }
+            drop(state);
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                if self.leave_queue(key, waiter) {
+                    return Enter::TimedOut;
+                }
+                // Popped meanwhile: the releaser's outcome decides.
+            } else if self.take_over(key, waiter) {
+                return Enter::Turn(Turn::new(self, key, true, true));
+            }
+        }
+    }
+
+    /// When `waiter` is first in the queue: the instant the holder's lease
+    /// ends as far as this client knows (now, if already lost).
+    fn holder_lease_end(&self, key: &str, waiter: &Arc<Waiter>) -> Option<Instant> {
+        let slots = self.slots.lock();
+        let slot = slots.get(key)?;
+        if !slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter)) || slot.holds == 0 {
+            return None;
+        }
+        let lease = slot.lease.as_ref()?;
+        Some(if lease.is_lost() {
+            Instant::now()
+        } else {
+            lease.valid_until()
+        })
+    }
+
+    /// The holder's lease ran out while it kept its guard: the first queued
+    /// thread becomes the active owner and tries Redis (which decides; the old
+    /// holder's release then changes nothing here).
+    fn take_over(&self, key: &str, waiter: &Arc<Waiter>) -> bool {
+        let mut slots = self.slots.lock();
+        let Some(slot) = slots.get_mut(key) else {
+            return false;
+        };
+        let first = slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter));
+        let expired = slot.holds > 0 && slot.lease.as_ref().is_some_and(|l| !l.is_held());
+        if !first || !expired {
+            return false;
+        }
+        slot.queue.pop_front();
+        slot.active = waiter.owner.clone();
+        slot.holds = 0;
+        slot.attempting = true;
+        slot.streak = 0;
+        slot.lease = None;
+        true
+    }
+
+    /// Records the lease of a new hold (watched by the first queued thread).
+    pub(crate) fn holding(&self, key: &str, owner: &str, lease: &Arc<LeaseState>) {
+        let mut slots = self.slots.lock();
+        if let Some(slot) = slots.get_mut(key) {
+            if slot.active == owner {
+                slot.lease = Some(Arc::clone(lease));
+                if let Some(first) = slot.queue.front() {
+                    first.cv.notify_one(); // to watch the new lease
+                }
+            }
+        }
+    }
+
+    /// Removes a timed-out waiter; false if a releaser popped it first.
+    fn leave_queue(&self, key: &str, waiter: &Arc<Waiter>) -> bool {
+        let mut slots = self.slots.lock();
+        let Some(slot) = slots.get_mut(key) else {
+            return false;
+        };
+        let before = slot.queue.len();
+        slot.queue.retain(|w| !Arc::ptr_eq(w, waiter));
+        if let Some(first) = slot.queue.front() {
+            first.cv.notify_one(); // it may be first now: watch the lease
+        }
+        slot.queue.len() < before
+    }
+
+    /// Starts releasing one hold of `owner` on `key`. When it was the last
+    /// local hold and a thread is queued, the returned handover names it.
+    pub(crate) fn release(&self, key: &str, owner: &str) -> Handover<'_> {
+        let mut handover = Handover {
+            locks: self,
+            key: key.to_owned(),
+            next: None,
+            force: false,
+            own_subscriptions: 0,
+            finished: false,
+        };
+        let mut slots = self.slots.lock();
+        let Some(slot) = slots.get_mut(key) else {
+            handover.finished = true;
+            return handover;
+        };
+        if slot.active != owner {
+            handover.finished = true;
+            return handover;
+        }
+        slot.holds = slot.holds.saturating_sub(1);
+        if slot.holds == 0 {
+            slot.lease = None;
+        }
+        if slot.holds > 0 || slot.attempting {
+            handover.finished = true;
+            return handover;
+        }
+        if slot.streak >= HANDOFFS_MAX {
+            // Release publicly; `finish` promotes the first in the queue.
+            return handover;
+        }
+        if let Some(next) = slot.queue.pop_front() {
+            next.set(WaitState::Handing);
+            slot.active = next.owner.clone();
+            handover.force = slot.streak < HANDOFFS_WHILE_OTHERS_WAIT;
+            handover.own_subscriptions =
+                u32::from(slot.sub.as_ref().is_some_and(|s| s.confirmed()));
+            handover.next = Some(next);
+        }
+        handover
+    }
+
+    /// The active owner's attempt ended: holding (`acquired`) or given up.
+    fn end_turn(&self, key: &str, acquired: Option<&Arc<LeaseState>>, sub: Option<Subscription>) {
+        let mut dropped = None;
+        {
+            let mut slots = self.slots.lock();
+            let Some(slot) = slots.get_mut(key) else {
+                return;
+            };
+            slot.attempting = false;
+            if let Some(lease) = acquired {
+                slot.holds += 1;
+                slot.lease = Some(Arc::clone(lease));
+                if let Some(first) = slot.queue.front() {
+                    first.cv.notify_one(); // to watch the new lease
+                }
+            }
+            match sub {
+                Some(s) if slot.sub.is_none() => slot.sub = Some(s),
+                other => dropped = other,
+            }
+            if acquired.is_none() && slot.holds == 0 {
+                dropped = dropped.or(self.promote(&mut slots, key));
+            }
+        }
+        drop(dropped); // may write UNSUBSCRIBE: outside the table lock
+    }
+
+    /// Nobody here holds `key` any more: the first queued thread becomes the
+    /// active owner, or the slot goes (returning its subscription to drop).
+    fn promote(&self, slots: &mut HashMap<String, Slot>, key: &str) -> Option<Subscription> {
+        let slot = slots.get_mut(key)?;
+        slot.streak = 0;
+        match slot.queue.pop_front() {
+            Some(next) => {
+                slot.active = next.owner.clone();
+                slot.attempting = true;
+                next.set(WaitState::Promoted);
+                None
+            }
+            None if slot.idle() => slots.remove(key).and_then(|s| s.sub),
+            None => None,
+        }
+    }
+
+    /// Takes the slot's subscription for the active owner's wait.
+    fn take_subscription(&self, key: &str) -> Option<Subscription> {
+        self.slots.lock().get_mut(key).and_then(|s| s.sub.take())
+    }
+}
+
+/// The active owner's turn at Redis; dropping it without
+/// [`acquired`](Self::acquired) passes the turn to the next queued thread.
+pub(crate) struct Turn<'a> {
+    locks: &'a LocalLocks,
+    key: String,
+    fresh: bool,
+    sub: Option<Subscription>,
+    /// The slot may keep a subscription we have not taken yet.
+    slot_sub: bool,
+    done: bool,
+}
+
+impl<'a> Turn<'a> {
+    fn new(locks: &'a LocalLocks, key: &str, fresh: bool, slot_sub: bool) -> Self {
+        Turn {
+            locks,
+            key: key.to_owned(),
+            fresh,
+            sub: None,
+            slot_sub,
+            done: false,
+        }
+    }
+
+    /// No guard of this owner is alive here: a hold Redis still shows for it
+    /// is stale (a lost lease, an unconfirmed handoff) and counts as one hold.
+    pub(crate) fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// The subscription kept by the slot, if any (already confirmed).
+    pub(crate) fn subscription(&mut self) -> Option<&Subscription> {
+        if self.sub.is_none() && self.slot_sub {
+            self.slot_sub = false;
+            self.sub = self.locks.take_subscription(&self.key);
+        }
+        self.sub.as_ref()
+    }
+
+    /// Keeps `sub` as this turn's subscription.
+    pub(crate) fn set_subscription(&mut self, sub: Subscription) {
+        self.sub = Some(sub);
+    }
+
+    /// We hold the lock now, with `lease`.
+    pub(crate) fn acquired(mut self, lease: &Arc<LeaseState>) {
+        self.done = true;
+        self.locks.end_turn(&self.key, Some(lease), self.sub.take());
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.locks.end_turn(&self.key, None, self.sub.take());
+        }
+    }
+}
+
+/// A release in progress; [`finish`](Self::finish) reports what Redis did.
+/// Dropped unfinished (an error), the next queued thread is promoted.
+pub(crate) struct Handover<'a> {
+    locks: &'a LocalLocks,
+    key: String,
+    next: Option<Arc<Waiter>>,
+    force: bool,
+    own_subscriptions: u32,
+    finished: bool,
+}
+
+/// Whom the release script may hand the lock to.
+pub(crate) struct Successor<'h> {
+    pub(crate) owner: &'h str,
+    pub(crate) lease: Duration,
+    /// Hand over even when other clients wait (the streak is short yet).
+    pub(crate) force: bool,
+    /// Our own subscriptions to the unlock channel (0 or 1), which the script
+    /// subtracts from the channel's subscriber count.
+    pub(crate) own_subscriptions: u32,
+}
+
+impl Handover<'_> {
+    /// The queued thread the lock may go to directly.
+    pub(crate) fn successor(&self) -> Option<Successor<'_>> {
+        self.next.as_ref().map(|w| Successor {
+            owner: &w.owner,
+            lease: w.lease,
+            force: self.force,
+            own_subscriptions: self.own_subscriptions,
+        })
+    }
+
+    /// Redis handed the lock to the successor (its lease from `sent_at`), or
+    /// did not (`None`): then the next queued thread tries Redis itself.
+    pub(crate) fn finish(mut self, handed_at: Option<Instant>) {
+        if !self.finished {
+            self.finished = true;
+            self.complete(handed_at);
+        }
+    }
+
+    fn complete(&mut self, handed_at: Option<Instant>) {
+        let mut slots = self.locks.slots.lock();
+        match (self.next.take(), handed_at) {
+            (Some(next), Some(at)) => {
+                if let Some(slot) = slots.get_mut(&self.key) {
+                    slot.holds = 1;
+                    slot.streak += 1;
+                }
+                self.locks.handoffs.fetch_add(1, Ordering::Relaxed);
+                next.set(WaitState::Granted(at));
+            }
+            (Some(next), None) => {
+                // Not handed over: the popped waiter tries Redis first.
+                if let Some(slot) = slots.get_mut(&self.key) {
+                    slot.streak = 0;
+                    slot.attempting = true;
+                }
+                next.set(WaitState::Promoted);
+            }
+            (None, _) => {
+                let dropped = self.locks.promote(&mut slots, &self.key);
+                drop(slots);
+                drop(dropped);
+            }
+        }
+    }
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            self.complete(None);
+        }
+    }
+}
