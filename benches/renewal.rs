@@ -2,42 +2,14 @@
 //! Reports round trips per renewal period, renewal-thread CPU per period (from
 //! /proc/self/task/<tid>/stat) and client memory per live guard (RSS delta).
 //!
-//! `cargo bench --bench renewal` (about a minute; `GUARDS=…` to change the count).
+//! `cargo bench --bench renewal` (about a minute; `GUARDS=…` to change the
+//! count). `scripts/bench.sh` runs the same measurement inside its table.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
-
-use leasehold::LockClient;
-
-/// utime + stime of the thread named `name`, in seconds.
-fn thread_cpu(name: &str) -> Option<f64> {
-    let ticks = 100.0; // USER_HZ on Linux
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let dir = task.ok()?.path();
-        let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
-        if comm.trim() != name {
-            continue;
-        }
-        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let utime: f64 = fields.get(11)?.parse().ok()?;
-        let stime: f64 = fields.get(12)?.parse().ok()?;
-        return Some((utime + stime) / ticks);
-    }
-    None
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
+#[path = "common/w4.rs"]
+mod w4;
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -48,38 +20,18 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let server = support::RedisServer::start();
-    let client = LockClient::new(&server.url()).unwrap();
-    let lease = client.watchdog_lease();
-    let period = lease / 3;
-    let names: Vec<String> = (0..n).map(|i| format!("w4:{i}")).collect();
-
-    let rss_before = rss_bytes();
-    let started = Instant::now();
-    let guards: Vec<_> = names.iter().map(|k| client.lock(k).unwrap()).collect();
-    let took = started.elapsed();
-    let rss_after = rss_bytes();
+    let r = w4::run(&server.url(), n);
     println!(
-        "acquired {n} guards in {:.1} s; client memory per live guard: {:.0} bytes (RSS delta)",
-        took.as_secs_f64(),
-        (rss_after.saturating_sub(rss_before)) as f64 / n as f64
+        "acquired {} guards in {:.1} s; client memory per live guard: {:.0} bytes (RSS delta)",
+        r.guards, r.acquire_secs, r.bytes_per_guard
     );
-
-    // Measure two whole renewal periods once every lease has renewed once.
-    std::thread::sleep(period + Duration::from_secs(1));
-    let s0 = client.stats();
-    let cpu0 = thread_cpu("leasehold-renew").unwrap_or(0.0);
-    let window = period * 2;
-    std::thread::sleep(window);
-    let s1 = client.stats();
-    let cpu1 = thread_cpu("leasehold-renew").unwrap_or(0.0);
-    let periods = window.as_secs_f64() / period.as_secs_f64();
-    let trips = (s1.renewal_round_trips - s0.renewal_round_trips) as f64 / periods;
-    let sent = (s1.renewals_sent - s0.renewals_sent) as f64 / periods;
-    let cpu_share = (cpu1 - cpu0) / window.as_secs_f64() * 100.0;
     println!(
-        "renewal at lease {lease:?} (period {period:?}): {sent:.0} renewals and {trips:.0} round trips per period; renewal thread CPU {:.2} s per period = {cpu_share:.2} % of one core; leases lost {}",
-        (cpu1 - cpu0) / periods,
-        s1.leases_lost
+        "renewal period {:?}: {:.0} renewals and {:.0} round trips per period; renewal thread CPU {:.2} s per period = {:.2} % of one core; leases lost {}",
+        r.period,
+        r.renewals_per_period,
+        r.round_trips_per_period,
+        r.cpu_secs_per_period,
+        r.cpu_percent,
+        r.leases_lost
     );
-    drop(guards);
 }

@@ -39,6 +39,8 @@ pub struct LockClient {
 /// What every clone of a client and every guard share.
 pub(crate) struct Inner {
     id: uuid::Uuid,
+    /// `"<id>:"`, the start of every owner of this client.
+    owner_prefix: String,
     pool: r2d2::Pool<Manager>,
     scripts: Scripts,
     key_prefix: String,
@@ -199,6 +201,7 @@ impl LockClientBuilder {
         Ok(LockClient {
             inner: Arc::new(Inner {
                 id,
+                owner_prefix: format!("{id}:"),
                 pool,
                 scripts: Scripts::new(),
                 key_prefix: self.key_prefix,
@@ -340,7 +343,9 @@ impl LockClient {
             ));
         }
         let inner = &self.inner;
-        let key = format!("{}{}", inner.key_prefix, name);
+        let mut key = String::with_capacity(inner.key_prefix.len() + name.len());
+        key.push_str(&inner.key_prefix);
+        key.push_str(name);
         let owner = inner.owner();
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
@@ -457,7 +462,10 @@ impl fmt::Debug for LockClient {
 impl Inner {
     /// `"<client-uuid>:<thread-n>"`, the hash field Redisson uses.
     fn owner(&self) -> String {
-        format!("{}:{}", self.id, thread_number())
+        let mut owner = String::with_capacity(self.owner_prefix.len() + 20);
+        owner.push_str(&self.owner_prefix);
+        push_decimal(&mut owner, thread_number());
+        owner
     }
 
     fn attempt(&self, key: &str, owner: &str, lease: Duration, fresh: bool) -> Result<Acquire> {
@@ -555,6 +563,23 @@ fn thread_number() -> u64 {
     THREAD_NUMBER.with(|n| *n)
 }
 
+/// Appends `n` in decimal without the formatting machinery (hot path).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
 fn deadline_after(wait: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(wait)
@@ -588,6 +613,15 @@ mod tests {
     #[test]
     fn client_is_send_sync_clone_debug() {
         assert_send_sync::<LockClient>();
+    }
+
+    #[test]
+    fn decimal_digits() {
+        for n in [0u64, 7, 10, 12345, u64::MAX] {
+            let mut s = String::from("x:");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x:{n}"));
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Script};
+use redis::{Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
 use crate::local::Successor;
 
@@ -125,13 +125,12 @@ impl Scripts {
         lease: Duration,
         fresh: bool,
     ) -> RedisResult<Acquire> {
-        let ttl: Option<i64> = self
-            .acquire
-            .key(key)
+        let mut cmd = evalsha(&self.acquire, 1);
+        cmd.arg(key)
             .arg(millis(lease))
             .arg(owner)
-            .arg(if fresh { "1" } else { "0" })
-            .invoke(con)?;
+            .arg(if fresh { "1" } else { "0" });
+        let ttl: Option<i64> = run(con, &self.acquire, &cmd)?;
         Ok(match ttl {
             None => Acquire::Acquired,
             Some(ms) if ms >= 0 => Acquire::HeldElsewhere {
@@ -152,26 +151,49 @@ impl Scripts {
         lease: Duration,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Release> {
-        let mut invocation = self.release.key(key);
-        invocation
-            .key(channel)
+        let mut cmd = evalsha(&self.release, 2);
+        cmd.arg(key)
+            .arg(channel)
             .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(owner);
         if let Some(next) = successor {
-            invocation
-                .arg(next.owner)
+            cmd.arg(next.owner)
                 .arg(next.own_subscriptions)
                 .arg(if next.force { "1" } else { "0" })
                 .arg(millis(next.lease));
         }
-        let freed: Option<i64> = invocation.invoke(con)?;
+        let freed: Option<i64> = run(con, &self.release, &cmd)?;
         Ok(match freed {
             None => Release::NotHeld,
             Some(0) => Release::StillHeld,
             Some(2) => Release::HandedOver,
             Some(_) => Release::Freed,
         })
+    }
+}
+
+/// `EVALSHA <hash> <numkeys>`, to be followed by keys and arguments: built in
+/// one buffer (the crate's `ScriptInvocation` copies every argument twice).
+fn evalsha(script: &Script, numkeys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(numkeys);
+    cmd
+}
+
+/// Runs an `EVALSHA`; when the server does not know the script (restarted,
+/// `SCRIPT FLUSH`) loads it and sends the command once more.
+fn run<T: FromRedisValue>(
+    con: &mut dyn ConnectionLike,
+    script: &Script,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match cmd.query(con) {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load(con)?;
+            cmd.query(con)
+        }
+        other => other,
     }
 }
 

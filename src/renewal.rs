@@ -67,19 +67,24 @@ pub(crate) struct LeaseState {
     /// Until when the lease is known to be alive: when the last successful
     /// acquire or renewal was *sent*, plus the lease.
     valid_until: Mutex<Instant>,
-    lost_tx: Sender<LeaseLost>,
-    lost_rx: Receiver<LeaseLost>,
+    /// Why it was lost, and the channel handed out by `lost()` — made only
+    /// when someone asks for it (most guards never do; it costs allocations).
+    signal: Mutex<LostSignal>,
+}
+
+#[derive(Default)]
+struct LostSignal {
+    why: Option<LeaseLost>,
+    channel: Option<(Sender<LeaseLost>, Receiver<LeaseLost>)>,
 }
 
 impl LeaseState {
     pub(crate) fn new(valid_until: Instant) -> Arc<Self> {
-        let (lost_tx, lost_rx) = crossbeam_channel::bounded(1);
         Arc::new(LeaseState {
             lost: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
             valid_until: Mutex::new(valid_until),
-            lost_tx,
-            lost_rx,
+            signal: Mutex::new(LostSignal::default()),
         })
     }
 
@@ -96,8 +101,19 @@ impl LeaseState {
         self.lost.load(Ordering::Acquire)
     }
 
+    /// The one channel of this lease; it receives the reason once, also
+    /// when the lease was lost before the channel was asked for.
     pub(crate) fn lost_receiver(&self) -> Receiver<LeaseLost> {
-        self.lost_rx.clone()
+        let mut signal = self.signal.lock();
+        if let Some((_, rx)) = &signal.channel {
+            return rx.clone();
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if let Some(why) = &signal.why {
+            let _ = tx.try_send(why.clone());
+        }
+        signal.channel = Some((tx, rx.clone()));
+        rx
     }
 
     /// Marks the lease lost once; returns whether this call did it.
@@ -105,7 +121,11 @@ impl LeaseState {
         if self.lost.swap(true, Ordering::AcqRel) {
             return false;
         }
-        let _ = self.lost_tx.try_send(why);
+        let mut signal = self.signal.lock();
+        if let Some((tx, _)) = &signal.channel {
+            let _ = tx.try_send(why.clone());
+        }
+        signal.why = Some(why);
         true
     }
 }
@@ -580,6 +600,24 @@ impl Wheel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_channel_made_late_still_gets_the_reason_once() {
+        let early = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        let rx = early.lost_receiver();
+        assert!(rx.try_recv().is_err());
+        assert!(early.mark_lost(LeaseLost::NotOurs));
+        assert!(!early.mark_lost(LeaseLost::Unreachable), "marked once");
+        assert_eq!(rx.try_recv(), Ok(LeaseLost::NotOurs));
+        assert!(early.lost_receiver().try_recv().is_err(), "one message in all");
+
+        let late = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        assert!(late.mark_lost(LeaseLost::Unreachable));
+        let (a, b) = (late.lost_receiver(), late.lost_receiver());
+        assert_eq!(a.try_recv(), Ok(LeaseLost::Unreachable));
+        assert!(b.try_recv().is_err(), "shared channel, one message");
+        assert!(!late.is_held());
+    }
 
     #[test]
     fn wheel_fires_in_order_and_parks_until_the_next_slot() {
