@@ -10,7 +10,7 @@ use redis::{ConnectionAddr, ConnectionLike, IntoConnectionInfo};
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::local::{Enter, LocalLocks, Successor};
+use crate::local::{self, Enter, LocalLocks, Successor};
 use crate::notify::Notifier;
 use crate::options::LockOptions;
 use crate::raw::{self, Acquire, Scripts};
@@ -360,6 +360,20 @@ impl LockClient {
             }
             Enter::TimedOut => return Ok(None),
         };
+        if let Some(yield_to) = turn.yield_to.take() {
+            // Our release woke other clients: let them take it first, and try
+            // after the next unlock message (theirs) or a short bound.
+            let until = deadline_min(deadline, Instant::now() + local::YIELD_WAIT);
+            match turn.subscription() {
+                Some(sub) => {
+                    sub.wait_for_message_after(yield_to.messages, until);
+                }
+                None => {
+                    let channel = raw::channel_name(&key);
+                    turn.set_subscription(inner.notifier.subscribe(&channel, until));
+                }
+            }
+        }
         loop {
             if let Some(sub) = turn.subscription() {
                 sub.clear_permits();
@@ -578,6 +592,11 @@ fn push_decimal(out: &mut String, mut n: u64) {
     for &d in &digits[i..] {
         out.push(char::from(d));
     }
+}
+
+/// The earlier of an optional deadline and `at`.
+fn deadline_min(deadline: Option<Instant>, at: Instant) -> Instant {
+    deadline.map_or(at, |d| d.min(at))
 }
 
 fn deadline_after(wait: Duration) -> Instant {

@@ -8,6 +8,7 @@ use crossbeam_channel::Receiver;
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
+use crate::local::Outcome;
 use crate::raw::Release;
 use crate::renewal::{LeaseLost, LeaseState};
 
@@ -165,15 +166,19 @@ impl LockGuard {
         )?;
         match released {
             Release::HandedOver => {
-                handover.finish(Some(sent_at));
+                handover.finish(Outcome::HandedOver(sent_at));
+                Ok(())
+            }
+            Release::FreedForOthers => {
+                handover.finish(Outcome::FreedForOthers);
                 Ok(())
             }
             Release::Freed | Release::StillHeld => {
-                handover.finish(None);
+                handover.finish(Outcome::Other);
                 Ok(())
             }
             Release::NotHeld => {
-                handover.finish(None);
+                handover.finish(Outcome::Other);
                 Err(Error::NotHeld {
                     name: self.name.clone(),
                 })

@@ -31,10 +31,16 @@ use crate::notify::Subscription;
 use crate::renewal::LeaseState;
 
 /// Consecutive in-process handoffs allowed while other clients wait for the
-/// same lock; then the lock is released publicly (and the queued thread here
-/// races the others for it). Keeps one busy process from keeping a lock for
-/// itself while waiters elsewhere starve.
+/// same lock; then the lock is released publicly and the queued thread here
+/// lets the others take it first. Keeps one busy process from keeping a lock
+/// for itself while waiters elsewhere starve.
 pub(crate) const HANDOFFS_WHILE_OTHERS_WAIT: u32 = 2;
+
+/// After a release that went public because other clients waited, the
+/// thread queued here lets them take the lock first: it waits for the next
+/// unlock message (someone else's release) before it tries, at most this long
+/// (in case those waiters gave up meanwhile).
+pub(crate) const YIELD_WAIT: Duration = Duration::from_millis(10);
 
 /// Consecutive in-process handoffs allowed when Redis sees no other waiter:
 /// a bound for waiters Redis cannot see (e.g. polling clients of another
@@ -93,8 +99,26 @@ enum WaitState {
     Handing,
     /// The lock is ours; the lease counts from this instant.
     Granted(Instant),
-    /// We are the active owner now and must try Redis ourselves.
-    Promoted,
+    /// We are the active owner now and must try Redis ourselves — first
+    /// letting other clients go when `yield_to` says they were woken for it.
+    Promoted(Option<YieldTo>),
+}
+
+/// Other clients were woken by our release: wait until the unlock channel
+/// has delivered more than `messages` messages (ours included) before trying.
+#[derive(Clone, Copy)]
+pub(crate) struct YieldTo {
+    pub(crate) messages: u64,
+}
+
+/// How a release ended, for [`Handover::finish`].
+pub(crate) enum Outcome {
+    /// The lock passed to the successor; its lease counts from this instant.
+    HandedOver(Instant),
+    /// Released publicly while other clients waited for it.
+    FreedForOthers,
+    /// Anything else: freed, still held by other holds, not ours.
+    Other,
 }
 
 impl Waiter {
@@ -186,7 +210,11 @@ impl LocalLocks {
             let mut state = waiter.state.lock();
             let timed_out = match *state {
                 WaitState::Granted(at) => return Enter::Granted(at),
-                WaitState::Promoted => return Enter::Turn(Turn::new(self, key, true, true)),
+                WaitState::Promoted(yield_to) => {
+                    let mut turn = Turn::new(self, key, true, true);
+                    turn.yield_to = yield_to;
+                    return Enter::Turn(turn);
+                }
                 WaitState::Handing => {
                     waiter.cv.wait(&mut state);
                     continue;
@@ -288,6 +316,7 @@ impl LocalLocks {
             next: None,
             force: false,
             own_subscriptions: 0,
+            messages_before: 0,
             finished: false,
         };
         let mut slots = self.slots.lock();
@@ -315,8 +344,10 @@ impl LocalLocks {
             next.set(WaitState::Handing);
             slot.active = next.owner.clone();
             handover.force = slot.streak < HANDOFFS_WHILE_OTHERS_WAIT;
-            handover.own_subscriptions =
-                u32::from(slot.sub.as_ref().is_some_and(|s| s.confirmed()));
+            if let Some(sub) = &slot.sub {
+                handover.own_subscriptions = u32::from(sub.confirmed());
+                handover.messages_before = sub.messages();
+            }
             handover.next = Some(next);
         }
         handover
@@ -358,7 +389,7 @@ impl LocalLocks {
             Some(next) => {
                 slot.active = next.owner.clone();
                 slot.attempting = true;
-                next.set(WaitState::Promoted);
+                next.set(WaitState::Promoted(None));
                 None
             }
             None if slot.idle() => slots.remove(key).and_then(|s| s.sub),
@@ -381,6 +412,8 @@ pub(crate) struct Turn<'a> {
     sub: Option<Subscription>,
     /// The slot may keep a subscription we have not taken yet.
     slot_sub: bool,
+    /// Let other clients take the lock first (see [`YIELD_WAIT`]).
+    pub(crate) yield_to: Option<YieldTo>,
     done: bool,
 }
 
@@ -392,6 +425,7 @@ impl<'a> Turn<'a> {
             fresh,
             sub: None,
             slot_sub,
+            yield_to: None,
             done: false,
         }
     }
@@ -439,6 +473,8 @@ pub(crate) struct Handover<'a> {
     next: Option<Arc<Waiter>>,
     force: bool,
     own_subscriptions: u32,
+    /// Unlock messages our subscription had seen before the release.
+    messages_before: u64,
     finished: bool,
 }
 
@@ -464,19 +500,20 @@ impl Handover<'_> {
         })
     }
 
-    /// Redis handed the lock to the successor (its lease from `sent_at`), or
-    /// did not (`None`): then the next queued thread tries Redis itself.
-    pub(crate) fn finish(mut self, handed_at: Option<Instant>) {
+    /// What Redis did with the release. Unless the lock was handed over,
+    /// the next queued thread tries Redis itself (after the other clients
+    /// woken by this release, when there were some).
+    pub(crate) fn finish(mut self, outcome: Outcome) {
         if !self.finished {
             self.finished = true;
-            self.complete(handed_at);
+            self.complete(outcome);
         }
     }
 
-    fn complete(&mut self, handed_at: Option<Instant>) {
+    fn complete(&mut self, outcome: Outcome) {
         let mut slots = self.locks.slots.lock();
-        match (self.next.take(), handed_at) {
-            (Some(next), Some(at)) => {
+        match (self.next.take(), outcome) {
+            (Some(next), Outcome::HandedOver(at)) => {
                 if let Some(slot) = slots.get_mut(&self.key) {
                     slot.holds = 1;
                     slot.streak += 1;
@@ -484,13 +521,17 @@ impl Handover<'_> {
                 self.locks.handoffs.fetch_add(1, Ordering::Relaxed);
                 next.set(WaitState::Granted(at));
             }
-            (Some(next), None) => {
+            (Some(next), outcome) => {
                 // Not handed over: the popped waiter tries Redis first.
                 if let Some(slot) = slots.get_mut(&self.key) {
                     slot.streak = 0;
                     slot.attempting = true;
                 }
-                next.set(WaitState::Promoted);
+                let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(YieldTo {
+                    // Our own subscription receives our own unlock message.
+                    messages: self.messages_before + u64::from(self.own_subscriptions),
+                });
+                next.set(WaitState::Promoted(yield_to));
             }
             (None, _) => {
                 let dropped = self.locks.promote(&mut slots, &self.key);
@@ -505,7 +546,7 @@ impl Drop for Handover<'_> {
     fn drop(&mut self) {
         if !self.finished {
             self.finished = true;
-            self.complete(None);
+            self.complete(Outcome::Other);
         }
     }
 }

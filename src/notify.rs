@@ -68,6 +68,8 @@ struct Channel {
     inflight: u32,
     /// Wake-ups granted and not yet taken.
     permits: usize,
+    /// Unlock messages received on this channel since it was registered.
+    messages: u64,
     /// Waiters of this channel retried while it was not subscribed (after a
     /// disconnect, or a confirmation that came too late): wake them all once
     /// Redis confirms the subscription.
@@ -81,6 +83,7 @@ impl Channel {
             refs: 0,
             inflight: 0,
             permits: 0,
+            messages: 0,
             resync: false,
             cv: Arc::new(Condvar::new()),
         }
@@ -207,6 +210,28 @@ impl Subscription {
                 .channels
                 .get(&self.channel)
                 .is_some_and(|c| c.refs > 0 && c.inflight == 0)
+    }
+
+    /// Unlock messages this client received on the channel so far.
+    pub(crate) fn messages(&self) -> u64 {
+        let st = self.shared.state.lock();
+        st.channels.get(&self.channel).map_or(0, |c| c.messages)
+    }
+
+    /// Parks until the channel has received more than `seen` messages, the
+    /// connection drops, or `until`. Returns whether a message came.
+    pub(crate) fn wait_for_message_after(&self, seen: u64, until: Instant) -> bool {
+        let mut st = self.shared.state.lock();
+        loop {
+            match st.channels.get(&self.channel) {
+                Some(c) if c.messages > seen => return true,
+                Some(_) if st.writer.is_some() => {}
+                _ => return false, // disconnected: nothing will count
+            }
+            if self.cv.wait_until(&mut st, until).timed_out() {
+                return false;
+            }
+        }
     }
 
     /// Forgets wake-ups granted so far: called right before an attempt, which
@@ -394,6 +419,7 @@ impl Shared {
         match kind {
             b"message" => {
                 if let Some(c) = st.channels.get_mut(channel) {
+                    c.messages += 1;
                     if c.refs > 0 {
                         c.permits = (c.permits + 1).min(c.refs);
                         c.cv.notify_all();

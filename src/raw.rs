@@ -45,7 +45,8 @@ return redis.call('pttl', KEYS[1])
 ///   lock) and either `ARGV[6] == "1"` or nobody else subscribed to the unlock
 ///   channel (`PUBSUB NUMSUB` minus our own `ARGV[5]` subscriptions) → the
 ///   lock passes to the successor with its lease `ARGV[7]`, return 2;
-/// - otherwise delete, publish the unlock message, return 1.
+/// - otherwise delete, publish the unlock message, return 1 — or 3 when a
+///   successor was named but others wait (so it should let them go first).
 const RELEASE: &str = r#"
 local count = redis.call('hget', KEYS[1], ARGV[3])
 if not count then
@@ -63,6 +64,9 @@ if ARGV[4] and (ARGV[6] == '1' or redis.call('pubsub', 'numsub', KEYS[2])[2] <= 
     return 2
 end
 redis.call('publish', KEYS[2], ARGV[1])
+if ARGV[4] then
+    return 3
+end
 return 1
 "#;
 
@@ -97,6 +101,9 @@ pub(crate) enum Release {
     /// The last hold was given back and the lock passed directly to the
     /// successor named in the release (a thread queued in the same client).
     HandedOver,
+    /// Freed and published with a successor named, because other clients
+    /// were waiting for the lock: the successor should let them go first.
+    FreedForOthers,
     /// Our owner field was not there: nothing was changed.
     NotHeld,
 }
@@ -168,6 +175,7 @@ impl Scripts {
             None => Release::NotHeld,
             Some(0) => Release::StillHeld,
             Some(2) => Release::HandedOver,
+            Some(3) => Release::FreedForOthers,
             Some(_) => Release::Freed,
         })
     }

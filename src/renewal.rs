@@ -116,11 +116,14 @@ impl LeaseState {
         rx
     }
 
-    /// Marks the lease lost once; returns whether this call did it.
-    fn mark_lost(&self, why: LeaseLost) -> bool {
+    /// Marks the lease lost once, counting it in `lost_count` before anyone
+    /// is told (a holder woken by the signal sees the counter already up);
+    /// returns whether this call did it.
+    fn mark_lost(&self, why: LeaseLost, lost_count: &AtomicU64) -> bool {
         if self.lost.swap(true, Ordering::AcqRel) {
             return false;
         }
+        lost_count.fetch_add(1, Ordering::Relaxed);
         let mut signal = self.signal.lock();
         if let Some((tx, _)) = &signal.channel {
             let _ = tx.try_send(why.clone());
@@ -488,8 +491,9 @@ impl Worker {
                 self.wheel.insert(id, e.due);
             }
         } else if let Some(e) = self.entries.remove(&id) {
-            if e.state.mark_lost(LeaseLost::NotOurs) {
-                self.counters.leases_lost.fetch_add(1, Ordering::Relaxed);
+            if e.state
+                .mark_lost(LeaseLost::NotOurs, &self.counters.leases_lost)
+            {
                 tracing::warn!(key = %e.key, "leasehold: lease lost (no longer ours in redis)");
             }
         }
@@ -506,8 +510,9 @@ impl Worker {
             let valid_until = *e.state.valid_until.lock();
             if now >= valid_until {
                 if let Some(e) = self.entries.remove(id) {
-                    if e.state.mark_lost(LeaseLost::Unreachable) {
-                        self.counters.leases_lost.fetch_add(1, Ordering::Relaxed);
+                    if e.state
+                        .mark_lost(LeaseLost::Unreachable, &self.counters.leases_lost)
+                    {
                         tracing::warn!(key = %e.key, "leasehold: lease lost (redis unreachable until it ran out)");
                     }
                 }
@@ -604,15 +609,23 @@ mod tests {
     #[test]
     fn lost_channel_made_late_still_gets_the_reason_once() {
         let early = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        let count = AtomicU64::new(0);
         let rx = early.lost_receiver();
         assert!(rx.try_recv().is_err());
-        assert!(early.mark_lost(LeaseLost::NotOurs));
-        assert!(!early.mark_lost(LeaseLost::Unreachable), "marked once");
+        assert!(early.mark_lost(LeaseLost::NotOurs, &count));
+        assert!(
+            !early.mark_lost(LeaseLost::Unreachable, &count),
+            "marked once"
+        );
+        assert_eq!(count.load(Ordering::Relaxed), 1);
         assert_eq!(rx.try_recv(), Ok(LeaseLost::NotOurs));
-        assert!(early.lost_receiver().try_recv().is_err(), "one message in all");
+        assert!(
+            early.lost_receiver().try_recv().is_err(),
+            "one message in all"
+        );
 
         let late = LeaseState::new(Instant::now() + Duration::from_secs(1));
-        assert!(late.mark_lost(LeaseLost::Unreachable));
+        assert!(late.mark_lost(LeaseLost::Unreachable, &count));
         let (a, b) = (late.lost_receiver(), late.lost_receiver());
         assert_eq!(a.try_recv(), Ok(LeaseLost::Unreachable));
         assert!(b.try_recv().is_err(), "shared channel, one message");

@@ -176,6 +176,50 @@ fn a_client_hands_over_at_most_twice_in_a_row_while_another_client_waits() {
     );
 }
 
+/// After a release that went public because another client waited, the
+/// thread queued here lets that client take the lock first. Timing decides
+/// a single round (the yield is bounded, so a very slow remote waiter can
+/// lose it), so the test asks for most of the rounds, not all.
+#[test]
+fn after_a_public_release_the_local_thread_lets_the_waiting_client_go_first() {
+    let server = RedisServer::start();
+    let a = LockClient::new(&server.url()).unwrap();
+    let b = LockClient::new(&server.url()).unwrap();
+    let rounds = 8;
+    let mut remote_first = 0;
+    for round in 0..rounds {
+        let name = format!("yield:{round}");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let before = a.stats().handoffs;
+        let holder = a.lock(&name).unwrap();
+        let mut threads = Vec::new();
+        for i in 1..=3u64 {
+            threads.push(contender(&a, &name, &format!("a{i}"), Duration::ZERO, &log));
+            wait_queued(&a, i);
+        }
+        let remote = contender(&b, &name, "b", Duration::ZERO, &log);
+        assert!(eventually(Duration::from_secs(10), || b
+            .stats()
+            .waiters_parked
+            == 1));
+        holder.unlock().unwrap();
+        for t in threads {
+            t.join().unwrap();
+        }
+        remote.join().unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(&log[..2], ["a1", "a2"], "{log:?}");
+        assert_eq!(a.stats().handoffs - before, 2, "{log:?}");
+        if log[2] == "b" {
+            remote_first += 1;
+        }
+    }
+    assert!(
+        remote_first * 4 >= rounds * 3,
+        "the waiting client went first in only {remote_first} of {rounds} rounds"
+    );
+}
+
 #[test]
 fn our_own_subscription_does_not_count_as_another_waiter() {
     let server = RedisServer::start();

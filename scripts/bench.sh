@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The performance table: W1 uncontended, W2 contended threads, W2p contended
+# processes, W3 many names, W4 100k live guards — every leasehold figure beside
+# its raw-Redis floor measured in the same run, as a ratio.
+#
+#   scripts/bench.sh              both modes, pinned first (about 4 minutes)
+#   scripts/bench.sh --pinned     redis-server and every client thread on CPU 0
+#   scripts/bench.sh --unpinned   the scheduler places them
+#
+# Pinned mode exists because unpinned loopback timings on 2 vCPUs swing by 2x:
+# with one CPU for everything, a ratio measures CPU work per operation.
+# Environment: BENCH_SECS (3 per run), GUARDS (100000; 0 skips W4), REDIS_URL
+# (use that server instead of a throwaway one; it cannot be pinned then).
+# The tables are printed and written to target/bench-summary.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+ensure_cargo
+[ -n "${REDIS_URL:-}" ] || ensure_redis_server
+
+modes="pinned unpinned"
+case "${1:-}" in
+    --pinned) modes="pinned" ;;
+    --unpinned) modes="unpinned" ;;
+    "") ;;
+    *) echo "usage: scripts/bench.sh [--pinned|--unpinned]" >&2; exit 2 ;;
+esac
+if [[ $modes == *pinned* && $modes != unpinned ]] && ! command -v taskset >/dev/null 2>&1; then
+    echo "taskset (util-linux) is needed for the pinned mode" >&2
+    exit 1
+fi
+
+echo "building the benches…"
+cargo bench --no-run --bench workloads --bench lock --quiet 2>&1 | grep -v "^ *Executable" || true
+
+summary=target/bench-summary.md
+cpu=$(grep -m1 "model name" /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
+{
+    echo "## leasehold performance — $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "$(nproc) CPUs${cpu:+ ($cpu)}; $(redis-server --version 2>/dev/null | cut -d' ' -f3 || echo redis-server ?)."
+    echo "Ratios are leasehold / raw floor from the same run (higher is better for rates)."
+    echo "RTT = loopback PING round trip. CS = critical section."
+    echo
+} >"$summary"
+
+for mode in $modes; do
+    pin=()
+    label="unpinned (scheduler's choice on $(nproc) CPUs)"
+    if [ "$mode" = pinned ]; then
+        pin=(taskset -c 0)
+        label="pinned (redis-server and all clients on CPU 0)"
+        [ -n "${REDIS_URL:-}" ] && label="pinned clients only (REDIS_URL given: server not pinned)"
+    fi
+    echo
+    echo "== $label =="
+    part=$(mktemp)
+    BENCH_MODE="$label" BENCH_SUMMARY="$part" "${pin[@]}" cargo bench --quiet --bench workloads
+    cat "$part" >>"$summary"
+    echo >>"$summary"
+    rm -f "$part"
+    if [ "$mode" = "${modes%% *}" ]; then
+        echo "== criterion, W1 detail ($label) =="
+        "${pin[@]}" cargo bench --quiet --bench lock 2>&1 | grep -E "time:|thrpt:|^uncontended|^[a-z_+]+/" || true
+    fi
+done
+
+echo
+echo "== summary (also in $summary) =="
+cat "$summary"
