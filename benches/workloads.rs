@@ -496,6 +496,9 @@ struct Uncontended {
     raw_rate: f64,
     lh_rate: f64,
     ratio: f64,
+    /// leasehold's own two scripts on a plain connection, as a ratio to raw:
+    /// what the Redisson layout costs in Redis, without the library around it.
+    protocol_ratio: f64,
     raw_p50: f64,
     raw_p99: f64,
     lh_p50: f64,
@@ -507,6 +510,12 @@ struct Uncontended {
 fn w1(url: &str, secs: f64) -> Uncontended {
     let mut raw = RawLock::new(url, "token-w1".into());
     let client = LockClient::new(url).unwrap();
+    let (acquire, release) = (
+        redis::Script::new(leasehold::protocol::ACQUIRE),
+        redis::Script::new(leasehold::protocol::RELEASE),
+    );
+    let owner = "00000000-0000-4000-8000-000000000000:1";
+    let mut protocol_ratios = Vec::new();
     const BLOCK: usize = 1_000;
     let (mut raw_lat, mut lh_lat) = (Vec::new(), Vec::new());
     let (mut ratios, mut raw_rates, mut lh_rates) = (Vec::new(), Vec::new(), Vec::new());
@@ -527,6 +536,28 @@ fn w1(url: &str, secs: f64) -> Uncontended {
             lh_lat.push(s.elapsed().as_nanos() as u64);
         }
         let l = BLOCK as f64 / t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for _ in 0..BLOCK {
+            let held: Option<i64> = acquire
+                .key("w1-protocol")
+                .arg(30_000)
+                .arg(owner)
+                .arg("1")
+                .invoke(&mut raw.con)
+                .unwrap();
+            assert!(held.is_none(), "protocol floor: the key was free");
+            let freed: i64 = release
+                .key("w1-protocol")
+                .key("redisson_lock__channel:{w1-protocol}")
+                .arg("0")
+                .arg(30_000)
+                .arg(owner)
+                .arg("1")
+                .invoke(&mut raw.con)
+                .unwrap();
+            assert_eq!(freed, 1);
+        }
+        protocol_ratios.push(BLOCK as f64 / t.elapsed().as_secs_f64() / r);
         raw_rates.push(r);
         lh_rates.push(l);
         ratios.push(l / r);
@@ -541,6 +572,7 @@ fn w1(url: &str, secs: f64) -> Uncontended {
         raw_rate: median(&mut raw_rates),
         lh_rate: median(&mut lh_rates),
         ratio: median(&mut ratios),
+        protocol_ratio: median(&mut protocol_ratios),
         raw_p50: percentile(&raw_lat, 0.5) as f64 / 1e3,
         raw_p99: percentile(&raw_lat, 0.99) as f64 / 1e3,
         lh_p50: percentile(&lh_lat, 0.5) as f64 / 1e3,
@@ -641,8 +673,8 @@ fn main() {
             "w1" => {
                 let u = w1(&url, secs);
                 println!(
-                    "W1 raw {:.0}/s leasehold {:.0}/s ratio {:.2}",
-                    u.raw_rate, u.lh_rate, u.ratio
+                    "W1 raw {:.0}/s leasehold {:.0}/s ratio {:.2} (scripts alone {:.2})",
+                    u.raw_rate, u.lh_rate, u.ratio, u.protocol_ratio
                 );
             }
             "w3" => {
@@ -707,6 +739,15 @@ fn main() {
         format!("{:.2}", u.ratio),
         "≥ 0.90",
         Some(u.ratio >= 0.90),
+    );
+    row(
+        "W1 uncontended",
+        "leasehold's scripts alone (plain connection)",
+        String::new(),
+        String::new(),
+        format!("{:.2}", u.protocol_ratio),
+        "",
+        None,
     );
     row(
         "W1 uncontended",

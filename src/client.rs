@@ -496,18 +496,12 @@ impl Inner {
         owner: &str,
         lease: Duration,
         pool_wait: Option<Duration>,
+        last: bool,
         successor: Option<Successor<'_>>,
     ) -> Result<raw::Release> {
         let mut con = self.connection(pool_wait)?;
         self.scripts
-            .release(
-                &mut *con,
-                key,
-                &raw::channel_name(key),
-                owner,
-                lease,
-                successor,
-            )
+            .release(&mut *con, key, owner, lease, last, successor)
             .map_err(|e| Error::from_redis(e, key))
     }
 

@@ -162,6 +162,7 @@ impl LockGuard {
             &self.owner,
             self.lease,
             pool_wait,
+            handover.last(),
             handover.successor(),
         )?;
         match released {

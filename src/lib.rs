@@ -52,3 +52,15 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use options::LockOptions;
 pub use renewal::{LeaseLost, Stats};
+
+/// The Lua sources of the lock protocol, for the benches' protocol floor
+/// (the same scripts on a plain connection, without this library around
+/// them). Not a stable API.
+#[doc(hidden)]
+pub mod protocol {
+    /// The acquire script: `KEYS[1]` lock; `ARGV` lease ms, owner, fresh flag.
+    pub const ACQUIRE: &str = crate::raw::ACQUIRE;
+    /// The release script: `KEYS[1]` lock, `KEYS[2]` channel; `ARGV` unlock
+    /// message, lease ms, owner, last-hold flag, then an optional successor.
+    pub const RELEASE: &str = crate::raw::RELEASE;
+}

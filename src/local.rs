@@ -317,6 +317,7 @@ impl LocalLocks {
             force: false,
             own_subscriptions: 0,
             messages_before: 0,
+            last: false,
             finished: false,
         };
         let mut slots = self.slots.lock();
@@ -336,6 +337,7 @@ impl LocalLocks {
             handover.finished = true;
             return handover;
         }
+        handover.last = true;
         if slot.streak >= HANDOFFS_MAX {
             // Release publicly; `finish` promotes the first in the queue.
             return handover;
@@ -475,6 +477,8 @@ pub(crate) struct Handover<'a> {
     own_subscriptions: u32,
     /// Unlock messages our subscription had seen before the release.
     messages_before: u64,
+    /// No other guard of the owner is alive here (and none is being taken).
+    last: bool,
     finished: bool,
 }
 
@@ -490,6 +494,11 @@ pub(crate) struct Successor<'h> {
 }
 
 impl Handover<'_> {
+    /// Whether this releases the owner's last hold in this client.
+    pub(crate) fn last(&self) -> bool {
+        self.last
+    }
+
     /// The queued thread the lock may go to directly.
     pub(crate) fn successor(&self) -> Option<Successor<'_>> {
         self.next.as_ref().map(|w| Successor {

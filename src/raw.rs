@@ -26,7 +26,7 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// the first hold whatever count Redis still shows for the owner — a stale
 /// count from a lost lease or an unconfirmed handoff must not outlive it.
 /// Held by someone else → return its PTTL (-1 when it has no expiry).
-const ACQUIRE: &str = r#"
+pub(crate) const ACQUIRE: &str = r#"
 if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
     if ARGV[3] == '1' then
         redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -39,32 +39,40 @@ end
 return redis.call('pttl', KEYS[1])
 "#;
 
-/// Release: not ours → nil. Ours with more holds → count − 1, refresh the
-/// lease, return 0. The last hold:
-/// - with a successor in `ARGV[4]` (a thread of the same client queued for the
-///   lock) and either `ARGV[6] == "1"` or nobody else subscribed to the unlock
-///   channel (`PUBSUB NUMSUB` minus our own `ARGV[5]` subscriptions) → the
-///   lock passes to the successor with its lease `ARGV[7]`, return 2;
-/// - otherwise delete, publish the unlock message, return 1 — or 3 when a
-///   successor was named but others wait (so it should let them go first).
-const RELEASE: &str = r#"
-local count = redis.call('hget', KEYS[1], ARGV[3])
-if not count then
-    return nil
+/// Release: not ours → nil. With `ARGV[4] == "1"` this is the owner's last
+/// hold in its client: its field goes (`HDEL`, and the hash with it — a lock
+/// hash has one owner field). Otherwise counted: more holds in Redis → count
+/// − 1, refresh the lease `ARGV[2]`, return 0; the last → delete. Then:
+/// - with a successor in `ARGV[5]` (a thread of the same client queued for the
+///   lock) and either `ARGV[7] == "1"` or nobody else subscribed to the unlock
+///   channel (`PUBSUB NUMSUB` minus our own `ARGV[6]` subscriptions) → the
+///   lock passes to the successor with its lease `ARGV[8]`, return 2;
+/// - otherwise publish the unlock message, return 1 — or 3 when a successor
+///   was named but others wait (so it should let them go first).
+pub(crate) const RELEASE: &str = r#"
+if ARGV[4] == '1' then
+    if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
+        return nil
+    end
+else
+    local count = redis.call('hget', KEYS[1], ARGV[3])
+    if not count then
+        return nil
+    end
+    if tonumber(count) > 1 then
+        redis.call('hincrby', KEYS[1], ARGV[3], -1)
+        redis.call('pexpire', KEYS[1], ARGV[2])
+        return 0
+    end
+    redis.call('del', KEYS[1])
 end
-if tonumber(count) > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[3], -1)
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    return 0
-end
-redis.call('del', KEYS[1])
-if ARGV[4] and (ARGV[6] == '1' or redis.call('pubsub', 'numsub', KEYS[2])[2] <= tonumber(ARGV[5])) then
-    redis.call('hset', KEYS[1], ARGV[4], 1)
-    redis.call('pexpire', KEYS[1], ARGV[7])
+if ARGV[5] and (ARGV[7] == '1' or redis.call('pubsub', 'numsub', KEYS[2])[2] <= tonumber(ARGV[6])) then
+    redis.call('hset', KEYS[1], ARGV[5], 1)
+    redis.call('pexpire', KEYS[1], ARGV[8])
     return 2
 end
 redis.call('publish', KEYS[2], ARGV[1])
-if ARGV[4] then
+if ARGV[5] then
     return 3
 end
 return 1
@@ -148,22 +156,24 @@ impl Scripts {
     }
 
     /// One `EVALSHA`; `lease` is what a remaining reentrant hold keeps;
+    /// `last`: no other guard of `owner` is alive in this client;
     /// `successor` is whom the lock may pass to directly.
     pub(crate) fn release(
         &self,
         con: &mut dyn ConnectionLike,
         key: &str,
-        channel: &str,
         owner: &str,
         lease: Duration,
+        last: bool,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Release> {
         let mut cmd = evalsha(&self.release, 2);
         cmd.arg(key)
-            .arg(channel)
+            .arg(channel_name(key))
             .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
-            .arg(owner);
+            .arg(owner)
+            .arg(if last { "1" } else { "0" });
         if let Some(next) = successor {
             cmd.arg(next.owner)
                 .arg(next.own_subscriptions)

@@ -327,3 +327,30 @@ fn reentry_is_not_queued_behind_waiters() {
     assert_eq!(*log.lock().unwrap(), ["other"]);
     assert_eq!(client.stats().handoffs, 1);
 }
+
+#[test]
+fn the_last_guard_frees_the_lock_whatever_count_redis_shows() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let guard = client.lock("stale").unwrap();
+    let owners: Vec<String> = con.hkeys("stale").unwrap();
+    // A count Redis kept from a hold this client no longer has (a lost
+    // lease's guard dropped without sending, an unconfirmed handoff).
+    let _: i64 = con.hincr("stale", &owners[0], 2).unwrap();
+    guard.unlock().unwrap();
+    let exists: bool = con.exists("stale").unwrap();
+    assert!(
+        !exists,
+        "the last local hold released every hold of its owner"
+    );
+    // And a fresh first hold resets a stale count instead of adding to it.
+    let _: i64 = con.hset("stale", &owners[0], 5).unwrap();
+    let _: bool = con.pexpire("stale", 30_000).unwrap();
+    let again = client.lock("stale").unwrap();
+    let count: i64 = con.hget("stale", &owners[0]).unwrap();
+    assert_eq!(count, 1);
+    drop(again);
+    let exists: bool = con.exists("stale").unwrap();
+    assert!(!exists);
+}
