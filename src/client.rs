@@ -349,14 +349,13 @@ impl LockClient {
         let owner = inner.owner();
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
-        let mut turn = match inner.local.enter(&key, &owner, lease, deadline) {
+        let entered = inner.local.enter(&key, &owner, lease, deadline);
+        let mut turn = match entered {
             Enter::Turn(turn) => turn,
             Enter::Granted(sent_at) => {
-                let guard = self.guard(name, key, owner, lease, watchdog, sent_at);
-                inner
-                    .local
-                    .holding(guard.key(), &guard.owner, guard.state());
-                return Ok(Some(guard));
+                let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
+                inner.local.holding(&key, &owner, &state);
+                return Ok(Some(self.guard(name, key, owner, lease, watchdog, state)));
             }
             Enter::TimedOut => return Ok(None),
         };
@@ -382,9 +381,9 @@ impl LockClient {
             let sent_at = Instant::now();
             let ttl = match inner.attempt(&key, &owner, lease, turn.fresh())? {
                 Acquire::Acquired => {
-                    let guard = self.guard(name, key, owner, lease, watchdog, sent_at);
-                    turn.acquired(guard.state());
-                    return Ok(Some(guard));
+                    let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
+                    turn.acquired(&state);
+                    return Ok(Some(self.guard(name, key, owner, lease, watchdog, state)));
                 }
                 Acquire::HeldElsewhere { ttl } => ttl,
             };
@@ -416,7 +415,23 @@ impl LockClient {
         }
     }
 
-    /// The guard of a hold that started when its request was sent at `sent_at`.
+    /// The lease state of a hold whose request was sent at `sent_at`:
+    /// registered with the watchdog, or expiring with its explicit lease.
+    fn lease_state(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        watchdog: bool,
+        sent_at: Instant,
+    ) -> Arc<LeaseState> {
+        if watchdog {
+            self.inner.renewer.register(key, owner, lease, sent_at)
+        } else {
+            LeaseState::new(sent_at + lease)
+        }
+    }
+
     fn guard(
         &self,
         name: &str,
@@ -424,16 +439,10 @@ impl LockClient {
         owner: String,
         lease: Duration,
         watchdog: bool,
-        sent_at: Instant,
+        state: Arc<LeaseState>,
     ) -> LockGuard {
-        let inner = &self.inner;
-        let state = if watchdog {
-            inner.renewer.register(&key, &owner, lease, sent_at)
-        } else {
-            LeaseState::new(sent_at + lease)
-        };
         LockGuard::new(
-            Arc::clone(inner),
+            Arc::clone(&self.inner),
             name.to_owned(),
             key,
             owner,

@@ -104,11 +104,6 @@ impl LockGuard {
         self.state.lost_receiver()
     }
 
-    /// The lease state shared with the renewal thread.
-    pub(crate) fn state(&self) -> &Arc<LeaseState> {
-        &self.state
-    }
-
     /// The lock name as given to `lock`.
     pub fn name(&self) -> &str {
         &self.name

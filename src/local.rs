@@ -309,10 +309,10 @@ impl LocalLocks {
 
     /// Starts releasing one hold of `owner` on `key`. When it was the last
     /// local hold and a thread is queued, the returned handover names it.
-    pub(crate) fn release(&self, key: &str, owner: &str) -> Handover<'_> {
+    pub(crate) fn release<'a>(&'a self, key: &'a str, owner: &str) -> Handover<'a> {
         let mut handover = Handover {
             locks: self,
-            key: key.to_owned(),
+            key,
             next: None,
             force: false,
             own_subscriptions: 0,
@@ -471,7 +471,7 @@ impl Drop for Turn<'_> {
 /// Dropped unfinished (an error), the next queued thread is promoted.
 pub(crate) struct Handover<'a> {
     locks: &'a LocalLocks,
-    key: String,
+    key: &'a str,
     next: Option<Arc<Waiter>>,
     force: bool,
     own_subscriptions: u32,
@@ -523,7 +523,7 @@ impl Handover<'_> {
         let mut slots = self.locks.slots.lock();
         match (self.next.take(), outcome) {
             (Some(next), Outcome::HandedOver(at)) => {
-                if let Some(slot) = slots.get_mut(&self.key) {
+                if let Some(slot) = slots.get_mut(self.key) {
                     slot.holds = 1;
                     slot.streak += 1;
                 }
@@ -532,7 +532,7 @@ impl Handover<'_> {
             }
             (Some(next), outcome) => {
                 // Not handed over: the popped waiter tries Redis first.
-                if let Some(slot) = slots.get_mut(&self.key) {
+                if let Some(slot) = slots.get_mut(self.key) {
                     slot.streak = 0;
                     slot.attempting = true;
                 }
@@ -543,7 +543,7 @@ impl Handover<'_> {
                 next.set(WaitState::Promoted(yield_to));
             }
             (None, _) => {
-                let dropped = self.locks.promote(&mut slots, &self.key);
+                let dropped = self.locks.promote(&mut slots, self.key);
                 drop(slots);
                 drop(dropped);
             }

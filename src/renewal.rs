@@ -202,7 +202,9 @@ pub(crate) struct Renewer {
     /// Wakes the thread; dropping it (with the client) makes the thread exit.
     wake: Sender<()>,
     pending: Arc<Pending>,
-    registry: Mutex<HashMap<(String, String), Registered>>,
+    /// Live watchdog leases by lock key, then owner (a key has one owner in
+    /// the normal case; looked up by `&str`, so no allocation at unlock).
+    registry: Mutex<HashMap<Arc<str>, Vec<Registered>>>,
     /// Held by the thread while it sends a batch; taken briefly at unlock so
     /// that no renewal of a cancelled lease is sent after unlock returns.
     gate: Arc<Mutex<()>>,
@@ -210,6 +212,7 @@ pub(crate) struct Renewer {
 }
 
 struct Registered {
+    owner: Arc<str>,
     refs: usize,
     state: Arc<LeaseState>,
 }
@@ -263,20 +266,50 @@ impl Renewer {
         sent_at: Instant,
     ) -> Arc<LeaseState> {
         let mut reg = self.registry.lock();
-        let slot = (key.to_owned(), owner.to_owned());
-        if let Some(r) = reg.get_mut(&slot) {
+        let key: Arc<str> = match reg.get_key_value(key) {
+            Some((k, _)) => Arc::clone(k),
+            None => Arc::from(key),
+        };
+        let holders = reg.entry(Arc::clone(&key)).or_default();
+        if let Some(r) = holders.iter_mut().find(|r| &*r.owner == owner) {
             if !r.state.is_lost() {
                 r.refs += 1;
                 *r.state.valid_until.lock() = sent_at + lease;
                 return Arc::clone(&r.state);
             }
+            // A lost entry replaced by a fresh hold: the thread drops it.
+            r.state.cancelled.store(true, Ordering::Release);
+            self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
+            let state = self.enqueue(key, Arc::clone(&r.owner), lease, sent_at);
+            r.refs = 1;
+            r.state = Arc::clone(&state);
+            return state;
         }
+        let owner: Arc<str> = Arc::from(owner);
+        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at);
+        holders.push(Registered {
+            owner,
+            refs: 1,
+            state: Arc::clone(&state),
+        });
+        state
+    }
+
+    /// A new lease for the renewal thread: queued, waking the thread only when
+    /// it has no timer armed or the queue is long.
+    fn enqueue(
+        &self,
+        key: Arc<str>,
+        owner: Arc<str>,
+        lease: Duration,
+        sent_at: Instant,
+    ) -> Arc<LeaseState> {
         let state = LeaseState::new(sent_at + lease);
         let queued = {
             let mut queue = self.pending.queue.lock();
             queue.push(Entry {
-                key: key.to_owned(),
-                owner: owner.to_owned(),
+                key,
+                owner,
                 lease,
                 state: Arc::clone(&state),
                 due: sent_at + lease / 3,
@@ -287,18 +320,6 @@ impl Renewer {
             let _ = self.wake.send(());
         }
         self.counters.live_leases.fetch_add(1, Ordering::Relaxed);
-        let replaced = reg.insert(
-            slot,
-            Registered {
-                refs: 1,
-                state: Arc::clone(&state),
-            },
-        );
-        if let Some(old) = replaced {
-            // A lost entry replaced by a fresh hold: the thread drops it.
-            old.state.cancelled.store(true, Ordering::Release);
-            self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
-        }
         state
     }
 
@@ -307,10 +328,13 @@ impl Renewer {
     /// meets it).
     pub(crate) fn release(&self, key: &str, owner: &str, state: &Arc<LeaseState>) {
         let mut reg = self.registry.lock();
-        let slot = (key.to_owned(), owner.to_owned());
-        let Some(r) = reg.get_mut(&slot) else {
+        let Some(holders) = reg.get_mut(key) else {
             return;
         };
+        let Some(i) = holders.iter().position(|r| &*r.owner == owner) else {
+            return;
+        };
+        let r = &mut holders[i];
         if !Arc::ptr_eq(&r.state, state) {
             return; // this guard's entry was already replaced
         }
@@ -318,7 +342,10 @@ impl Renewer {
         if r.refs > 0 {
             return;
         }
-        reg.remove(&slot);
+        holders.swap_remove(i);
+        if holders.is_empty() {
+            reg.remove(key);
+        }
         drop(reg);
         state.cancelled.store(true, Ordering::Release);
         drop(self.gate.lock()); // wait out a batch in flight
@@ -327,8 +354,8 @@ impl Renewer {
 }
 
 struct Entry {
-    key: String,
-    owner: String,
+    key: Arc<str>,
+    owner: Arc<str>,
     lease: Duration,
     state: Arc<LeaseState>,
     due: Instant,
@@ -434,9 +461,9 @@ impl Worker {
                 pipe.cmd("EVALSHA")
                     .arg(&self.sha)
                     .arg(1)
-                    .arg(&e.key)
+                    .arg(&*e.key)
                     .arg(e.lease.as_millis().max(1) as u64)
-                    .arg(&e.owner);
+                    .arg(&*e.owner);
             }
         }
         let sent_at = Instant::now();
