@@ -800,6 +800,17 @@ fn main() {
                 lh.handoff_p99_us <= 500.0
             }),
         );
+        if procs {
+            row(
+                w,
+                "of which across processes: p50 / p99 µs",
+                format!("{:.0} / {:.0}", raw.cross_p50_us, raw.cross_p99_us),
+                format!("{:.0} / {:.0}", lh.cross_p50_us, lh.cross_p99_us),
+                format!("p50 = {:.1} RTT", lh.cross_p50_us / rtt),
+                "",
+                None,
+            );
+        }
         row(
             w,
             "least / most busy worker vs mean share",

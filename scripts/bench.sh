@@ -38,7 +38,7 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
 {
     echo "## leasehold performance — $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
-    echo "$(nproc) CPUs${cpu:+ ($cpu)}; $(redis-server --version 2>/dev/null | cut -d' ' -f3 || echo redis-server ?)."
+    echo "$(nproc) CPUs${cpu:+ ($cpu)}; redis-server $(redis-server --version 2>/dev/null | sed -n 's/.*v=\([0-9.]*\).*/\1/p')."
     echo "Ratios are leasehold / raw floor from the same run (higher is better for rates)."
     echo "RTT = loopback PING round trip. CS = critical section."
     echo
