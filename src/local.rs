@@ -60,6 +60,9 @@ pub(crate) struct LocalLocks {
 struct Slot {
     /// The owner holding the lock (`holds > 0`) or trying to get it.
     active: String,
+    /// Bumped whenever `active` changes hands, so that a turn that lost its
+    /// place (taken over meanwhile) cannot update the new owner's counts.
+    epoch: u64,
     /// Live guards of `active` in this client.
     holds: u32,
     /// The active owner is running an acquire attempt right now.
@@ -99,9 +102,10 @@ enum WaitState {
     Handing,
     /// The lock is ours; the lease counts from this instant.
     Granted(Instant),
-    /// We are the active owner now and must try Redis ourselves — first
-    /// letting other clients go when `yield_to` says they were woken for it.
-    Promoted(Option<YieldTo>),
+    /// We are the active owner now (of the slot's `epoch`) and must try Redis
+    /// ourselves — first letting other clients go when `yield_to` says they
+    /// were woken for it.
+    Promoted(u64, Option<YieldTo>),
 }
 
 /// Other clients were woken by our release: wait until the unlock channel
@@ -158,6 +162,7 @@ impl LocalLocks {
                         key.to_owned(),
                         Slot {
                             active: owner.to_owned(),
+                            epoch: 0,
                             holds: 0,
                             attempting: true,
                             streak: 0,
@@ -166,7 +171,7 @@ impl LocalLocks {
                             lease: None,
                         },
                     );
-                    return Enter::Turn(Turn::new(self, key, true, false));
+                    return Enter::Turn(Turn::new(self, key, 0, true, false));
                 }
                 Some(slot) => slot,
             };
@@ -174,7 +179,7 @@ impl LocalLocks {
                 // Reentrant, or our own guard is being released elsewhere.
                 let fresh = slot.holds == 0;
                 slot.attempting = true;
-                return Enter::Turn(Turn::new(self, key, fresh, true));
+                return Enter::Turn(Turn::new(self, key, slot.epoch, fresh, true));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Enter::TimedOut;
@@ -210,8 +215,8 @@ impl LocalLocks {
             let mut state = waiter.state.lock();
             let timed_out = match *state {
                 WaitState::Granted(at) => return Enter::Granted(at),
-                WaitState::Promoted(yield_to) => {
-                    let mut turn = Turn::new(self, key, true, true);
+                WaitState::Promoted(epoch, yield_to) => {
+                    let mut turn = Turn::new(self, key, epoch, true, true);
                     turn.yield_to = yield_to;
                     return Enter::Turn(turn);
                 }
@@ -236,8 +241,8 @@ impl LocalLocks {
                     return Enter::TimedOut;
                 }
                 // Popped meanwhile: the releaser's outcome decides.
-            } else if self.take_over(key, waiter) {
-                return Enter::Turn(Turn::new(self, key, true, true));
+            } else if let Some(epoch) = self.take_over(key, waiter) {
+                return Enter::Turn(Turn::new(self, key, epoch, true, true));
             }
         }
     }
@@ -261,23 +266,22 @@ impl LocalLocks {
     /// The holder's lease ran out while it kept its guard: the first queued
     /// thread becomes the active owner and tries Redis (which decides; the old
     /// holder's release then changes nothing here).
-    fn take_over(&self, key: &str, waiter: &Arc<Waiter>) -> bool {
+    fn take_over(&self, key: &str, waiter: &Arc<Waiter>) -> Option<u64> {
         let mut slots = self.slots.lock();
-        let Some(slot) = slots.get_mut(key) else {
-            return false;
-        };
+        let slot = slots.get_mut(key)?;
         let first = slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter));
         let expired = slot.holds > 0 && slot.lease.as_ref().is_some_and(|l| !l.is_held());
         if !first || !expired {
-            return false;
+            return None;
         }
         slot.queue.pop_front();
         slot.active = waiter.owner.clone();
+        slot.epoch += 1;
         slot.holds = 0;
         slot.attempting = true;
         slot.streak = 0;
         slot.lease = None;
-        true
+        Some(slot.epoch)
     }
 
     /// Records the lease of a new hold (watched by the first queued thread).
@@ -345,6 +349,7 @@ impl LocalLocks {
         if let Some(next) = slot.queue.pop_front() {
             next.set(WaitState::Handing);
             slot.active = next.owner.clone();
+            slot.epoch += 1;
             handover.force = slot.streak < HANDOFFS_WHILE_OTHERS_WAIT;
             if let Some(sub) = &slot.sub {
                 handover.own_subscriptions = u32::from(sub.confirmed());
@@ -356,13 +361,23 @@ impl LocalLocks {
     }
 
     /// The active owner's attempt ended: holding (`acquired`) or given up.
-    fn end_turn(&self, key: &str, acquired: Option<&Arc<LeaseState>>, sub: Option<Subscription>) {
-        let mut dropped = None;
+    fn end_turn(
+        &self,
+        key: &str,
+        epoch: u64,
+        acquired: Option<&Arc<LeaseState>>,
+        sub: Option<Subscription>,
+    ) {
+        let mut dropped = sub;
         {
             let mut slots = self.slots.lock();
             let Some(slot) = slots.get_mut(key) else {
                 return;
             };
+            if slot.epoch != epoch {
+                // Taken over while we tried: the slot is someone else's now.
+                return;
+            }
             slot.attempting = false;
             if let Some(lease) = acquired {
                 slot.holds += 1;
@@ -371,9 +386,8 @@ impl LocalLocks {
                     first.cv.notify_one(); // to watch the new lease
                 }
             }
-            match sub {
-                Some(s) if slot.sub.is_none() => slot.sub = Some(s),
-                other => dropped = other,
+            if slot.sub.is_none() {
+                slot.sub = dropped.take();
             }
             if acquired.is_none() && slot.holds == 0 {
                 dropped = dropped.or(self.promote(&mut slots, key));
@@ -390,8 +404,9 @@ impl LocalLocks {
         match slot.queue.pop_front() {
             Some(next) => {
                 slot.active = next.owner.clone();
+                slot.epoch += 1;
                 slot.attempting = true;
-                next.set(WaitState::Promoted(None));
+                next.set(WaitState::Promoted(slot.epoch, None));
                 None
             }
             None if slot.idle() => slots.remove(key).and_then(|s| s.sub),
@@ -410,6 +425,8 @@ impl LocalLocks {
 pub(crate) struct Turn<'a> {
     locks: &'a LocalLocks,
     key: String,
+    /// The slot's epoch when this turn began.
+    epoch: u64,
     fresh: bool,
     sub: Option<Subscription>,
     /// The slot may keep a subscription we have not taken yet.
@@ -420,10 +437,11 @@ pub(crate) struct Turn<'a> {
 }
 
 impl<'a> Turn<'a> {
-    fn new(locks: &'a LocalLocks, key: &str, fresh: bool, slot_sub: bool) -> Self {
+    fn new(locks: &'a LocalLocks, key: &str, epoch: u64, fresh: bool, slot_sub: bool) -> Self {
         Turn {
             locks,
             key: key.to_owned(),
+            epoch,
             fresh,
             sub: None,
             slot_sub,
@@ -455,14 +473,16 @@ impl<'a> Turn<'a> {
     /// We hold the lock now, with `lease`.
     pub(crate) fn acquired(mut self, lease: &Arc<LeaseState>) {
         self.done = true;
-        self.locks.end_turn(&self.key, Some(lease), self.sub.take());
+        self.locks
+            .end_turn(&self.key, self.epoch, Some(lease), self.sub.take());
     }
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.locks.end_turn(&self.key, None, self.sub.take());
+            self.locks
+                .end_turn(&self.key, self.epoch, None, self.sub.take());
         }
     }
 }
@@ -532,15 +552,17 @@ impl Handover<'_> {
             }
             (Some(next), outcome) => {
                 // Not handed over: the popped waiter tries Redis first.
+                let mut epoch = 0;
                 if let Some(slot) = slots.get_mut(self.key) {
                     slot.streak = 0;
                     slot.attempting = true;
+                    epoch = slot.epoch;
                 }
                 let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(YieldTo {
                     // Our own subscription receives our own unlock message.
                     messages: self.messages_before + u64::from(self.own_subscriptions),
                 });
-                next.set(WaitState::Promoted(yield_to));
+                next.set(WaitState::Promoted(epoch, yield_to));
             }
             (None, _) => {
                 let dropped = self.locks.promote(&mut slots, self.key);
@@ -557,5 +579,159 @@ impl Drop for Handover<'_> {
             self.finished = true;
             self.complete(Outcome::Other);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(valid_for: Duration) -> Arc<LeaseState> {
+        LeaseState::new(Instant::now() + valid_for)
+    }
+
+    fn queued(locks: &LocalLocks) -> u64 {
+        locks.queued.load(Ordering::Relaxed)
+    }
+
+    fn wait_until(mut cond: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(Instant::now() < end, "condition not reached");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn release_hands_over_to_the_first_queued_thread() {
+        let locks = LocalLocks::default();
+        let Enter::Turn(turn) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+            panic!("a free slot is ours at once");
+        };
+        assert!(turn.fresh());
+        turn.acquired(&lease(Duration::from_secs(30)));
+        std::thread::scope(|s| {
+            let b = s.spawn(|| {
+                matches!(
+                    locks.enter("k", "b", Duration::from_secs(1), None),
+                    Enter::Granted(_)
+                )
+            });
+            wait_until(|| queued(&locks) == 1);
+            let handover = locks.release("k", "a");
+            assert!(handover.last());
+            let next = handover.successor().expect("b is queued");
+            assert_eq!(next.owner, "b");
+            assert!(next.force, "first handoff in a row");
+            handover.finish(Outcome::HandedOver(Instant::now()));
+            assert!(b.join().unwrap(), "b was granted the lock");
+        });
+        assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
+        // b holds now: its release with nobody queued frees the slot.
+        let handover = locks.release("k", "b");
+        assert!(handover.last() && handover.successor().is_none());
+        handover.finish(Outcome::Other);
+        assert!(locks.slots.lock().is_empty());
+    }
+
+    #[test]
+    fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
+        let locks = LocalLocks::default();
+        let Enter::Turn(t1) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+            panic!()
+        };
+        t1.acquired(&lease(Duration::from_secs(30)));
+        let Enter::Turn(t2) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+            panic!("reentry is not queued")
+        };
+        assert!(!t2.fresh(), "a hold of this owner is alive");
+        t2.acquired(&lease(Duration::from_secs(30)));
+        let inner = locks.release("k", "a");
+        assert!(!inner.last() && inner.successor().is_none());
+        inner.finish(Outcome::Other);
+        let outer = locks.release("k", "a");
+        assert!(outer.last());
+        outer.finish(Outcome::Other);
+        assert!(locks.slots.lock().is_empty());
+    }
+
+    #[test]
+    fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
+        let locks = LocalLocks::default();
+        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+            panic!()
+        };
+        t.acquired(&lease(Duration::from_millis(50)));
+        // a re-enters (its attempt is in flight) …
+        let Enter::Turn(reentry) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+            panic!()
+        };
+        std::thread::scope(|s| {
+            // … while b, first in the queue, sees a's lease run out.
+            let b = s.spawn(
+                || match locks.enter("k", "b", Duration::from_secs(1), None) {
+                    Enter::Turn(turn) => {
+                        assert!(turn.fresh());
+                        std::mem::forget(turn); // b keeps its turn for the checks below
+                        true
+                    }
+                    _ => false,
+                },
+            );
+            assert!(b.join().unwrap(), "b took over after a's lease ran out");
+        });
+        drop(reentry); // a's attempt ends (failed) after the takeover
+        let slots = locks.slots.lock();
+        let slot = &slots["k"];
+        assert_eq!(slot.active, "b");
+        assert!(slot.attempting, "still b's turn");
+        assert_eq!(slot.holds, 0);
+    }
+
+    #[test]
+    fn a_queued_thread_leaves_at_its_deadline() {
+        let locks = LocalLocks::default();
+        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+            panic!()
+        };
+        t.acquired(&lease(Duration::from_secs(30)));
+        let deadline = Instant::now() + Duration::from_millis(50);
+        assert!(matches!(
+            locks.enter("k", "b", Duration::from_secs(1), Some(deadline)),
+            Enter::TimedOut
+        ));
+        assert!(Instant::now() >= deadline);
+        assert!(locks.slots.lock()["k"].queue.is_empty());
+        assert!(matches!(
+            locks.enter("k", "c", Duration::from_secs(1), Some(Instant::now())),
+            Enter::TimedOut
+        ));
+    }
+
+    #[test]
+    fn a_public_release_for_others_promotes_with_a_yield() {
+        let locks = LocalLocks::default();
+        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+            panic!()
+        };
+        t.acquired(&lease(Duration::from_secs(30)));
+        std::thread::scope(|s| {
+            let b = s.spawn(
+                || match locks.enter("k", "b", Duration::from_secs(1), None) {
+                    Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
+                    _ => None,
+                },
+            );
+            wait_until(|| queued(&locks) == 1);
+            let handover = locks.release("k", "a");
+            assert!(handover.successor().is_some());
+            handover.finish(Outcome::FreedForOthers);
+            assert_eq!(
+                b.join().unwrap(),
+                Some(0),
+                "no subscription here: nothing to skip"
+            );
+        });
+        assert_eq!(locks.handoffs.load(Ordering::Relaxed), 0);
     }
 }
