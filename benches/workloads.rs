@@ -323,6 +323,8 @@ struct Contended {
     /// Handoffs between workers of different processes (W2p).
     cross_p50_us: f64,
     cross_p99_us: f64,
+    /// Handoffs between workers of one process (W2p).
+    within_p50_us: f64,
     client_cmds_per_cs: f64,
     all_cmds_per_cs: f64,
     least_share: f64,
@@ -358,6 +360,7 @@ fn summarize(
     };
     let lat = sorted(&mut tagged());
     let cross = sorted(&mut tagged().filter(|x| x & 1 == 1));
+    let within = sorted(&mut tagged().filter(|x| x & 1 == 0));
     let mean = turns as f64 / tallies.len() as f64;
     let shares: Vec<u64> = tallies.iter().map(|t| t.turns).collect();
     Contended {
@@ -366,6 +369,7 @@ fn summarize(
         handoff_p99_us: percentile(&lat, 0.99) as f64 / 1e3,
         cross_p50_us: percentile(&cross, 0.50) as f64 / 1e3,
         cross_p99_us: percentile(&cross, 0.99) as f64 / 1e3,
+        within_p50_us: percentile(&within, 0.50) as f64 / 1e3,
         client_cmds_per_cs: cmds.0 as f64 / turns.max(1) as f64,
         all_cmds_per_cs: cmds.1 as f64 / turns.max(1) as f64,
         least_share: *shares.iter().min().unwrap_or(&0) as f64 / mean,
@@ -684,8 +688,8 @@ fn main() {
             "w2p" => {
                 let c = w2p(Kind::Leasehold, &url, secs);
                 println!(
-                    "W2p leasehold {:.0}/s handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs (across processes p50 {:.0} µs, p99 {:.0} µs), cmds/CS {:.2}, in-process {:.0} %, shares {:?}",
-                    c.pairs_per_s, c.handoff_p50_us, c.handoff_p50_us / rtt, c.handoff_p99_us, c.cross_p50_us, c.cross_p99_us, c.client_cmds_per_cs, c.in_process * 100.0, c.shares
+                    "W2p leasehold {:.0}/s handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs (across processes p50 {:.0} µs, p99 {:.0} µs; within p50 {:.0} µs), cmds/CS {:.2}, in-process {:.0} %, shares {:?}",
+                    c.pairs_per_s, c.handoff_p50_us, c.handoff_p50_us / rtt, c.handoff_p99_us, c.cross_p50_us, c.cross_p99_us, c.within_p50_us, c.client_cmds_per_cs, c.in_process * 100.0, c.shares
                 );
             }
             other => eprintln!("BENCH_ONLY: w1, w3 or w2p, not {other}"),
