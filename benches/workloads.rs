@@ -17,7 +17,8 @@
 //!
 //! Run by `scripts/bench.sh` (both modes, one table each). Alone:
 //! `cargo bench --bench workloads` (starts its own redis-server unless
-//! `REDIS_URL` is set). Settings from the environment: `BENCH_SECS` (3),
+//! `REDIS_URL` is set). Settings from the environment: `BENCH_SECS` (2),
+//! `BENCH_ROUNDS` (3 rounds of W2/W2p/W3; the median round is shown),
 //! `GUARDS` (100000; 0 skips W4), `BENCH_MODE` (the label of the table),
 //! `BENCH_SUMMARY` (a file to write the table to).
 
@@ -622,6 +623,25 @@ fn w3(kind: Kind, url: &str, secs: f64) -> f64 {
     total as f64 / secs
 }
 
+/// Runs raw then leasehold `rounds` times and keeps the round whose
+/// leasehold/raw ratio of `rate` is the median: one noisy run neither makes
+/// nor breaks a figure, and both figures of a row come from the same round.
+fn median_round<T>(
+    rounds: usize,
+    mut run: impl FnMut(Kind) -> T,
+    rate: impl Fn(&T) -> f64,
+) -> (T, T) {
+    let mut all: Vec<(T, T)> = (0..rounds)
+        .map(|_| {
+            let raw = run(Kind::Raw);
+            let lh = run(Kind::Leasehold);
+            (raw, lh)
+        })
+        .collect();
+    all.sort_by(|a, b| (rate(&a.1) / rate(&a.0)).total_cmp(&(rate(&b.1) / rate(&b.0))));
+    all.swap_remove(all.len() / 2)
+}
+
 // --------------------------------------------------------------------- table
 
 fn met(ok: bool) -> &'static str {
@@ -642,9 +662,13 @@ fn main() {
         return;
     }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let rounds: usize = env("BENCH_ROUNDS")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let secs: f64 = env("BENCH_SECS")
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3.0);
+        .unwrap_or(2.0);
     let guards: usize = env("GUARDS")
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
@@ -699,14 +723,11 @@ fn main() {
     eprintln!("[{mode}] W1 uncontended…");
     let u = w1(&url, secs);
     eprintln!("[{mode}] W2 8 threads: raw spin floor, then leasehold…");
-    let w2_raw = w2(Kind::Raw, &url, secs);
-    let w2_lh = w2(Kind::Leasehold, &url, secs);
+    let (w2_raw, w2_lh) = median_round(rounds, |k| w2(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] W2p 4 processes x 2 threads: raw spin floor, then leasehold…");
-    let w2p_raw = w2p(Kind::Raw, &url, secs);
-    let w2p_lh = w2p(Kind::Leasehold, &url, secs);
+    let (w2p_raw, w2p_lh) = median_round(rounds, |k| w2p(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] W3 8 threads on distinct names…");
-    let w3_raw = w3(Kind::Raw, &url, secs);
-    let w3_lh = w3(Kind::Leasehold, &url, secs);
+    let (w3_raw, w3_lh) = median_round(rounds, |k| w3(k, &url, secs), |r| *r);
     let w4 = (guards > 0).then(|| {
         eprintln!("[{mode}] W4 {guards} live guards (about 40 s)…");
         w4::run(&url, guards)
@@ -719,7 +740,7 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
     t += &format!(
-        "### {mode} — {date}, redis {redis_version}, {secs} s per run, loopback PING p50 {rtt:.1} µs\n\n"
+        "### {mode} — {date}, redis {redis_version}, {secs} s per run, W2/W2p/W3 median of {rounds} rounds, loopback PING p50 {rtt:.1} µs\n\n"
     );
     t += "| workload | figure | raw floor | leasehold | ratio | target | |\n";
     t += "|---|---|---:|---:|---:|---|---|\n";

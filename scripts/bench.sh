@@ -9,7 +9,7 @@
 #
 # Pinned mode exists because unpinned loopback timings on 2 vCPUs swing by 2x:
 # with one CPU for everything, a ratio measures CPU work per operation.
-# Environment: BENCH_SECS (3 per run), GUARDS (100000; 0 skips W4), REDIS_URL
+# Environment: BENCH_SECS (2 per run), BENCH_ROUNDS (3; the median round is shown), GUARDS (100000; 0 skips W4), REDIS_URL
 # (use that server instead of a throwaway one; it cannot be pinned then).
 # The tables are printed and written to target/bench-summary.md.
 set -euo pipefail
