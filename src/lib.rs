@@ -33,6 +33,13 @@
 //! unlock message or the holder's remaining lease — a holder that crashed
 //! costs a waiter at most its lease, and no one polls.
 //!
+//! Threads of one client never race each other at Redis: one thread per lock
+//! name talks to Redis, the others queue in the client in arrival order, and
+//! a release hands the lock to the next of them inside the release script
+//! (one round trip, the owner field replaced atomically). While other
+//! processes wait for the same lock, a client hands it over at most twice in
+//! a row, then releases it publicly and lets them go first.
+//!
 //! # Errors
 //! Every fallible call returns [`Error`]: bad input, Redis faults and a lock
 //! that was lost are typed, never panics.
