@@ -255,7 +255,9 @@ impl LockClient {
     }
 
     /// One attempt: the guard if the lock was free (or already ours), `None`
-    /// if someone else holds it.
+    /// if someone else holds it. When another thread of this client holds the
+    /// lock or is already trying for it, the answer is `None` at once, with no
+    /// round trip.
     ///
     /// # Errors
     /// As [`lock`](Self::lock).
