@@ -87,6 +87,7 @@ fn a_handed_over_lock_carries_the_successors_owner_and_lease() {
     let client = LockClient::new(&server.url()).unwrap();
     let holder = client.lock("h").unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let c = client.clone();
     let url = server.url();
     let t = thread::spawn(move || {
@@ -100,6 +101,7 @@ fn a_handed_over_lock_carries_the_successors_owner_and_lease() {
         let count: i64 = con.hget("h", fields.keys().next().unwrap()).unwrap();
         drop(reentered);
         tx.send((fields, pttl, count, g.is_held())).unwrap();
+        done_rx.recv().unwrap(); // hold until the main thread has looked
         g.unlock().unwrap();
     });
     wait_queued(&client, 1);
@@ -122,6 +124,7 @@ fn a_handed_over_lock_carries_the_successors_owner_and_lease() {
     assert!(held);
     // The old holder's thread has no hold any more: it cannot take it now.
     assert!(client.try_lock("h").unwrap().is_none());
+    done_tx.send(()).unwrap();
     t.join().unwrap();
     assert!(client.try_lock("h").unwrap().is_some());
 }
@@ -291,12 +294,18 @@ fn an_expired_lease_of_a_kept_guard_lets_the_queue_try_redis() {
     let short = LockOptions::new().lease(Duration::from_millis(500));
     let stale = client.lock_with("e", short).unwrap();
     let started = Instant::now();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let t = contender(&client, "e", "next", Duration::from_millis(300), &log);
-    assert!(eventually(Duration::from_secs(5), || !log
-        .lock()
-        .unwrap()
-        .is_empty()));
+    let (got_tx, got_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let c = client.clone();
+    let t = thread::spawn(move || {
+        let g = c.lock("e").unwrap();
+        got_tx.send(()).unwrap();
+        done_rx.recv().unwrap(); // hold until the stale guard was checked
+        g.unlock().unwrap();
+    });
+    got_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the queued thread got the lock");
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_millis(450) && waited < Duration::from_secs(3),
@@ -306,6 +315,7 @@ fn an_expired_lease_of_a_kept_guard_lets_the_queue_try_redis() {
     assert!(stale.unlock().unwrap_err().is_not_held());
     let exists: bool = server.connection().exists("e").unwrap();
     assert!(exists, "the stale unlock left the new holder's lock alone");
+    done_tx.send(()).unwrap();
     t.join().unwrap();
 }
 
