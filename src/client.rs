@@ -13,7 +13,7 @@ use crate::guard::LockGuard;
 use crate::local::{self, Enter, LocalLocks, Successor};
 use crate::notify::Notifier;
 use crate::options::LockOptions;
-use crate::raw::{self, Acquire, Scripts};
+use crate::raw::{self, Acquire, Fence, Scripts};
 use crate::renewal::{LeaseState, Renewer, Stats};
 
 /// A handle to a Redis server for taking distributed locks.
@@ -262,7 +262,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.acquire(name, None, Some(Instant::now()))
+        self.acquire(name, None, false, Some(Instant::now()))
     }
 
     /// Waits up to `wait` for the lock; `None` if it stayed held.
@@ -270,7 +270,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(name, None, Some(deadline_after(wait)))
+        self.acquire(name, None, false, Some(deadline_after(wait)))
     }
 
     /// Waits until `deadline` for the lock; `None` if it stayed held. A
@@ -279,7 +279,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.acquire(name, None, Some(deadline))
+        self.acquire(name, None, false, Some(deadline))
     }
 
     /// Takes the lock with options: an explicit lease, a bounded wait.
@@ -307,7 +307,7 @@ impl LockClient {
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and a zero lease.
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
         let deadline = options.wait_value().map(deadline_after);
-        match self.acquire(name, options.lease_value(), deadline)? {
+        match self.acquire(name, options.lease_value(), options.is_fenced(), deadline)? {
             Some(guard) => Ok(guard),
             None => Err(Error::WaitTimedOut {
                 name: name.to_owned(),
@@ -323,7 +323,12 @@ impl LockClient {
     /// As [`lock`](Self::lock), plus a zero lease.
     pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
         let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.acquire(name, options.lease_value(), Some(deadline))
+        self.acquire(
+            name,
+            options.lease_value(),
+            options.is_fenced(),
+            Some(deadline),
+        )
     }
 
     /// The acquire path: take a place in this client's queue for the name
@@ -334,6 +339,7 @@ impl LockClient {
         &self,
         name: &str,
         lease: Option<Duration>,
+        fenced: bool,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>> {
         if name.is_empty() {
@@ -351,13 +357,14 @@ impl LockClient {
         let owner = inner.owner();
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
-        let entered = inner.local.enter(&key, &owner, lease, deadline);
+        let entered = inner.local.enter(&key, &owner, lease, fenced, deadline);
         let mut turn = match entered {
             Enter::Turn(turn) => turn,
-            Enter::Granted(sent_at) => {
+            Enter::Granted(sent_at, fence) => {
                 let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
-                inner.local.holding(&key, &owner, &state);
-                return Ok(Some(self.guard(name, key, owner, lease, watchdog, state)));
+                inner.local.holding(&key, &owner, &state, fence);
+                let guard = self.guard(name, key, owner, lease, watchdog, state);
+                return Ok(Some(guard.with_fence(fence)));
             }
             Enter::TimedOut => return Ok(None),
         };
@@ -381,11 +388,19 @@ impl LockClient {
             }
             // The lease counts from when the request was sent, not answered.
             let sent_at = Instant::now();
-            let ttl = match inner.attempt(&key, &owner, lease, turn.fresh())? {
-                Acquire::Acquired => {
+            let fence = match (fenced, turn.fence()) {
+                (false, _) => Fence::None,
+                (true, Some(_)) => Fence::Keep,
+                (true, None) => Fence::Mint,
+            };
+            let ttl = match inner.attempt(&key, &owner, lease, turn.fresh(), fence)? {
+                Acquire::Acquired { fence: minted } => {
+                    // A reentrant fenced hold returns the token it already has.
+                    let token = minted.or(turn.fence()).filter(|_| fenced);
                     let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
-                    turn.acquired(&state);
-                    return Ok(Some(self.guard(name, key, owner, lease, watchdog, state)));
+                    turn.acquired(&state, minted);
+                    let guard = self.guard(name, key, owner, lease, watchdog, state);
+                    return Ok(Some(guard.with_fence(token)));
                 }
                 Acquire::HeldElsewhere { ttl } => ttl,
             };
@@ -493,10 +508,17 @@ impl Inner {
         owner
     }
 
-    fn attempt(&self, key: &str, owner: &str, lease: Duration, fresh: bool) -> Result<Acquire> {
+    fn attempt(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        fresh: bool,
+        fence: Fence,
+    ) -> Result<Acquire> {
         let mut con = self.connection(None)?;
         self.scripts
-            .acquire(&mut *con, key, owner, lease, fresh)
+            .acquire(&mut *con, key, owner, lease, fresh, fence)
             .map_err(|e| Error::from_redis(e, key))
     }
 

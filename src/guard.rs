@@ -46,6 +46,8 @@ pub struct LockGuard {
     renewed: bool,
     /// Set by `unlock(self)` so that `Drop` does nothing more.
     released: bool,
+    /// The fencing token of a fenced hold.
+    fence: Option<u64>,
 }
 
 impl LockGuard {
@@ -67,7 +69,20 @@ impl LockGuard {
             state,
             renewed,
             released: false,
+            fence: None,
         }
+    }
+
+    pub(crate) fn with_fence(mut self, fence: Option<u64>) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// The fencing token of this hold, when it was taken with
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced); `None` for a
+    /// plain lock. Pass it with every write to the protected resource.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// Whether the lock is still ours, as far as this client knows: false once
@@ -161,8 +176,8 @@ impl LockGuard {
             handover.successor(),
         )?;
         match released {
-            Release::HandedOver => {
-                handover.finish(Outcome::HandedOver(sent_at));
+            Release::HandedOver { fence } => {
+                handover.finish(Outcome::HandedOver(sent_at, fence));
                 Ok(())
             }
             Release::FreedForOthers => {

@@ -47,6 +47,7 @@
 
 mod client;
 mod error;
+mod fenced;
 mod guard;
 mod local;
 mod notify;
@@ -56,6 +57,7 @@ mod renewal;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};
+pub use fenced::FencedStore;
 pub use guard::LockGuard;
 pub use options::LockOptions;
 pub use renewal::{LeaseLost, Stats};

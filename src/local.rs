@@ -77,6 +77,9 @@ struct Slot {
     /// thread: if it runs out (or is lost) while the holder keeps its guard,
     /// that thread stops waiting for the guard and tries Redis itself.
     lease: Option<Arc<LeaseState>>,
+    /// The fencing token of the active owner's holds, once a fenced hold
+    /// minted one; reentrant fenced holds return it again.
+    fence: Option<u64>,
 }
 
 impl Slot {
@@ -89,6 +92,7 @@ impl Slot {
 struct Waiter {
     owner: String,
     lease: Duration,
+    fenced: bool,
     state: Mutex<WaitState>,
     cv: Condvar,
 }
@@ -100,8 +104,9 @@ enum WaitState {
     /// waiter must wait for the outcome (bounded by the releaser's socket
     /// timeout), as the lock may already be its own.
     Handing,
-    /// The lock is ours; the lease counts from this instant.
-    Granted(Instant),
+    /// The lock is ours; the lease counts from this instant; the token
+    /// minted for us when we asked for one.
+    Granted(Instant, Option<u64>),
     /// We are the active owner now (of the slot's `epoch`) and must try Redis
     /// ourselves — first letting other clients go when `yield_to` says they
     /// were woken for it.
@@ -117,8 +122,9 @@ pub(crate) struct YieldTo {
 
 /// How a release ended, for [`Handover::finish`].
 pub(crate) enum Outcome {
-    /// The lock passed to the successor; its lease counts from this instant.
-    HandedOver(Instant),
+    /// The lock passed to the successor; its lease counts from this instant;
+    /// the token minted for it, if it asked for one.
+    HandedOver(Instant, Option<u64>),
     /// Released publicly while other clients waited for it.
     FreedForOthers,
     /// Anything else: freed, still held by other holds, not ours.
@@ -137,8 +143,9 @@ pub(crate) enum Enter<'a> {
     /// We are the active owner: try Redis.
     Turn(Turn<'a>),
     /// The previous holder handed the lock to us; its lease counts from the
-    /// instant given (when the handoff was sent).
-    Granted(Instant),
+    /// instant given (when the handoff was sent); the fencing token minted
+    /// for us, when we asked for one.
+    Granted(Instant, Option<u64>),
     /// The deadline passed while another thread here had the lock.
     TimedOut,
 }
@@ -152,6 +159,7 @@ impl LocalLocks {
         key: &str,
         owner: &str,
         lease: Duration,
+        fenced: bool,
         deadline: Option<Instant>,
     ) -> Enter<'a> {
         let waiter = {
@@ -169,6 +177,7 @@ impl LocalLocks {
                             queue: VecDeque::new(),
                             sub: None,
                             lease: None,
+                            fence: None,
                         },
                     );
                     return Enter::Turn(Turn::new(self, key, 0, true, false));
@@ -179,7 +188,9 @@ impl LocalLocks {
                 // Reentrant, or our own guard is being released elsewhere.
                 let fresh = slot.holds == 0;
                 slot.attempting = true;
-                return Enter::Turn(Turn::new(self, key, slot.epoch, fresh, true));
+                let mut turn = Turn::new(self, key, slot.epoch, fresh, true);
+                turn.fence = if fresh { None } else { slot.fence };
+                return Enter::Turn(turn);
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Enter::TimedOut;
@@ -187,6 +198,7 @@ impl LocalLocks {
             let waiter = Arc::new(Waiter {
                 owner: owner.to_owned(),
                 lease,
+                fenced,
                 state: Mutex::new(WaitState::Queued),
                 cv: Condvar::new(),
             });
@@ -214,7 +226,7 @@ impl LocalLocks {
             };
             let mut state = waiter.state.lock();
             let timed_out = match *state {
-                WaitState::Granted(at) => return Enter::Granted(at),
+                WaitState::Granted(at, fence) => return Enter::Granted(at, fence),
                 WaitState::Promoted(epoch, yield_to) => {
                     let mut turn = Turn::new(self, key, epoch, true, true);
                     turn.yield_to = yield_to;
@@ -281,15 +293,25 @@ impl LocalLocks {
         slot.attempting = true;
         slot.streak = 0;
         slot.lease = None;
+        slot.fence = None;
         Some(slot.epoch)
     }
 
     /// Records the lease of a new hold (watched by the first queued thread).
-    pub(crate) fn holding(&self, key: &str, owner: &str, lease: &Arc<LeaseState>) {
+    pub(crate) fn holding(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: &Arc<LeaseState>,
+        fence: Option<u64>,
+    ) {
         let mut slots = self.slots.lock();
         if let Some(slot) = slots.get_mut(key) {
             if slot.active == owner {
                 slot.lease = Some(Arc::clone(lease));
+                if fence.is_some() {
+                    slot.fence = fence;
+                }
                 if let Some(first) = slot.queue.front() {
                     first.cv.notify_one(); // to watch the new lease
                 }
@@ -336,6 +358,7 @@ impl LocalLocks {
         slot.holds = slot.holds.saturating_sub(1);
         if slot.holds == 0 {
             slot.lease = None;
+            slot.fence = None;
         }
         if slot.holds > 0 || slot.attempting {
             handover.finished = true;
@@ -365,7 +388,7 @@ impl LocalLocks {
         &self,
         key: &str,
         epoch: u64,
-        acquired: Option<&Arc<LeaseState>>,
+        acquired: Option<(&Arc<LeaseState>, Option<u64>)>,
         sub: Option<Subscription>,
     ) {
         let mut dropped = sub;
@@ -379,9 +402,12 @@ impl LocalLocks {
                 return;
             }
             slot.attempting = false;
-            if let Some(lease) = acquired {
+            if let Some((lease, fence)) = acquired {
                 slot.holds += 1;
                 slot.lease = Some(Arc::clone(lease));
+                if fence.is_some() {
+                    slot.fence = fence;
+                }
                 if let Some(first) = slot.queue.front() {
                     first.cv.notify_one(); // to watch the new lease
                 }
@@ -433,6 +459,8 @@ pub(crate) struct Turn<'a> {
     slot_sub: bool,
     /// Let other clients take the lock first (see [`YIELD_WAIT`]).
     pub(crate) yield_to: Option<YieldTo>,
+    /// The token of this owner's live holds, for a reentrant fenced hold.
+    fence: Option<u64>,
     done: bool,
 }
 
@@ -446,6 +474,7 @@ impl<'a> Turn<'a> {
             sub: None,
             slot_sub,
             yield_to: None,
+            fence: None,
             done: false,
         }
     }
@@ -470,11 +499,16 @@ impl<'a> Turn<'a> {
         self.sub = Some(sub);
     }
 
-    /// We hold the lock now, with `lease`.
-    pub(crate) fn acquired(mut self, lease: &Arc<LeaseState>) {
+    /// We hold the lock now, with `lease` (and `fence`, if fenced).
+    pub(crate) fn acquired(mut self, lease: &Arc<LeaseState>, fence: Option<u64>) {
         self.done = true;
         self.locks
-            .end_turn(&self.key, self.epoch, Some(lease), self.sub.take());
+            .end_turn(&self.key, self.epoch, Some((lease, fence)), self.sub.take());
+    }
+
+    /// The fencing token this owner's holds already have (reentry), if any.
+    pub(crate) fn fence(&self) -> Option<u64> {
+        self.fence
     }
 }
 
@@ -511,6 +545,8 @@ pub(crate) struct Successor<'h> {
     /// Our own subscriptions to the unlock channel (0 or 1), which the script
     /// subtracts from the channel's subscriber count.
     pub(crate) own_subscriptions: u32,
+    /// The successor asked for a fencing token: the script mints one.
+    pub(crate) fenced: bool,
 }
 
 impl Handover<'_> {
@@ -526,6 +562,7 @@ impl Handover<'_> {
             lease: w.lease,
             force: self.force,
             own_subscriptions: self.own_subscriptions,
+            fenced: w.fenced,
         })
     }
 
@@ -542,13 +579,13 @@ impl Handover<'_> {
     fn complete(&mut self, outcome: Outcome) {
         let mut slots = self.locks.slots.lock();
         match (self.next.take(), outcome) {
-            (Some(next), Outcome::HandedOver(at)) => {
+            (Some(next), Outcome::HandedOver(at, fence)) => {
                 if let Some(slot) = slots.get_mut(self.key) {
                     slot.holds = 1;
                     slot.streak += 1;
                 }
                 self.locks.handoffs.fetch_add(1, Ordering::Relaxed);
-                next.set(WaitState::Granted(at));
+                next.set(WaitState::Granted(at, fence));
             }
             (Some(next), outcome) => {
                 // Not handed over: the popped waiter tries Redis first.
@@ -605,16 +642,16 @@ mod tests {
     #[test]
     fn release_hands_over_to_the_first_queued_thread() {
         let locks = LocalLocks::default();
-        let Enter::Turn(turn) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+        let Enter::Turn(turn) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
             panic!("a free slot is ours at once");
         };
         assert!(turn.fresh());
-        turn.acquired(&lease(Duration::from_secs(30)));
+        turn.acquired(&lease(Duration::from_secs(30)), None);
         std::thread::scope(|s| {
             let b = s.spawn(|| {
                 matches!(
-                    locks.enter("k", "b", Duration::from_secs(1), None),
-                    Enter::Granted(_)
+                    locks.enter("k", "b", Duration::from_secs(1), false, None),
+                    Enter::Granted(..)
                 )
             });
             wait_until(|| queued(&locks) == 1);
@@ -623,7 +660,7 @@ mod tests {
             let next = handover.successor().expect("b is queued");
             assert_eq!(next.owner, "b");
             assert!(next.force, "first handoff in a row");
-            handover.finish(Outcome::HandedOver(Instant::now()));
+            handover.finish(Outcome::HandedOver(Instant::now(), None));
             assert!(b.join().unwrap(), "b was granted the lock");
         });
         assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
@@ -637,15 +674,15 @@ mod tests {
     #[test]
     fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
         let locks = LocalLocks::default();
-        let Enter::Turn(t1) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+        let Enter::Turn(t1) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
             panic!()
         };
-        t1.acquired(&lease(Duration::from_secs(30)));
-        let Enter::Turn(t2) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+        t1.acquired(&lease(Duration::from_secs(30)), None);
+        let Enter::Turn(t2) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
             panic!("reentry is not queued")
         };
         assert!(!t2.fresh(), "a hold of this owner is alive");
-        t2.acquired(&lease(Duration::from_secs(30)));
+        t2.acquired(&lease(Duration::from_secs(30)), None);
         let inner = locks.release("k", "a");
         assert!(!inner.last() && inner.successor().is_none());
         inner.finish(Outcome::Other);
@@ -658,18 +695,19 @@ mod tests {
     #[test]
     fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
         let locks = LocalLocks::default();
-        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
             panic!()
         };
-        t.acquired(&lease(Duration::from_millis(50)));
+        t.acquired(&lease(Duration::from_millis(50)), None);
         // a re-enters (its attempt is in flight) …
-        let Enter::Turn(reentry) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+        let Enter::Turn(reentry) = locks.enter("k", "a", Duration::from_secs(1), false, None)
+        else {
             panic!()
         };
         std::thread::scope(|s| {
             // … while b, first in the queue, sees a's lease run out.
             let b = s.spawn(
-                || match locks.enter("k", "b", Duration::from_secs(1), None) {
+                || match locks.enter("k", "b", Duration::from_secs(1), false, None) {
                     Enter::Turn(turn) => {
                         assert!(turn.fresh());
                         std::mem::forget(turn); // b keeps its turn for the checks below
@@ -691,19 +729,25 @@ mod tests {
     #[test]
     fn a_queued_thread_leaves_at_its_deadline() {
         let locks = LocalLocks::default();
-        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
             panic!()
         };
-        t.acquired(&lease(Duration::from_secs(30)));
+        t.acquired(&lease(Duration::from_secs(30)), None);
         let deadline = Instant::now() + Duration::from_millis(50);
         assert!(matches!(
-            locks.enter("k", "b", Duration::from_secs(1), Some(deadline)),
+            locks.enter("k", "b", Duration::from_secs(1), false, Some(deadline)),
             Enter::TimedOut
         ));
         assert!(Instant::now() >= deadline);
         assert!(locks.slots.lock()["k"].queue.is_empty());
         assert!(matches!(
-            locks.enter("k", "c", Duration::from_secs(1), Some(Instant::now())),
+            locks.enter(
+                "k",
+                "c",
+                Duration::from_secs(1),
+                false,
+                Some(Instant::now())
+            ),
             Enter::TimedOut
         ));
     }
@@ -711,13 +755,13 @@ mod tests {
     #[test]
     fn a_public_release_for_others_promotes_with_a_yield() {
         let locks = LocalLocks::default();
-        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), None) else {
+        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
             panic!()
         };
-        t.acquired(&lease(Duration::from_secs(30)));
+        t.acquired(&lease(Duration::from_secs(30)), None);
         std::thread::scope(|s| {
             let b = s.spawn(
-                || match locks.enter("k", "b", Duration::from_secs(1), None) {
+                || match locks.enter("k", "b", Duration::from_secs(1), false, None) {
                     Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
                     _ => None,
                 },

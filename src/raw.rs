@@ -14,7 +14,9 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+use redis::{
+    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, Value,
+};
 
 use crate::local::Successor;
 
@@ -39,6 +41,54 @@ end
 return redis.call('pttl', KEYS[1])
 "#;
 
+/// Mints a fencing token into `tok` from the counter `KEYS[tk]`: one more
+/// than the last token, and never less than the server clock in
+/// microseconds — so when Redis lost the counter (restart without
+/// persistence, flush) new tokens still exceed every token issued before, as
+/// long as the server clock did not go back and fewer than a million tokens a
+/// second were taken on average. Lua numbers are doubles: exact up to 2^53,
+/// i.e. for clock values until the 23rd century.
+macro_rules! mint_token {
+    ($tk:literal) => {
+        concat!(
+            "local t = redis.call('time')\n",
+            "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n",
+            "local tok = math.max(tonumber(redis.call('get', KEYS[",
+            $tk,
+            "]) or '0') + 1, now)\n",
+            "redis.call('set', KEYS[",
+            $tk,
+            "], string.format('%.0f', tok))\n"
+        )
+    };
+}
+
+/// Fenced acquire: as [`ACQUIRE`], and on success returns `{token}` — a new
+/// token from `KEYS[2]` (`redisson_lock_token:{<key>}`) when `ARGV[4] ==
+/// "1"` or the lock was free, else `{-1}` (a reentrant hold keeps its
+/// token). Held elsewhere → PTTL.
+pub(crate) const ACQUIRE_FENCED: &str = concat!(
+    r#"
+local free = redis.call('exists', KEYS[1]) == 0
+if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+    if ARGV[3] == '1' then
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+    else
+        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    end
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    if ARGV[4] ~= '1' and not free then
+        return {-1}
+    end
+"#,
+    mint_token!("2"),
+    r#"
+    return {tok}
+end
+return redis.call('pttl', KEYS[1])
+"#
+);
+
 /// Release: not ours → nil. With `ARGV[4] == "1"` this is the owner's last
 /// hold in its client: its field goes (`HDEL`, and the hash with it — a lock
 /// hash has one owner field). Otherwise counted: more holds in Redis → count
@@ -46,10 +96,12 @@ return redis.call('pttl', KEYS[1])
 /// - with a successor in `ARGV[5]` (a thread of the same client queued for the
 ///   lock) and either `ARGV[7] == "1"` or nobody else subscribed to the unlock
 ///   channel (`PUBSUB NUMSUB` minus our own `ARGV[6]` subscriptions) → the
-///   lock passes to the successor with its lease `ARGV[8]`, return 2;
+///   lock passes to the successor with its lease `ARGV[8]`, return 2 — or
+///   `{2, token}` with a token minted from `KEYS[3]` for a fenced successor;
 /// - otherwise publish the unlock message, return 1 — or 3 when a successor
 ///   was named but others wait (so it should let them go first).
-pub(crate) const RELEASE: &str = r#"
+pub(crate) const RELEASE: &str = concat!(
+    r#"
 if ARGV[4] == '1' then
     if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
         return nil
@@ -69,6 +121,12 @@ end
 if ARGV[5] and (ARGV[7] == '1' or redis.call('pubsub', 'numsub', KEYS[2])[2] <= tonumber(ARGV[6])) then
     redis.call('hset', KEYS[1], ARGV[5], 1)
     redis.call('pexpire', KEYS[1], ARGV[8])
+    if KEYS[3] then
+"#,
+    mint_token!("3"),
+    r#"
+        return {2, tok}
+    end
     return 2
 end
 redis.call('publish', KEYS[2], ARGV[1])
@@ -76,7 +134,8 @@ if ARGV[5] then
     return 3
 end
 return 1
-"#;
+"#
+);
 
 /// Renew: extends the lease only while our owner field is there; 1 if
 /// renewed, 0 if the lease is no longer ours. Sent in pipelined batches by the
@@ -92,8 +151,9 @@ return 0
 /// What an acquire attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
-    /// We hold it now (first hold or one more reentrant hold).
-    Acquired,
+    /// We hold it now (first hold or one more reentrant hold), with the
+    /// fencing token minted by this acquire, if one was asked for.
+    Acquired { fence: Option<u64> },
     /// Someone else holds it; `ttl` is its remaining lease, `None` when the
     /// key has no expiry (not written by a lease lock).
     HeldElsewhere { ttl: Option<Duration> },
@@ -107,8 +167,9 @@ pub(crate) enum Release {
     /// One reentrant hold was given back; others of the same owner remain.
     StillHeld,
     /// The last hold was given back and the lock passed directly to the
-    /// successor named in the release (a thread queued in the same client).
-    HandedOver,
+    /// successor named in the release (a thread queued in the same client),
+    /// with a fencing token minted for it when it asked for one.
+    HandedOver { fence: Option<u64> },
     /// Freed and published with a successor named, because other clients
     /// were waiting for the lock: the successor should let them go first.
     FreedForOthers,
@@ -119,6 +180,7 @@ pub(crate) enum Release {
 /// The scripts, hashed once per client.
 pub(crate) struct Scripts {
     acquire: Script,
+    acquire_fenced: Script,
     release: Script,
 }
 
@@ -126,6 +188,7 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
             acquire: Script::new(ACQUIRE),
+            acquire_fenced: Script::new(ACQUIRE_FENCED),
             release: Script::new(RELEASE),
         }
     }
@@ -139,19 +202,36 @@ impl Scripts {
         owner: &str,
         lease: Duration,
         fresh: bool,
+        fence: Fence,
     ) -> RedisResult<Acquire> {
-        let mut cmd = evalsha(&self.acquire, 1);
-        cmd.arg(key)
-            .arg(millis(lease))
-            .arg(owner)
-            .arg(if fresh { "1" } else { "0" });
-        let ttl: Option<i64> = run(con, &self.acquire, &cmd)?;
-        Ok(match ttl {
-            None => Acquire::Acquired,
-            Some(ms) if ms >= 0 => Acquire::HeldElsewhere {
+        let fresh = if fresh { "1" } else { "0" };
+        let reply: Value = match fence {
+            Fence::None => {
+                let mut cmd = evalsha(&self.acquire, 1);
+                cmd.arg(key).arg(millis(lease)).arg(owner).arg(fresh);
+                run(con, &self.acquire, &cmd)?
+            }
+            Fence::Keep | Fence::Mint => {
+                let mut cmd = evalsha(&self.acquire_fenced, 2);
+                cmd.arg(key)
+                    .arg(token_key(key))
+                    .arg(millis(lease))
+                    .arg(owner)
+                    .arg(fresh)
+                    .arg(if fence == Fence::Mint { "1" } else { "0" });
+                run(con, &self.acquire_fenced, &cmd)?
+            }
+        };
+        Ok(match reply {
+            Value::Nil => Acquire::Acquired { fence: None },
+            Value::Array(items) => Acquire::Acquired {
+                fence: items.first().and_then(token),
+            },
+            Value::Int(ms) if ms >= 0 => Acquire::HeldElsewhere {
                 ttl: Some(Duration::from_millis(ms as u64)),
             },
-            Some(_) => Acquire::HeldElsewhere { ttl: None },
+            Value::Int(_) => Acquire::HeldElsewhere { ttl: None },
+            other => return Err(unexpected("acquire", &other)),
         })
     }
 
@@ -167,26 +247,33 @@ impl Scripts {
         last: bool,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Release> {
-        let mut cmd = evalsha(&self.release, 2);
-        cmd.arg(key)
-            .arg(channel_name(key))
-            .arg(UNLOCK_MESSAGE)
+        let fenced = successor.as_ref().is_some_and(|n| n.fenced);
+        let mut cmd = evalsha(&self.release, if fenced { 3 } else { 2 });
+        cmd.arg(key).arg(channel_name(key));
+        if fenced {
+            cmd.arg(token_key(key));
+        }
+        cmd.arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(owner)
             .arg(if last { "1" } else { "0" });
-        if let Some(next) = successor {
+        if let Some(next) = &successor {
             cmd.arg(next.owner)
                 .arg(next.own_subscriptions)
                 .arg(if next.force { "1" } else { "0" })
                 .arg(millis(next.lease));
         }
-        let freed: Option<i64> = run(con, &self.release, &cmd)?;
-        Ok(match freed {
-            None => Release::NotHeld,
-            Some(0) => Release::StillHeld,
-            Some(2) => Release::HandedOver,
-            Some(3) => Release::FreedForOthers,
-            Some(_) => Release::Freed,
+        let reply: Value = run(con, &self.release, &cmd)?;
+        Ok(match reply {
+            Value::Nil => Release::NotHeld,
+            Value::Int(0) => Release::StillHeld,
+            Value::Int(2) => Release::HandedOver { fence: None },
+            Value::Array(items) => Release::HandedOver {
+                fence: items.get(1).and_then(token),
+            },
+            Value::Int(3) => Release::FreedForOthers,
+            Value::Int(_) => Release::Freed,
+            other => return Err(unexpected("release", &other)),
         })
     }
 }
@@ -213,6 +300,43 @@ fn run<T: FromRedisValue>(
         }
         other => other,
     }
+}
+
+/// Whether an acquire deals in fencing tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fence {
+    /// A plain lock: no token, no extra key.
+    None,
+    /// Fenced, and this owner already has a token for its holds here.
+    Keep,
+    /// Fenced, and a new token is needed.
+    Mint,
+}
+
+/// The fencing-token counter of a lock key (Redisson's
+/// `redisson_lock_token:{name}`; the braces keep it in the key's slot).
+pub(crate) fn token_key(key: &str) -> String {
+    let mut s = String::with_capacity(key.len() + 22);
+    s.push_str("redisson_lock_token:{");
+    s.push_str(key);
+    s.push('}');
+    s
+}
+
+/// A token in a script reply (positive integer).
+fn token(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(n) if *n > 0 => Some(*n as u64),
+        _ => None,
+    }
+}
+
+fn unexpected(what: &str, v: &Value) -> redis::RedisError {
+    redis::RedisError::from((
+        ErrorKind::Client,
+        "unexpected reply from the lock script",
+        format!("{what}: {v:?}"),
+    ))
 }
 
 /// The unlock channel of a lock key (Redisson's `redisson_lock__channel:{name}`).
