@@ -246,7 +246,10 @@ impl LockClient {
     ///
     /// While the lock is held by someone else the thread parks: it wakes on the
     /// holder's unlock message, or when the holder's lease would have run out,
-    /// whichever comes first — it never polls.
+    /// whichever comes first — it never polls. If Redis goes away while the
+    /// thread waits (a restart, a failover), it keeps trying with backoff for
+    /// up to the connect timeout before it gives up with the connection
+    /// error; pooled connections that died meanwhile are skipped.
     ///
     /// # Errors
     /// Invalid name, Redis unreachable or failing, a non-lock value at the key.
@@ -382,6 +385,10 @@ impl LockClient {
                 }
             }
         }
+        // Set once an attempt found the lock held: from then on we wait, and a
+        // Redis outage shorter than the connect timeout is ridden out.
+        let mut waiting = false;
+        let mut outage: Option<Instant> = None;
         loop {
             if let Some(sub) = turn.subscription() {
                 sub.clear_permits();
@@ -393,8 +400,32 @@ impl LockClient {
                 (true, Some(_)) => Fence::Keep,
                 (true, None) => Fence::Mint,
             };
-            let ttl = match inner.attempt(&key, &owner, lease, turn.fresh(), fence)? {
-                Acquire::Acquired { fence: minted } => {
+            let attempt = inner.attempt(&key, &owner, lease, turn.fresh(), fence);
+            let ttl = match attempt {
+                Err(e) if waiting && e.is_connection() => {
+                    // Redis went away while we waited (a restart, a failover):
+                    // retry with backoff until it is back, the deadline, or
+                    // the connect timeout of continuous failure.
+                    let now = Instant::now();
+                    let since = *outage.get_or_insert(now);
+                    let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
+                    let retry_at = now + backoff;
+                    if now - since >= inner.pool.connection_timeout()
+                        || deadline.is_some_and(|d| d <= retry_at)
+                    {
+                        return Err(e);
+                    }
+                    tracing::debug!(lock = %name, error = %e, "leasehold: redis unreachable while waiting; retrying");
+                    match turn.subscription() {
+                        Some(sub) => {
+                            sub.wait_until(retry_at);
+                        }
+                        None => std::thread::sleep(backoff),
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+                Ok(Acquire::Acquired { fence: minted }) => {
                     // A reentrant fenced hold returns the token it already has.
                     let token = minted.or(turn.fence()).filter(|_| fenced);
                     let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
@@ -402,8 +433,10 @@ impl LockClient {
                     let guard = self.guard(name, key, owner, lease, watchdog, state);
                     return Ok(Some(guard.with_fence(token)));
                 }
-                Acquire::HeldElsewhere { ttl } => ttl,
+                Ok(Acquire::HeldElsewhere { ttl }) => ttl,
             };
+            waiting = true;
+            outage = None;
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(None);
@@ -508,6 +541,11 @@ impl Inner {
         owner
     }
 
+    /// One acquire script. A pooled connection that died idle (Redis was
+    /// restarted, a proxy dropped it) fails on first use; the attempt is then
+    /// sent again on another connection, a few times at most. Sending it
+    /// twice is harmless: a first hold is set (not incremented), a reentrant
+    /// count is settled by the last local release, a second token is larger.
     fn attempt(
         &self,
         key: &str,
@@ -516,10 +554,21 @@ impl Inner {
         fresh: bool,
         fence: Fence,
     ) -> Result<Acquire> {
-        let mut con = self.connection(None)?;
-        self.scripts
-            .acquire(&mut *con, key, owner, lease, fresh, fence)
-            .map_err(|e| Error::from_redis(e, key))
+        let mut tries = 0;
+        loop {
+            let mut con = self.connection(None)?;
+            match self
+                .scripts
+                .acquire(&mut *con, key, owner, lease, fresh, fence)
+            {
+                Ok(acquired) => return Ok(acquired),
+                Err(e) if tries < STALE_RETRIES && e.is_io_error() && !con.is_open() => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying on another");
+                }
+                Err(e) => return Err(Error::from_redis(e, key)),
+            }
+        }
     }
 
     /// Runs the release script for one hold of `owner` on `key`.
@@ -620,6 +669,13 @@ fn push_decimal(out: &mut String, mut n: u64) {
         out.push(char::from(d));
     }
 }
+
+/// Dead pooled connections an acquire attempt skips before it gives up.
+const STALE_RETRIES: u32 = 3;
+
+/// Backoff between attempts while Redis is unreachable during a wait.
+const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const OUTAGE_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 /// The earlier of an optional deadline and `at`.
 fn deadline_min(deadline: Option<Instant>, at: Instant) -> Instant {

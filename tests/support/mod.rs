@@ -21,6 +21,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     password: Option<String>,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -56,6 +57,41 @@ impl RedisServer {
             port
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Self::spawn(port, dir, extra, password.map(str::to_owned))
+    }
+
+    /// Kills the server and starts a new, empty one on the same port (no
+    /// persistence: every key is gone), as a crash and restart would.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let dir = self.dir.clone();
+            match Self::spawn(self.port, dir, self.extra.clone(), self.password.clone()) {
+                Ok(mut fresh) => {
+                    std::mem::swap(self, &mut fresh);
+                    // `fresh` is the dead old server now: drop it without
+                    // removing the directory the new one uses.
+                    fresh.dir = PathBuf::new();
+                    return;
+                }
+                Err(log) if Instant::now() < deadline => {
+                    let _ = log;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(log) => panic!("redis-server did not restart on port {}:\n{log}", self.port),
+            }
+        }
+    }
+
+    fn spawn(
+        port: u16,
+        dir: PathBuf,
+        extra: Vec<String>,
+        password: Option<String>,
+    ) -> Result<Self, String> {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
         let log = dir.join("redis.log");
         let bin = std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let child = Command::new(&bin)
@@ -65,7 +101,7 @@ impl RedisServer {
             .arg(&dir)
             .arg("--logfile")
             .arg(&log)
-            .args(extra)
+            .args(&extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -83,7 +119,8 @@ impl RedisServer {
             child,
             port,
             dir,
-            password: password.map(str::to_owned),
+            password,
+            extra,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -179,8 +216,9 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill(); // SIGKILL ends a SIGSTOPped server too
-
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -1,0 +1,220 @@
+//! Faults with real processes and a real Redis: a holder SIGKILLed or
+//! SIGSTOPped past its lease, a panic inside the critical section, and
+//! `redis-server` killed and restarted empty while guards are held and
+//! waiters park. Every child process is killed by pid at the end.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{FencedStore, LeaseLost, LockClient, LockOptions};
+use redis::Commands;
+use support::{eventually, RedisServer};
+
+/// A lock holder in its own process (`tests/child/holder.rs`).
+struct Holder {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    token: u64,
+}
+
+impl Holder {
+    fn start(url: &str, name: &str, lease: Duration) -> Holder {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
+            .args([url, name, &lease.as_millis().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the child holder");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let token = line
+            .strip_prefix("held ")
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("child did not take the lock: {line:?}"));
+        Holder {
+            child,
+            stdin,
+            stdout,
+            token,
+        }
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim().to_owned()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_sigkilled_holder_is_replaced_within_its_lease() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(1_000);
+    let holder = Holder::start(&server.url(), "job:killed", lease);
+    let client = LockClient::new(&server.url()).unwrap();
+    holder.signal("KILL");
+    let killed = Instant::now();
+    let guard = client.lock("job:killed").unwrap();
+    let waited = killed.elapsed();
+    assert!(
+        waited < lease + Duration::from_secs(2),
+        "taken over {waited:?} after the kill (lease {lease:?})"
+    );
+    assert!(guard.is_held());
+}
+
+#[test]
+fn a_paused_holder_is_fenced_off_and_cannot_release_the_new_lock() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(900);
+    let mut stale = Holder::start(&server.url(), "job:paused", lease);
+    let store = FencedStore::new("resource:paused");
+    let mut con = server.connection();
+    assert_eq!(stale.ask("write resource:paused from-stale"), "wrote true");
+
+    // The holder (and its renewal thread) stops; its lease runs out.
+    stale.signal("STOP");
+    let client = LockClient::new(&server.url()).unwrap();
+    let fresh = client
+        .lock_with("job:paused", LockOptions::new().fenced())
+        .unwrap();
+    let token = fresh.fence().unwrap();
+    assert!(token > stale.token, "{token} after {}", stale.token);
+    assert!(store.write(&mut con, token, "from-new").unwrap());
+
+    // It wakes up believing it holds the lock.
+    stale.signal("CONT");
+    let mut status = String::new();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            status = stale.ask("status");
+            status.contains("held=false")
+        }),
+        "the stale guard reports the lease lost: {status}"
+    );
+    assert_eq!(
+        stale.ask("write resource:paused from-stale-again"),
+        "wrote false",
+        "the fence refuses the stale holder"
+    );
+    assert_eq!(stale.ask("unlock"), "unlock not-held");
+    assert!(fresh.is_held());
+    let owners: Vec<String> = con.hkeys("job:paused").unwrap();
+    assert_eq!(
+        owners.len(),
+        1,
+        "the new holder's lock is intact: {owners:?}"
+    );
+    assert_eq!(
+        store.read(&mut con).unwrap(),
+        Some((token, "from-new".to_owned()))
+    );
+    fresh.unlock().unwrap();
+}
+
+#[test]
+fn a_panic_inside_the_critical_section_releases_the_lock() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let c = client.clone();
+    let result = thread::spawn(move || {
+        let _guard = c.lock("job:panics").unwrap();
+        panic!("the job failed halfway");
+    })
+    .join();
+    assert!(result.is_err(), "the thread panicked");
+    let exists: bool = server.connection().exists("job:panics").unwrap();
+    assert!(!exists, "Drop released the lock while unwinding");
+    assert!(client.try_lock("job:panics").unwrap().is_some());
+}
+
+#[test]
+fn redis_restarted_empty_while_locks_are_held_and_waiters_park() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(1_500))
+        .socket_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let held = client
+        .lock_with("job:restart", LockOptions::new().fenced())
+        .unwrap();
+    let first_token = held.fence().unwrap();
+    let lost = held.lost();
+    let other = LockClient::new(&server.url()).unwrap();
+    let waiter = thread::spawn(move || {
+        let g = other.lock_with("job:restart", LockOptions::new().fenced());
+        g.map(|g| g.fence())
+    });
+    assert!(eventually(Duration::from_secs(10), || client
+        .stats()
+        .live_leases
+        == 1));
+    thread::sleep(Duration::from_millis(200)); // the waiter parks
+
+    let probe = LockClient::builder(&server.url())
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    server.kill();
+    // While Redis is down, calls fail with typed errors, quickly.
+    let started = Instant::now();
+    let e = probe.try_lock("job:other").unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    server.restart();
+
+    // The holder learns that its lease is gone …
+    let why = lost
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the lost signal");
+    assert!(
+        matches!(why, LeaseLost::NotOurs | LeaseLost::Unreachable),
+        "{why:?}"
+    );
+    assert!(!held.is_held());
+    // … the parked waiter gets the lock on the restarted server, with a
+    // token above the one issued before the restart …
+    let token = waiter
+        .join()
+        .unwrap()
+        .expect("the waiter's lock after the restart")
+        .expect("a fenced token");
+    assert!(token > first_token, "{token} after {first_token}");
+    // … and the old guard's unlock touches nothing.
+    assert!(held.unlock().unwrap_err().is_not_held());
+    // The client's pooled connections died with the old server; a new lock
+    // works at once (dead connections are skipped, not reported).
+    let after = client.try_lock("job:after-restart").unwrap();
+    assert!(after.is_some());
+}
