@@ -169,8 +169,11 @@ impl LockClientBuilder {
             source: Some(e),
         })?;
         let renewer = {
-            let (client, connect, socket) =
-                (client.clone(), self.connect_timeout, self.socket_timeout);
+            // Renewal is on the clock: a reconnect may take no longer than a
+            // reply may, so a dead network cannot hold the thread past a
+            // lease it must report lost.
+            let (client, socket) = (client.clone(), self.socket_timeout);
+            let connect = self.connect_timeout.min(socket);
             let connector = Box::new(move || {
                 let con = client.get_connection_with_timeout(connect)?;
                 con.set_read_timeout(Some(socket))?;
@@ -178,7 +181,7 @@ impl LockClientBuilder {
                 Ok(con)
             });
             // Renew up to a thirtieth of the lease early to batch more.
-            Renewer::start(connector, self.watchdog_lease / 30)
+            Renewer::start(connector, self.watchdog_lease / 30, socket)
                 .map_err(|source| Error::Thread { source })?
         };
         let last_connect_error = Arc::new(Mutex::new(None));
@@ -389,6 +392,7 @@ impl LockClient {
         // Redis outage shorter than the connect timeout is ridden out.
         let mut waiting = false;
         let mut outage: Option<Instant> = None;
+        let mut late_replies = 0;
         loop {
             if let Some(sub) = turn.subscription() {
                 sub.clear_permits();
@@ -425,6 +429,31 @@ impl LockClient {
                     continue;
                 }
                 Err(e) => return Err(e),
+                Ok(Acquire::Acquired { .. }) if sent_at.elapsed() >= lease => {
+                    // The reply came after the lease it set had run out: that
+                    // is no lock. Undo whatever is left, owner-checked.
+                    let round_trip = sent_at.elapsed();
+                    late_replies += 1;
+                    let _ = inner.release(
+                        &key,
+                        &owner,
+                        lease,
+                        Some(inner.socket_timeout),
+                        turn.fresh(),
+                        None,
+                    );
+                    if late_replies >= LATE_REPLIES_MAX
+                        || deadline.is_some_and(|d| d <= Instant::now())
+                    {
+                        return Err(Error::LeaseExpiredOnArrival {
+                            name: name.to_owned(),
+                            lease,
+                            round_trip,
+                            tries: late_replies,
+                        });
+                    }
+                    continue;
+                }
                 Ok(Acquire::Acquired { fence: minted }) => {
                     // A reentrant fenced hold returns the token it already has.
                     let token = minted.or(turn.fence()).filter(|_| fenced);
@@ -669,6 +698,9 @@ fn push_decimal(out: &mut String, mut n: u64) {
         out.push(char::from(d));
     }
 }
+
+/// Acquire replies arriving after their lease ran out before we give up.
+const LATE_REPLIES_MAX: u32 = 3;
 
 /// Dead pooled connections an acquire attempt skips before it gives up.
 const STALE_RETRIES: u32 = 3;

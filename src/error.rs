@@ -57,6 +57,22 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// Each reply to the acquire came back only after the lease it set had
+    /// run out (a slow network, a paused process), so no guard was handed
+    /// out: it would have been a lock no longer held. Whatever the acquire
+    /// left in Redis was released, owner-checked.
+    #[error("lock {name:?}: the reply to the acquire came {round_trip:?} after it was sent, past the lease of {lease:?}, {tries} times; use a longer lease")]
+    LeaseExpiredOnArrival {
+        /// The lock name as the caller gave it.
+        name: String,
+        /// The lease asked for.
+        lease: std::time::Duration,
+        /// The last round trip.
+        round_trip: std::time::Duration,
+        /// How many replies arrived too late.
+        tries: u32,
+    },
+
     /// The lock key exists in Redis but is not a hash, so it is not a lock.
     #[error("key {key:?} holds a value that is not a lock hash (WRONGTYPE); choose another lock name or a key prefix")]
     WrongType {
@@ -121,11 +137,12 @@ impl Error {
         matches!(self, Error::WaitTimedOut { .. })
     }
 
-    /// True when Redis did not answer in time (socket timeout), or no pooled
-    /// connection could be had in time.
+    /// True when Redis did not answer in time (socket timeout), no pooled
+    /// connection could be had in time, or the acquire replies kept arriving
+    /// after the lease had run out.
     pub fn is_timeout(&self) -> bool {
         match self {
-            Error::Pool { .. } => true,
+            Error::Pool { .. } | Error::LeaseExpiredOnArrival { .. } => true,
             Error::Connection { source } | Error::Redis { source } => source.is_timeout(),
             _ => false,
         }

@@ -224,7 +224,18 @@ impl Renewer {
     /// `coalesce`: when a renewal comes due, every lease due within this much
     /// more is renewed in the same round trip (a little early), so leases
     /// taken at scattered moments still renew in few batches.
-    pub(crate) fn start(connector: Connector, coalesce: Duration) -> std::io::Result<Self> {
+    ///
+    /// `io_budget`: the socket timeout; one round trip may take twice that
+    /// (a write and a read timing out, or a reconnect and a read). A
+    /// lease whose renewal failed with less than that left before it runs
+    /// out is reported lost at once — the client could not learn in time
+    /// whether another renewal went through, so it may hold the lock no
+    /// longer than it can be sure of.
+    pub(crate) fn start(
+        connector: Connector,
+        coalesce: Duration,
+        io_budget: Duration,
+    ) -> std::io::Result<Self> {
         let (wake, rx) = crossbeam_channel::unbounded();
         let gate = Arc::new(Mutex::new(()));
         let counters = Arc::new(Counters::default());
@@ -238,6 +249,7 @@ impl Renewer {
             connector,
             con: None,
             coalesce,
+            io_budget: io_budget * 2 + TICK,
             wheel: Wheel::new(Instant::now()),
             entries: HashMap::new(),
             next_id: 0,
@@ -371,6 +383,8 @@ struct Worker {
     connector: Connector,
     con: Option<redis::Connection>,
     coalesce: Duration,
+    /// A round trip's worst case (twice the socket timeout) plus a tick.
+    io_budget: Duration,
     wheel: Wheel,
     entries: HashMap<u64, Entry>,
     next_id: u64,
@@ -526,8 +540,9 @@ impl Worker {
         }
     }
 
-    /// Redis did not answer: lost if the lease has run out meanwhile,
-    /// otherwise try again soon (transient errors are not losses).
+    /// Redis did not answer: lost if the lease runs out before another round
+    /// trip could confirm it, otherwise try again soon (transient errors are
+    /// not losses).
     fn retry_later(&mut self, ids: &[u64], sent_at: Instant) {
         let now = Instant::now();
         for id in ids {
@@ -535,7 +550,7 @@ impl Worker {
                 continue;
             };
             let valid_until = *e.state.valid_until.lock();
-            if now >= valid_until {
+            if now + self.io_budget >= valid_until {
                 if let Some(e) = self.entries.remove(id) {
                     if e.state
                         .mark_lost(LeaseLost::Unreachable, &self.counters.leases_lost)
@@ -545,9 +560,10 @@ impl Worker {
                 }
                 continue;
             }
-            // Retry within a tenth of the lease, but check again right at the
-            // deadline so the loss is reported on time.
-            let retry = (sent_at + e.lease / 10).max(now + TICK).min(valid_until);
+            // Retry within a tenth of the lease, and early enough that a
+            // failure is known before the lease runs out.
+            let last_chance = valid_until.checked_sub(self.io_budget).unwrap_or(now);
+            let retry = (sent_at + e.lease / 10).max(now + TICK).min(last_chance);
             e.due = retry;
             self.wheel.insert(*id, retry);
         }

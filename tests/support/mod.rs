@@ -6,6 +6,8 @@
 //! uses a server it did not start.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;

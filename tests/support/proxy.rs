@@ -1,0 +1,143 @@
+//! A TCP fault proxy between a client and a test `redis-server`, switchable
+//! at run time: forward, delay every chunk by N ms, blackhole (bytes vanish,
+//! connections stay open), or reset every open connection.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+const FORWARD: u8 = 0;
+const DELAY: u8 = 1;
+const BLACKHOLE: u8 = 2;
+
+/// What the proxy does with the bytes it carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    Forward,
+    /// Each chunk, in both directions, waits this long before it is passed on.
+    Delay(Duration),
+    /// Bytes are read and dropped; the connections stay open (a partition).
+    Blackhole,
+}
+
+struct State {
+    mode: AtomicU8,
+    delay_ms: AtomicU64,
+    stop: AtomicBool,
+    conns: Mutex<Vec<TcpStream>>,
+}
+
+/// The proxy; stops (and closes every connection) on drop.
+pub struct FaultProxy {
+    port: u16,
+    state: Arc<State>,
+}
+
+impl FaultProxy {
+    /// Listens on a free loopback port and forwards to `127.0.0.1:upstream`.
+    pub fn start(upstream: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let state = Arc::new(State {
+            mode: AtomicU8::new(FORWARD),
+            delay_ms: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(Vec::new()),
+        });
+        let st = Arc::clone(&state);
+        thread::spawn(move || {
+            while !st.stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                            let _ = client.shutdown(Shutdown::Both);
+                            continue;
+                        };
+                        {
+                            let mut conns = st.conns.lock().unwrap();
+                            conns.push(client.try_clone().unwrap());
+                            conns.push(server.try_clone().unwrap());
+                        }
+                        pump(
+                            &st,
+                            client.try_clone().unwrap(),
+                            server.try_clone().unwrap(),
+                        );
+                        pump(&st, server, client);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        FaultProxy { port, state }
+    }
+
+    /// `redis://127.0.0.1:<proxy port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn set(&self, fault: Fault) {
+        let (mode, delay) = match fault {
+            Fault::Forward => (FORWARD, 0),
+            Fault::Delay(d) => (DELAY, d.as_millis() as u64),
+            Fault::Blackhole => (BLACKHOLE, 0),
+        };
+        self.state.delay_ms.store(delay, Ordering::Relaxed);
+        self.state.mode.store(mode, Ordering::Relaxed);
+    }
+
+    /// Closes every connection open now (new ones are accepted as usual).
+    pub fn reset_all(&self) {
+        for c in self.state.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Connections accepted and still tracked (two sockets each).
+    pub fn connections(&self) -> usize {
+        self.state.conns.lock().unwrap().len() / 2
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::Relaxed);
+        self.reset_all();
+    }
+}
+
+/// Copies `from` → `to` on its own thread, applying the current fault.
+fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream) {
+    let st = Arc::clone(state);
+    thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if st.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            match st.mode.load(Ordering::Relaxed) {
+                BLACKHOLE => continue,
+                DELAY => thread::sleep(Duration::from_millis(st.delay_ms.load(Ordering::Relaxed))),
+                _ => {}
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
