@@ -218,3 +218,125 @@ fn redis_restarted_empty_while_locks_are_held_and_waiters_park() {
     let after = client.try_lock("job:after-restart").unwrap();
     assert!(after.is_some());
 }
+
+/// Replays the enter/exit records of every name: no critical section may
+/// start while another is open, except after one of the `killed` process's
+/// sections that never finished. Returns (finished, unfinished) sections and
+/// checks each counter against them.
+fn check_history(con: &mut redis::Connection, names: &[&str], killed: Option<&str>) -> (u64, u64) {
+    let (mut finished, mut unfinished) = (0, 0);
+    for name in names {
+        let events: Vec<String> = con.lrange(format!("events:{name}"), 0, -1).unwrap();
+        let (mut done_here, mut open_here) = (0u64, 0u64);
+        let mut inside: Option<String> = None;
+        for ev in &events {
+            let (kind, id) = ev.split_once(' ').unwrap();
+            match kind {
+                "E" => {
+                    if let Some(prev) = inside.take() {
+                        let from_killed =
+                            killed.is_some_and(|k| prev.starts_with(&format!("{k}.")));
+                        assert!(from_killed, "{name}: {id} entered while {prev} was inside");
+                        open_here += 1;
+                    }
+                    inside = Some(id.to_owned());
+                }
+                "X" => {
+                    assert_eq!(
+                        inside.as_deref(),
+                        Some(id),
+                        "{name}: exit of {id} out of turn"
+                    );
+                    inside = None;
+                    done_here += 1;
+                }
+                _ => panic!("bad record {ev:?}"),
+            }
+        }
+        if let Some(prev) = inside {
+            assert!(
+                killed.is_some_and(|k| prev.starts_with(&format!("{k}."))),
+                "{name}: {prev} never left"
+            );
+            open_here += 1;
+        }
+        let count: u64 = con.get(format!("count:{name}")).unwrap_or(0);
+        assert!(
+            count >= done_here && count <= done_here + open_here,
+            "{name}: counter {count} for {done_here} finished and {open_here} unfinished sections"
+        );
+        finished += done_here;
+        unfinished += open_here;
+    }
+    (finished, unfinished)
+}
+
+fn checker(url: &str, names: &str, threads: u32, per_thread: u32, tag: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
+        .args([
+            "check",
+            url,
+            names,
+            &threads.to_string(),
+            &per_thread.to_string(),
+            tag,
+            "2000",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start a checker process")
+}
+
+fn sections_done(child: Child) -> u64 {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "a checker process failed");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .strip_prefix("done ")
+        .and_then(|n| n.parse().ok())
+        .expect("done <n>")
+}
+
+#[test]
+fn processes_and_threads_never_overlap_in_twenty_thousand_sections() {
+    let server = RedisServer::start();
+    let names = ["mx:a", "mx:b", "mx:c"];
+    let children: Vec<Child> = (0..4)
+        .map(|p| checker(&server.url(), &names.join(","), 4, 1_250, &format!("p{p}")))
+        .collect();
+    let done: u64 = children.into_iter().map(sections_done).sum();
+    assert_eq!(done, 20_000);
+    let (finished, unfinished) = check_history(&mut server.connection(), &names, None);
+    assert_eq!((finished, unfinished), (20_000, 0));
+}
+
+#[test]
+fn a_process_killed_mid_run_costs_only_its_unfinished_section() {
+    let server = RedisServer::start();
+    let names = ["mk:a", "mk:b", "mk:c"];
+    let mut children: Vec<Child> = (0..4)
+        .map(|p| checker(&server.url(), &names.join(","), 4, 400, &format!("p{p}")))
+        .collect();
+    let mut con = server.connection();
+    let started = |con: &mut redis::Connection| -> usize {
+        names
+            .iter()
+            .map(|n| con.llen::<_, usize>(format!("events:{n}")).unwrap())
+            .sum()
+    };
+    assert!(eventually(Duration::from_secs(20), || started(&mut con) >= 1_000));
+    let mut victim = children.remove(0);
+    let _ = victim.kill(); // SIGKILL, mid-run
+    let _ = victim.wait();
+    let done: u64 = children.into_iter().map(sections_done).sum();
+    assert_eq!(done, 3 * 4 * 400, "the other processes finished");
+    let (finished, unfinished) = check_history(&mut con, &names, Some("p0"));
+    assert!(
+        finished >= done,
+        "{finished} finished, {done} by the survivors"
+    );
+    assert!(
+        unfinished <= 4,
+        "at most one open section per killed thread: {unfinished}"
+    );
+}

@@ -7,6 +7,13 @@
 //! - `write <store-key> <value>` → `wrote <bool>` (through a `FencedStore`)
 //! - `unlock` → `unlock ok` / `unlock not-held` / `unlock error <msg>`
 //! - `exit` (or end of input) → exits.
+//!
+//! `leasehold-test-child check <url> <names,…> <threads> <per-thread>
+//! <process-tag> <watchdog-lease-ms>` runs the mutual-exclusion workload:
+//! each thread takes the names in turn, and inside each critical section
+//! appends `E <tag>.<thread>.<i>` to `events:<name>`, reads `count:<name>`,
+//! writes it back plus one (a non-atomic read-modify-write) and appends
+//! `X <tag>.<thread>.<i>`. Prints `done <sections>` at the end.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -15,6 +22,9 @@ use leasehold::{FencedStore, LockClient, LockOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("check") {
+        return check(&args[1..]);
+    }
     let [url, name, lease_ms] = &args[..] else {
         eprintln!("usage: leasehold-test-child <url> <name> <watchdog-lease-ms>");
         std::process::exit(2);
@@ -67,4 +77,61 @@ fn main() {
         writeln!(out, "{reply}").unwrap();
         out.flush().unwrap();
     }
+}
+
+fn check(args: &[String]) {
+    let [url, names, threads, per_thread, tag, lease_ms] = args else {
+        eprintln!("usage: leasehold-test-child check <url> <names> <threads> <per-thread> <tag> <lease-ms>");
+        std::process::exit(2);
+    };
+    let names: Vec<String> = names.split(',').map(str::to_owned).collect();
+    let threads: usize = threads.parse().expect("threads");
+    let per_thread: usize = per_thread.parse().expect("per-thread");
+    let lease = Duration::from_millis(lease_ms.parse().expect("lease in ms"));
+    let client = LockClient::builder(url)
+        .watchdog_lease(lease)
+        .build()
+        .expect("client");
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (client, names, url, tag) =
+                (client.clone(), names.clone(), url.clone(), tag.clone());
+            std::thread::spawn(move || {
+                let mut con = redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("connection");
+                for i in 0..per_thread {
+                    let name = &names[(i + t) % names.len()];
+                    let id = format!("{tag}.{t}.{i}");
+                    let guard = client.lock(name).expect("lock");
+                    let events = format!("events:{name}");
+                    let count = format!("count:{name}");
+                    let _: i64 = redis::cmd("RPUSH")
+                        .arg(&events)
+                        .arg(format!("E {id}"))
+                        .query(&mut con)
+                        .expect("rpush");
+                    let n: i64 = redis::cmd("GET")
+                        .arg(&count)
+                        .query::<Option<i64>>(&mut con)
+                        .expect("get")
+                        .unwrap_or(0);
+                    let _: () = redis::cmd("SET")
+                        .arg(&count)
+                        .arg(n + 1)
+                        .query(&mut con)
+                        .expect("set");
+                    let _: i64 = redis::cmd("RPUSH")
+                        .arg(&events)
+                        .arg(format!("X {id}"))
+                        .query(&mut con)
+                        .expect("rpush");
+                    guard.unlock().expect("unlock");
+                }
+                per_thread
+            })
+        })
+        .collect();
+    let done: usize = handles.into_iter().map(|h| h.join().expect("worker")).sum();
+    println!("done {done}");
 }
