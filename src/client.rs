@@ -127,7 +127,8 @@ impl LockClientBuilder {
     /// # Errors
     /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse or a
     /// `rediss://` (TLS) URL, which leasehold does not support yet;
-    /// [`Error::InvalidArgument`] for a zero pool size, lease or timeout.
+    /// [`Error::InvalidArgument`] for a zero pool size, lease or timeout, or
+    /// a watchdog lease above [`MAX_LEASE`].
     pub fn build(self) -> Result<LockClient> {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size must be at least 1"));
@@ -140,6 +141,11 @@ impl LockClientBuilder {
             if d.is_zero() {
                 return Err(Error::invalid(format!("{what} must be greater than zero")));
             }
+        }
+        if self.watchdog_lease > MAX_LEASE {
+            return Err(Error::invalid(format_args!(
+                "watchdog lease must be at most {MAX_LEASE:?}"
+            )));
         }
         let info = self
             .url
@@ -351,10 +357,21 @@ impl LockClient {
         if name.is_empty() {
             return Err(Error::invalid("lock name must not be empty"));
         }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(Error::invalid(format_args!(
+                "lock name is {} bytes; names longer than {MAX_NAME_BYTES} bytes are refused (hash a long name first)",
+                name.len()
+            )));
+        }
         if lease.is_some_and(|l| l.is_zero()) {
             return Err(Error::invalid(
                 "lease must be greater than zero (a zero PEXPIRE would delete the lock at once)",
             ));
+        }
+        if lease.is_some_and(|l| l > MAX_LEASE) {
+            return Err(Error::invalid(format_args!(
+                "lease must be at most {MAX_LEASE:?} (100 years); for a lock that never expires use the watchdog (no explicit lease)"
+            )));
         }
         let inner = &self.inner;
         let mut key = String::with_capacity(inner.key_prefix.len() + name.len());
@@ -698,6 +715,16 @@ fn push_decimal(out: &mut String, mut n: u64) {
         out.push(char::from(d));
     }
 }
+
+/// The longest lock name accepted, in bytes. Redis would take longer keys,
+/// but every lock command carries the name (twice on release, as key and
+/// channel); a name this long is a mistake or an attack.
+pub const MAX_NAME_BYTES: usize = 64 * 1024;
+
+/// The longest explicit lease accepted (Redis refuses expiry times that
+/// overflow its millisecond clock; 100 years is far from that and from any
+/// real use).
+pub const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Acquire replies arriving after their lease ran out before we give up.
 const LATE_REPLIES_MAX: u32 = 3;

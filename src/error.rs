@@ -91,6 +91,30 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// The Redis user may not run the commands a lock needs (`NOPERM`).
+    #[error("the redis user may not run the lock commands (NOPERM): grant it +evalsha +script|load +subscribe +unsubscribe +publish +pubsub|numsub (and the commands the scripts call), keys ~<prefix>* ~redisson_lock_token:{{<prefix>* ~redisson_lock__channel:{{<prefix>* and channels &redisson_lock__channel:{{<prefix>*; {source}")]
+    NoPermission {
+        /// The server's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The server is a read-only replica (`READONLY`).
+    #[error("the redis server is a read-only replica: point leasehold at the primary; {source}")]
+    ReadOnlyReplica {
+        /// The server's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// Redis is at `maxmemory` and refuses writes (`OOM`).
+    #[error("redis is out of memory (maxmemory reached, no eviction) and refuses to write the lock; free memory or raise maxmemory; {source}")]
+    OutOfMemory {
+        /// The server's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// No connection could be had from the pool within the connect timeout.
     #[error("could not get a redis connection within {timeout:?}: {message}; check that redis is running and reachable, or raise the connect timeout")]
     Pool {
@@ -173,6 +197,16 @@ impl Error {
         matches!(self, Error::Auth { .. })
     }
 
+    /// True when the server refused the lock's commands as such: the user
+    /// lacks permission, the server is a read-only replica, or it is out of
+    /// memory. Retrying the same call will not help until that is fixed.
+    pub fn is_refused(&self) -> bool {
+        matches!(
+            self,
+            Error::NoPermission { .. } | Error::ReadOnlyReplica { .. } | Error::OutOfMemory { .. }
+        )
+    }
+
     pub(crate) fn invalid(reason: impl fmt::Display) -> Self {
         Error::InvalidArgument {
             reason: reason.to_string(),
@@ -195,6 +229,12 @@ impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
         if is_auth_failure(&err) {
             Error::Auth { source: err }
+        } else if has_code(&err, "NOPERM") {
+            Error::NoPermission { source: err }
+        } else if has_code(&err, "READONLY") {
+            Error::ReadOnlyReplica { source: err }
+        } else if has_code(&err, "OOM") {
+            Error::OutOfMemory { source: err }
         } else if err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
@@ -211,6 +251,15 @@ fn is_wrongtype(err: &redis::RedisError) -> bool {
     // Inside a script Redis 7 keeps the original code ("WRONGTYPE … script: …");
     // older servers wrap it in an ERR whose text still names it.
     err.code() == Some("WRONGTYPE") || err.detail().is_some_and(|d| d.contains("WRONGTYPE"))
+}
+
+/// The error's code, also when a script wrapped it (`ERR … NOPERM …` on
+/// older servers).
+fn has_code(err: &redis::RedisError, code: &str) -> bool {
+    err.code() == Some(code)
+        || err
+            .detail()
+            .is_some_and(|d| d.starts_with(code) || d.contains(&format!(" {code} ")))
 }
 
 fn is_auth_failure(err: &redis::RedisError) -> bool {

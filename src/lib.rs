@@ -55,7 +55,7 @@ mod options;
 mod raw;
 mod renewal;
 
-pub use client::{LockClient, LockClientBuilder};
+pub use client::{LockClient, LockClientBuilder, MAX_LEASE, MAX_NAME_BYTES};
 pub use error::{Error, Result};
 pub use fenced::FencedStore;
 pub use guard::LockGuard;

@@ -1,0 +1,281 @@
+//! The bad-input table: every case is a typed error or a documented
+//! acceptance; none panics, none releases someone else's lock.
+//! (Empty name, zero lease, a string at the key, a wrong password, an
+//! unreachable host, a panic in the critical section and a guard dropped on
+//! another thread are in `tests/lock.rs`.)
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockOptions, MAX_LEASE, MAX_NAME_BYTES};
+use redis::Commands;
+use support::{eventually, RedisServer};
+
+#[test]
+fn a_name_above_the_limit_is_refused_and_one_at_the_limit_works() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let huge = "n".repeat(1024 * 1024);
+    let e = client.lock(&huge).unwrap_err();
+    assert!(e.is_invalid_argument(), "{e:?}");
+    assert!(e.to_string().contains("65536"), "{e}");
+    let at_limit = "m".repeat(MAX_NAME_BYTES);
+    let g = client.lock(&at_limit).unwrap();
+    let exists: bool = server.connection().exists(&at_limit).unwrap();
+    assert!(exists);
+    g.unlock().unwrap();
+}
+
+#[test]
+fn names_with_braces_spaces_newlines_and_unicode_are_exact_keys() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    for name in [
+        "{tag}x",
+        "a}b{c",
+        "with space",
+        "line\nbreak",
+        "tab\there",
+        "zählung:🔒",
+        "\"quoted\"",
+    ] {
+        let g = holder.lock(name).unwrap();
+        let exists: bool = con.exists(name).unwrap();
+        assert!(exists, "key {name:?} is the name itself");
+        // A waiter on another client is woken through the channel.
+        let (w, n) = (waiter.clone(), name.to_owned());
+        let t = thread::spawn(move || w.lock(&n).map(|g| g.unlock()));
+        assert!(eventually(Duration::from_secs(5), || waiter
+            .stats()
+            .waiters_parked
+            == 1));
+        g.unlock().unwrap();
+        let started = Instant::now();
+        assert!(matches!(t.join().unwrap(), Ok(Ok(()))));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{name:?}: woken by the unlock message"
+        );
+    }
+}
+
+#[test]
+fn leases_beyond_the_limit_are_refused() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    for lease in [
+        Duration::MAX,
+        Duration::from_millis(i64::MAX as u64),
+        MAX_LEASE + Duration::from_secs(1),
+    ] {
+        let e = client
+            .lock_with("long", LockOptions::new().lease(lease))
+            .unwrap_err();
+        assert!(e.is_invalid_argument(), "{lease:?}: {e:?}");
+    }
+    let e = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::MAX)
+        .build()
+        .unwrap_err();
+    assert!(e.is_invalid_argument(), "{e:?}");
+    // The longest accepted lease works.
+    let g = client
+        .lock_with("long", LockOptions::new().lease(MAX_LEASE))
+        .unwrap();
+    let pttl: i64 = server.connection().pttl("long").unwrap();
+    assert!(pttl > 3_000_000_000_000, "{pttl}");
+    g.unlock().unwrap();
+}
+
+#[test]
+fn unbounded_and_past_deadlines_do_not_overflow() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    // Free: acquired at once, whatever the bound.
+    drop(client.try_lock_for("d", Duration::MAX).unwrap().unwrap());
+    let past = Instant::now() - Duration::from_secs(1);
+    drop(client.try_lock_until("d", past).unwrap().unwrap());
+    // Held elsewhere: a past deadline is one attempt; Duration::MAX waits.
+    let other = LockClient::new(&server.url()).unwrap();
+    let g = other.lock("d").unwrap();
+    let started = Instant::now();
+    assert!(client.try_lock_until("d", past).unwrap().is_none());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let c = client.clone();
+    let t = thread::spawn(move || c.try_lock_for("d", Duration::MAX).map(|g| g.is_some()));
+    thread::sleep(Duration::from_millis(100));
+    g.unlock().unwrap();
+    assert!(t.join().unwrap().unwrap());
+}
+
+#[test]
+fn keys_of_other_types_are_wrongtype_not_an_endless_wait() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let _: i64 = con.rpush("a-list", "x").unwrap();
+    let _: i64 = con.sadd("a-set", "x").unwrap();
+    let _: i64 = con.zadd("a-zset", "x", 1).unwrap();
+    for key in ["a-list", "a-set", "a-zset"] {
+        let started = Instant::now();
+        let e = client.lock(key).unwrap_err();
+        assert!(e.is_wrong_type(), "{key}: {e:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+    let len: i64 = con.llen("a-list").unwrap();
+    assert_eq!(len, 1, "the list was left alone");
+}
+
+#[test]
+fn an_acl_user_without_the_lock_commands_is_told_what_to_grant() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("reader")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+get")
+        .arg("+ping")
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://reader:pw@127.0.0.1:{}/", server.port());
+    let client = LockClient::new(&url).unwrap();
+    let e = client.lock("acl").unwrap_err();
+    assert!(e.is_refused(), "{e:?}");
+    assert!(matches!(e, leasehold::Error::NoPermission { .. }), "{e:?}");
+    assert!(e.to_string().contains("+evalsha"), "{e}");
+}
+
+#[test]
+fn an_acl_user_limited_to_the_key_prefix_works() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    // Keys: the locks, their token counters, and their channels (the
+    // release script names the channel among its keys, as Redisson does).
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER").arg("billing").arg("on").arg(">pw");
+    acl.arg("~billing:*")
+        .arg("~redisson_lock_token:{billing:*")
+        .arg("~redisson_lock__channel:{billing:*")
+        .arg("&redisson_lock__channel:{billing:*");
+    for cmd in [
+        "+evalsha",
+        "+script|load",
+        "+subscribe",
+        "+unsubscribe",
+        "+publish",
+        "+pubsub|numsub",
+        "+ping",
+        "+exists",
+        "+hexists",
+        "+hset",
+        "+hincrby",
+        "+hget",
+        "+hdel",
+        "+pexpire",
+        "+pttl",
+        "+del",
+        "+get",
+        "+set",
+        "+time",
+    ] {
+        acl.arg(cmd);
+    }
+    let _: () = acl.query(&mut admin).unwrap();
+    let url = format!("redis://billing:pw@127.0.0.1:{}/", server.port());
+    let client = LockClient::builder(&url)
+        .key_prefix("billing:")
+        .build()
+        .unwrap();
+    let g = client
+        .lock_with("invoice:7", LockOptions::new().fenced())
+        .unwrap();
+    assert!(g.fence().is_some());
+    g.unlock().unwrap();
+    let outside = LockClient::new(&url).unwrap();
+    let e = outside.lock("elsewhere").unwrap_err();
+    assert!(e.is_refused(), "a key outside the prefix is refused: {e:?}");
+}
+
+#[test]
+fn a_read_only_replica_is_a_typed_error() {
+    let primary = RedisServer::start();
+    let replica_of = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &replica_of], None);
+    let client = LockClient::new(&replica.url()).unwrap();
+    let e = client.lock("ro").unwrap_err();
+    assert!(
+        matches!(e, leasehold::Error::ReadOnlyReplica { .. }),
+        "{e:?}"
+    );
+    assert!(e.is_refused());
+    assert!(e.to_string().contains("primary"), "{e}");
+}
+
+#[test]
+fn redis_out_of_memory_is_a_typed_error() {
+    let server = RedisServer::start_with(
+        &["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"],
+        None,
+    );
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let chunk = "x".repeat(64 * 1024);
+    for i in 0..200 {
+        let r: redis::RedisResult<()> = con.set(format!("fill:{i}"), &chunk);
+        if r.is_err() {
+            break;
+        }
+    }
+    let e = client.lock("oom").unwrap_err();
+    assert!(matches!(e, leasehold::Error::OutOfMemory { .. }), "{e:?}");
+    assert!(e.is_refused());
+}
+
+#[test]
+fn script_flush_mid_run_is_recovered_transparently() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let held = client.lock("flushed").unwrap();
+    let mut con = server.connection();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+    // Acquire, release and renewal all reload their scripts.
+    let other = client.lock("flushed-2").unwrap();
+    other.unlock().unwrap();
+    let renewed = client.stats().renewals_sent;
+    assert!(eventually(Duration::from_secs(5), || client
+        .stats()
+        .renewals_sent
+        > renewed + 1));
+    assert!(held.is_held());
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+    held.unlock().unwrap();
+}
+
+#[test]
+fn guards_outlive_their_client_and_still_release() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let guard = client.lock("orphan").unwrap();
+    drop(client);
+    // Still renewed: the guard keeps the client's internals alive.
+    thread::sleep(Duration::from_millis(1_500));
+    assert!(guard.is_held());
+    let exists: bool = server.connection().exists("orphan").unwrap();
+    assert!(exists);
+    guard.unlock().unwrap();
+    let exists: bool = server.connection().exists("orphan").unwrap();
+    assert!(!exists);
+}
