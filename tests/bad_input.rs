@@ -34,6 +34,7 @@ fn names_with_braces_spaces_newlines_and_unicode_are_exact_keys() {
     let holder = LockClient::new(&server.url()).unwrap();
     let waiter = LockClient::new(&server.url()).unwrap();
     let mut con = server.connection();
+    let _: () = con.set("bystander", "still here").unwrap();
     for name in [
         "{tag}x",
         "a}b{c",
@@ -42,6 +43,9 @@ fn names_with_braces_spaces_newlines_and_unicode_are_exact_keys() {
         "tab\there",
         "zählung:🔒",
         "\"quoted\"",
+        // Names travel as KEYS/ARGV, never inside Lua source: this is data.
+        "x') redis.call('flushall') --",
+        "]] .. redis.call('flushall') .. [[",
     ] {
         let g = holder.lock(name).unwrap();
         let exists: bool = con.exists(name).unwrap();
@@ -61,6 +65,32 @@ fn names_with_braces_spaces_newlines_and_unicode_are_exact_keys() {
             "{name:?}: woken by the unlock message"
         );
     }
+    let v: String = con.get("bystander").unwrap();
+    assert_eq!(v, "still here", "no name was run as code");
+}
+
+#[test]
+fn owner_ids_are_random_uuid_v4_per_client() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let client = LockClient::new(&server.url()).unwrap();
+        let g = client.lock("who").unwrap();
+        let owners: Vec<String> = con.hkeys("who").unwrap();
+        let (id, thread) = owners[0].rsplit_once(':').unwrap();
+        let uuid = uuid_fields(id);
+        assert_eq!(uuid.len(), 5, "{id}");
+        assert!(uuid[2].starts_with('4'), "version 4: {id}");
+        assert!("89ab".contains(&uuid[3][..1]), "RFC 4122 variant: {id}");
+        assert!(thread.parse::<u64>().is_ok());
+        assert!(seen.insert(id.to_owned()), "a fresh id per client");
+        g.unlock().unwrap();
+    }
+}
+
+fn uuid_fields(id: &str) -> Vec<String> {
+    id.split('-').map(str::to_owned).collect()
 }
 
 #[test]
