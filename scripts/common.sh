@@ -19,6 +19,23 @@ ensure_redis_server() {
     fi
 }
 
+# The TLS tests make their certificates with the openssl command.
+ensure_openssl() {
+    if command -v openssl >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "openssl is missing; installing it (apt-get install -y openssl)..."
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+        command -v openssl >/dev/null 2>&1 || { echo "installing openssl failed" >&2; exit 1; }
+    else
+        echo "openssl is needed by the TLS tests and missing. Install it with:" >&2
+        echo "    sudo apt-get update && sudo apt-get install -y openssl" >&2
+        exit 1
+    fi
+}
+
 ensure_cargo() {
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo is needed: install Rust from https://rustup.rs, then run this again" >&2

@@ -11,7 +11,7 @@ use redis::{ConnectionAddr, ConnectionLike, IntoConnectionInfo};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::local::{self, Enter, LocalLocks, Successor};
-use crate::notify::Notifier;
+use crate::notify::{Notifier, SubscriberTls};
 use crate::options::LockOptions;
 use crate::raw::{self, Acquire, Fence, Scripts};
 use crate::renewal::{LeaseState, Renewer, Stats};
@@ -81,9 +81,20 @@ pub struct LockClientBuilder {
     watchdog_lease: Duration,
     connect_timeout: Duration,
     socket_timeout: Duration,
+    #[cfg(feature = "tls")]
+    tls_root_cert: Option<Vec<u8>>,
 }
 
 impl LockClientBuilder {
+    /// For `rediss://` URLs (feature `tls`): trust this root certificate
+    /// (PEM) instead of the platform's trust store — for a server whose
+    /// certificate your own CA signed. Unset by default.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_cert = Some(pem.into());
+        self
+    }
+
     /// Most pooled connections open at once; each lock or unlock holds one
     /// only for its round trip. Defaults to 16.
     pub fn pool_size(mut self, size: u32) -> Self {
@@ -121,12 +132,55 @@ impl LockClientBuilder {
         self
     }
 
+    /// The subscriber's TLS configuration for a `rediss://` URL; refuses TLS
+    /// without the `tls` feature and `#insecure` (unverified) TLS.
+    fn tls(&self, info: &redis::ConnectionInfo) -> Result<SubscriberTls> {
+        let ConnectionAddr::TcpTls { insecure, .. } = info.addr() else {
+            return Ok(None);
+        };
+        if *insecure {
+            return Err(Error::InvalidUrl {
+                reason: "rediss://…#insecure (TLS without verifying the server) is refused; \
+                         trust your CA with tls_root_certificate instead"
+                    .into(),
+                source: None,
+            });
+        }
+        #[cfg(feature = "tls")]
+        return crate::tls::client_config(self.tls_root_cert.as_deref()).map(Some);
+        #[cfg(not(feature = "tls"))]
+        Err(Error::InvalidUrl {
+            reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
+            source: None,
+        })
+    }
+
+    /// The `redis` crate client for pooled and renewal connections.
+    fn redis_client(&self, info: redis::ConnectionInfo) -> Result<redis::Client> {
+        let invalid = |e| Error::InvalidUrl {
+            reason: format!("cannot use {:?}", redact(&self.url)),
+            source: Some(e),
+        };
+        #[cfg(feature = "tls")]
+        if let Some(pem) = &self.tls_root_cert {
+            if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                };
+                return redis::Client::build_with_tls(info, certs).map_err(invalid);
+            }
+        }
+        redis::Client::open(info).map_err(invalid)
+    }
+
     /// Checks the settings and builds the client. Nothing connects yet: the
     /// first lock opens the first connection.
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse or a
-    /// `rediss://` (TLS) URL, which leasehold does not support yet;
+    /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse, a
+    /// `rediss://` (TLS) URL without the `tls` feature, or unverified TLS
+    /// (`#insecure`);
     /// [`Error::InvalidArgument`] for a zero pool size, lease or timeout, or
     /// a watchdog lease above [`MAX_LEASE`].
     pub fn build(self) -> Result<LockClient> {
@@ -147,6 +201,13 @@ impl LockClientBuilder {
                 "watchdog lease must be at most {MAX_LEASE:?}"
             )));
         }
+        #[cfg(not(feature = "tls"))]
+        if self.url.starts_with("rediss://") {
+            return Err(Error::InvalidUrl {
+                reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
+                source: None,
+            });
+        }
         let info = self
             .url
             .as_str()
@@ -155,12 +216,7 @@ impl LockClientBuilder {
                 reason: format!("cannot parse {:?}", redact(&self.url)),
                 source: Some(e),
             })?;
-        if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
-            return Err(Error::InvalidUrl {
-                reason: "TLS (rediss://) is not supported yet".into(),
-                source: None,
-            });
-        }
+        let tls = self.tls(&info)?;
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         let info = info.set_tcp_settings(tcp);
         let id = uuid::Uuid::new_v4();
@@ -169,11 +225,9 @@ impl LockClientBuilder {
             format!("leasehold-notify-{}", short_id(&id)),
             self.connect_timeout,
             self.socket_timeout,
+            tls,
         );
-        let client = redis::Client::open(info).map_err(|e| Error::InvalidUrl {
-            reason: format!("cannot use {:?}", redact(&self.url)),
-            source: Some(e),
-        })?;
+        let client = self.redis_client(info)?;
         let renewer = {
             // Renewal is on the clock: a reconnect may take no longer than a
             // reply may, so a dead network cannot hold the thread past a
@@ -243,6 +297,8 @@ impl LockClient {
             watchdog_lease: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             socket_timeout: Duration::from_secs(3),
+            #[cfg(feature = "tls")]
+            tls_root_cert: None,
         }
     }
 
@@ -807,8 +863,23 @@ mod tests {
         assert!(e.is_invalid_argument(), "{e}");
         let e = LockClient::new("not a url").unwrap_err();
         assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
-        let e = LockClient::new("rediss://127.0.0.1/").unwrap_err();
+        // TLS without verifying the server is refused in every build …
+        let e = LockClient::new("rediss://127.0.0.1/#insecure").unwrap_err();
         assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+        // … and TLS at all without the `tls` feature.
+        #[cfg(not(feature = "tls"))]
+        {
+            let e = LockClient::new("rediss://127.0.0.1/").unwrap_err();
+            assert!(e.to_string().contains("`tls` cargo feature"), "{e}");
+        }
+        #[cfg(feature = "tls")]
+        {
+            let e = LockClient::builder("rediss://127.0.0.1/")
+                .tls_root_certificate("not a certificate")
+                .build()
+                .unwrap_err();
+            assert!(e.is_invalid_argument(), "{e:?}");
+        }
     }
 
     #[test]

@@ -54,6 +54,8 @@ mod notify;
 mod options;
 mod raw;
 mod renewal;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use client::{LockClient, LockClientBuilder, MAX_LEASE, MAX_NAME_BYTES};
 pub use error::{Error, Result};

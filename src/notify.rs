@@ -35,6 +35,13 @@ const KEEPALIVE: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// The TLS configuration of the subscriber's socket (feature `tls`).
+#[cfg(feature = "tls")]
+pub(crate) type SubscriberTls = Option<Arc<rustls::ClientConfig>>;
+/// Without the `tls` feature there is none.
+#[cfg(not(feature = "tls"))]
+pub(crate) type SubscriberTls = Option<std::convert::Infallible>;
+
 /// The shared subscriber of one client.
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
@@ -47,6 +54,8 @@ struct Shared {
     client_name: String,
     connect_timeout: Duration,
     io_timeout: Duration,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    tls: SubscriberTls,
     state: Mutex<State>,
     /// Wakes the subscriber thread (new channel while disconnected, shutdown).
     thread_cv: Condvar,
@@ -103,6 +112,7 @@ impl Notifier {
         client_name: String,
         connect_timeout: Duration,
         io_timeout: Duration,
+        tls: SubscriberTls,
     ) -> Self {
         let settings = info.redis_settings();
         Notifier {
@@ -113,6 +123,7 @@ impl Notifier {
                 client_name,
                 connect_timeout,
                 io_timeout,
+                tls,
                 state: Mutex::new(State::default()),
                 thread_cv: Condvar::new(),
             }),
@@ -447,26 +458,34 @@ impl Shared {
         }
     }
 
+    /// A TCP connection to the first address of `host` that answers.
+    fn tcp(&self, host: &str, port: u16) -> io::Result<TcpStream> {
+        let mut last = None;
+        for addr in (host, port).to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, self.connect_timeout) {
+                Ok(s) => {
+                    s.set_nodelay(true)?;
+                    return Ok(s);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("host resolved to no address")))
+    }
+
     /// Opens the subscriber connection and authenticates it.
     fn connect(&self) -> io::Result<(Stream, Stream)> {
         let mut stream = match &self.addr {
-            ConnectionAddr::Tcp(host, port) => {
-                let mut last = None;
-                let mut found = None;
-                for addr in (host.as_str(), *port).to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&addr, self.connect_timeout) {
-                        Ok(s) => {
-                            found = Some(s);
-                            break;
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                let s = found.ok_or_else(|| {
-                    last.unwrap_or_else(|| io::Error::other("host resolved to no address"))
+            ConnectionAddr::Tcp(host, port) => Stream::Tcp(self.tcp(host, *port)?),
+            #[cfg(feature = "tls")]
+            ConnectionAddr::TcpTls { host, port, .. } => {
+                let config = self.tls.as_ref().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::Unsupported, "no TLS configuration")
                 })?;
-                s.set_nodelay(true)?;
-                Stream::Tcp(s)
+                let tcp = self.tcp(host, *port)?;
+                tcp.set_read_timeout(Some(self.io_timeout))?;
+                tcp.set_write_timeout(Some(self.io_timeout))?;
+                Stream::Tls(crate::tls::TlsSocket::connect(config, host, tcp)?)
             }
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
@@ -519,6 +538,8 @@ enum Stream {
     Tcp(TcpStream),
     #[cfg(unix)]
     Unix(UnixStream),
+    #[cfg(feature = "tls")]
+    Tls(Arc<crate::tls::TlsSocket>),
 }
 
 impl Stream {
@@ -527,6 +548,8 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             #[cfg(unix)]
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => Stream::Tls(Arc::clone(s)),
         })
     }
 
@@ -536,6 +559,8 @@ impl Stream {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             #[cfg(unix)]
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.tcp().shutdown(Shutdown::Both),
         };
     }
 
@@ -544,6 +569,8 @@ impl Stream {
             Stream::Tcp(s) => s.set_read_timeout(d),
             #[cfg(unix)]
             Stream::Unix(s) => s.set_read_timeout(d),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.tcp().set_read_timeout(d),
         }
     }
 
@@ -552,6 +579,8 @@ impl Stream {
             Stream::Tcp(s) => s.set_write_timeout(d),
             #[cfg(unix)]
             Stream::Unix(s) => s.set_write_timeout(d),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.tcp().set_write_timeout(d),
         }
     }
 }
@@ -562,6 +591,8 @@ impl Read for Stream {
             Stream::Tcp(s) => s.read(buf),
             #[cfg(unix)]
             Stream::Unix(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -572,6 +603,8 @@ impl Write for Stream {
             Stream::Tcp(s) => s.write(buf),
             #[cfg(unix)]
             Stream::Unix(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write(buf),
         }
     }
 
@@ -580,6 +613,8 @@ impl Write for Stream {
             Stream::Tcp(s) => s.flush(),
             #[cfg(unix)]
             Stream::Unix(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(_) => Ok(()), // every write is sent whole
         }
     }
 }

@@ -24,6 +24,8 @@ pub struct RedisServer {
     dir: PathBuf,
     password: Option<String>,
     extra: Vec<String>,
+    /// The CA (here: the self-signed certificate) of a TLS-only server.
+    tls_ca: Option<Vec<u8>>,
 }
 
 impl RedisServer {
@@ -60,7 +62,121 @@ impl RedisServer {
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        Self::spawn(port, dir, extra, password.map(str::to_owned))
+        Self::spawn(port, dir, extra, password.map(str::to_owned), None)
+    }
+
+    /// A server that speaks only TLS, with a self-signed certificate for
+    /// 127.0.0.1 made now with the `openssl` command; [`Self::tls_ca`] is the
+    /// certificate to trust.
+    pub fn start_tls() -> Self {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "leasehold-test-{}-{}-{}",
+                std::process::id(),
+                NEXT_DIR.fetch_add(1, Ordering::Relaxed),
+                port
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+            let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+            let (csr, ext) = (dir.join("server.csr"), dir.join("server.ext"));
+            std::fs::write(
+                &ext,
+                "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+                 keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+            )
+            .unwrap();
+            let p = |p: &PathBuf| p.to_string_lossy().into_owned();
+            // A throwaway CA, and a server certificate for 127.0.0.1 it signs.
+            for args in [
+                vec![
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=leasehold test CA",
+                    "-keyout",
+                    &p(&ca_key),
+                    "-out",
+                    &p(&ca_cert),
+                ],
+                vec![
+                    "req",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-keyout",
+                    &p(&key),
+                    "-out",
+                    &p(&csr),
+                ],
+                vec![
+                    "x509",
+                    "-req",
+                    "-in",
+                    &p(&csr),
+                    "-CA",
+                    &p(&ca_cert),
+                    "-CAkey",
+                    &p(&ca_key),
+                    "-CAcreateserial",
+                    "-days",
+                    "1",
+                    "-extfile",
+                    &p(&ext),
+                    "-out",
+                    &p(&cert),
+                ],
+            ] {
+                let made = Command::new("openssl")
+                    .args(&args)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "the TLS tests make certificates with `openssl`, which could not run \
+                             ({e}); install it with `apt-get install -y openssl`"
+                        )
+                    });
+                assert!(made.success(), "openssl {args:?} failed");
+            }
+            let ca = std::fs::read(&ca_cert).unwrap();
+            let path = p;
+            let extra = vec![
+                "--port".to_owned(),
+                "0".to_owned(),
+                "--tls-port".to_owned(),
+                port.to_string(),
+                "--tls-cert-file".to_owned(),
+                path(&cert),
+                "--tls-key-file".to_owned(),
+                path(&key),
+                "--tls-ca-cert-file".to_owned(),
+                path(&ca_cert),
+                "--tls-auth-clients".to_owned(),
+                "no".to_owned(),
+            ];
+            match Self::spawn(port, dir, extra, None, Some(ca)) {
+                Ok(server) => return server,
+                Err(log) if log.contains("Address already in use") => last_log = log,
+                Err(log) => panic!("redis-server (TLS) did not start; its log:\n{log}"),
+            }
+        }
+        panic!("redis-server (TLS) found no free port after 5 tries; last log:\n{last_log}");
+    }
+
+    /// The certificate a client must trust to talk to [`Self::start_tls`].
+    pub fn tls_ca(&self) -> Option<&[u8]> {
+        self.tls_ca.as_deref()
     }
 
     /// Kills the server and starts a new, empty one on the same port (no
@@ -70,7 +186,13 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let dir = self.dir.clone();
-            match Self::spawn(self.port, dir, self.extra.clone(), self.password.clone()) {
+            match Self::spawn(
+                self.port,
+                dir,
+                self.extra.clone(),
+                self.password.clone(),
+                self.tls_ca.clone(),
+            ) {
                 Ok(mut fresh) => {
                     std::mem::swap(self, &mut fresh);
                     // `fresh` is the dead old server now: drop it without
@@ -92,6 +214,7 @@ impl RedisServer {
         dir: PathBuf,
         extra: Vec<String>,
         password: Option<String>,
+        tls_ca: Option<Vec<u8>>,
     ) -> Result<Self, String> {
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
         let log = dir.join("redis.log");
@@ -123,6 +246,7 @@ impl RedisServer {
             dir,
             password,
             extra,
+            tls_ca,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -146,9 +270,14 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:<port>/`, with the password when there is one.
     pub fn url(&self) -> String {
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         match &self.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(p) => format!("{scheme}://:{p}@127.0.0.1:{}/", self.port),
+            None => format!("{scheme}://127.0.0.1:{}/", self.port),
         }
     }
 
@@ -166,6 +295,18 @@ impl RedisServer {
     }
 
     fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        #[cfg(feature = "tls")]
+        let client = match &self.tls_ca {
+            Some(ca) => redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            )?,
+            None => redis::Client::open(self.url())?,
+        };
+        #[cfg(not(feature = "tls"))]
         let client = redis::Client::open(self.url())?;
         let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
         con.set_read_timeout(Some(Duration::from_secs(5)))?;

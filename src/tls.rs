@@ -1,0 +1,120 @@
+//! TLS for the subscriber's own socket (feature `tls`). Pooled connections
+//! and the renewal connection use the `redis` crate's rustls support; the
+//! subscriber keeps its split-socket design: the reading thread blocks on the
+//! raw TCP socket without holding anything, then feeds the bytes to the TLS
+//! session under a short lock; writers encrypt and send under the same lock.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+
+use crate::error::{Error, Result};
+
+/// The client configuration for the subscriber: the given root certificate
+/// (PEM), or the platform's trust store.
+pub(crate) fn client_config(root_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>> {
+    let mut roots = RootCertStore::empty();
+    match root_pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| {
+                    Error::invalid(format_args!("TLS root certificate is not valid PEM: {e}"))
+                })?;
+                roots.add(cert).map_err(|e| {
+                    Error::invalid(format_args!("TLS root certificate was refused: {e}"))
+                })?;
+            }
+            if roots.is_empty() {
+                return Err(Error::invalid(
+                    "TLS root certificate: no certificate in the PEM",
+                ));
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            for cert in native.certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err(Error::invalid(
+                    "TLS: no trusted root certificates found on this system; pass one with tls_root_certificate",
+                ));
+            }
+        }
+    }
+    let config = ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// One TLS session over a TCP socket, shared by the reading and the writing
+/// half of the subscriber connection.
+pub(crate) struct TlsSocket {
+    tcp: TcpStream,
+    session: Mutex<ClientConnection>,
+}
+
+impl TlsSocket {
+    /// Runs the handshake on `tcp` (its timeouts apply).
+    pub(crate) fn connect(
+        config: &Arc<ClientConfig>,
+        host: &str,
+        mut tcp: TcpStream,
+    ) -> io::Result<Arc<TlsSocket>> {
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut session =
+            ClientConnection::new(Arc::clone(config), name).map_err(io::Error::other)?;
+        while session.is_handshaking() {
+            session.complete_io(&mut tcp)?;
+        }
+        Ok(Arc::new(TlsSocket {
+            tcp,
+            session: Mutex::new(session),
+        }))
+    }
+
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.session.lock().reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            // Wait for more records without holding the session.
+            let mut raw = [0u8; 16 * 1024];
+            let n = (&self.tcp).read(&mut raw)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let mut session = self.session.lock();
+            let mut rest = &raw[..n];
+            while !rest.is_empty() {
+                session.read_tls(&mut rest)?;
+                session.process_new_packets().map_err(io::Error::other)?;
+            }
+            while session.wants_write() {
+                session.write_tls(&mut &self.tcp)?;
+            }
+        }
+    }
+
+    pub(crate) fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        let mut session = self.session.lock();
+        session.writer().write_all(buf)?;
+        while session.wants_write() {
+            session.write_tls(&mut &self.tcp)?;
+        }
+        Ok(buf.len())
+    }
+}

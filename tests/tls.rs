@@ -1,0 +1,95 @@
+//! TLS (`rediss://`): with the `tls` feature, locks, waiting (the subscriber
+//! speaks TLS too), renewal and fencing against a TLS-only `redis-server`
+//! whose certificate is made at test time; without it, a clear refusal.
+//! `scripts/test.sh` runs the suite both ways.
+
+mod support;
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn without_the_feature_tls_urls_are_refused_with_what_to_do() {
+    let e = leasehold::LockClient::new("rediss://127.0.0.1:6380/").unwrap_err();
+    assert!(e.is_invalid_argument(), "{e:?}");
+    assert!(e.to_string().contains("`tls` cargo feature"), "{e}");
+}
+
+#[cfg(feature = "tls")]
+mod with_tls {
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use leasehold::{LockClient, LockOptions};
+    use redis::Commands;
+
+    use super::support::{eventually, RedisServer};
+
+    fn client(server: &RedisServer, lease: Duration) -> LockClient {
+        LockClient::builder(&server.url())
+            .tls_root_certificate(server.tls_ca().unwrap())
+            .watchdog_lease(lease)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn locks_waiters_renewal_and_fencing_work_over_tls() {
+        let server = RedisServer::start_tls();
+        assert!(server.url().starts_with("rediss://"));
+        let holder = client(&server, Duration::from_secs(30));
+        let waiter = client(&server, Duration::from_secs(30));
+        let guard = holder
+            .lock_with("tls:job", LockOptions::new().fenced())
+            .unwrap();
+        assert!(guard.fence().is_some());
+        // A waiter of another client parks on the TLS subscriber …
+        let w = waiter.clone();
+        let t = thread::spawn(move || w.lock("tls:job").map(|g| g.unlock()));
+        assert!(eventually(Duration::from_secs(10), || waiter
+            .stats()
+            .waiters_parked
+            == 1));
+        let subs: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{tls:job}")
+            .query(&mut server.connection())
+            .unwrap();
+        assert_eq!(subs[0].1, 1, "subscribed over TLS");
+        // … and is woken by the unlock message, not by the 30 s lease.
+        let released = Instant::now();
+        guard.unlock().unwrap();
+        assert!(matches!(t.join().unwrap(), Ok(Ok(()))));
+        assert!(released.elapsed() < Duration::from_secs(5));
+
+        // Renewal runs over TLS too.
+        let short = client(&server, Duration::from_millis(900));
+        let renewed = short.lock("tls:renewed").unwrap();
+        assert!(eventually(Duration::from_secs(5), || short
+            .stats()
+            .renewals_sent
+            >= 2));
+        thread::sleep(Duration::from_millis(1_000));
+        assert!(renewed.is_held(), "renewed past its 900 ms lease");
+        let exists: bool = server.connection().exists("tls:renewed").unwrap();
+        assert!(exists);
+        renewed.unlock().unwrap();
+    }
+
+    #[test]
+    fn an_untrusted_certificate_is_refused() {
+        let server = RedisServer::start_tls();
+        let other = RedisServer::start_tls(); // a different self-signed CA
+        let client = LockClient::builder(&server.url())
+            .tls_root_certificate(other.tls_ca().unwrap())
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let e = client.lock("tls:untrusted").unwrap_err();
+        assert!(e.is_connection(), "{e:?}");
+    }
+
+    #[test]
+    fn unverified_tls_is_refused() {
+        let e = LockClient::new("rediss://127.0.0.1:6380/#insecure").unwrap_err();
+        assert!(e.is_invalid_argument(), "{e:?}");
+    }
+}
