@@ -23,23 +23,33 @@ use crate::local::Successor;
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
-/// Acquire: free, or already ours → one more hold, set the lease, return nil.
-/// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
-/// the first hold whatever count Redis still shows for the owner — a stale
-/// count from a lost lease or an unconfirmed handoff must not outlive it.
-/// Held by someone else → return its PTTL (-1 when it has no expiry).
-pub(crate) const ACQUIRE: &str = r#"
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+/// The acquire logic both acquire scripts share, around `$then` (what to
+/// return once the hold is taken): free, or already ours → one more hold and
+/// the lease `ARGV[1]`; `ARGV[3] == "1"` (no guard of this owner is alive in
+/// its client) makes it the first hold whatever count Redis still shows for
+/// the owner — a stale count from a lost lease or an unconfirmed handoff must
+/// not outlive it. Held by someone else → its PTTL (-1 when it has no expiry).
+macro_rules! acquire_script {
+    ($($then:expr),+) => {
+        concat!(
+            r#"
+local free = redis.call('exists', KEYS[1]) == 0
+if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
     if ARGV[3] == '1' then
         redis.call('hset', KEYS[1], ARGV[2], 1)
     else
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
     end
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
+"#,
+            $($then),+,
+            r#"
 end
 return redis.call('pttl', KEYS[1])
-"#;
+"#
+        )
+    };
+}
 
 /// Mints a fencing token into `tok` from the counter `KEYS[tk]`: one more
 /// than the last token, and never less than the server clock in
@@ -63,30 +73,17 @@ macro_rules! mint_token {
     };
 }
 
-/// Fenced acquire: as [`ACQUIRE`], and on success returns `{token}` — a new
-/// token from `KEYS[2]` (`redisson_lock_token:{<key>}`) when `ARGV[4] ==
-/// "1"` or the lock was free, else `{-1}` (a reentrant hold keeps its
-/// token). Held elsewhere → PTTL.
-pub(crate) const ACQUIRE_FENCED: &str = concat!(
-    r#"
-local free = redis.call('exists', KEYS[1]) == 0
-if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-    if ARGV[3] == '1' then
-        redis.call('hset', KEYS[1], ARGV[2], 1)
-    else
-        redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    end
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    if ARGV[4] ~= '1' and not free then
-        return {-1}
-    end
-"#,
+/// Acquire (see [`acquire_script!`]): taken → nil.
+pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
+
+/// Fenced acquire: taken → `{token}` — a new token from `KEYS[2]`
+/// (`redisson_lock_token:{<key>}`) when `ARGV[4] == "1"` or the lock was
+/// free, else `{-1}` (a reentrant hold keeps its token). Held elsewhere →
+/// PTTL.
+pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
+    "    if ARGV[4] ~= '1' and not free then\n        return {-1}\n    end\n",
     mint_token!("2"),
-    r#"
-    return {tok}
-end
-return redis.call('pttl', KEYS[1])
-"#
+    "    return {tok}\n"
 );
 
 /// Release: not ours → nil. With `ARGV[4] == "1"` this is the owner's last
