@@ -67,6 +67,10 @@ struct Slot {
     holds: u32,
     /// The active owner is running an acquire attempt right now.
     attempting: bool,
+    /// The active owner's last hold is being released (its script is in
+    /// flight): the same owner must not start a fresh hold meanwhile, or
+    /// Redis could run the new hold before the release deletes the field.
+    releasing: bool,
     /// In-process handoffs in a row (reset by a public release).
     streak: u32,
     queue: VecDeque<Arc<Waiter>>,
@@ -84,7 +88,7 @@ struct Slot {
 
 impl Slot {
     fn idle(&self) -> bool {
-        self.holds == 0 && !self.attempting && self.queue.is_empty()
+        self.holds == 0 && !self.attempting && !self.releasing && self.queue.is_empty()
     }
 }
 
@@ -173,6 +177,7 @@ impl LocalLocks {
                             epoch: 0,
                             holds: 0,
                             attempting: true,
+                            releasing: false,
                             streak: 0,
                             queue: VecDeque::new(),
                             sub: None,
@@ -184,7 +189,7 @@ impl LocalLocks {
                 }
                 Some(slot) => slot,
             };
-            if slot.active == owner {
+            if slot.active == owner && !slot.releasing {
                 // Reentrant, or our own guard is being released elsewhere.
                 let fresh = slot.holds == 0;
                 slot.attempting = true;
@@ -367,6 +372,7 @@ impl LocalLocks {
         handover.last = true;
         if slot.streak >= HANDOFFS_MAX {
             // Release publicly; `finish` promotes the first in the queue.
+            slot.releasing = true;
             return handover;
         }
         if let Some(next) = slot.queue.pop_front() {
@@ -379,6 +385,8 @@ impl LocalLocks {
                 handover.messages_before = sub.messages();
             }
             handover.next = Some(next);
+        } else {
+            slot.releasing = true;
         }
         handover
     }
@@ -427,6 +435,9 @@ impl LocalLocks {
     fn promote(&self, slots: &mut HashMap<String, Slot>, key: &str) -> Option<Subscription> {
         let slot = slots.get_mut(key)?;
         slot.streak = 0;
+        if slot.attempting {
+            return None; // that turn decides when it ends
+        }
         match slot.queue.pop_front() {
             Some(next) => {
                 slot.active = next.owner.clone();
@@ -602,6 +613,9 @@ impl Handover<'_> {
                 next.set(WaitState::Promoted(epoch, yield_to));
             }
             (None, _) => {
+                if let Some(slot) = slots.get_mut(self.key) {
+                    slot.releasing = false;
+                }
                 let dropped = self.locks.promote(&mut slots, self.key);
                 drop(slots);
                 drop(dropped);
@@ -724,6 +738,39 @@ mod tests {
         assert_eq!(slot.active, "b");
         assert!(slot.attempting, "still b's turn");
         assert_eq!(slot.holds, 0);
+    }
+
+    #[test]
+    fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
+        let locks = LocalLocks::default();
+        let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+            panic!()
+        };
+        t.acquired(&lease(Duration::from_secs(30)), None);
+        // The last guard's release is in flight on another thread …
+        let handover = locks.release("k", "a");
+        assert!(handover.last() && handover.successor().is_none());
+        std::thread::scope(|s| {
+            // … so the owner's new lock does not race it at Redis: it queues.
+            let again =
+                s.spawn(
+                    || match locks.enter("k", "a", Duration::from_secs(1), false, None) {
+                        Enter::Turn(turn) => {
+                            let fresh = turn.fresh();
+                            drop(turn);
+                            Some(fresh)
+                        }
+                        _ => None,
+                    },
+                );
+            wait_until(|| queued(&locks) == 1);
+            handover.finish(Outcome::Other);
+            assert_eq!(
+                again.join().unwrap(),
+                Some(true),
+                "a fresh turn after the release"
+            );
+        });
     }
 
     #[test]
