@@ -112,6 +112,12 @@ impl LockClientBuilder {
     /// The lease of locks taken without an explicit one, renewed every third
     /// of it while the guard lives. Defaults to 30 s (Redisson's
     /// `lockWatchdogTimeout`).
+    ///
+    /// A renewal that fails with less than two socket timeouts of the lease
+    /// left makes the lease lost at once (the client could not learn in time
+    /// whether another try went through), so keep the lease well above twice
+    /// the [socket timeout](Self::socket_timeout): with the defaults, a
+    /// renewal may fail twice before anything is lost.
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.watchdog_lease = lease;
         self
