@@ -311,12 +311,26 @@ pub(crate) enum Fence {
 }
 
 /// The fencing-token counter of a lock key (Redisson's
-/// `redisson_lock_token:{name}`; the braces keep it in the key's slot).
+/// `redisson_lock_token:{name}`).
 pub(crate) fn token_key(key: &str) -> String {
-    let mut s = String::with_capacity(key.len() + 22);
-    s.push_str("redisson_lock_token:{");
-    s.push_str(key);
-    s.push('}');
+    prefix_name("redisson_lock_token", key)
+}
+
+/// A companion name of a lock key, as Redisson's `prefixName` makes it:
+/// `<prefix>:{<key>}`, so the companion hashes to the key's cluster slot —
+/// or `<prefix>:<key>` when the key has braces of its own, so that its own
+/// hash tag decides the slot of both.
+fn prefix_name(prefix: &str, key: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + key.len() + 3);
+    s.push_str(prefix);
+    if key.contains('{') {
+        s.push(':');
+        s.push_str(key);
+    } else {
+        s.push_str(":{");
+        s.push_str(key);
+        s.push('}');
+    }
     s
 }
 
@@ -338,7 +352,7 @@ fn unexpected(what: &str, v: &Value) -> redis::RedisError {
 
 /// The unlock channel of a lock key (Redisson's `redisson_lock__channel:{name}`).
 pub(crate) fn channel_name(key: &str) -> String {
-    format!("redisson_lock__channel:{{{key}}}")
+    prefix_name("redisson_lock__channel", key)
 }
 
 /// Milliseconds for `PEXPIRE`, at least 1 (0 would delete the key at once).
@@ -356,6 +370,13 @@ mod tests {
             channel_name("order:pay"),
             "redisson_lock__channel:{order:pay}"
         );
+        assert_eq!(token_key("order:pay"), "redisson_lock_token:{order:pay}");
+        // A name with its own hash tag keeps it (Redisson's prefixName).
+        assert_eq!(
+            channel_name("{user:7}:cart"),
+            "redisson_lock__channel:{user:7}:cart"
+        );
+        assert_eq!(token_key("a{t}b"), "redisson_lock_token:a{t}b");
     }
 
     #[test]
