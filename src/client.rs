@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionLike, IntoConnectionInfo};
 
 use crate::error::{Error, Result};
+use crate::fair::{self, FairAcquire, FairScripts};
 use crate::guard::LockGuard;
 use crate::local::{self, Enter, LocalLocks, Successor};
 use crate::notify::{Notifier, SubscriberTls};
@@ -52,6 +53,7 @@ pub(crate) struct Inner {
     pub(crate) renewer: Renewer,
     /// Threads of this client queued per lock name (see `local.rs`).
     pub(crate) local: LocalLocks,
+    fair: FairScripts,
 }
 
 impl Drop for Inner {
@@ -280,6 +282,7 @@ impl LockClientBuilder {
                 notifier,
                 renewer,
                 local: LocalLocks::default(),
+                fair: FairScripts::new(),
             }),
         })
     }
@@ -326,6 +329,24 @@ impl LockClient {
     /// Invalid name, Redis unreachable or failing, a non-lock value at the key.
     pub fn lock(&self, name: &str) -> Result<LockGuard> {
         self.lock_with(name, LockOptions::new())
+    }
+
+    /// Takes the fair lock `name`: waits in line behind everyone — in this
+    /// process or any other — who asked before (see [`LockOptions::fair`]).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn fair_lock(&self, name: &str) -> Result<LockGuard> {
+        self.lock_with(name, LockOptions::new().fair())
+    }
+
+    /// Like [`fair_lock`](Self::fair_lock), giving up after `wait` (and
+    /// leaving the line at once): `None` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_fair_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        self.try_lock_with(name, LockOptions::new().fair().wait(wait))
     }
 
     /// One attempt: the guard if the lock was free (or already ours), `None`
@@ -381,7 +402,13 @@ impl LockClient {
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and a zero lease.
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
         let deadline = options.wait_value().map(deadline_after);
-        match self.acquire(name, options.lease_value(), options.is_fenced(), deadline)? {
+        match self.acquire_as(
+            name,
+            options.lease_value(),
+            options.is_fenced(),
+            options.is_fair(),
+            deadline,
+        )? {
             Some(guard) => Ok(guard),
             None => Err(Error::WaitTimedOut {
                 name: name.to_owned(),
@@ -397,10 +424,11 @@ impl LockClient {
     /// As [`lock`](Self::lock), plus a zero lease.
     pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
         let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.acquire(
+        self.acquire_as(
             name,
             options.lease_value(),
             options.is_fenced(),
+            options.is_fair(),
             Some(deadline),
         )
     }
@@ -414,6 +442,17 @@ impl LockClient {
         name: &str,
         lease: Option<Duration>,
         fenced: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_as(name, lease, fenced, false, deadline)
+    }
+
+    fn acquire_as(
+        &self,
+        name: &str,
+        lease: Option<Duration>,
+        fenced: bool,
+        fair: bool,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>> {
         if name.is_empty() {
@@ -442,6 +481,14 @@ impl LockClient {
         let owner = inner.owner();
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
+        if fair {
+            if fenced {
+                return Err(Error::invalid(
+                    "a fair lock cannot be fenced yet; use a plain fenced lock",
+                ));
+            }
+            return self.acquire_fair(name, key, owner, lease, watchdog, deadline);
+        }
         let entered = inner.local.enter(&key, &owner, lease, fenced, deadline);
         let mut turn = match entered {
             Enter::Turn(turn) => turn,
@@ -573,6 +620,75 @@ impl LockClient {
         }
     }
 
+    /// The fair acquire path: every thread queues in Redis itself (no
+    /// in-process queue, so the order is the order of asking across all
+    /// clients); it waits on its own channel, confirming its place at least
+    /// every third of the queue lease, and leaves the queue when it gives up.
+    fn acquire_fair(
+        &self,
+        name: &str,
+        key: String,
+        owner: String,
+        lease: Duration,
+        watchdog: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>> {
+        let inner = &self.inner;
+        let mut queued = LeaveQueue {
+            inner,
+            key: &key,
+            owner: &owner,
+            armed: false,
+        };
+        let mut sub: Option<crate::notify::Subscription> = None;
+        loop {
+            if let Some(s) = &sub {
+                s.clear_permits();
+            }
+            let sent_at = Instant::now();
+            let attempt = {
+                let mut con = inner.connection(None)?;
+                inner
+                    .fair
+                    .acquire(&mut *con, &key, &owner, lease)
+                    .map_err(|e| Error::from_redis(e, &key))?
+            };
+            let wait = match attempt {
+                FairAcquire::Acquired => {
+                    queued.armed = false;
+                    drop(queued);
+                    let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
+                    return Ok(Some(
+                        self.guard(name, key, owner, lease, watchdog, state).fair(),
+                    ));
+                }
+                FairAcquire::Queued(wait) => wait,
+            };
+            queued.armed = true;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None); // `queued` leaves the queue
+            }
+            // Confirm our place well before it expires; wake earlier on our
+            // own unlock message or when the holder's lease would end.
+            let cap = wait.unwrap_or(fair::QUEUE_LEASE).min(fair::QUEUE_LEASE / 3)
+                + Duration::from_millis(1);
+            let wake_at = deadline_min(deadline, now + cap);
+            match &sub {
+                None => {
+                    let channel = fair::waiter_channel(&key, &owner);
+                    sub = Some(inner.notifier.subscribe(&channel, wake_at));
+                }
+                Some(s) => {
+                    let parked = &inner.renewer.counters.waiters_parked;
+                    parked.fetch_add(1, Ordering::Relaxed);
+                    s.wait_until(wake_at);
+                    parked.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     /// The lease state of a hold whose request was sent at `sent_at`:
     /// registered with the watchdog, or expiring with its explicit lease.
     fn lease_state(
@@ -695,6 +811,20 @@ impl Inner {
             .map_err(|e| Error::from_redis(e, key))
     }
 
+    /// Runs the fair release script for one hold; `None` when not ours.
+    pub(crate) fn release_fair(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        pool_wait: Option<Duration>,
+    ) -> Result<Option<bool>> {
+        let mut con = self.connection(pool_wait)?;
+        self.fair
+            .release(&mut *con, key, owner, lease)
+            .map_err(|e| Error::from_redis(e, key))
+    }
+
     /// A pooled connection, waiting at most `wait` (default: the connect
     /// timeout). On failure reports the connection error r2d2 saw, typed.
     fn connection(&self, wait: Option<Duration>) -> Result<r2d2::PooledConnection<Manager>> {
@@ -790,6 +920,36 @@ pub const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Acquire replies arriving after their lease ran out before we give up.
 const LATE_REPLIES_MAX: u32 = 3;
+
+/// A fair waiter's place in the queue, left (owner-checked, best effort)
+/// when the wait ends without the lock — deadline, error or panic — so the
+/// waiters behind it are not held up.
+struct LeaveQueue<'a> {
+    inner: &'a Inner,
+    key: &'a str,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let inner = self.inner;
+        let left = inner
+            .connection(Some(inner.socket_timeout))
+            .and_then(|mut con| {
+                inner
+                    .fair
+                    .cancel(&mut *con, self.key, self.owner)
+                    .map_err(Error::from)
+            });
+        if let Err(e) = left {
+            tracing::debug!(key = %self.key, error = %e, "leasehold: leaving a fair queue failed; the place expires by itself");
+        }
+    }
+}
 
 /// Dead pooled connections an acquire attempt skips before it gives up.
 const STALE_RETRIES: u32 = 3;

@@ -48,6 +48,8 @@ pub struct LockGuard {
     released: bool,
     /// The fencing token of a fenced hold.
     fence: Option<u64>,
+    /// A fair lock's hold (released by the fair script, no local queue).
+    fair: bool,
 }
 
 impl LockGuard {
@@ -70,7 +72,13 @@ impl LockGuard {
             renewed,
             released: false,
             fence: None,
+            fair: false,
         }
+    }
+
+    pub(crate) fn fair(mut self) -> Self {
+        self.fair = true;
+        self
     }
 
     pub(crate) fn with_fence(mut self, fence: Option<u64>) -> Self {
@@ -156,6 +164,22 @@ impl LockGuard {
             self.client
                 .renewer
                 .release(&self.key, &self.owner, &self.state);
+        }
+        if self.fair {
+            if self.state.is_lost() {
+                return Err(Error::NotHeld {
+                    name: self.name.clone(),
+                });
+            }
+            return match self
+                .client
+                .release_fair(&self.key, &self.owner, self.lease, pool_wait)?
+            {
+                Some(_) => Ok(()),
+                None => Err(Error::NotHeld {
+                    name: self.name.clone(),
+                }),
+            };
         }
         // A thread of this client queued for the lock may get it directly.
         let handover = self.client.local.release(&self.key, &self.owner);

@@ -47,6 +47,7 @@
 
 mod client;
 mod error;
+mod fair;
 mod fenced;
 mod guard;
 mod local;

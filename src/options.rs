@@ -21,6 +21,7 @@ pub struct LockOptions {
     lease: Option<Duration>,
     wait: Option<Duration>,
     fenced: bool,
+    fair: bool,
 }
 
 impl LockOptions {
@@ -65,6 +66,23 @@ impl LockOptions {
     pub fn fenced(mut self) -> Self {
         self.fenced = true;
         self
+    }
+
+    /// A fair lock: waiters — threads of this and of every other client —
+    /// get it in the order they asked, each woken on its own channel by the
+    /// release before it (Redisson's `RedissonFairLock` layout). A waiter
+    /// that gives up leaves the queue at once; one that died is dropped from
+    /// it within 5 s, never holding up the others longer. Not yet combinable
+    /// with [`fenced`](Self::fenced). Use either fair or plain locking on one
+    /// name, not both.
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
+    /// Whether a fair lock was asked for.
+    pub fn is_fair(&self) -> bool {
+        self.fair
     }
 
     /// Whether a fencing token was asked for.

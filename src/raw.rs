@@ -320,7 +320,7 @@ pub(crate) fn token_key(key: &str) -> String {
 /// `<prefix>:{<key>}`, so the companion hashes to the key's cluster slot —
 /// or `<prefix>:<key>` when the key has braces of its own, so that its own
 /// hash tag decides the slot of both.
-fn prefix_name(prefix: &str, key: &str) -> String {
+pub(crate) fn prefix_name(prefix: &str, key: &str) -> String {
     let mut s = String::with_capacity(prefix.len() + key.len() + 3);
     s.push_str(prefix);
     if key.contains('{') {
@@ -356,7 +356,7 @@ pub(crate) fn channel_name(key: &str) -> String {
 }
 
 /// Milliseconds for `PEXPIRE`, at least 1 (0 would delete the key at once).
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 

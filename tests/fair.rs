@@ -1,0 +1,265 @@
+//! The fair lock: arrival order across clients, waiters that give up or die
+//! in the line, fairness under load, one cluster slot for every key and
+//! channel.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockOptions};
+use redis::Commands;
+use support::{eventually, RedisServer};
+
+fn queue(con: &mut redis::Connection, name: &str) -> Vec<String> {
+    con.lrange(format!("redisson_lock_queue:{{{name}}}"), 0, -1)
+        .unwrap()
+}
+
+/// A thread that takes the fair lock `name`, records `tag`, and unlocks.
+fn fair_waiter(
+    client: &LockClient,
+    name: &str,
+    tag: &str,
+    log: &Arc<Mutex<Vec<String>>>,
+) -> thread::JoinHandle<()> {
+    let (client, name, tag, log) = (client.clone(), name.to_owned(), tag.to_owned(), log.clone());
+    thread::spawn(move || {
+        let g = client.fair_lock(&name).unwrap();
+        log.lock().unwrap().push(tag);
+        g.unlock().unwrap();
+    })
+}
+
+#[test]
+fn waiters_of_several_clients_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let clients: Vec<LockClient> = (0..3)
+        .map(|_| LockClient::new(&server.url()).unwrap())
+        .collect();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    for round in 0..5 {
+        let name = format!("fifo:{round}");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let g = holder.fair_lock(&name).unwrap();
+        let mut expected = Vec::new();
+        let mut threads = Vec::new();
+        // Six waiters, two per client (threads of one client queue in Redis
+        // one by one too), enqueued in a known order that varies per round.
+        for i in 0..6 {
+            let c = (i + round) % 3;
+            let tag = format!("c{c}-w{i}");
+            threads.push(fair_waiter(&clients[c], &name, &tag, &log));
+            assert!(eventually(Duration::from_secs(5), || queue(
+                &mut con, &name
+            )
+            .len()
+                == i + 1));
+            expected.push(tag);
+        }
+        g.unlock().unwrap();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*log.lock().unwrap(), expected, "round {round}");
+        assert!(queue(&mut con, &name).is_empty());
+    }
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_line_at_once() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let a = LockClient::new(&server.url()).unwrap();
+    let b = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let g = holder.fair_lock("giveup").unwrap();
+    let impatient = thread::spawn(move || {
+        a.try_fair_lock_for("giveup", Duration::from_millis(300))
+            .unwrap()
+            .is_some()
+    });
+    assert!(eventually(Duration::from_secs(5), || queue(
+        &mut con, "giveup"
+    )
+    .len()
+        == 1));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let patient = fair_waiter(&b, "giveup", "b", &log);
+    assert!(eventually(Duration::from_secs(5), || queue(
+        &mut con, "giveup"
+    )
+    .len()
+        == 2));
+    assert!(!impatient.join().unwrap(), "gave up at its deadline");
+    assert_eq!(queue(&mut con, "giveup").len(), 1, "and left the line");
+    let released = Instant::now();
+    g.unlock().unwrap();
+    patient.join().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "the next waiter was not delayed: {:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn a_dead_waiter_in_the_line_costs_the_others_one_bounded_timeout() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let first = LockClient::new(&server.url()).unwrap();
+    let last = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let g = holder.fair_lock("ghost").unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w1 = fair_waiter(&first, "ghost", "first", &log);
+    assert!(eventually(Duration::from_secs(5), || queue(
+        &mut con, "ghost"
+    )
+    .len()
+        == 1));
+    // What a waiter killed in the line leaves behind: its place, confirmed
+    // just now, and nobody to confirm it again or to answer its channel.
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let now_ms = secs * 1_000 + micros / 1_000;
+    let _: () = redis::pipe()
+        .rpush("redisson_lock_queue:{ghost}", "dead-client:1")
+        .zadd(
+            "redisson_lock_timeout:{ghost}",
+            "dead-client:1",
+            now_ms + 5_000,
+        )
+        .query(&mut con)
+        .unwrap();
+    let w2 = fair_waiter(&last, "ghost", "last", &log);
+    assert!(eventually(Duration::from_secs(5), || queue(
+        &mut con, "ghost"
+    )
+    .len()
+        == 3));
+    let released = Instant::now();
+    g.unlock().unwrap();
+    w1.join().unwrap();
+    w2.join().unwrap();
+    let waited = released.elapsed();
+    assert_eq!(*log.lock().unwrap(), ["first", "last"], "order kept");
+    assert!(
+        waited < Duration::from_secs(5) + Duration::from_secs(3),
+        "one bounded timeout (5 s place), not a hang: {waited:?}"
+    );
+    assert!(
+        queue(&mut con, "ghost").is_empty(),
+        "the dead place was dropped"
+    );
+}
+
+#[test]
+fn under_load_every_contender_gets_a_fair_share() {
+    let server = RedisServer::start();
+    let clients: Vec<LockClient> = (0..2)
+        .map(|_| LockClient::new(&server.url()).unwrap())
+        .collect();
+    let until = Instant::now() + Duration::from_secs(3);
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let c = clients[i % 2].clone();
+            thread::spawn(move || {
+                let mut turns = 0u32;
+                while Instant::now() < until {
+                    let g = c.fair_lock("load").unwrap();
+                    thread::sleep(Duration::from_micros(200));
+                    g.unlock().unwrap();
+                    turns += 1;
+                }
+                turns
+            })
+        })
+        .collect();
+    let turns: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mean = turns.iter().sum::<u32>() as f64 / turns.len() as f64;
+    let least = *turns.iter().min().unwrap() as f64;
+    assert!(mean > 20.0, "enough turns to judge: {turns:?}");
+    assert!(
+        least >= 0.8 * mean,
+        "least served {least} vs mean {mean:.1}: {turns:?}"
+    );
+}
+
+#[test]
+fn fair_holds_are_reentrant_renewed_and_report_loss() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let outer = client.fair_lock("fair:r").unwrap();
+    let inner = client.fair_lock("fair:r").unwrap(); // same thread
+    drop(inner);
+    thread::sleep(Duration::from_millis(1_300));
+    assert!(outer.is_held(), "renewed past its 900 ms lease");
+    let lost = outer.lost();
+    let _: () = server.connection().del("fair:r").unwrap();
+    assert!(lost.recv_timeout(Duration::from_secs(3)).is_ok());
+    assert!(outer.unlock().unwrap_err().is_not_held());
+    let e = client
+        .lock_with("fair:f", LockOptions::new().fair().fenced())
+        .unwrap_err();
+    assert!(e.is_invalid_argument(), "{e:?}");
+}
+
+#[test]
+fn every_key_and_channel_of_a_fair_lock_shares_its_cluster_slot() {
+    let server = RedisServer::start_with(&["--cluster-enabled", "yes"], None);
+    let mut con = server.connection();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query(&mut con)
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
+        info.contains("cluster_state:ok")
+    }));
+    let slot = |con: &mut redis::Connection, key: &str| -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(con)
+            .unwrap()
+    };
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let g = holder.fair_lock("fair:slot").unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let t = fair_waiter(&waiter, "fair:slot", "w", &log);
+    assert!(eventually(Duration::from_secs(5), || queue(
+        &mut con,
+        "fair:slot"
+    )
+    .len()
+        == 1));
+    let waiter_id = queue(&mut con, "fair:slot").remove(0);
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("redisson_lock__channel:*")
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        channels.contains(&format!("redisson_lock__channel:{{fair:slot}}:{waiter_id}")),
+        "the waiter listens on its own channel: {channels:?}"
+    );
+    let key_slot = slot(&mut con, "fair:slot");
+    for name in [
+        "redisson_lock_queue:{fair:slot}".to_owned(),
+        "redisson_lock_timeout:{fair:slot}".to_owned(),
+        format!("redisson_lock__channel:{{fair:slot}}:{waiter_id}"),
+    ] {
+        assert_eq!(slot(&mut con, &name), key_slot, "{name}");
+    }
+    g.unlock().unwrap(); // the scripts ran in the cluster without CROSSSLOT
+    t.join().unwrap();
+    assert_eq!(*log.lock().unwrap(), ["w"]);
+}
