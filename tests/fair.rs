@@ -263,3 +263,120 @@ fn every_key_and_channel_of_a_fair_lock_shares_its_cluster_slot() {
     t.join().unwrap();
     assert_eq!(*log.lock().unwrap(), ["w"]);
 }
+
+/// A process of fair waiters (`leasehold-test-child fair`), driven over
+/// stdin; its `got <tag>` lines go to a channel shared by all children.
+struct FairProcess {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+}
+
+impl FairProcess {
+    fn start(url: &str, name: &str, got: &std::sync::mpsc::Sender<String>) -> FairProcess {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
+            .args(["fair", url, name])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a fair waiter process");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let got = got.clone();
+        thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if let Some(tag) = line.strip_prefix("got ") {
+                    let _ = got.send(tag.to_owned());
+                }
+            }
+        });
+        FairProcess { child, stdin }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+}
+
+impl Drop for FairProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn six_waiters_of_three_processes_are_served_in_order_for_twenty_rounds() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let (tx, got) = std::sync::mpsc::channel();
+    let mut procs: Vec<FairProcess> = (0..3)
+        .map(|_| FairProcess::start(&server.url(), "xfifo", &tx))
+        .collect();
+    for round in 0..20 {
+        let g = holder.fair_lock("xfifo").unwrap();
+        let mut expected = Vec::new();
+        for i in 0..6 {
+            let p = (i * 7 + round) % 3; // a different interleaving each round
+            let tag = format!("p{p}-r{round}-w{i}");
+            procs[p].send(&format!("take {tag}"));
+            assert!(eventually(Duration::from_secs(5), || queue(
+                &mut con, "xfifo"
+            )
+            .len()
+                == i + 1));
+            expected.push((p, tag));
+        }
+        g.unlock().unwrap();
+        for (p, tag) in expected {
+            let next = got
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a waiter got the lock");
+            assert_eq!(next, tag, "round {round}");
+            procs[p].send(&format!("release {tag}"));
+        }
+    }
+}
+
+#[test]
+fn a_waiter_process_killed_in_the_line_delays_the_rest_once_and_keeps_their_order() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let (tx, got) = std::sync::mpsc::channel();
+    let mut procs: Vec<FairProcess> = (0..3)
+        .map(|_| FairProcess::start(&server.url(), "xkill", &tx))
+        .collect();
+    let g = holder.fair_lock("xkill").unwrap();
+    for (i, (p, tag)) in [(0, "a1"), (1, "b1"), (2, "c1"), (0, "a2")]
+        .iter()
+        .enumerate()
+    {
+        procs[*p].send(&format!("take {tag}"));
+        assert!(eventually(Duration::from_secs(5), || queue(
+            &mut con, "xkill"
+        )
+        .len()
+            == i + 1));
+    }
+    let victim = procs.remove(1);
+    drop(victim); // SIGKILL: b1 dies second in line
+    let released = Instant::now();
+    g.unlock().unwrap();
+    let mut order = Vec::new();
+    for (p, tag) in [(0, "a1"), (1, "c1"), (0, "a2")] {
+        let next = got.recv_timeout(Duration::from_secs(15)).expect("served");
+        order.push(next.clone());
+        assert_eq!(next, tag, "order of the living kept: {order:?}");
+        procs[p].send(&format!("release {tag}"));
+    }
+    let waited = released.elapsed();
+    assert!(
+        waited < Duration::from_secs(5) + Duration::from_secs(3),
+        "one bounded timeout for the dead waiter, not a hang: {waited:?}"
+    );
+}

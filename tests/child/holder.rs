@@ -14,6 +14,10 @@
 //! appends `E <tag>.<thread>.<i>` to `events:<name>`, reads `count:<name>`,
 //! writes it back plus one (a non-atomic read-modify-write) and appends
 //! `X <tag>.<thread>.<i>`. Prints `done <sections>` at the end.
+//!
+//! `leasehold-test-child fair <url> <name>` runs fair-lock waiters on
+//! command: `take <tag>` starts a thread that takes the fair lock and prints
+//! `got <tag>`; `release <tag>` makes it unlock. Each thread is its own waiter.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -24,6 +28,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("check") {
         return check(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("fair") {
+        return fair(&args[1..]);
     }
     let [url, name, lease_ms] = &args[..] else {
         eprintln!("usage: leasehold-test-child <url> <name> <watchdog-lease-ms>");
@@ -134,4 +141,41 @@ fn check(args: &[String]) {
         .collect();
     let done: usize = handles.into_iter().map(|h| h.join().expect("worker")).sum();
     println!("done {done}");
+}
+
+fn fair(args: &[String]) {
+    let [url, name] = args else {
+        eprintln!("usage: leasehold-test-child fair <url> <name>");
+        std::process::exit(2);
+    };
+    let client = LockClient::new(url).expect("client");
+    let out = std::sync::Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let mut releases = std::collections::HashMap::new();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap_or_default();
+        match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["take", tag] => {
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                releases.insert(tag.to_string(), tx);
+                let (client, name, tag, out) =
+                    (client.clone(), name.clone(), tag.to_string(), out.clone());
+                std::thread::spawn(move || {
+                    let guard = client.fair_lock(&name).expect("fair lock");
+                    {
+                        let mut out = out.lock().unwrap();
+                        writeln!(out, "got {tag}").unwrap();
+                        out.flush().unwrap();
+                    }
+                    let _ = rx.recv();
+                    guard.unlock().expect("unlock");
+                });
+            }
+            ["release", tag] => {
+                if let Some(tx) = releases.remove(*tag) {
+                    let _ = tx.send(());
+                }
+            }
+            _ => break,
+        }
+    }
 }
