@@ -112,6 +112,8 @@ fn command_delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>) ->
 enum Kind {
     Raw,
     Leasehold,
+    /// leasehold's fair lock (`LockOptions::fair`).
+    Fair,
 }
 
 impl Kind {
@@ -119,6 +121,7 @@ impl Kind {
         match self {
             Kind::Raw => "raw",
             Kind::Leasehold => "leasehold",
+            Kind::Fair => "fair",
         }
     }
 }
@@ -306,6 +309,11 @@ fn contend(
                             tally.critical_section(&shared, me);
                             g.unlock().unwrap();
                         }
+                        Kind::Fair => {
+                            let g = client.fair_lock(&name).unwrap();
+                            tally.critical_section(&shared, me);
+                            g.unlock().unwrap();
+                        }
                     }
                 }
                 tally
@@ -463,10 +471,10 @@ fn w2p(kind: Kind, url: &str, secs: f64) -> Contended {
 
 /// A W2p child: `--child <kind> <url> <name> <shared> <first-worker> <start-ns> <secs>`.
 fn child(args: &[String]) {
-    let kind = if args[0] == "raw" {
-        Kind::Raw
-    } else {
-        Kind::Leasehold
+    let kind = match args[0].as_str() {
+        "raw" => Kind::Raw,
+        "fair" => Kind::Fair,
+        _ => Kind::Leasehold,
     };
     let (url, name, path) = (&args[1], &args[2], Path::new(&args[3]));
     let first: u64 = args[4].parse().unwrap();
@@ -609,7 +617,9 @@ fn w3(kind: Kind, url: &str, secs: f64) -> f64 {
                             assert!(raw.try_lock(&name));
                             raw.unlock(&name);
                         }
-                        Kind::Leasehold => client.lock(&name).unwrap().unlock().unwrap(),
+                        Kind::Leasehold | Kind::Fair => {
+                            client.lock(&name).unwrap().unlock().unwrap()
+                        }
                     }
                     n += 1;
                 }
@@ -716,7 +726,18 @@ fn main() {
                     c.pairs_per_s, c.handoff_p50_us, c.handoff_p50_us / rtt, c.handoff_p99_us, c.cross_p50_us, c.cross_p99_us, c.within_p50_us, c.client_cmds_per_cs, c.in_process * 100.0, c.shares
                 );
             }
-            other => eprintln!("BENCH_ONLY: w1, w3 or w2p, not {other}"),
+            "fair" => {
+                for (w, c) in [
+                    ("W2 fair", w2(Kind::Fair, &url, secs)),
+                    ("W2p fair", w2p(Kind::Fair, &url, secs)),
+                ] {
+                    println!(
+                        "{w} {:.0}/s handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs, cmds/CS {:.2}, least/most {:.2}/{:.2}, shares {:?}",
+                        c.pairs_per_s, c.handoff_p50_us, c.handoff_p50_us / rtt, c.handoff_p99_us, c.client_cmds_per_cs, c.least_share, c.most_share, c.shares
+                    );
+                }
+            }
+            other => eprintln!("BENCH_ONLY: w1, w3, w2p or fair, not {other}"),
         }
         return;
     }
@@ -726,6 +747,9 @@ fn main() {
     let (w2_raw, w2_lh) = median_round(rounds, |k| w2(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] W2p 4 processes x 2 threads: raw spin floor, then leasehold…");
     let (w2p_raw, w2p_lh) = median_round(rounds, |k| w2p(k, &url, secs), |c| c.pairs_per_s);
+    eprintln!("[{mode}] W2 / W2p with the fair lock…");
+    let w2_fair = w2(Kind::Fair, &url, secs);
+    let w2p_fair = w2p(Kind::Fair, &url, secs);
     eprintln!("[{mode}] W3 8 threads on distinct names…");
     let (w3_raw, w3_lh) = median_round(rounds, |k| w3(k, &url, secs), |r| *r);
     let w4 = (guards > 0).then(|| {
@@ -882,6 +906,35 @@ fn main() {
                 None,
             );
         }
+    }
+    for (w, raw, fair) in [
+        ("W2 fair lock, 8 threads", &w2_raw, &w2_fair),
+        ("W2p fair lock, 4 proc × 2 thr", &w2p_raw, &w2p_fair),
+    ] {
+        row(
+            w,
+            "critical sections/s; client commands / CS",
+            format!("{:.0}; {:.1}", raw.pairs_per_s, raw.client_cmds_per_cs),
+            format!("{:.0}; {:.2}", fair.pairs_per_s, fair.client_cmds_per_cs),
+            format!("{:.2}", fair.pairs_per_s / raw.pairs_per_s),
+            "",
+            None,
+        );
+        row(
+            w,
+            "handoff p50 / p99 µs; least / most vs mean share",
+            format!(
+                "{:.0} / {:.0}; {:.2} / {:.2}",
+                raw.handoff_p50_us, raw.handoff_p99_us, raw.least_share, raw.most_share
+            ),
+            format!(
+                "{:.0} / {:.0}; {:.2} / {:.2}",
+                fair.handoff_p50_us, fair.handoff_p99_us, fair.least_share, fair.most_share
+            ),
+            format!("p50 = {:.1} RTT", fair.handoff_p50_us / rtt),
+            "",
+            None,
+        );
     }
     let r3 = w3_lh / w3_raw;
     row(
