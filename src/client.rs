@@ -54,6 +54,9 @@ pub(crate) struct Inner {
     /// Threads of this client queued per lock name (see `local.rs`).
     pub(crate) local: LocalLocks,
     fair: FairScripts,
+    /// Tokens of fenced fair holds by `key\n owner`, with their hold count, so
+    /// a reentrant fenced fair hold returns the outer token.
+    fair_fences: Mutex<std::collections::HashMap<String, (u64, u32)>>,
 }
 
 impl Drop for Inner {
@@ -283,6 +286,7 @@ impl LockClientBuilder {
                 renewer,
                 local: LocalLocks::default(),
                 fair: FairScripts::new(),
+                fair_fences: Mutex::new(std::collections::HashMap::new()),
             }),
         })
     }
@@ -482,12 +486,7 @@ impl LockClient {
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
         if fair {
-            if fenced {
-                return Err(Error::invalid(
-                    "a fair lock cannot be fenced yet; use a plain fenced lock",
-                ));
-            }
-            return self.acquire_fair(name, key, owner, lease, watchdog, deadline);
+            return self.acquire_fair(name, key, owner, lease, watchdog, fenced, deadline);
         }
         let entered = inner.local.enter(&key, &owner, lease, fenced, deadline);
         let mut turn = match entered {
@@ -624,6 +623,7 @@ impl LockClient {
     /// in-process queue, so the order is the order of asking across all
     /// clients); it waits on its own channel, confirming its place at least
     /// every third of the queue lease, and leaves the queue when it gives up.
+    #[allow(clippy::too_many_arguments)]
     fn acquire_fair(
         &self,
         name: &str,
@@ -631,6 +631,7 @@ impl LockClient {
         owner: String,
         lease: Duration,
         watchdog: bool,
+        fenced: bool,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>> {
         let inner = &self.inner;
@@ -650,17 +651,17 @@ impl LockClient {
                 let mut con = inner.connection(None)?;
                 inner
                     .fair
-                    .acquire(&mut *con, &key, &owner, lease)
+                    .acquire(&mut *con, &key, &owner, lease, fenced)
                     .map_err(|e| Error::from_redis(e, &key))?
             };
             let wait = match attempt {
-                FairAcquire::Acquired => {
+                FairAcquire::Acquired(minted) => {
                     queued.armed = false;
                     drop(queued);
+                    let fence = minted.map(|token| inner.fair_fence_hold(&key, &owner, token));
                     let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
-                    return Ok(Some(
-                        self.guard(name, key, owner, lease, watchdog, state).fair(),
-                    ));
+                    let guard = self.guard(name, key, owner, lease, watchdog, state);
+                    return Ok(Some(guard.fair().with_fence(fence.flatten())));
                 }
                 FairAcquire::Queued(wait) => wait,
             };
@@ -809,6 +810,35 @@ impl Inner {
         self.scripts
             .release(&mut *con, key, owner, lease, last, successor)
             .map_err(|e| Error::from_redis(e, key))
+    }
+
+    /// Records one fenced fair hold: a new `token`, or (reentrant, `None`)
+    /// one more hold of the token this owner has. Returns the hold's token.
+    fn fair_fence_hold(&self, key: &str, owner: &str, token: Option<u64>) -> Option<u64> {
+        let mut fences = self.fair_fences.lock();
+        let id = format!("{key}\n{owner}");
+        match token {
+            Some(t) => {
+                fences.insert(id, (t, 1));
+                Some(t)
+            }
+            None => fences.get_mut(&id).map(|(t, holds)| {
+                *holds += 1;
+                *t
+            }),
+        }
+    }
+
+    /// One fenced fair hold of `owner` on `key` ended.
+    pub(crate) fn fair_fence_release(&self, key: &str, owner: &str) {
+        let mut fences = self.fair_fences.lock();
+        let id = format!("{key}\n{owner}");
+        if let Some((_, holds)) = fences.get_mut(&id) {
+            *holds -= 1;
+            if *holds == 0 {
+                fences.remove(&id);
+            }
+        }
     }
 
     /// Runs the fair release script for one hold; `None` when not ours.

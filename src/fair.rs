@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::raw::{channel_name, millis, prefix_name, UNLOCK_MESSAGE};
+use crate::raw::{channel_name, millis, prefix_name, token_key, UNLOCK_MESSAGE};
 
 /// How long a waiter's place in the queue lasts without being confirmed.
 pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
@@ -38,10 +38,16 @@ end
 /// end of the queue and return how long to wait: the holder's PTTL, or when
 /// the lock is free but another waiter is first, until that waiter's place
 /// expires; -1 when the holder has no expiry.
+///
+/// Fenced (a token counter in `KEYS[4]`): a first hold returns `{token}`, a
+/// reentrant one `{-1}` (it keeps the token of the outer hold).
 const ACQUIRE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    if KEYS[4] then
+        return {-1}
+    end
     return nil
 end
 local first = redis.call('lindex', KEYS[2], 0)
@@ -52,6 +58,9 @@ if redis.call('exists', KEYS[1]) == 0 and ((not first) or first == ARGV[2]) then
     redis.call('zrem', KEYS[3], ARGV[2])
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    if KEYS[4] then
+        return {mint(KEYS[4])}
+    end
     return nil
 end
 if redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), ARGV[2]) == 1 then
@@ -100,6 +109,19 @@ end
 return 1
 "#;
 
+/// A fencing token from the counter `key`, as the plain fenced lock mints
+/// them (see `raw.rs`): one more than the last, never below the server clock
+/// in microseconds.
+const MINT: &str = r#"
+local function mint(key)
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local tok = math.max(tonumber(redis.call('get', key) or '0') + 1, now)
+    redis.call('set', key, string.format('%.0f', tok))
+    return tok
+end
+"#;
+
 /// The queue list of a fair lock key.
 pub(crate) fn queue_key(key: &str) -> String {
     prefix_name("redisson_lock_queue", key)
@@ -120,7 +142,9 @@ pub(crate) fn waiter_channel(key: &str, owner: &str) -> String {
 
 /// What a fair acquire attempt found.
 pub(crate) enum FairAcquire {
-    Acquired,
+    /// Ours now, with a new token (fenced first hold), `Some(None)` for a
+    /// fenced reentrant hold, `None` when not fenced.
+    Acquired(Option<Option<u64>>),
     /// Queued; wait at most this long before trying again (`None`: the
     /// holder has no expiry).
     Queued(Option<Duration>),
@@ -136,7 +160,7 @@ pub(crate) struct FairScripts {
 impl FairScripts {
     pub(crate) fn new() -> Self {
         FairScripts {
-            acquire: Script::new(&format!("{PURGE}{ACQUIRE}")),
+            acquire: Script::new(&format!("{PURGE}{MINT}{ACQUIRE}")),
             release: Script::new(&format!("{PURGE}{RELEASE}")),
             cancel: Script::new(CANCEL),
         }
@@ -148,18 +172,24 @@ impl FairScripts {
         key: &str,
         owner: &str,
         lease: Duration,
+        fenced: bool,
     ) -> RedisResult<FairAcquire> {
-        let reply: Value = self
-            .acquire
-            .key(key)
-            .key(queue_key(key))
-            .key(timeout_key(key))
+        let mut invocation = self.acquire.key(key);
+        invocation.key(queue_key(key)).key(timeout_key(key));
+        if fenced {
+            invocation.key(token_key(key));
+        }
+        let reply: Value = invocation
             .arg(millis(lease))
             .arg(owner)
             .arg(millis(QUEUE_LEASE))
             .invoke(con)?;
         Ok(match reply {
-            Value::Nil => FairAcquire::Acquired,
+            Value::Nil => FairAcquire::Acquired(None),
+            Value::Array(items) => FairAcquire::Acquired(Some(match items.first() {
+                Some(Value::Int(n)) if *n > 0 => Some(*n as u64),
+                _ => None,
+            })),
             Value::Int(ms) if ms >= 0 => {
                 FairAcquire::Queued(Some(Duration::from_millis(ms as u64)))
             }

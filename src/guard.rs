@@ -166,6 +166,9 @@ impl LockGuard {
                 .release(&self.key, &self.owner, &self.state);
         }
         if self.fair {
+            if self.fence.is_some() {
+                self.client.fair_fence_release(&self.key, &self.owner);
+            }
             if self.state.is_lost() {
                 return Err(Error::NotHeld {
                     name: self.name.clone(),

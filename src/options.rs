@@ -72,8 +72,8 @@ impl LockOptions {
     /// get it in the order they asked, each woken on its own channel by the
     /// release before it (Redisson's `RedissonFairLock` layout). A waiter
     /// that gives up leaves the queue at once; one that died is dropped from
-    /// it within 5 s, never holding up the others longer. Not yet combinable
-    /// with [`fenced`](Self::fenced). Use either fair or plain locking on one
+    /// it within 5 s, never holding up the others longer. Combines with
+    /// [`fenced`](Self::fenced). Use either fair or plain locking on one
     /// name, not both.
     pub fn fair(mut self) -> Self {
         self.fair = true;

@@ -203,10 +203,21 @@ fn fair_holds_are_reentrant_renewed_and_report_loss() {
     let _: () = server.connection().del("fair:r").unwrap();
     assert!(lost.recv_timeout(Duration::from_secs(3)).is_ok());
     assert!(outer.unlock().unwrap_err().is_not_held());
-    let e = client
-        .lock_with("fair:f", LockOptions::new().fair().fenced())
-        .unwrap_err();
-    assert!(e.is_invalid_argument(), "{e:?}");
+    // Fenced fair holds: a token per new hold, the outer one on reentry.
+    let fenced = LockOptions::new().fair().fenced();
+    let a = client.lock_with("fair:f", fenced).unwrap();
+    let b = client.lock_with("fair:f", fenced).unwrap();
+    assert!(a.fence().is_some());
+    assert_eq!(a.fence(), b.fence());
+    let first = a.fence().unwrap();
+    drop(b);
+    drop(a);
+    let c = client.lock_with("fair:f", fenced).unwrap();
+    assert!(c.fence().unwrap() > first);
+    let plain_fenced = client
+        .lock_with("plain:f", LockOptions::new().fenced())
+        .unwrap();
+    assert!(plain_fenced.fence().unwrap() > 0);
 }
 
 #[test]
