@@ -40,6 +40,13 @@
 //! processes wait for the same lock, a client hands it over at most twice in
 //! a row, then releases it publicly and lets them go first.
 //!
+//! # Fencing and fair locks
+//! [`LockOptions::fenced`] adds a fencing token minted in the acquire script
+//! ([`LockGuard::fence`]) for the resource to check ([`FencedStore`]) — the
+//! one protection against a holder paused past its lease.
+//! [`LockOptions::fair`] (or [`LockClient::fair_lock`]) serves waiters of all
+//! clients in the order they asked, each woken on its own channel.
+//!
 //! # Errors
 //! Every fallible call returns [`Error`]: bad input, Redis faults and a lock
 //! that was lost are typed, never panics.
