@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::raw::{channel_name, millis, prefix_name, token_key, UNLOCK_MESSAGE};
+use crate::raw::{channel_name, millis, mint_fn, prefix_name, token_key, UNLOCK_MESSAGE};
 
 /// How long a waiter's place in the queue lasts without being confirmed.
 pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
@@ -109,19 +109,6 @@ end
 return 1
 "#;
 
-/// A fencing token from the counter `key`, as the plain fenced lock mints
-/// them (see `raw.rs`): one more than the last, never below the server clock
-/// in microseconds.
-const MINT: &str = r#"
-local function mint(key)
-    local t = redis.call('time')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local tok = math.max(tonumber(redis.call('get', key) or '0') + 1, now)
-    redis.call('set', key, string.format('%.0f', tok))
-    return tok
-end
-"#;
-
 /// The queue list of a fair lock key.
 pub(crate) fn queue_key(key: &str) -> String {
     prefix_name("redisson_lock_queue", key)
@@ -160,7 +147,7 @@ pub(crate) struct FairScripts {
 impl FairScripts {
     pub(crate) fn new() -> Self {
         FairScripts {
-            acquire: Script::new(&format!("{PURGE}{MINT}{ACQUIRE}")),
+            acquire: Script::new(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
             release: Script::new(&format!("{PURGE}{RELEASE}")),
             cancel: Script::new(CANCEL),
         }

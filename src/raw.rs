@@ -51,27 +51,27 @@ return redis.call('pttl', KEYS[1])
     };
 }
 
-/// Mints a fencing token into `tok` from the counter `KEYS[tk]`: one more
-/// than the last token, and never less than the server clock in
-/// microseconds — so when Redis lost the counter (restart without
-/// persistence, flush) new tokens still exceed every token issued before, as
-/// long as the server clock did not go back and fewer than a million tokens a
-/// second were taken on average. Lua numbers are doubles: exact up to 2^53,
-/// i.e. for clock values until the 23rd century.
-macro_rules! mint_token {
-    ($tk:literal) => {
-        concat!(
-            "local t = redis.call('time')\n",
-            "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n",
-            "local tok = math.max(tonumber(redis.call('get', KEYS[",
-            $tk,
-            "]) or '0') + 1, now)\n",
-            "redis.call('set', KEYS[",
-            $tk,
-            "], string.format('%.0f', tok))\n"
-        )
+/// The Lua function `mint(key)` every fenced script defines: a new fencing
+/// token from the counter `key` — one more than the last token, and never
+/// less than the server clock in microseconds, so when Redis lost the counter
+/// (restart without persistence, flush) new tokens still exceed every token
+/// issued before, as long as the server clock did not go back and fewer than
+/// a million tokens a second were taken on average. Lua numbers are doubles:
+/// exact up to 2^53, i.e. for clock values until the 23rd century.
+macro_rules! mint_fn {
+    () => {
+        r#"
+local function mint(key)
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local tok = math.max(tonumber(redis.call('get', key) or '0') + 1, now)
+    redis.call('set', key, string.format('%.0f', tok))
+    return tok
+end
+"#
     };
 }
+pub(crate) use mint_fn;
 
 /// Acquire (see [`acquire_script!`]): taken → nil.
 pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
@@ -82,8 +82,8 @@ pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
 /// PTTL.
 pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
     "    if ARGV[4] ~= '1' and not free then\n        return {-1}\n    end\n",
-    mint_token!("2"),
-    "    return {tok}\n"
+    mint_fn!(),
+    "    return {mint(KEYS[2])}\n"
 );
 
 /// Release: not ours → nil. With `ARGV[4] == "1"` this is the owner's last
@@ -120,9 +120,9 @@ if ARGV[5] and (ARGV[7] == '1' or redis.call('pubsub', 'numsub', KEYS[2])[2] <= 
     redis.call('pexpire', KEYS[1], ARGV[8])
     if KEYS[3] then
 "#,
-    mint_token!("3"),
+    mint_fn!(),
     r#"
-        return {2, tok}
+        return {2, mint(KEYS[3])}
     end
     return 2
 end

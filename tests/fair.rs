@@ -222,25 +222,8 @@ fn fair_holds_are_reentrant_renewed_and_report_loss() {
 
 #[test]
 fn every_key_and_channel_of_a_fair_lock_shares_its_cluster_slot() {
-    let server = RedisServer::start_with(&["--cluster-enabled", "yes"], None);
+    let server = RedisServer::start_cluster_node();
     let mut con = server.connection();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("ADDSLOTSRANGE")
-        .arg(0)
-        .arg(16383)
-        .query(&mut con)
-        .unwrap();
-    assert!(eventually(Duration::from_secs(10), || {
-        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
-        info.contains("cluster_state:ok")
-    }));
-    let slot = |con: &mut redis::Connection, key: &str| -> i64 {
-        redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(con)
-            .unwrap()
-    };
     let holder = LockClient::new(&server.url()).unwrap();
     let waiter = LockClient::new(&server.url()).unwrap();
     let g = holder.fair_lock("fair:slot").unwrap();
@@ -262,13 +245,13 @@ fn every_key_and_channel_of_a_fair_lock_shares_its_cluster_slot() {
         channels.contains(&format!("redisson_lock__channel:{{fair:slot}}:{waiter_id}")),
         "the waiter listens on its own channel: {channels:?}"
     );
-    let key_slot = slot(&mut con, "fair:slot");
+    let key_slot = server.keyslot("fair:slot");
     for name in [
         "redisson_lock_queue:{fair:slot}".to_owned(),
         "redisson_lock_timeout:{fair:slot}".to_owned(),
         format!("redisson_lock__channel:{{fair:slot}}:{waiter_id}"),
     ] {
-        assert_eq!(slot(&mut con, &name), key_slot, "{name}");
+        assert_eq!(server.keyslot(&name), key_slot, "{name}");
     }
     g.unlock().unwrap(); // the scripts ran in the cluster without CROSSSLOT
     t.join().unwrap();

@@ -144,25 +144,8 @@ fn every_key_and_channel_of_a_lock_shares_its_cluster_slot() {
     // CLUSTER KEYSLOT is the server's own CRC16; it needs cluster support on.
     // A one-node cluster serving every slot: scripts whose keys span slots
     // would fail here with CROSSSLOT, so the locks themselves are checked too.
-    let server = RedisServer::start_with(&["--cluster-enabled", "yes"], None);
+    let server = RedisServer::start_cluster_node();
     let mut con = server.connection();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("ADDSLOTSRANGE")
-        .arg(0)
-        .arg(16383)
-        .query(&mut con)
-        .unwrap();
-    assert!(eventually(Duration::from_secs(10), || {
-        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
-        info.contains("cluster_state:ok")
-    }));
-    let slot = |con: &mut redis::Connection, key: &str| -> i64 {
-        redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(con)
-            .unwrap()
-    };
     let holder = LockClient::new(&server.url()).unwrap();
     let waiter = LockClient::new(&server.url()).unwrap();
     for name in ["order:pay", "{user:7}:cart", "a{t}b"] {
@@ -188,9 +171,9 @@ fn every_key_and_channel_of_a_lock_shares_its_cluster_slot() {
             .iter()
             .find(|k| k.ends_with(name) || k.ends_with(&format!("{name}}}")))
             .unwrap_or_else(|| panic!("{name}: token key among {tokens:?}"));
-        let key_slot = slot(&mut con, name);
-        assert_eq!(slot(&mut con, channel), key_slot, "{name}: {channel}");
-        assert_eq!(slot(&mut con, token), key_slot, "{name}: {token}");
+        let key_slot = server.keyslot(name);
+        assert_eq!(server.keyslot(channel), key_slot, "{name}: {channel}");
+        assert_eq!(server.keyslot(token), key_slot, "{name}: {token}");
         g.unlock().unwrap();
         assert!(matches!(t.join().unwrap(), Ok(Ok(()))));
     }

@@ -54,13 +54,7 @@ impl RedisServer {
 
     fn try_start(extra: &[&str], password: Option<&str>) -> Result<Self, String> {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-test-{}-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed),
-            port
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
+        let dir = server_dir(port);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         Self::spawn(port, dir, extra, password.map(str::to_owned), None)
     }
@@ -72,12 +66,7 @@ impl RedisServer {
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let dir = std::env::temp_dir().join(format!(
-                "leasehold-test-{}-{}-{}",
-                std::process::id(),
-                NEXT_DIR.fetch_add(1, Ordering::Relaxed),
-                port
-            ));
+            let dir = server_dir(port);
             std::fs::create_dir_all(&dir).unwrap();
             let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
             let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
@@ -172,6 +161,36 @@ impl RedisServer {
             }
         }
         panic!("redis-server (TLS) found no free port after 5 tries; last log:\n{last_log}");
+    }
+
+    /// A one-node Redis Cluster serving every slot: `CLUSTER KEYSLOT` works,
+    /// and a script whose keys span two slots fails with CROSSSLOT.
+    pub fn start_cluster_node() -> Self {
+        let server = Self::start_with(&["--cluster-enabled", "yes"], None);
+        let mut con = server.connection();
+        redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(16383)
+            .query::<()>(&mut con)
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
+                info.contains("cluster_state:ok")
+            }),
+            "the one-node cluster did not come up"
+        );
+        server
+    }
+
+    /// `CLUSTER KEYSLOT key` on a [`Self::start_cluster_node`] server.
+    pub fn keyslot(&self, key: &str) -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.connection())
+            .unwrap()
     }
 
     /// The certificate a client must trust to talk to [`Self::start_tls`].
@@ -363,6 +382,16 @@ impl Drop for RedisServer {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A fresh directory name for one server's files (`spawn` creates it).
+fn server_dir(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "leasehold-test-{}-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed),
+        port
+    ))
 }
 
 fn free_port() -> u16 {
