@@ -501,16 +501,22 @@ impl LockClient {
         };
         if let Some(yield_to) = turn.yield_to.take() {
             // Our release woke other clients: let them take it first, and try
-            // after the next unlock message (theirs) or a short bound.
+            // after the next unlock message (theirs) or a short bound. Without
+            // a subscription yet, subscribe now: our own message came before
+            // it, so any message from here on is someone else's release.
             let until = deadline_min(deadline, Instant::now() + local::YIELD_WAIT);
-            match turn.subscription() {
-                Some(sub) => {
-                    sub.wait_for_message_after(yield_to.messages, until);
-                }
+            let seen = match turn.subscription() {
+                Some(_) => yield_to.messages,
                 None => {
                     let channel = raw::channel_name(&key);
-                    turn.set_subscription(inner.notifier.subscribe(&channel, until));
+                    let sub = inner.notifier.subscribe(&channel, until);
+                    let seen = sub.messages();
+                    turn.set_subscription(sub);
+                    seen
                 }
+            };
+            if let Some(sub) = turn.subscription() {
+                sub.wait_for_message_after(seen, until);
             }
         }
         // Set once an attempt found the lock held: from then on we wait, and a
@@ -609,12 +615,7 @@ impl LockClient {
                     let channel = raw::channel_name(&key);
                     turn.set_subscription(inner.notifier.subscribe(&channel, wake_at));
                 }
-                Some(sub) => {
-                    let parked = &inner.renewer.counters.waiters_parked;
-                    parked.fetch_add(1, Ordering::Relaxed);
-                    sub.wait_until(wake_at);
-                    parked.fetch_sub(1, Ordering::Relaxed);
-                }
+                Some(sub) => inner.park(sub, wake_at),
             }
         }
     }
@@ -680,12 +681,7 @@ impl LockClient {
                     let channel = fair::waiter_channel(&key, &owner);
                     sub = Some(inner.notifier.subscribe(&channel, wake_at));
                 }
-                Some(s) => {
-                    let parked = &inner.renewer.counters.waiters_parked;
-                    parked.fetch_add(1, Ordering::Relaxed);
-                    s.wait_until(wake_at);
-                    parked.fetch_sub(1, Ordering::Relaxed);
-                }
+                Some(s) => inner.park(s, wake_at),
             }
         }
     }
@@ -839,6 +835,15 @@ impl Inner {
                 fences.remove(&id);
             }
         }
+    }
+
+    /// Parks a waiter on `sub` until woken or `until`, counted in
+    /// `stats().waiters_parked` meanwhile.
+    fn park(&self, sub: &crate::notify::Subscription, until: Instant) {
+        let parked = &self.renewer.counters.waiters_parked;
+        parked.fetch_add(1, Ordering::Relaxed);
+        sub.wait_until(until);
+        parked.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Runs the fair release script for one hold; `None` when not ours.
