@@ -10,12 +10,14 @@ use redis::{ConnectionAddr, ConnectionLike, IntoConnectionInfo};
 
 use crate::error::{Error, Result};
 use crate::fair::{self, FairAcquire, FairScripts};
+use crate::guard::Kind;
 use crate::guard::LockGuard;
 use crate::local::{self, Enter, LocalLocks, Successor};
 use crate::notify::{Notifier, SubscriberTls};
 use crate::options::LockOptions;
 use crate::raw::{self, Acquire, Fence, Scripts};
 use crate::renewal::{LeaseState, Renewer, Stats};
+use crate::rwlock::{self, RwAcquire, RwScripts};
 
 /// A handle to a Redis server for taking distributed locks.
 ///
@@ -54,6 +56,7 @@ pub(crate) struct Inner {
     /// Threads of this client queued per lock name (see `local.rs`).
     pub(crate) local: LocalLocks,
     fair: FairScripts,
+    rw: RwScripts,
     /// Tokens of fenced fair holds by `key\n owner`, with their hold count, so
     /// a reentrant fenced fair hold returns the outer token.
     fair_fences: Mutex<std::collections::HashMap<String, (u64, u32)>>,
@@ -286,6 +289,7 @@ impl LockClientBuilder {
                 renewer,
                 local: LocalLocks::default(),
                 fair: FairScripts::new(),
+                rw: RwScripts::new(),
                 fair_fences: Mutex::new(std::collections::HashMap::new()),
             }),
         })
@@ -353,6 +357,87 @@ impl LockClient {
         self.try_lock_with(name, LockOptions::new().fair().wait(wait))
     }
 
+    /// Takes the read side of the read/write lock `name`: any number of
+    /// threads and processes may read at once; it waits while someone writes
+    /// — and while a writer waits, so that readers cannot starve writers
+    /// (a thread that already reads, or writes, re-enters at once). The
+    /// guard is renewed by the watchdog and reports a lost lease like any
+    /// other; dropping it releases this read hold.
+    ///
+    /// The layout is Redisson's `RReadWriteLock` (see
+    /// [`write_lock`](Self::write_lock)), so Java services using Redisson
+    /// share the lock.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// {
+    ///     let _r1 = client.read_lock("catalog")?;
+    ///     let _r2 = client.read_lock("catalog")?; // readers share
+    /// }
+    /// let w = client.write_lock("catalog")?;       // alone
+    /// let r = client.read_lock("catalog")?;        // a writer may also read
+    /// drop(w);                                     // … and keeps reading
+    /// # drop(r);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn read_lock(&self, name: &str) -> Result<LockGuard> {
+        self.lock_with(name, LockOptions::new().read())
+    }
+
+    /// Takes the write side of the read/write lock `name`: waits until no
+    /// one else reads or writes, alone then. While it waits, new readers
+    /// wait behind it (readers holding already finish first). Reentrant;
+    /// the writer may also take the read lock (a downgrade: release the
+    /// write guard and keep reading). The reverse — taking the write lock
+    /// while this thread holds the read lock — would wait for itself, and
+    /// is refused with [`Error::UpgradeWouldDeadlock`].
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus [`Error::UpgradeWouldDeadlock`].
+    pub fn write_lock(&self, name: &str) -> Result<LockGuard> {
+        self.lock_with(name, LockOptions::new().write())
+    }
+
+    /// One attempt at the read side of `name`: `None` when someone writes
+    /// or a writer waits.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_read_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        self.try_lock_with(name, LockOptions::new().read())
+    }
+
+    /// One attempt at the write side of `name`: `None` when anyone else
+    /// reads or writes.
+    ///
+    /// # Errors
+    /// As [`write_lock`](Self::write_lock).
+    pub fn try_write_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        self.try_lock_with(name, LockOptions::new().write())
+    }
+
+    /// Like [`read_lock`](Self::read_lock), giving up after `wait`: `None`
+    /// when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_read_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        self.try_lock_with(name, LockOptions::new().read().wait(wait))
+    }
+
+    /// Like [`write_lock`](Self::write_lock), giving up after `wait` (and
+    /// leaving the waiting writers at once): `None` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`write_lock`](Self::write_lock).
+    pub fn try_write_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        self.try_lock_with(name, LockOptions::new().write().wait(wait))
+    }
+
     /// One attempt: the guard if the lock was free (or already ours), `None`
     /// if someone else holds it. When another thread of this client holds the
     /// lock or is already trying for it, the answer is `None` at once, with no
@@ -410,7 +495,7 @@ impl LockClient {
             name,
             options.lease_value(),
             options.is_fenced(),
-            options.is_fair(),
+            options.kind_value(),
             deadline,
         )? {
             Some(guard) => Ok(guard),
@@ -432,7 +517,7 @@ impl LockClient {
             name,
             options.lease_value(),
             options.is_fenced(),
-            options.is_fair(),
+            options.kind_value(),
             Some(deadline),
         )
     }
@@ -448,7 +533,7 @@ impl LockClient {
         fenced: bool,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>> {
-        self.acquire_as(name, lease, fenced, false, deadline)
+        self.acquire_as(name, lease, fenced, Kind::Plain, deadline)
     }
 
     fn acquire_as(
@@ -456,7 +541,7 @@ impl LockClient {
         name: &str,
         lease: Option<Duration>,
         fenced: bool,
-        fair: bool,
+        kind: Kind,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>> {
         if name.is_empty() {
@@ -485,14 +570,25 @@ impl LockClient {
         let owner = inner.owner();
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(inner.watchdog_lease);
-        if fair {
-            return self.acquire_fair(name, key, owner, lease, watchdog, fenced, deadline);
+        match kind {
+            Kind::Plain => {}
+            Kind::Fair => {
+                return self.acquire_fair(name, key, owner, lease, watchdog, fenced, deadline)
+            }
+            Kind::Read | Kind::Write if fenced => {
+                return Err(Error::invalid(
+                    "fencing tokens are for exclusive locks (plain or fair); a read/write lock has none",
+                ))
+            }
+            Kind::Read | Kind::Write => {
+                return self.acquire_rw(name, key, owner, lease, watchdog, kind, deadline)
+            }
         }
         let entered = inner.local.enter(&key, &owner, lease, fenced, deadline);
         let mut turn = match entered {
             Enter::Turn(turn) => turn,
             Enter::Granted(sent_at, fence) => {
-                let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
+                let state = self.lease_state(&key, &owner, lease, watchdog, sent_at, None);
                 inner.local.holding(&key, &owner, &state, fence);
                 let guard = self.guard(name, key, owner, lease, watchdog, state);
                 return Ok(Some(guard.with_fence(fence)));
@@ -588,7 +684,7 @@ impl LockClient {
                 Ok(Acquire::Acquired { fence: minted }) => {
                     // A reentrant fenced hold returns the token it already has.
                     let token = minted.or(turn.fence()).filter(|_| fenced);
-                    let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
+                    let state = self.lease_state(&key, &owner, lease, watchdog, sent_at, None);
                     turn.acquired(&state, minted);
                     let guard = self.guard(name, key, owner, lease, watchdog, state);
                     return Ok(Some(guard.with_fence(token)));
@@ -660,9 +756,9 @@ impl LockClient {
                     queued.armed = false;
                     drop(queued);
                     let fence = minted.map(|token| inner.fair_fence_hold(&key, &owner, token));
-                    let state = self.lease_state(&key, &owner, lease, watchdog, sent_at);
+                    let state = self.lease_state(&key, &owner, lease, watchdog, sent_at, None);
                     let guard = self.guard(name, key, owner, lease, watchdog, state);
-                    return Ok(Some(guard.fair().with_fence(fence.flatten())));
+                    return Ok(Some(guard.kind(Kind::Fair).with_fence(fence.flatten())));
                 }
                 FairAcquire::Queued(wait) => wait,
             };
@@ -686,6 +782,102 @@ impl LockClient {
         }
     }
 
+    /// The read/write acquire path: every thread asks Redis itself (readers
+    /// of one client must not queue behind each other); a refused attempt
+    /// subscribes to the lock's channel, retries, then parks until an unlock
+    /// message or the hint the script gave. A waiting writer confirms its
+    /// place among the waiting writers at least every third of
+    /// [`rwlock::WRITER_INTENT`] and leaves it when it gives up.
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_rw(
+        &self,
+        name: &str,
+        key: String,
+        owner: String,
+        lease: Duration,
+        watchdog: bool,
+        kind: Kind,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>> {
+        let inner = &self.inner;
+        let write = kind == Kind::Write;
+        let mut waiting_writer = LeaveWriters {
+            inner,
+            key: &key,
+            owner: &owner,
+            armed: false,
+        };
+        // Waiters of one client share the channel's wake-up permits, so none
+        // of them clears them before its attempt (that would swallow a
+        // wake-up meant for another); a stale one costs one attempt more.
+        // Wake-all messages are counted, not shared: each waiter wakes on
+        // every one that came after its attempt.
+        let mut sub: Option<crate::notify::Subscription> = None;
+        loop {
+            // Wake-all messages from here on are news to this attempt.
+            let seen = sub.as_ref().map_or(0, |s| s.broadcasts());
+            let sent_at = Instant::now();
+            let attempt = {
+                let mut con = inner.connection(None)?;
+                let attempt = if write {
+                    inner.rw.write(&mut *con, &key, &owner, lease)
+                } else {
+                    inner.rw.read(&mut *con, &key, &owner, lease)
+                };
+                attempt.map_err(|e| Error::from_redis(e, &key))?
+            };
+            let hint = match attempt {
+                RwAcquire::Acquired => {
+                    waiting_writer.armed = false;
+                    drop(waiting_writer);
+                    let (owner, timeouts) = if write {
+                        (rwlock::write_field(&owner), None)
+                    } else {
+                        let prefix = rwlock::timeout_prefix(&key, &owner);
+                        (owner, Some(prefix))
+                    };
+                    let state = self.lease_state(
+                        &key,
+                        &owner,
+                        lease,
+                        watchdog,
+                        sent_at,
+                        timeouts.as_deref(),
+                    );
+                    let guard = self.guard(name, key, owner, lease, watchdog, state);
+                    return Ok(Some(guard.kind(kind)));
+                }
+                RwAcquire::Upgrade => {
+                    return Err(Error::UpgradeWouldDeadlock {
+                        name: name.to_owned(),
+                    })
+                }
+                RwAcquire::Wait(hint) => hint,
+            };
+            waiting_writer.armed = write;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ok(None); // a writer leaves the waiting writers
+            }
+            let mut cap = hint.unwrap_or(inner.watchdog_lease);
+            if write {
+                cap = cap.min(rwlock::WRITER_INTENT / 3);
+            }
+            let wake_at = deadline_min(deadline, now + cap + Duration::from_millis(1));
+            match &sub {
+                // Subscribe first, then retry: an unlock published between
+                // the attempt and the confirmation is caught by the retry.
+                None => sub = Some(inner.notifier.subscribe(&rwlock::channel(&key), wake_at)),
+                Some(s) => {
+                    let parked = &inner.renewer.counters.waiters_parked;
+                    parked.fetch_add(1, Ordering::Relaxed);
+                    s.wait_until_or_broadcast(seen, wake_at);
+                    parked.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     /// The lease state of a hold whose request was sent at `sent_at`:
     /// registered with the watchdog, or expiring with its explicit lease.
     fn lease_state(
@@ -695,9 +887,12 @@ impl LockClient {
         lease: Duration,
         watchdog: bool,
         sent_at: Instant,
+        timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
         if watchdog {
-            self.inner.renewer.register(key, owner, lease, sent_at)
+            self.inner
+                .renewer
+                .register(key, owner, lease, sent_at, timeouts)
         } else {
             LeaseState::new(sent_at + lease)
         }
@@ -860,6 +1055,24 @@ impl Inner {
             .map_err(|e| Error::from_redis(e, key))
     }
 
+    /// Runs the read or write release script for one hold (`owner` is the
+    /// hash field: the write field for a write hold); `None` when not ours.
+    pub(crate) fn release_rw(
+        &self,
+        key: &str,
+        owner: &str,
+        kind: Kind,
+        pool_wait: Option<Duration>,
+    ) -> Result<Option<bool>> {
+        let mut con = self.connection(pool_wait)?;
+        let released = if kind == Kind::Write {
+            self.rw.write_release(&mut *con, key, owner)
+        } else {
+            self.rw.read_release(&mut *con, key, owner)
+        };
+        released.map_err(|e| Error::from_redis(e, key))
+    }
+
     /// A pooled connection, waiting at most `wait` (default: the connect
     /// timeout). On failure reports the connection error r2d2 saw, typed.
     fn connection(&self, wait: Option<Duration>) -> Result<r2d2::PooledConnection<Manager>> {
@@ -982,6 +1195,35 @@ impl Drop for LeaveQueue<'_> {
             });
         if let Err(e) = left {
             tracing::debug!(key = %self.key, error = %e, "leasehold: leaving a fair queue failed; the place expires by itself");
+        }
+    }
+}
+
+/// A waiting writer's place among the waiting writers, left (best effort)
+/// when the wait ends without the lock, so readers held back for it go on.
+struct LeaveWriters<'a> {
+    inner: &'a Inner,
+    key: &'a str,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for LeaveWriters<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let inner = self.inner;
+        let left = inner
+            .connection(Some(inner.socket_timeout))
+            .and_then(|mut con| {
+                inner
+                    .rw
+                    .cancel_writer(&mut *con, self.key, self.owner)
+                    .map_err(Error::from)
+            });
+        if let Err(e) = left {
+            tracing::debug!(key = %self.key, error = %e, "leasehold: leaving the waiting writers failed; the place expires by itself");
         }
     }
 }

@@ -47,6 +47,16 @@ pub enum Error {
         name: String,
     },
 
+    /// The calling thread asked for the write side of a read/write lock
+    /// while it holds the read side: the write lock waits for all readers,
+    /// this thread included, so it would wait forever (Redisson hangs here).
+    /// Nothing was changed in Redis.
+    #[error("this thread holds the read lock {name:?} and asked for its write lock, which would wait for itself forever; drop the read guard first (a writer may take the read lock, not the reverse)")]
+    UpgradeWouldDeadlock {
+        /// The lock name as the caller gave it.
+        name: String,
+    },
+
     /// The lock stayed held by someone else for the whole wait
     /// ([`LockOptions::wait`](crate::LockOptions::wait) with `lock_with`).
     #[error("lock {name:?} stayed held by another owner for the whole wait of {waited:?}; retry later or wait longer")]
@@ -288,6 +298,7 @@ mod tests {
         let errors = [
             Error::invalid("lock name must not be empty"),
             Error::NotHeld { name: "a".into() },
+            Error::UpgradeWouldDeadlock { name: "a".into() },
             Error::Pool {
                 message: "connection refused".into(),
                 timeout: std::time::Duration::from_secs(1),

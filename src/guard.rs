@@ -48,8 +48,22 @@ pub struct LockGuard {
     released: bool,
     /// The fencing token of a fenced hold.
     fence: Option<u64>,
-    /// A fair lock's hold (released by the fair script, no local queue).
-    fair: bool,
+    /// Which lock this is a hold of (which release script it needs).
+    kind: Kind,
+}
+
+/// The lock a guard holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Kind {
+    /// The plain reentrant lock (in-process queue and handoff).
+    #[default]
+    Plain,
+    /// The fair lock (released by the fair script, no local queue).
+    Fair,
+    /// A read hold of a read/write lock.
+    Read,
+    /// A write hold of a read/write lock.
+    Write,
 }
 
 impl LockGuard {
@@ -72,12 +86,12 @@ impl LockGuard {
             renewed,
             released: false,
             fence: None,
-            fair: false,
+            kind: Kind::Plain,
         }
     }
 
-    pub(crate) fn fair(mut self) -> Self {
-        self.fair = true;
+    pub(crate) fn kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
         self
     }
 
@@ -165,7 +179,7 @@ impl LockGuard {
                 .renewer
                 .release(&self.key, &self.owner, &self.state);
         }
-        if self.fair {
+        if self.kind != Kind::Plain {
             if self.fence.is_some() {
                 self.client.fair_fence_release(&self.key, &self.owner);
             }
@@ -174,10 +188,16 @@ impl LockGuard {
                     name: self.name.clone(),
                 });
             }
-            return match self
-                .client
-                .release_fair(&self.key, &self.owner, self.lease, pool_wait)?
-            {
+            let released = match self.kind {
+                Kind::Read | Kind::Write => {
+                    self.client
+                        .release_rw(&self.key, &self.owner, self.kind, pool_wait)?
+                }
+                _ => self
+                    .client
+                    .release_fair(&self.key, &self.owner, self.lease, pool_wait)?,
+            };
+            return match released {
                 Some(_) => Ok(()),
                 None => Err(Error::NotHeld {
                     name: self.name.clone(),
@@ -241,12 +261,14 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Only the thread part of the owner: the client id is not printed.
-        let thread = self.owner.rsplit(':').next().unwrap_or("");
+        let owner = self.owner.strip_suffix(":write").unwrap_or(&self.owner);
+        let thread = owner.rsplit(':').next().unwrap_or("");
         f.debug_struct("LockGuard")
             .field("name", &self.name)
             .field("key", &self.key)
             .field("lease", &self.lease)
             .field("thread", &thread)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }

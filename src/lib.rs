@@ -47,6 +47,15 @@
 //! [`LockOptions::fair`] (or [`LockClient::fair_lock`]) serves waiters of all
 //! clients in the order they asked, each woken on its own channel.
 //!
+//! # Read/write locks
+//! [`LockClient::read_lock`] and [`LockClient::write_lock`] (or
+//! [`LockOptions::read`] / [`LockOptions::write`]): many readers at once
+//! across processes, or one writer alone, in Redisson's `RReadWriteLock`
+//! layout. Writers go first: while a writer waits, new readers wait behind
+//! it, so a steady stream of readers cannot starve writers. A writer may
+//! also read (and keep reading after it stops writing); a reader asking to
+//! write is refused ([`Error::UpgradeWouldDeadlock`]) instead of hanging.
+//!
 //! # Errors
 //! Every fallible call returns [`Error`]: bad input, Redis faults and a lock
 //! that was lost are typed, never panics.
@@ -62,6 +71,7 @@ mod notify;
 mod options;
 mod raw;
 mod renewal;
+mod rwlock;
 #[cfg(feature = "tls")]
 mod tls;
 

@@ -13,7 +13,9 @@
 //! unlock published after that point cannot be missed.
 //!
 //! Each unlock message grants one permit (capped at the number of local
-//! waiters) and one waiter takes it and retries, as Redisson's semaphore does.
+//! waiters) and one waiter takes it and retries, as Redisson's semaphore does;
+//! the message `1` (a read/write lock's write unlock) wakes every waiter that
+//! waits for it (counted per channel, so no waiter can take another's turn).
 //! When the connection drops, every waiter gets a permit (retry now), and once
 //! the channels are subscribed again on the new connection, again: a message
 //! lost in between costs at most one retry, never a whole lease.
@@ -79,6 +81,9 @@ struct Channel {
     permits: usize,
     /// Unlock messages received on this channel since it was registered.
     messages: u64,
+    /// Wake-all messages (`1`) received since the channel was registered:
+    /// every waiter that saw fewer wakes, whatever the permits say.
+    broadcasts: u64,
     /// Waiters of this channel retried while it was not subscribed (after a
     /// disconnect, or a confirmation that came too late): wake them all once
     /// Redis confirms the subscription.
@@ -93,6 +98,7 @@ impl Channel {
             inflight: 0,
             permits: 0,
             messages: 0,
+            broadcasts: 0,
             resync: false,
             cv: Arc::new(Condvar::new()),
         }
@@ -238,6 +244,32 @@ impl Subscription {
                 Some(c) if c.messages > seen => return true,
                 Some(_) if st.writer.is_some() => {}
                 _ => return false, // disconnected: nothing will count
+            }
+            if self.cv.wait_until(&mut st, until).timed_out() {
+                return false;
+            }
+        }
+    }
+
+    /// Wake-all messages this client received on the channel so far.
+    pub(crate) fn broadcasts(&self) -> u64 {
+        let st = self.shared.state.lock();
+        st.channels.get(&self.channel).map_or(0, |c| c.broadcasts)
+    }
+
+    /// Parks until a wake-up permit (taken), a wake-all message after the
+    /// first `seen`, or `until`. Returns whether it was woken.
+    pub(crate) fn wait_until_or_broadcast(&self, seen: u64, until: Instant) -> bool {
+        let mut st = self.shared.state.lock();
+        loop {
+            if let Some(c) = st.channels.get_mut(&self.channel) {
+                if c.broadcasts > seen {
+                    return true;
+                }
+                if c.permits > 0 {
+                    c.permits -= 1;
+                    return true;
+                }
             }
             if self.cv.wait_until(&mut st, until).timed_out() {
                 return false;
@@ -429,9 +461,15 @@ impl Shared {
         let mut st = self.state.lock();
         match kind {
             b"message" => {
+                // `1` (a write unlock of a read/write lock, Redisson's
+                // READ_UNLOCK_MESSAGE) wakes every waiter; anything else one.
+                let all = items.get(2).and_then(as_bytes) == Some(b"1".as_slice());
                 if let Some(c) = st.channels.get_mut(channel) {
                     c.messages += 1;
-                    if c.refs > 0 {
+                    if all {
+                        c.broadcasts += 1;
+                        c.cv.notify_all();
+                    } else if c.refs > 0 {
                         c.permits = (c.permits + 1).min(c.refs);
                         c.cv.notify_all();
                     }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::guard::Kind;
+
 /// How to take one lock: an explicit lease, a bounded wait.
 ///
 /// ```
@@ -21,7 +23,7 @@ pub struct LockOptions {
     lease: Option<Duration>,
     wait: Option<Duration>,
     fenced: bool,
-    fair: bool,
+    kind: Kind,
 }
 
 impl LockOptions {
@@ -74,15 +76,47 @@ impl LockOptions {
     /// that gives up leaves the queue at once; one that died is dropped from
     /// it within 5 s, never holding up the others longer. Combines with
     /// [`fenced`](Self::fenced). Use either fair or plain locking on one
-    /// name, not both.
+    /// name, not both. Of `fair`, [`read`](Self::read) and
+    /// [`write`](Self::write) the last one called counts.
     pub fn fair(mut self) -> Self {
-        self.fair = true;
+        self.kind = Kind::Fair;
+        self
+    }
+
+    /// The read side of a read/write lock (see
+    /// [`LockClient::read_lock`](crate::LockClient::read_lock)): any number
+    /// of readers at once, in any process, while no one writes. Not with
+    /// [`fenced`](Self::fenced).
+    pub fn read(mut self) -> Self {
+        self.kind = Kind::Read;
+        self
+    }
+
+    /// The write side of a read/write lock (see
+    /// [`LockClient::write_lock`](crate::LockClient::write_lock)): one
+    /// writer alone, no readers. Not with [`fenced`](Self::fenced).
+    pub fn write(mut self) -> Self {
+        self.kind = Kind::Write;
         self
     }
 
     /// Whether a fair lock was asked for.
     pub fn is_fair(&self) -> bool {
-        self.fair
+        self.kind == Kind::Fair
+    }
+
+    /// Whether the read side of a read/write lock was asked for.
+    pub fn is_read(&self) -> bool {
+        self.kind == Kind::Read
+    }
+
+    /// Whether the write side of a read/write lock was asked for.
+    pub fn is_write(&self) -> bool {
+        self.kind == Kind::Write
+    }
+
+    pub(crate) fn kind_value(&self) -> Kind {
+        self.kind
     }
 
     /// Whether a fencing token was asked for.

@@ -137,12 +137,29 @@ return 1
 /// Renew: extends the lease only while our owner field is there; 1 if
 /// renewed, 0 if the lease is no longer ours. Sent in pipelined batches by the
 /// renewal thread (see `renewal.rs`), hence a plain source string.
+///
+/// A read hold of a read/write lock passes its timeout key prefix as
+/// `KEYS[2]`: its own timeout keys are extended (not other readers' — a
+/// crashed reader's hold must run out), it is lost when none of them is left,
+/// and the hash's expiry is only ever lengthened.
 pub(crate) const RENEW: &str = r#"
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('pexpire', KEYS[1], ARGV[1])
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return 0
+end
+if KEYS[2] then
+    local alive = 0
+    for i = tonumber(redis.call('hget', KEYS[1], ARGV[2])), 1, -1 do
+        alive = alive + redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])
+    end
+    if alive == 0 then
+        return 0
+    end
+    local ttl = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
     return 1
 end
-return 0
+redis.call('pexpire', KEYS[1], ARGV[1])
+return 1
 "#;
 
 /// What an acquire attempt found.

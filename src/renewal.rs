@@ -270,12 +270,14 @@ impl Renewer {
     }
 
     /// Registers a watchdog lease (or joins the entry of a reentrant hold).
+    /// `timeouts`: the timeout key prefix of a read hold (read/write lock).
     pub(crate) fn register(
         &self,
         key: &str,
         owner: &str,
         lease: Duration,
         sent_at: Instant,
+        timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
         let mut reg = self.registry.lock();
         let key: Arc<str> = match reg.get_key_value(key) {
@@ -292,13 +294,13 @@ impl Renewer {
             // A lost entry replaced by a fresh hold: the thread drops it.
             r.state.cancelled.store(true, Ordering::Release);
             self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
-            let state = self.enqueue(key, Arc::clone(&r.owner), lease, sent_at);
+            let state = self.enqueue(key, Arc::clone(&r.owner), lease, sent_at, timeouts);
             r.refs = 1;
             r.state = Arc::clone(&state);
             return state;
         }
         let owner: Arc<str> = Arc::from(owner);
-        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at);
+        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at, timeouts);
         holders.push(Registered {
             owner,
             refs: 1,
@@ -315,6 +317,7 @@ impl Renewer {
         owner: Arc<str>,
         lease: Duration,
         sent_at: Instant,
+        timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
         let state = LeaseState::new(sent_at + lease);
         let queued = {
@@ -325,6 +328,7 @@ impl Renewer {
                 lease,
                 state: Arc::clone(&state),
                 due: sent_at + lease / 3,
+                timeouts: timeouts.map(Box::from),
             });
             queue.len()
         };
@@ -371,6 +375,8 @@ struct Entry {
     lease: Duration,
     state: Arc<LeaseState>,
     due: Instant,
+    /// A read hold's timeout key prefix (renewed with the hash).
+    timeouts: Option<Box<str>>,
 }
 
 /// Opens the renewal thread's own connection (so renewal never queues
@@ -472,12 +478,12 @@ impl Worker {
         pipe.cmd("SCRIPT").arg("LOAD").arg(RENEW).ignore();
         for id in &live {
             if let Some(e) = self.entries.get(id) {
-                pipe.cmd("EVALSHA")
-                    .arg(&self.sha)
-                    .arg(1)
-                    .arg(&*e.key)
-                    .arg(e.lease.as_millis().max(1) as u64)
-                    .arg(&*e.owner);
+                let cmd = pipe.cmd("EVALSHA").arg(&self.sha);
+                match &e.timeouts {
+                    None => cmd.arg(1).arg(&*e.key),
+                    Some(prefix) => cmd.arg(2).arg(&*e.key).arg(&**prefix),
+                };
+                cmd.arg(e.lease.as_millis().max(1) as u64).arg(&*e.owner);
             }
         }
         let sent_at = Instant::now();

@@ -32,6 +32,12 @@ fn main() {
     if args.first().map(String::as_str) == Some("fair") {
         return fair(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("rw") {
+        return rw(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("rwcheck") {
+        return rwcheck(&args[1..]);
+    }
     let [url, name, lease_ms] = &args[..] else {
         eprintln!("usage: leasehold-test-child <url> <name> <watchdog-lease-ms>");
         std::process::exit(2);
@@ -178,4 +184,101 @@ fn fair(args: &[String]) {
             _ => break,
         }
     }
+}
+
+fn rw(args: &[String]) {
+    let [url, name, lease_ms] = args else {
+        eprintln!("usage: leasehold-test-child rw <url> <name> <watchdog-lease-ms>");
+        std::process::exit(2);
+    };
+    let lease = Duration::from_millis(lease_ms.parse().expect("lease in ms"));
+    let client = LockClient::builder(url)
+        .watchdog_lease(lease)
+        .build()
+        .expect("client");
+    let mut guards = Vec::new();
+    let mut out = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let reply = match line.unwrap_or_default().trim() {
+            "read" => {
+                guards.push(client.read_lock(name).expect("read lock"));
+                "read ok"
+            }
+            "write" => {
+                guards.push(client.write_lock(name).expect("write lock"));
+                "write ok"
+            }
+            "drop" => {
+                guards.clear();
+                "dropped"
+            }
+            _ => break,
+        };
+        writeln!(out, "{reply}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+fn rwcheck(args: &[String]) {
+    let [url, name, threads, per_thread, tag, every] = args else {
+        eprintln!("usage: leasehold-test-child rwcheck <url> <name> <threads> <per-thread> <tag> <write-every>");
+        std::process::exit(2);
+    };
+    let threads: usize = threads.parse().expect("threads");
+    let per_thread: usize = per_thread.parse().expect("per-thread");
+    let every: usize = every.parse().expect("write-every");
+    let client = LockClient::new(url).expect("client");
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (client, name, url, tag) = (client.clone(), name.clone(), url.clone(), tag.clone());
+            std::thread::spawn(move || {
+                let mut con = redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("connection");
+                let events = format!("events:{name}");
+                let count = format!("count:{name}");
+                let mut writes = 0;
+                for i in 0..per_thread {
+                    let write = (i + t) % every == 0;
+                    let side = if write { "W" } else { "R" };
+                    let id = format!("{tag}.{t}.{i}");
+                    let guard = if write {
+                        client.write_lock(&name)
+                    } else {
+                        client.read_lock(&name)
+                    }
+                    .expect("lock");
+                    let _: i64 = redis::cmd("RPUSH")
+                        .arg(&events)
+                        .arg(format!("E {side} {id}"))
+                        .query(&mut con)
+                        .expect("rpush");
+                    let n: i64 = redis::cmd("GET")
+                        .arg(&count)
+                        .query::<Option<i64>>(&mut con)
+                        .expect("get")
+                        .unwrap_or(0);
+                    if write {
+                        let _: () = redis::cmd("SET")
+                            .arg(&count)
+                            .arg(n + 1)
+                            .query(&mut con)
+                            .expect("set");
+                        writes += 1;
+                    } else {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    let _: i64 = redis::cmd("RPUSH")
+                        .arg(&events)
+                        .arg(format!("X {side} {id}"))
+                        .query(&mut con)
+                        .expect("rpush");
+                    guard.unlock().expect("unlock");
+                }
+                writes
+            })
+        })
+        .collect();
+    let writes: usize = handles.into_iter().map(|h| h.join().expect("worker")).sum();
+    println!("done {writes}");
 }

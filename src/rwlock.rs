@@ -1,0 +1,391 @@
+//! The read/write lock's protocol: Redisson's `RReadWriteLock` layout.
+//!
+//! - the lock key is a hash `{ "mode": "read"|"write", "<owner>": reads,
+//!   "<owner>:write": writes }` with a `PEXPIRE`;
+//! - every read hold has its own timeout key
+//!   `{<key>}:<owner>:rwlock_timeout:<n>` (n = 1 for the first hold of the
+//!   owner, 2 for the second, …), so each reader's lease runs on its own and
+//!   the hash lives as long as the longest of them;
+//! - unlocks publish on `redisson_rwlock:{<key>}`: `0` (wake one waiter of
+//!   each client) when the last reader leaves, `1` (wake all) when a writer
+//!   leaves.
+//!
+//! Where we differ from Redisson, and why:
+//! - **Writers first.** A writer that has to wait enters
+//!   `{<key>}:rwlock_write_waiters` (a zset of owners scored with the server
+//!   time at which the entry expires, [`WRITER_INTENT`] after the writer last
+//!   confirmed it). While a live writer waits, a reader that holds nothing
+//!   yet waits too; readers already holding (reentrant reads, a writer's own
+//!   reads) go on. So a steady stream of readers cannot starve a writer —
+//!   Redisson lets it. A writer that gives up leaves the set at once; one
+//!   that died drops out within `WRITER_INTENT`.
+//! - **Each reader renews only its own holds** (Redisson's renewal extends
+//!   every reader's timeout keys, so a crashed reader's hold lives as long as
+//!   any other reader renews — and then one lease more). The hash's expiry is
+//!   never shortened by a renewal.
+//! - **Upgrading is refused** (a reader asking for the write lock would wait
+//!   for itself forever in Redisson): the acquire answers at once and the
+//!   client returns [`Error::UpgradeWouldDeadlock`](crate::Error).
+//! - A writer that keeps read holds (a downgrade) and releases its write hold
+//!   publishes `1`, so readers waiting for it get in (Redisson stays silent
+//!   and they wait for their timeout).
+//!
+//! Every key and the channel share the lock key's cluster slot: the hash
+//! tags are `{<key>}` (or the key's own tag when it has braces), as
+//! Redisson's `suffixName`/`prefixName` make them.
+
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult, Script, Value};
+
+use crate::raw::{millis, prefix_name};
+
+/// How long a waiting writer's place in the writer set lasts without being
+/// confirmed; a waiting writer confirms it at least every third of that.
+pub(crate) const WRITER_INTENT: Duration = Duration::from_secs(5);
+
+/// Message of a read unlock (wake one waiter), Redisson's `UNLOCK_MESSAGE`.
+const WAKE_ONE: &str = "0";
+/// Message of a write unlock (wake every waiter), Redisson's
+/// `READ_UNLOCK_MESSAGE`.
+pub(crate) const WAKE_ALL: &str = "1";
+
+/// The server time in ms as `now`.
+const NOW: &str = r#"
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"#;
+
+/// Read acquire: KEYS hash, own timeout prefix, writer set; ARGV lease,
+/// owner, owner's write field. nil when held; otherwise how long to wait at
+/// most (ms; -1: no expiry known).
+const READ_ACQUIRE: &str = r#"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return redis.call('pttl', KEYS[1])
+end
+if mode ~= 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+    local first = redis.call('zrange', KEYS[3], 0, 0, 'WITHSCORES')
+    if first[1] then
+        return math.max(tonumber(first[2]) - now, 1)
+    end
+end
+if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'read')
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
+local ttl = redis.call('pttl', KEYS[1])
+redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+return nil
+"#;
+
+/// Write acquire: KEYS hash, writer set; ARGV lease, write field, owner,
+/// writer intent ms. nil when held; -3 when the owner holds a read lock
+/// (an upgrade would wait for itself); otherwise how long to wait at most.
+const WRITE_ACQUIRE: &str = r#"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('zrem', KEYS[2], ARGV[2])
+    return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local ttl = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+    return nil
+end
+if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+    return -3
+end
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[4]), ARGV[2])
+redis.call('pexpire', KEYS[2], ARGV[4])
+return redis.call('pttl', KEYS[1])
+"#;
+
+/// Read release: KEYS hash, channel, own timeout prefix, timeout key prefix,
+/// writer set; ARGV owner. nil: not ours; 0: still held (by us or others);
+/// 1: freed. The hash then lives as long as the longest remaining read
+/// hold; holds whose timeout keys expired (crashed readers) count for
+/// nothing, so the last live reader frees the lock.
+const READ_RELEASE: &str = r#"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return nil
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if n == 0 then
+    redis.call('hdel', KEYS[1], ARGV[1])
+end
+redis.call('del', KEYS[3] .. ':' .. (n + 1))
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == 'write' then
+    return 0
+end
+if redis.call('hlen', KEYS[1]) > 1 then
+    local longest = -3
+    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+        local holds = tonumber(redis.call('hget', KEYS[1], field))
+        if holds then
+            for i = holds, 1, -1 do
+                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i)
+                longest = math.max(longest, ttl)
+            end
+        end
+    end
+    if longest > 0 then
+        redis.call('pexpire', KEYS[1], longest)
+        return 0
+    end
+end
+redis.call('del', KEYS[1])
+redis.call('zremrangebyscore', KEYS[5], '-inf', now)
+if redis.call('zcard', KEYS[5]) > 0 then
+    redis.call('publish', KEYS[2], ARGV[2])
+else
+    redis.call('publish', KEYS[2], ARGV[3])
+end
+return 1
+"#;
+
+/// Write release: KEYS hash, channel; ARGV write field, message. nil: not
+/// ours; 0: more write holds; 1: the write hold ended (the lock is free, or
+/// the owner's read holds remain and it is a read lock now).
+const WRITE_RELEASE: &str = r#"
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+    return 0
+end
+redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hlen', KEYS[1]) == 1 then
+    redis.call('del', KEYS[1])
+else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+end
+redis.call('publish', KEYS[2], ARGV[2])
+return 1
+"#;
+
+/// Cancel a writer's wait: KEYS hash, writer set, channel; ARGV write field.
+/// When no live writer waits any more and no writer holds, wake everyone:
+/// readers held back for the writer may go.
+const CANCEL_WRITER: &str = r#"
+redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+if redis.call('zcard', KEYS[2]) == 0 and redis.call('hget', KEYS[1], 'mode') ~= 'write' then
+    redis.call('publish', KEYS[3], ARGV[2])
+end
+return 1
+"#;
+
+/// A companion key of a lock key as Redisson's `suffixName` makes it:
+/// `{<key>}:<suffix>`, or `<key>:<suffix>` when the key has braces of its
+/// own — so both hash to the key's cluster slot.
+pub(crate) fn suffix_name(key: &str, suffix: &str) -> String {
+    let mut s = String::with_capacity(key.len() + suffix.len() + 3);
+    push_tagged(&mut s, key);
+    s.push(':');
+    s.push_str(suffix);
+    s
+}
+
+/// `{<key>}`, or the key itself when it has braces.
+fn push_tagged(s: &mut String, key: &str) {
+    if key.contains('{') {
+        s.push_str(key);
+    } else {
+        s.push('{');
+        s.push_str(key);
+        s.push('}');
+    }
+}
+
+/// The read/write lock's channel, `redisson_rwlock:{<key>}`.
+pub(crate) fn channel(key: &str) -> String {
+    prefix_name("redisson_rwlock", key)
+}
+
+/// The prefix of `owner`'s read timeout keys:
+/// `{<key>}:<owner>:rwlock_timeout` (`:<n>` is appended per hold).
+pub(crate) fn timeout_prefix(key: &str, owner: &str) -> String {
+    let mut s = suffix_name(key, owner);
+    s.push_str(":rwlock_timeout");
+    s
+}
+
+/// The set of waiting writers, `{<key>}:rwlock_write_waiters`.
+pub(crate) fn writers_key(key: &str) -> String {
+    suffix_name(key, "rwlock_write_waiters")
+}
+
+/// The hash field of `owner`'s write holds.
+pub(crate) fn write_field(owner: &str) -> String {
+    let mut s = String::with_capacity(owner.len() + 6);
+    s.push_str(owner);
+    s.push_str(":write");
+    s
+}
+
+/// What a read or write acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwAcquire {
+    Acquired,
+    /// Wait at most this long before trying again (`None`: no expiry known).
+    Wait(Option<Duration>),
+    /// The owner holds a read lock and asked for the write lock.
+    Upgrade,
+}
+
+/// The read/write lock's scripts.
+pub(crate) struct RwScripts {
+    read_acquire: Script,
+    write_acquire: Script,
+    read_release: Script,
+    write_release: Script,
+    cancel_writer: Script,
+}
+
+impl RwScripts {
+    pub(crate) fn new() -> Self {
+        RwScripts {
+            read_acquire: Script::new(&format!("{NOW}{READ_ACQUIRE}")),
+            write_acquire: Script::new(&format!("{NOW}{WRITE_ACQUIRE}")),
+            read_release: Script::new(&format!("{NOW}{READ_RELEASE}")),
+            write_release: Script::new(WRITE_RELEASE),
+            cancel_writer: Script::new(&format!("{NOW}{CANCEL_WRITER}")),
+        }
+    }
+
+    /// One read attempt of `owner` on `key`.
+    pub(crate) fn read(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> RedisResult<RwAcquire> {
+        let reply: Value = self
+            .read_acquire
+            .key(key)
+            .key(timeout_prefix(key, owner))
+            .key(writers_key(key))
+            .arg(millis(lease))
+            .arg(owner)
+            .arg(write_field(owner))
+            .invoke(con)?;
+        Ok(acquire_reply(&reply))
+    }
+
+    /// One write attempt of `owner` on `key`; a refused attempt (re)enters
+    /// the waiting writers.
+    pub(crate) fn write(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> RedisResult<RwAcquire> {
+        let reply: Value = self
+            .write_acquire
+            .key(key)
+            .key(writers_key(key))
+            .arg(millis(lease))
+            .arg(write_field(owner))
+            .arg(owner)
+            .arg(millis(WRITER_INTENT))
+            .invoke(con)?;
+        Ok(match reply {
+            Value::Int(-3) => RwAcquire::Upgrade,
+            other => acquire_reply(&other),
+        })
+    }
+
+    /// Releases one read hold: `Some(true)` freed the lock, `Some(false)`
+    /// still held, `None` not ours.
+    pub(crate) fn read_release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+        owner: &str,
+    ) -> RedisResult<Option<bool>> {
+        let mut others = String::with_capacity(key.len() + 2);
+        push_tagged(&mut others, key);
+        let freed: Option<i64> = self
+            .read_release
+            .key(key)
+            .key(channel(key))
+            .key(timeout_prefix(key, owner))
+            .key(others)
+            .key(writers_key(key))
+            .arg(owner)
+            .arg(WAKE_ALL)
+            .arg(WAKE_ONE)
+            .invoke(con)?;
+        Ok(freed.map(|n| n == 1))
+    }
+
+    /// Releases one write hold; `field` is the owner's write field.
+    pub(crate) fn write_release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+        field: &str,
+    ) -> RedisResult<Option<bool>> {
+        let freed: Option<i64> = self
+            .write_release
+            .key(key)
+            .key(channel(key))
+            .arg(field)
+            .arg(WAKE_ALL)
+            .invoke(con)?;
+        Ok(freed.map(|n| n == 1))
+    }
+
+    /// A waiting writer gives up: out of the writer set, and readers held
+    /// back for writers are woken when none is left.
+    pub(crate) fn cancel_writer(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+        owner: &str,
+    ) -> RedisResult<()> {
+        self.cancel_writer
+            .key(key)
+            .key(writers_key(key))
+            .key(channel(key))
+            .arg(write_field(owner))
+            .arg(WAKE_ALL)
+            .invoke(con)
+    }
+}
+
+fn acquire_reply(reply: &Value) -> RwAcquire {
+    match reply {
+        Value::Nil => RwAcquire::Acquired,
+        Value::Int(ms) if *ms >= 0 => RwAcquire::Wait(Some(Duration::from_millis(*ms as u64))),
+        _ => RwAcquire::Wait(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_redissons() {
+        assert_eq!(channel("doc"), "redisson_rwlock:{doc}");
+        assert_eq!(timeout_prefix("doc", "u:7"), "{doc}:u:7:rwlock_timeout");
+        assert_eq!(writers_key("doc"), "{doc}:rwlock_write_waiters");
+        assert_eq!(write_field("u:7"), "u:7:write");
+        // A key with its own hash tag keeps it.
+        assert_eq!(
+            timeout_prefix("app:{doc}", "u:7"),
+            "app:{doc}:u:7:rwlock_timeout"
+        );
+        assert_eq!(channel("app:{doc}"), "redisson_rwlock:app:{doc}");
+    }
+}
