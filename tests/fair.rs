@@ -157,11 +157,13 @@ fn a_dead_waiter_in_the_line_costs_the_others_one_bounded_timeout() {
 
 #[test]
 fn under_load_every_contender_gets_a_fair_share() {
+    // The load test: 8 contenders (two clients) for 10 s; the least
+    // served must get at least 80 % of the mean.
     let server = RedisServer::start();
     let clients: Vec<LockClient> = (0..2)
         .map(|_| LockClient::new(&server.url()).unwrap())
         .collect();
-    let until = Instant::now() + Duration::from_secs(3);
+    let until = Instant::now() + Duration::from_secs(10);
     let handles: Vec<_> = (0..8)
         .map(|i| {
             let c = clients[i % 2].clone();
@@ -180,7 +182,11 @@ fn under_load_every_contender_gets_a_fair_share() {
     let turns: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let mean = turns.iter().sum::<u32>() as f64 / turns.len() as f64;
     let least = *turns.iter().min().unwrap() as f64;
-    assert!(mean > 20.0, "enough turns to judge: {turns:?}");
+    eprintln!(
+        "fair lock, 8 contenders for 10 s: turns {turns:?}, least/mean {:.2}",
+        least / mean
+    );
+    assert!(mean > 50.0, "enough turns to judge: {turns:?}");
     assert!(
         least >= 0.8 * mean,
         "least served {least} vs mean {mean:.1}: {turns:?}"
