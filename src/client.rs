@@ -618,7 +618,7 @@ impl LockClient {
         // Set once an attempt found the lock held: from then on we wait, and a
         // Redis outage shorter than the connect timeout is ridden out.
         let mut waiting = false;
-        let mut outage: Option<Instant> = None;
+        let mut outage = Outage::default();
         let mut late_replies = 0;
         loop {
             if let Some(sub) = turn.subscription() {
@@ -634,25 +634,7 @@ impl LockClient {
             let attempt = inner.attempt(&key, &owner, lease, turn.fresh(), fence);
             let ttl = match attempt {
                 Err(e) if waiting && e.is_connection() => {
-                    // Redis went away while we waited (a restart, a failover):
-                    // retry with backoff until it is back, the deadline, or
-                    // the connect timeout of continuous failure.
-                    let now = Instant::now();
-                    let since = *outage.get_or_insert(now);
-                    let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
-                    let retry_at = now + backoff;
-                    if now - since >= inner.pool.connection_timeout()
-                        || deadline.is_some_and(|d| d <= retry_at)
-                    {
-                        return Err(e);
-                    }
-                    tracing::debug!(lock = %name, error = %e, "leasehold: redis unreachable while waiting; retrying");
-                    match turn.subscription() {
-                        Some(sub) => {
-                            sub.wait_until(retry_at);
-                        }
-                        None => std::thread::sleep(backoff),
-                    }
+                    outage.ride(inner, name, e, deadline, turn.subscription())?;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -692,7 +674,7 @@ impl LockClient {
                 Ok(Acquire::HeldElsewhere { ttl }) => ttl,
             };
             waiting = true;
-            outage = None;
+            outage.over();
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(None);
@@ -739,18 +721,24 @@ impl LockClient {
             armed: false,
         };
         let mut sub: Option<crate::notify::Subscription> = None;
+        let mut outage = Outage::default();
         loop {
             if let Some(s) = &sub {
                 s.clear_permits();
             }
             let sent_at = Instant::now();
-            let attempt = {
-                let mut con = inner.connection(None)?;
-                inner
-                    .fair
-                    .acquire(&mut *con, &key, &owner, lease, fenced)
-                    .map_err(|e| Error::from_redis(e, &key))?
+            let attempt = inner.run(&key, |con| {
+                inner.fair.acquire(con, &key, &owner, lease, fenced)
+            });
+            let attempt = match attempt {
+                // Waiting (queued, subscribed) when Redis went away.
+                Err(e) if sub.is_some() && e.is_connection() => {
+                    outage.ride(inner, name, e, deadline, sub.as_ref())?;
+                    continue;
+                }
+                other => other?,
             };
+            outage.over();
             let wait = match attempt {
                 FairAcquire::Acquired(minted) => {
                     queued.armed = false;
@@ -813,19 +801,27 @@ impl LockClient {
         // Wake-all messages are counted, not shared: each waiter wakes on
         // every one that came after its attempt.
         let mut sub: Option<crate::notify::Subscription> = None;
+        let mut outage = Outage::default();
         loop {
             // Wake-all messages from here on are news to this attempt.
             let seen = sub.as_ref().map_or(0, |s| s.broadcasts());
             let sent_at = Instant::now();
-            let attempt = {
-                let mut con = inner.connection(None)?;
-                let attempt = if write {
-                    inner.rw.write(&mut *con, &key, &owner, lease)
+            let attempt = inner.run(&key, |con| {
+                if write {
+                    inner.rw.write(con, &key, &owner, lease)
                 } else {
-                    inner.rw.read(&mut *con, &key, &owner, lease)
-                };
-                attempt.map_err(|e| Error::from_redis(e, &key))?
+                    inner.rw.read(con, &key, &owner, lease)
+                }
+            });
+            let attempt = match attempt {
+                // Waiting (subscribed) when Redis went away.
+                Err(e) if sub.is_some() && e.is_connection() => {
+                    outage.ride(inner, name, e, deadline, sub.as_ref())?;
+                    continue;
+                }
+                other => other?,
             };
+            outage.over();
             let hint = match attempt {
                 RwAcquire::Acquired => {
                     waiting_writer.armed = false;
@@ -957,11 +953,9 @@ impl Inner {
         owner
     }
 
-    /// One acquire script. A pooled connection that died idle (Redis was
-    /// restarted, a proxy dropped it) fails on first use; the attempt is then
-    /// sent again on another connection, a few times at most. Sending it
-    /// twice is harmless: a first hold is set (not incremented), a reentrant
-    /// count is settled by the last local release, a second token is larger.
+    /// One acquire script (see [`run`](Self::run)). Sending it twice is
+    /// harmless: a first hold is set (not incremented), a reentrant count is
+    /// settled by the last local release, a second token is larger.
     fn attempt(
         &self,
         key: &str,
@@ -970,17 +964,28 @@ impl Inner {
         fresh: bool,
         fence: Fence,
     ) -> Result<Acquire> {
+        self.run(key, |con| {
+            self.scripts.acquire(con, key, owner, lease, fresh, fence)
+        })
+    }
+
+    /// Runs one acquire script on a pooled connection. A pooled connection
+    /// that died idle (Redis was restarted, a proxy dropped it) fails on
+    /// first use; the script is then sent again on another connection, a few
+    /// times at most.
+    fn run<T>(
+        &self,
+        key: &str,
+        mut script: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         let mut tries = 0;
         loop {
             let mut con = self.connection(None)?;
-            match self
-                .scripts
-                .acquire(&mut *con, key, owner, lease, fresh, fence)
-            {
-                Ok(acquired) => return Ok(acquired),
+            match script(&mut con) {
+                Ok(v) => return Ok(v),
                 Err(e) if tries < STALE_RETRIES && e.is_io_error() && !con.is_open() => {
                     tries += 1;
-                    tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying on another");
+                    tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 }
                 Err(e) => return Err(Error::from_redis(e, key)),
             }
@@ -1234,6 +1239,50 @@ const STALE_RETRIES: u32 = 3;
 /// Backoff between attempts while Redis is unreachable during a wait.
 const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const OUTAGE_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// A waiter riding out a Redis outage (a restart, a failover): it retries
+/// with backoff until Redis is back, its deadline, or the connect timeout of
+/// continuous failure — then it gives up with the connection error.
+#[derive(Default)]
+struct Outage {
+    since: Option<Instant>,
+}
+
+impl Outage {
+    /// After connection error `e` while waiting: waits for the next retry
+    /// (on `sub`, so a resubscription wakes it early), or returns `e` when
+    /// the outage lasted too long or the deadline comes first.
+    fn ride(
+        &mut self,
+        inner: &Inner,
+        name: &str,
+        e: Error,
+        deadline: Option<Instant>,
+        sub: Option<&crate::notify::Subscription>,
+    ) -> Result<()> {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
+        let retry_at = now + backoff;
+        if now - since >= inner.pool.connection_timeout() || deadline.is_some_and(|d| d <= retry_at)
+        {
+            return Err(e);
+        }
+        tracing::debug!(lock = %name, error = %e, "leasehold: redis unreachable while waiting; retrying");
+        match sub {
+            Some(sub) => {
+                sub.wait_until(retry_at);
+            }
+            None => std::thread::sleep(backoff),
+        }
+        Ok(())
+    }
+
+    /// Redis answered: the outage (if any) is over.
+    fn over(&mut self) {
+        self.since = None;
+    }
+}
 
 /// The earlier of an optional deadline and `at`.
 fn deadline_min(deadline: Option<Instant>, at: Instant) -> Instant {

@@ -643,3 +643,41 @@ fn every_key_and_channel_of_a_read_write_lock_shares_its_cluster_slot() {
     let exists: bool = con.exists("rw:slot").unwrap();
     assert!(!exists);
 }
+
+#[test]
+fn waiting_writers_readers_and_fair_waiters_ride_out_a_redis_restart() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let holder = LockClient::builder(&url)
+        .watchdog_lease(Duration::from_millis(1_500))
+        .build()
+        .unwrap();
+    let waiters = LockClient::builder(&url)
+        .connect_timeout(Duration::from_secs(3))
+        .socket_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let r = holder.read_lock("rw:restart").unwrap();
+    let w = holder.write_lock("rw:restart:w").unwrap();
+    let f = holder.fair_lock("fair:restart").unwrap();
+    let spawn = |f: fn(&LockClient) -> leasehold::Result<leasehold::LockGuard>| {
+        let c = waiters.clone();
+        thread::spawn(move || f(&c).map(drop))
+    };
+    let writer = spawn(|c| c.write_lock("rw:restart"));
+    let reader = spawn(|c| c.read_lock("rw:restart:w"));
+    let fair = spawn(|c| c.fair_lock("fair:restart"));
+    assert!(eventually(Duration::from_secs(5), || waiters
+        .stats()
+        .waiters_parked
+        == 3));
+    server.kill();
+    thread::sleep(Duration::from_millis(300));
+    server.restart();
+    // All three were waiting when Redis went away; on the restarted (empty)
+    // server each gets its lock instead of failing.
+    for (what, t) in [("writer", writer), ("reader", reader), ("fair", fair)] {
+        t.join().unwrap().unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    drop((r, w, f));
+}
