@@ -193,7 +193,11 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
     acl.arg("~billing:*")
         .arg("~redisson_lock_token:{billing:*")
         .arg("~redisson_lock__channel:{billing:*")
-        .arg("&redisson_lock__channel:{billing:*");
+        .arg("&redisson_lock__channel:{billing:*")
+        // Read/write locks: timeout keys and writer set, and their channel.
+        .arg("~{billing:*")
+        .arg("~redisson_rwlock:{billing:*")
+        .arg("&redisson_rwlock:{billing:*");
     for cmd in [
         "+evalsha",
         "+script|load",
@@ -214,6 +218,13 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
         "+get",
         "+set",
         "+time",
+        "+hlen",
+        "+hkeys",
+        "+zadd",
+        "+zrem",
+        "+zrange",
+        "+zremrangebyscore",
+        "+zcard",
     ] {
         acl.arg(cmd);
     }
@@ -228,6 +239,22 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
         .unwrap();
     assert!(g.fence().is_some());
     g.unlock().unwrap();
+    // A read/write lock under the same grants: two readers, then a writer
+    // that waits for them (writer set, channel) and gets in.
+    let r1 = client.read_lock("report").unwrap();
+    let r2 = LockClient::builder(&url)
+        .key_prefix("billing:")
+        .build()
+        .unwrap()
+        .read_lock("report")
+        .unwrap();
+    let writer = {
+        let client = client.clone();
+        std::thread::spawn(move || client.write_lock("report").map(drop))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    drop((r1, r2));
+    writer.join().unwrap().unwrap();
     let outside = LockClient::new(&url).unwrap();
     let e = outside.lock("elsewhere").unwrap_err();
     assert!(e.is_refused(), "a key outside the prefix is refused: {e:?}");
