@@ -57,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) local: LocalLocks,
     fair: FairScripts,
     rw: RwScripts,
+    /// Replicas that must acknowledge every acquire (`WAIT n timeout`).
+    pub(crate) replicas: Option<(u32, Duration)>,
     /// Tokens of fenced fair holds by `key\n owner`, with their hold count, so
     /// a reentrant fenced fair hold returns the outer token.
     fair_fences: Mutex<std::collections::HashMap<String, (u64, u32)>>,
@@ -89,6 +91,7 @@ pub struct LockClientBuilder {
     watchdog_lease: Duration,
     connect_timeout: Duration,
     socket_timeout: Duration,
+    replicas: Option<(u32, Duration)>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
 }
@@ -135,6 +138,25 @@ impl LockClientBuilder {
     /// when all are busy. Defaults to 5 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Require `replicas` replicas of the primary to acknowledge every
+    /// acquire within `timeout` (Redisson's `checkLockSyncedSlaves`): right
+    /// after the acquire script, `WAIT replicas timeout` runs on the same
+    /// connection. Fewer acknowledgements → the hold is undone
+    /// (owner-checked) and the call fails with [`Error::NotReplicated`]; it
+    /// is not retried, since a replica that is down stays down for a while.
+    ///
+    /// This narrows, not closes, the window in which a failover loses a lock
+    /// (replication stays asynchronous: an acknowledged write can still be
+    /// lost if the primary and that replica fail together). Costs one round
+    /// trip per acquire, and threads of the client no longer hand the lock
+    /// to each other inside the release script (every acquire must be
+    /// acknowledged). `timeout` must be below the
+    /// [socket timeout](Self::socket_timeout). Off by default.
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
         self
     }
 
@@ -208,6 +230,19 @@ impl LockClientBuilder {
         ] {
             if d.is_zero() {
                 return Err(Error::invalid(format!("{what} must be greater than zero")));
+            }
+        }
+        if let Some((n, timeout)) = self.replicas {
+            if n == 0 || timeout.is_zero() {
+                return Err(Error::invalid(
+                    "replica acknowledgement needs at least 1 replica and a timeout above zero",
+                ));
+            }
+            if timeout >= self.socket_timeout {
+                return Err(Error::invalid(format_args!(
+                    "the replica acknowledgement timeout ({timeout:?}) must be below the socket timeout ({:?}), or the WAIT reply times out first",
+                    self.socket_timeout
+                )));
             }
         }
         if self.watchdog_lease > MAX_LEASE {
@@ -290,6 +325,7 @@ impl LockClientBuilder {
                 local: LocalLocks::default(),
                 fair: FairScripts::new(),
                 rw: RwScripts::new(),
+                replicas: self.replicas,
                 fair_fences: Mutex::new(std::collections::HashMap::new()),
             }),
         })
@@ -314,6 +350,7 @@ impl LockClient {
             watchdog_lease: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             socket_timeout: Duration::from_secs(3),
+            replicas: None,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         }
@@ -632,6 +669,10 @@ impl LockClient {
                 (true, None) => Fence::Mint,
             };
             let attempt = inner.attempt(&key, &owner, lease, turn.fresh(), fence);
+            let (attempt, unacked) = match attempt {
+                Ok((a, unacked)) => (Ok(a), unacked),
+                Err(e) => (Err(e), None),
+            };
             let ttl = match attempt {
                 Err(e) if waiting && e.is_connection() => {
                     outage.ride(inner, name, e, deadline, turn.subscription())?;
@@ -662,6 +703,18 @@ impl LockClient {
                         });
                     }
                     continue;
+                }
+                Ok(Acquire::Acquired { .. }) if unacked.is_some() => {
+                    // Too few replicas acknowledged: undo, owner-checked.
+                    let _ = inner.release(
+                        &key,
+                        &owner,
+                        lease,
+                        Some(inner.socket_timeout),
+                        turn.fresh(),
+                        None,
+                    );
+                    return Err(inner.not_replicated(name, unacked));
                 }
                 Ok(Acquire::Acquired { fence: minted }) => {
                     // A reentrant fenced hold returns the token it already has.
@@ -728,7 +781,12 @@ impl LockClient {
             }
             let sent_at = Instant::now();
             let attempt = inner.run(&key, |con| {
-                inner.fair.acquire(con, &key, &owner, lease, fenced)
+                let acquired = inner.fair.acquire(con, &key, &owner, lease, fenced)?;
+                let unacked = match acquired {
+                    FairAcquire::Acquired(_) => inner.unreplicated(con)?,
+                    FairAcquire::Queued(_) => None,
+                };
+                Ok((acquired, unacked))
             });
             let attempt = match attempt {
                 // Waiting (queued, subscribed) when Redis went away.
@@ -739,7 +797,13 @@ impl LockClient {
                 other => other?,
             };
             outage.over();
+            let (attempt, unacked) = attempt;
             let wait = match attempt {
+                FairAcquire::Acquired(_) if unacked.is_some() => {
+                    queued.armed = false;
+                    let _ = inner.release_fair(&key, &owner, lease, Some(inner.socket_timeout));
+                    return Err(inner.not_replicated(name, unacked));
+                }
                 FairAcquire::Acquired(minted) => {
                     queued.armed = false;
                     drop(queued);
@@ -807,11 +871,16 @@ impl LockClient {
             let seen = sub.as_ref().map_or(0, |s| s.broadcasts());
             let sent_at = Instant::now();
             let attempt = inner.run(&key, |con| {
-                if write {
-                    inner.rw.write(con, &key, &owner, lease)
+                let acquired = if write {
+                    inner.rw.write(con, &key, &owner, lease)?
                 } else {
-                    inner.rw.read(con, &key, &owner, lease)
-                }
+                    inner.rw.read(con, &key, &owner, lease)?
+                };
+                let unacked = match acquired {
+                    RwAcquire::Acquired => inner.unreplicated(con)?,
+                    _ => None,
+                };
+                Ok((acquired, unacked))
             });
             let attempt = match attempt {
                 // Waiting (subscribed) when Redis went away.
@@ -822,7 +891,18 @@ impl LockClient {
                 other => other?,
             };
             outage.over();
+            let (attempt, unacked) = attempt;
             let hint = match attempt {
+                RwAcquire::Acquired if unacked.is_some() => {
+                    waiting_writer.armed = false;
+                    let field = if write {
+                        rwlock::write_field(&owner)
+                    } else {
+                        owner.clone()
+                    };
+                    let _ = inner.release_rw(&key, &field, kind, Some(inner.socket_timeout));
+                    return Err(inner.not_replicated(name, unacked));
+                }
                 RwAcquire::Acquired => {
                     waiting_writer.armed = false;
                     drop(waiting_writer);
@@ -956,6 +1036,7 @@ impl Inner {
     /// One acquire script (see [`run`](Self::run)). Sending it twice is
     /// harmless: a first hold is set (not incremented), a reentrant count is
     /// settled by the last local release, a second token is larger.
+    /// With it, how many replicas acknowledged when that was too few.
     fn attempt(
         &self,
         key: &str,
@@ -963,10 +1044,39 @@ impl Inner {
         lease: Duration,
         fresh: bool,
         fence: Fence,
-    ) -> Result<Acquire> {
+    ) -> Result<(Acquire, Option<u32>)> {
         self.run(key, |con| {
-            self.scripts.acquire(con, key, owner, lease, fresh, fence)
+            let acquired = self.scripts.acquire(con, key, owner, lease, fresh, fence)?;
+            let unacked = match acquired {
+                Acquire::Acquired { .. } => self.unreplicated(con)?,
+                Acquire::HeldElsewhere { .. } => None,
+            };
+            Ok((acquired, unacked))
         })
+    }
+
+    /// After an acquire that took a hold, with replica acknowledgement
+    /// required: `WAIT` on the same connection (it waits for this
+    /// connection's writes). `Some(acked)` when too few acknowledged.
+    fn unreplicated(&self, con: &mut redis::Connection) -> redis::RedisResult<Option<u32>> {
+        let Some((wanted, timeout)) = self.replicas else {
+            return Ok(None);
+        };
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(raw::millis(timeout))
+            .query(con)?;
+        Ok((acked < i64::from(wanted)).then(|| u32::try_from(acked.max(0)).unwrap_or(0)))
+    }
+
+    fn not_replicated(&self, name: &str, acked: Option<u32>) -> Error {
+        let (wanted, timeout) = self.replicas.unwrap_or_default();
+        Error::NotReplicated {
+            name: name.to_owned(),
+            acked: acked.unwrap_or(0),
+            wanted,
+            timeout,
+        }
     }
 
     /// Runs one acquire script on a pooled connection. A pooled connection

@@ -57,6 +57,21 @@ pub enum Error {
         name: String,
     },
 
+    /// The lock was taken, but fewer replicas than required acknowledged it
+    /// in time ([`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas));
+    /// the hold was undone. A failover now could lose the lock.
+    #[error("lock {name:?} was taken but only {acked} of {wanted} replicas acknowledged it within {timeout:?}, so it was released again; check the replicas (INFO replication) or require fewer")]
+    NotReplicated {
+        /// The lock name as the caller gave it.
+        name: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas required.
+        wanted: u32,
+        /// How long we waited for them.
+        timeout: std::time::Duration,
+    },
+
     /// The lock stayed held by someone else for the whole wait
     /// ([`LockOptions::wait`](crate::LockOptions::wait) with `lock_with`).
     #[error("lock {name:?} stayed held by another owner for the whole wait of {waited:?}; retry later or wait longer")]
@@ -299,6 +314,12 @@ mod tests {
             Error::invalid("lock name must not be empty"),
             Error::NotHeld { name: "a".into() },
             Error::UpgradeWouldDeadlock { name: "a".into() },
+            Error::NotReplicated {
+                name: "a".into(),
+                acked: 0,
+                wanted: 1,
+                timeout: std::time::Duration::from_millis(100),
+            },
             Error::Pool {
                 message: "connection refused".into(),
                 timeout: std::time::Duration::from_secs(1),

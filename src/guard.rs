@@ -220,7 +220,11 @@ impl LockGuard {
             self.lease,
             pool_wait,
             handover.last(),
-            handover.successor(),
+            // With replica acknowledgement every acquire is its own script
+            // and WAIT: no handoff inside the release script.
+            handover
+                .successor()
+                .filter(|_| self.client.replicas.is_none()),
         )?;
         match released {
             Release::HandedOver { fence } => {

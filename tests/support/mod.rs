@@ -184,6 +184,26 @@ impl RedisServer {
         server
     }
 
+    /// A replica of `primary`, started the same way, returned once its link
+    /// to the primary is up and the initial sync is done.
+    pub fn start_replica_of(primary: &RedisServer) -> Self {
+        let port = primary.port().to_string();
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &port], None);
+        let mut con = replica.connection();
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut con)
+                    .unwrap();
+                info.contains("master_link_status:up")
+            }),
+            "the replica did not sync; its log:\n{}",
+            replica.log()
+        );
+        replica
+    }
+
     /// `CLUSTER KEYSLOT key` on a [`Self::start_cluster_node`] server.
     pub fn keyslot(&self, key: &str) -> i64 {
         redis::cmd("CLUSTER")
