@@ -1037,7 +1037,7 @@ impl Inner {
     /// harmless: a first hold is set (not incremented), a reentrant count is
     /// settled by the last local release, a second token is larger.
     /// With it, how many replicas acknowledged when that was too few.
-    fn attempt(
+    pub(crate) fn attempt(
         &self,
         key: &str,
         owner: &str,
@@ -1058,7 +1058,7 @@ impl Inner {
     /// After an acquire that took a hold, with replica acknowledgement
     /// required: `WAIT` on the same connection (it waits for this
     /// connection's writes). `Some(acked)` when too few acknowledged.
-    fn unreplicated(&self, con: &mut redis::Connection) -> redis::RedisResult<Option<u32>> {
+    fn unreplicated(&self, con: &mut Pooled) -> redis::RedisResult<Option<u32>> {
         let Some((wanted, timeout)) = self.replicas else {
             return Ok(None);
         };
@@ -1086,14 +1086,25 @@ impl Inner {
     fn run<T>(
         &self,
         key: &str,
-        mut script: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+        script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.run_waiting(key, None, script)
+    }
+
+    /// [`run`](Self::run), waiting at most `pool_wait` for a pooled
+    /// connection.
+    fn run_waiting<T>(
+        &self,
+        key: &str,
+        pool_wait: Option<Duration>,
+        mut script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut tries = 0;
         loop {
-            let mut con = self.connection(None)?;
+            let mut con = self.connection(pool_wait)?;
             match script(&mut con) {
                 Ok(v) => return Ok(v),
-                Err(e) if tries < STALE_RETRIES && e.is_io_error() && !con.is_open() => {
+                Err(e) if tries < STALE_RETRIES && e.is_io_error() && con.closed() => {
                     tries += 1;
                     tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 }
@@ -1112,10 +1123,10 @@ impl Inner {
         last: bool,
         successor: Option<Successor<'_>>,
     ) -> Result<raw::Release> {
-        let mut con = self.connection(pool_wait)?;
-        self.scripts
-            .release(&mut *con, key, owner, lease, last, successor)
-            .map_err(|e| Error::from_redis(e, key))
+        self.run_waiting(key, pool_wait, |con| {
+            self.scripts
+                .release(con, key, owner, lease, last, successor)
+        })
     }
 
     /// Records one fenced fair hold: a new `token`, or (reentrant, `None`)
@@ -1218,28 +1229,84 @@ struct Manager {
 }
 
 impl r2d2::ManageConnection for Manager {
-    type Connection = redis::Connection;
+    type Connection = Pooled;
     type Error = redis::RedisError;
 
-    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
+    fn connect(&self) -> Result<Pooled, redis::RedisError> {
         let result = self
             .client
             .get_connection_with_timeout(self.connect_timeout)
             .and_then(|con| {
                 con.set_read_timeout(Some(self.socket_timeout))?;
                 con.set_write_timeout(Some(self.socket_timeout))?;
-                Ok(con)
+                Ok(Pooled { con, broken: false })
             });
         *self.last_error.lock() = result.as_ref().err().cloned();
         result
     }
 
-    fn is_valid(&self, con: &mut redis::Connection) -> Result<(), redis::RedisError> {
+    fn is_valid(&self, con: &mut Pooled) -> Result<(), redis::RedisError> {
         redis::cmd("PING").query(con)
     }
 
-    fn has_broken(&self, con: &mut redis::Connection) -> bool {
+    fn has_broken(&self, con: &mut Pooled) -> bool {
         !con.is_open()
+    }
+}
+
+/// A pooled connection that leaves the pool after a timeout or an I/O
+/// error. Its next reply could be a late one to the request it gave up on —
+/// or, when the request itself was lost, a reply it would wrongly skip as
+/// late — so it is never trusted again.
+pub(crate) struct Pooled {
+    con: redis::Connection,
+    broken: bool,
+}
+
+impl Pooled {
+    /// Whether the socket itself was found closed (a connection that died
+    /// idle: nothing sent on it reached the server).
+    fn closed(&self) -> bool {
+        !self.con.is_open()
+    }
+
+    fn note<T>(&mut self, result: &redis::RedisResult<T>) {
+        if let Err(e) = result {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                self.broken = true;
+            }
+        }
+    }
+}
+
+impl redis::ConnectionLike for Pooled {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        let result = self.con.req_packed_command(cmd);
+        self.note(&result);
+        result
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        let result = self.con.req_packed_commands(cmd, offset, count);
+        self.note(&result);
+        result
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        !self.broken && self.con.is_open()
     }
 }
 

@@ -548,6 +548,7 @@ pub(crate) struct Handover<'a> {
 }
 
 /// Whom the release script may hand the lock to.
+#[derive(Clone, Copy)]
 pub(crate) struct Successor<'h> {
     pub(crate) owner: &'h str,
     pub(crate) lease: Duration,
