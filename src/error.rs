@@ -72,6 +72,23 @@ pub enum Error {
         timeout: std::time::Duration,
     },
 
+    /// A Redlock could not reach enough nodes to decide: fewer than a
+    /// majority answered at all (neither "yours" nor "held by another").
+    #[error("lock {name:?} (Redlock): only {acquired} of {nodes} nodes granted it and too few answered to decide ({needed} needed); check that a majority of the nodes is up and reachable")]
+    NoQuorum {
+        /// The lock name as the caller gave it.
+        name: String,
+        /// Nodes that granted it in the last attempt (released again).
+        acquired: usize,
+        /// The majority needed.
+        needed: usize,
+        /// All nodes.
+        nodes: usize,
+        /// The first node error of the last attempt.
+        #[source]
+        first_error: Option<Box<Error>>,
+    },
+
     /// The lock stayed held by someone else for the whole wait
     /// ([`LockOptions::wait`](crate::LockOptions::wait) with `lock_with`).
     #[error("lock {name:?} stayed held by another owner for the whole wait of {waited:?}; retry later or wait longer")]
@@ -314,6 +331,13 @@ mod tests {
             Error::invalid("lock name must not be empty"),
             Error::NotHeld { name: "a".into() },
             Error::UpgradeWouldDeadlock { name: "a".into() },
+            Error::NoQuorum {
+                name: "a".into(),
+                acquired: 1,
+                needed: 3,
+                nodes: 5,
+                first_error: None,
+            },
             Error::NotReplicated {
                 name: "a".into(),
                 acked: 0,

@@ -70,6 +70,7 @@ mod local;
 mod notify;
 mod options;
 mod raw;
+mod redlock;
 mod renewal;
 mod rwlock;
 #[cfg(feature = "tls")]
@@ -80,6 +81,7 @@ pub use error::{Error, Result};
 pub use fenced::FencedStore;
 pub use guard::LockGuard;
 pub use options::LockOptions;
+pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::{LeaseLost, Stats};
 
 /// The Lua sources of the lock protocol, for the benches' protocol floor

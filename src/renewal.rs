@@ -21,8 +21,8 @@
 //! control channel disconnects.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, Receiver, Sender};
@@ -70,6 +70,42 @@ pub(crate) struct LeaseState {
     /// Why it was lost, and the channel handed out by `lost()` — made only
     /// when someone asks for it (most guards never do; it costs allocations).
     signal: Mutex<LostSignal>,
+    /// A Redlock hold this lease is one node's part of.
+    quorum: OnceLock<Arc<Quorum>>,
+}
+
+/// A Redlock hold over several nodes' leases: lost once more of them are
+/// lost than the majority can spare.
+pub(crate) struct Quorum {
+    /// Node leases that may still be lost before the hold is.
+    spare: AtomicIsize,
+    /// The hold's own state (its lost signal).
+    pub(crate) state: Arc<LeaseState>,
+    lost_count: Arc<AtomicU64>,
+}
+
+impl Quorum {
+    /// A hold on `held` nodes that needs `majority` of them.
+    pub(crate) fn new(
+        held: usize,
+        majority: usize,
+        state: Arc<LeaseState>,
+        lost_count: Arc<AtomicU64>,
+    ) -> Arc<Self> {
+        let spare = isize::try_from(held.saturating_sub(majority)).unwrap_or(isize::MAX);
+        Arc::new(Quorum {
+            spare: AtomicIsize::new(spare),
+            state,
+            lost_count,
+        })
+    }
+
+    /// One more node lease was lost.
+    fn node_lost(&self, why: LeaseLost) {
+        if self.spare.fetch_sub(1, Ordering::AcqRel) <= 0 {
+            self.state.mark_lost(why, &self.lost_count);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -85,7 +121,15 @@ impl LeaseState {
             cancelled: AtomicBool::new(false),
             valid_until: Mutex::new(valid_until),
             signal: Mutex::new(LostSignal::default()),
+            quorum: OnceLock::new(),
         })
+    }
+
+    /// Makes this lease one node's part of a Redlock hold. Called right
+    /// after the lease was registered: the renewal thread first looks at it
+    /// a third of the lease later, so it cannot have been lost yet.
+    pub(crate) fn join(&self, quorum: &Arc<Quorum>) {
+        let _ = self.quorum.set(Arc::clone(quorum));
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -128,7 +172,11 @@ impl LeaseState {
         if let Some((tx, _)) = &signal.channel {
             let _ = tx.try_send(why.clone());
         }
-        signal.why = Some(why);
+        signal.why = Some(why.clone());
+        drop(signal);
+        if let Some(quorum) = self.quorum.get() {
+            quorum.node_lost(why);
+        }
         true
     }
 }

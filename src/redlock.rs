@@ -1,0 +1,660 @@
+//! Redlock: one lock over N independent Redis masters, held while a majority
+//! of them hold it — the algorithm of <https://redis.io/docs/latest/develop/use/patterns/distributed-locks/>.
+//!
+//! Each node is a [`LockClient`] of its own (pool, scripts, renewal thread,
+//! typed errors), so a Redlock hold is the same Redisson-layout hash on each
+//! node. What Redlock adds is the arithmetic across them:
+//!
+//! - every attempt goes to all nodes at once, each bounded by the node
+//!   timeout (much smaller than the lease);
+//! - the hold counts only when a majority said yes, and its validity is the
+//!   lease minus the time the attempt took (from when the first request was
+//!   sent) minus the clock drift allowance (lease / 100 + 2 ms);
+//! - otherwise it is released on every node (a node that timed out may have
+//!   taken it) and tried again after a random delay;
+//! - renewal extends the hold on every node that has it; the hold is lost
+//!   once fewer than a majority still do; unlock releases on all nodes.
+//!
+//! Redlock holds have no fencing tokens: a token would have to come from one
+//! counter that every holder agrees on, and N independent counters do not
+//! make one (a majority of them can disagree after a restart), so any number
+//! we handed out would look like a guarantee it is not. Use a fenced lock on
+//! one Redis (with [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas))
+//! when the resource can check tokens.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
+
+use crate::client::{short_id, LockClient, MAX_LEASE, MAX_NAME_BYTES};
+use crate::error::{Error, Result};
+use crate::raw::{Acquire, Fence, Release};
+use crate::renewal::{LeaseLost, LeaseState, Quorum};
+use crate::LockOptions;
+
+/// A lock over several independent Redis masters (Redlock).
+///
+/// ```no_run
+/// # fn main() -> Result<(), leasehold::Error> {
+/// let redlock = leasehold::Redlock::new(&[
+///     "redis://10.0.0.1/",
+///     "redis://10.0.0.2/",
+///     "redis://10.0.0.3/",
+/// ])?;
+/// let guard = redlock.lock("nightly:report")?; // held on at least 2 of 3
+/// assert!(guard.is_held());
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<RedlockInner>,
+}
+
+struct RedlockInner {
+    id: uuid::Uuid,
+    nodes: Vec<LockClient>,
+    key_prefix: String,
+    lease: Duration,
+    node_timeout: Duration,
+    retry_delay: Duration,
+    give_up_after: Duration,
+    next_owner: AtomicU64,
+    leases_lost: Arc<AtomicU64>,
+    rng: Mutex<u64>,
+}
+
+/// Builds a [`Redlock`]: the node URLs, then the settings.
+#[must_use = "a builder does nothing until build() is called"]
+pub struct RedlockBuilder {
+    urls: Vec<String>,
+    key_prefix: String,
+    lease: Duration,
+    node_timeout: Duration,
+    retry_delay: Duration,
+    give_up_after: Duration,
+}
+
+impl RedlockBuilder {
+    /// The lease of holds taken without an explicit one, renewed on every
+    /// node that has the hold every third of it. Defaults to 30 s.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long one node may take to connect or answer before it counts as
+    /// a "no" — keep it far below the lease (redis.io suggests 5–50 ms for a
+    /// 10 s lease). Defaults to 50 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// The longest random pause between two attempts. Defaults to 200 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// How long a wait without a deadline keeps trying while no majority of
+    /// nodes can be reached at all, before it fails with
+    /// [`Error::NoQuorum`]. Defaults to 5 s.
+    pub fn give_up_after(mut self, wait: Duration) -> Self {
+        self.give_up_after = wait;
+        self
+    }
+
+    /// A prefix put before every lock name to form the Redis key.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Checks the settings and makes a client per node (nothing connects
+    /// yet).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no nodes, zero durations or a lease
+    /// not well above the node timeout; [`Error::InvalidUrl`] for a bad URL.
+    pub fn build(self) -> Result<Redlock> {
+        if self.urls.is_empty() {
+            return Err(Error::invalid("Redlock needs at least one node"));
+        }
+        if self.node_timeout.is_zero() || self.lease.is_zero() {
+            return Err(Error::invalid(
+                "the lease and the node timeout must be greater than zero",
+            ));
+        }
+        if self.lease > MAX_LEASE {
+            return Err(Error::invalid(format_args!(
+                "lease must be at most {MAX_LEASE:?}"
+            )));
+        }
+        if self.lease < self.node_timeout * 10 {
+            return Err(Error::invalid(format_args!(
+                "the lease ({:?}) must be at least ten node timeouts ({:?}): an attempt may take a node timeout, and what is left of the lease is the hold's validity",
+                self.lease, self.node_timeout
+            )));
+        }
+        let nodes = self
+            .urls
+            .iter()
+            .map(|url| {
+                LockClient::builder(url)
+                    .key_prefix(self.key_prefix.clone())
+                    .watchdog_lease(self.lease)
+                    .connect_timeout(self.node_timeout)
+                    .socket_timeout(self.node_timeout)
+                    .build()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let id = uuid::Uuid::new_v4();
+        let seed = id.as_u64_pair().0 | 1;
+        Ok(Redlock {
+            inner: Arc::new(RedlockInner {
+                id,
+                nodes,
+                key_prefix: self.key_prefix,
+                lease: self.lease,
+                node_timeout: self.node_timeout,
+                retry_delay: self.retry_delay,
+                give_up_after: self.give_up_after,
+                next_owner: AtomicU64::new(1),
+                leases_lost: Arc::new(AtomicU64::new(0)),
+                rng: Mutex::new(seed),
+            }),
+        })
+    }
+}
+
+/// What one attempt over all nodes found.
+enum Round {
+    Held(RedlockGuard),
+    /// No majority; `busy` nodes said someone else holds it, `errors`
+    /// could not be reached (the first error kept).
+    Failed {
+        acquired: usize,
+        busy: usize,
+        errors: Vec<Error>,
+    },
+}
+
+impl Redlock {
+    /// A Redlock over these nodes with every default (see [`Redlock::builder`]).
+    ///
+    /// # Errors
+    /// As [`RedlockBuilder::build`].
+    pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Redlock> {
+        Self::builder(urls).build()
+    }
+
+    /// A builder over these node URLs (independent masters, not replicas of
+    /// each other; an odd number, usually 3 or 5).
+    pub fn builder<S: AsRef<str>>(urls: &[S]) -> RedlockBuilder {
+        RedlockBuilder {
+            urls: urls.iter().map(|u| u.as_ref().to_owned()).collect(),
+            key_prefix: String::new(),
+            lease: Duration::from_secs(30),
+            node_timeout: Duration::from_millis(50),
+            retry_delay: Duration::from_millis(200),
+            give_up_after: Duration::from_secs(5),
+        }
+    }
+
+    /// How many nodes must hold a lock: ⌊N/2⌋ + 1.
+    pub fn majority(&self) -> usize {
+        majority(self.inner.nodes.len())
+    }
+
+    /// Takes the lock, retrying after random delays until a majority of the
+    /// nodes grant it. Watchdog lease: renewed on every node that has it
+    /// while the guard lives.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when no majority of nodes could even be reached
+    /// for [`give_up_after`](RedlockBuilder::give_up_after); invalid names.
+    pub fn lock(&self, name: &str) -> Result<RedlockGuard> {
+        self.lock_with(name, LockOptions::new())
+    }
+
+    /// One attempt over all nodes: `None` when no majority granted it.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when too few nodes could be reached to decide.
+    pub fn try_lock(&self, name: &str) -> Result<Option<RedlockGuard>> {
+        self.acquire(name, None, Some(Instant::now()))
+    }
+
+    /// Tries until `wait` has passed: `None` when the lock stayed held by
+    /// others.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when at the deadline too few nodes could be
+    /// reached to decide.
+    pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<RedlockGuard>> {
+        self.acquire(name, None, Some(Instant::now() + wait))
+    }
+
+    /// With options: an explicit lease (not renewed; the guard's validity is
+    /// what is left of it after the attempt) and a bounded wait
+    /// ([`Error::WaitTimedOut`] when it runs out). Fencing, fair and
+    /// read/write options are refused.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`].
+    pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<RedlockGuard> {
+        if options.is_fenced() || options.is_fair() || options.is_read() || options.is_write() {
+            return Err(Error::invalid(
+                "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks",
+            ));
+        }
+        let deadline = options.wait_value().map(|w| Instant::now() + w);
+        match self.acquire(name, options.lease_value(), deadline)? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::WaitTimedOut {
+                name: name.to_owned(),
+                waited: options.wait_value().unwrap_or_default(),
+            }),
+        }
+    }
+
+    fn acquire(
+        &self,
+        name: &str,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<RedlockGuard>> {
+        if name.is_empty() || name.len() > MAX_NAME_BYTES {
+            return Err(Error::invalid(format_args!(
+                "lock name must be 1 to {MAX_NAME_BYTES} bytes long"
+            )));
+        }
+        if lease.is_some_and(|l| l.is_zero() || l > MAX_LEASE) {
+            return Err(Error::invalid(format_args!(
+                "lease must be greater than zero and at most {MAX_LEASE:?}"
+            )));
+        }
+        let inner = &self.inner;
+        let mut unreachable_since: Option<Instant> = None;
+        loop {
+            let owner = self.new_owner();
+            let (acquired, busy, errors) = match self.round(name, &owner, lease)? {
+                Round::Held(guard) => return Ok(Some(guard)),
+                Round::Failed {
+                    acquired,
+                    busy,
+                    errors,
+                } => (acquired, busy, errors),
+            };
+            // Fewer than a majority answered at all: we cannot tell whether
+            // anyone holds it (and nobody can take it either).
+            let undecided = acquired + busy < self.majority();
+            let now = Instant::now();
+            if undecided {
+                let since = *unreachable_since.get_or_insert(now);
+                let give_up = match deadline {
+                    Some(d) => d <= now,
+                    None => now - since >= inner.give_up_after,
+                };
+                if give_up {
+                    return Err(Error::NoQuorum {
+                        name: name.to_owned(),
+                        acquired,
+                        needed: self.majority(),
+                        nodes: inner.nodes.len(),
+                        first_error: errors.into_iter().next().map(Box::new),
+                    });
+                }
+            } else {
+                unreachable_since = None;
+                if deadline.is_some_and(|d| d <= now) {
+                    return Ok(None);
+                }
+            }
+            let pause = self.random_delay();
+            let until = deadline.map_or(now + pause, |d| d.min(now + pause));
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// One attempt on all nodes at once.
+    fn round(&self, name: &str, owner: &str, lease: Option<Duration>) -> Result<Round> {
+        let inner = &self.inner;
+        let key = format!("{}{name}", inner.key_prefix);
+        let watchdog = lease.is_none();
+        let lease = lease.unwrap_or(inner.lease);
+        let started = Instant::now();
+        let answers = on_every_node(&inner.nodes, |node| {
+            node.inner
+                .attempt(&key, owner, lease, true, Fence::None)
+                .map(|(a, _)| a)
+        });
+        let elapsed = started.elapsed();
+        let drift = lease / 100 + Duration::from_millis(2);
+        let validity = lease.checked_sub(elapsed + drift);
+        let mut held = Vec::new();
+        let (mut busy, mut errors) = (0, Vec::new());
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(Acquire::Acquired { .. }) => held.push(i),
+                Ok(Acquire::HeldElsewhere { .. }) => busy += 1,
+                Err(e) => errors.push(e),
+            }
+        }
+        match validity {
+            Some(validity) if !validity.is_zero() && held.len() >= self.majority() => {
+                let guard = self.guard(name, key, owner, lease, watchdog, started, validity, &held);
+                Ok(Round::Held(guard))
+            }
+            _ => {
+                // Not held: give back what we got — on every node, since one
+                // that timed out may have taken it after all.
+                release_everywhere(&inner.nodes, &key, owner, lease);
+                Ok(Round::Failed {
+                    acquired: held.len(),
+                    busy,
+                    errors,
+                })
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn guard(
+        &self,
+        name: &str,
+        key: String,
+        owner: &str,
+        lease: Duration,
+        watchdog: bool,
+        started: Instant,
+        validity: Duration,
+        held: &[usize],
+    ) -> RedlockGuard {
+        let inner = &self.inner;
+        let state = LeaseState::new(started + validity);
+        let mut nodes = Vec::with_capacity(held.len());
+        if watchdog {
+            let quorum = Quorum::new(
+                held.len(),
+                self.majority(),
+                Arc::clone(&state),
+                Arc::clone(&inner.leases_lost),
+            );
+            for &i in held {
+                let node_state = inner.nodes[i]
+                    .inner
+                    .renewer
+                    .register(&key, owner, lease, started, None);
+                node_state.join(&quorum);
+                nodes.push((i, Some(node_state)));
+            }
+        } else {
+            nodes.extend(held.iter().map(|&i| (i, None)));
+        }
+        RedlockGuard {
+            redlock: self.clone(),
+            name: name.to_owned(),
+            key,
+            owner: owner.to_owned(),
+            lease,
+            valid_until: started + validity,
+            watchdog,
+            state,
+            nodes,
+            released: false,
+        }
+    }
+
+    /// A fresh owner per acquisition (the algorithm's random value): Redlock
+    /// holds are not reentrant.
+    fn new_owner(&self) -> String {
+        let n = self.inner.next_owner.fetch_add(1, Ordering::Relaxed);
+        format!("{}:redlock-{n}", self.inner.id)
+    }
+
+    fn random_delay(&self) -> Duration {
+        let max = self.inner.retry_delay.as_micros().max(1) as u64;
+        let mut x = self.inner.rng.lock();
+        // xorshift64: enough to spread retries of competing clients.
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        Duration::from_micros(*x % max)
+    }
+
+    /// Holds lost (fewer than a majority of nodes still had them) so far.
+    pub fn leases_lost(&self) -> u64 {
+        self.inner.leases_lost.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("id", &short_id(&self.inner.id))
+            .field("nodes", &self.inner.nodes.len())
+            .field("lease", &self.inner.lease)
+            .field("node_timeout", &self.inner.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// ⌊n/2⌋ + 1.
+fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// Runs `f` on every node at once (a scoped thread per node but the first),
+/// answers in node order.
+fn on_every_node<T: Send>(nodes: &[LockClient], f: impl Fn(&LockClient) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|scope| {
+        let others: Vec<_> = nodes[1..]
+            .iter()
+            .map(|node| {
+                let f = &f;
+                std::thread::Builder::new()
+                    .name("leasehold-redlock".into())
+                    .spawn_scoped(scope, move || f(node))
+            })
+            .collect();
+        let mut answers = vec![f(&nodes[0])];
+        for (i, handle) in others.into_iter().enumerate() {
+            answers.push(match handle {
+                Ok(h) => h.join().unwrap_or_else(|_| f(&nodes[i + 1])),
+                Err(_) => f(&nodes[i + 1]), // no thread: ask it here
+            });
+        }
+        answers
+    })
+}
+
+/// The release script on every node; how many said the hold was theirs, and
+/// the errors.
+fn release_everywhere(
+    nodes: &[LockClient],
+    key: &str,
+    owner: &str,
+    lease: Duration,
+) -> (usize, usize, Vec<Error>) {
+    let answers = on_every_node(nodes, |node| {
+        let timeout = node.inner.socket_timeout();
+        node.inner
+            .release(key, owner, lease, Some(timeout), true, None)
+    });
+    let (mut ours, mut not_ours, mut errors) = (0, 0, Vec::new());
+    for answer in answers {
+        match answer {
+            Ok(Release::NotHeld) => not_ours += 1,
+            Ok(_) => ours += 1,
+            Err(e) => errors.push(e),
+        }
+    }
+    (ours, not_ours, errors)
+}
+
+/// A Redlock hold; dropping it releases the lock on every node.
+#[must_use = "if unused the lock is released at once"]
+pub struct RedlockGuard {
+    redlock: Redlock,
+    name: String,
+    key: String,
+    owner: String,
+    lease: Duration,
+    /// The end of the validity computed at acquire time.
+    valid_until: Instant,
+    watchdog: bool,
+    /// The hold's own state: its lost signal.
+    state: Arc<LeaseState>,
+    /// The nodes that granted the hold, with their renewed lease (watchdog).
+    nodes: Vec<(usize, Option<Arc<LeaseState>>)>,
+    released: bool,
+}
+
+impl RedlockGuard {
+    /// Whether the hold is still valid as far as this client knows: a
+    /// majority of nodes still renew it (watchdog), or the validity computed
+    /// at acquire time has not run out (explicit lease). Never touches the
+    /// network.
+    pub fn is_held(&self) -> bool {
+        if self.state.is_lost() {
+            return false;
+        }
+        if !self.watchdog {
+            return Instant::now() < self.valid_until;
+        }
+        let alive = self
+            .nodes
+            .iter()
+            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.is_held()))
+            .count();
+        alive >= self.redlock.majority()
+    }
+
+    /// A channel that receives one [`LeaseLost`] when fewer than a majority
+    /// of the nodes still renew this hold (watchdog leases only).
+    pub fn lost(&self) -> Receiver<LeaseLost> {
+        self.state.lost_receiver()
+    }
+
+    /// The lock name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many nodes granted the hold.
+    pub fn nodes_held(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Until when the hold was valid when it was taken (lease − time the
+    /// attempt took − drift allowance). Watchdog holds are extended beyond.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Releases the hold on every node.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when fewer than a majority of nodes still had it
+    /// as ours; the first connection error when too many nodes could not be
+    /// reached to tell.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.release()
+    }
+
+    fn release(&self) -> Result<()> {
+        let nodes = &self.redlock.inner.nodes;
+        for (i, state) in &self.nodes {
+            if let Some(state) = state {
+                nodes[*i]
+                    .inner
+                    .renewer
+                    .release(&self.key, &self.owner, state);
+            }
+        }
+        // Released on every node in any case: parts left on a minority of
+        // nodes would only hold up the next holder.
+        let (ours, _, errors) = release_everywhere(nodes, &self.key, &self.owner, self.lease);
+        let majority = self.redlock.majority();
+        if self.state.is_lost() {
+            return Err(Error::NotHeld {
+                name: self.name.clone(),
+            });
+        }
+        if ours >= majority {
+            return Ok(());
+        }
+        match errors.into_iter().next() {
+            Some(e) if ours < majority => Err(e),
+            _ => Err(Error::NotHeld {
+                name: self.name.clone(),
+            }),
+        }
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        if let Err(e) = self.release() {
+            tracing::warn!(lock = %self.name, error = %e, "leasehold: releasing a Redlock on drop failed");
+        }
+    }
+}
+
+impl fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("nodes_held", &self.nodes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn majority_is_more_than_half() {
+        assert_eq!(majority(1), 1);
+        assert_eq!(majority(2), 2);
+        assert_eq!(majority(3), 2);
+        assert_eq!(majority(4), 3);
+        assert_eq!(majority(5), 3);
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let none: [&str; 0] = [];
+        assert!(Redlock::new(&none).is_err());
+        let lease_too_short = Redlock::builder(&["redis://127.0.0.1:1/"])
+            .node_timeout(Duration::from_millis(50))
+            .watchdog_lease(Duration::from_millis(400))
+            .build();
+        assert!(matches!(
+            lease_too_short,
+            Err(Error::InvalidArgument { .. })
+        ));
+        let bad_url = Redlock::new(&["redis://127.0.0.1:1/", "nope://"]);
+        assert!(matches!(bad_url, Err(Error::InvalidUrl { .. })));
+    }
+
+    #[test]
+    fn guards_and_redlocks_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Redlock>();
+        assert_send_sync::<RedlockGuard>();
+    }
+}

@@ -1,0 +1,261 @@
+//! Redlock over five independent redis-servers, with fault proxies in front
+//! of them: all up, every minority blackholed, a majority blackholed, a node
+//! restarted empty during a hold, renewal on every node.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{Error, LockOptions, Redlock};
+use redis::Commands;
+use support::proxy::{Fault, FaultProxy};
+use support::{eventually, RedisServer};
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
+struct Nodes {
+    servers: Vec<RedisServer>,
+    proxies: Vec<FaultProxy>,
+}
+
+impl Nodes {
+    fn start() -> Nodes {
+        let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+        let proxies = servers
+            .iter()
+            .map(|s| FaultProxy::start(s.port()))
+            .collect();
+        Nodes { servers, proxies }
+    }
+
+    /// A Redlock through the proxies.
+    fn redlock(&self, lease: Duration) -> Redlock {
+        let urls: Vec<String> = self.proxies.iter().map(|p| p.url()).collect();
+        Redlock::builder(&urls)
+            .node_timeout(NODE_TIMEOUT)
+            .watchdog_lease(lease)
+            .retry_delay(Duration::from_millis(20))
+            .build()
+            .unwrap()
+    }
+
+    /// On how many nodes `key` exists.
+    fn holding(&self, key: &str) -> usize {
+        self.servers
+            .iter()
+            .filter(|s| s.connection().exists::<_, bool>(key).unwrap())
+            .count()
+    }
+
+    fn set(&self, nodes: &[usize], fault: Fault) {
+        for &i in nodes {
+            self.proxies[i].set(fault);
+        }
+    }
+}
+
+#[test]
+fn with_every_node_up_one_holder_at_a_time_and_every_node_has_it() {
+    let nodes = Nodes::start();
+    let a = nodes.redlock(Duration::from_secs(5));
+    let b = nodes.redlock(Duration::from_secs(5));
+    let g = a.lock("rl:up").unwrap();
+    assert_eq!(g.nodes_held(), 5);
+    assert_eq!(nodes.holding("rl:up"), 5);
+    // Redisson's hash layout on each node, with the acquisition's own owner.
+    let fields: Vec<String> = nodes.servers[0].connection().hkeys("rl:up").unwrap();
+    assert!(
+        fields.len() == 1 && fields[0].contains(":redlock-"),
+        "{fields:?}"
+    );
+    assert!(b.try_lock("rl:up").unwrap().is_none());
+    assert!(b
+        .try_lock_for("rl:up", Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    // Not reentrant: each acquisition is its own random value.
+    assert!(a.try_lock("rl:up").unwrap().is_none());
+    g.unlock().unwrap();
+    assert_eq!(nodes.holding("rl:up"), 0);
+
+    // Mutual exclusion: 2 Redlock clients × 3 threads.
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            let r = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            thread::spawn(move || {
+                for _ in 0..15 {
+                    let g = r.lock("rl:mutex").unwrap();
+                    if inside.swap(true, Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    thread::sleep(Duration::from_millis(1));
+                    inside.store(false, Ordering::SeqCst);
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(nodes.holding("rl:mutex"), 0);
+}
+
+#[test]
+fn every_minority_of_blackholed_nodes_still_grants_the_lock() {
+    let nodes = Nodes::start();
+    let redlock = nodes.redlock(Duration::from_secs(5));
+    let mut subsets = Vec::new();
+    for i in 0..5 {
+        subsets.push(vec![i]);
+        for j in i + 1..5 {
+            subsets.push(vec![i, j]);
+        }
+    }
+    assert_eq!(subsets.len(), 15);
+    for down in &subsets {
+        nodes.set(down, Fault::Blackhole);
+        let asked = Instant::now();
+        let g = redlock
+            .try_lock("rl:minority")
+            .unwrap()
+            .unwrap_or_else(|| panic!("not granted with {down:?} down"));
+        assert_eq!(g.nodes_held(), 5 - down.len(), "{down:?}");
+        assert!(g.is_held());
+        assert!(g.valid_until() > Instant::now());
+        assert!(asked.elapsed() < Duration::from_secs(2), "{down:?}");
+        assert_eq!(nodes.holding("rl:minority"), 5 - down.len());
+        g.unlock().unwrap();
+        assert_eq!(nodes.holding("rl:minority"), 0, "{down:?}");
+        nodes.set(down, Fault::Forward);
+        // A node back from a partition may count as "no" for an attempt or
+        // two while its pool reconnects (r2d2 does that in the background,
+        // with backoff): wait until all five grant again.
+        assert!(
+            eventually(Duration::from_secs(3), || redlock
+                .try_lock("rl:minority")
+                .unwrap()
+                .is_some_and(|g| g.nodes_held() == 5)),
+            "not all nodes back after {down:?}"
+        );
+    }
+}
+
+#[test]
+fn a_blackholed_majority_fails_typed_within_the_deadline_and_leaves_nothing() {
+    let nodes = Nodes::start();
+    let urls: Vec<String> = nodes.proxies.iter().map(|p| p.url()).collect();
+    let redlock = Redlock::builder(&urls)
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_millis(50))
+        .give_up_after(Duration::from_millis(800))
+        .build()
+        .unwrap();
+    nodes.set(&[0, 2, 4], Fault::Blackhole);
+    let asked = Instant::now();
+    let err = redlock
+        .try_lock_for("rl:majority", Duration::from_millis(600))
+        .unwrap_err();
+    let took = asked.elapsed();
+    assert!(
+        matches!(
+            err,
+            Error::NoQuorum {
+                needed: 3,
+                nodes: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("majority of the nodes"), "{err}");
+    // The deadline, plus at most one attempt and its release in flight.
+    assert!(
+        took < Duration::from_millis(600 + 500),
+        "gave up after {took:?}"
+    );
+    // Without a deadline it gives up after `give_up_after`.
+    let asked = Instant::now();
+    let err = redlock.lock("rl:majority").unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    assert!(asked.elapsed() < Duration::from_millis(800 + 500));
+    nodes.set(&[0, 2, 4], Fault::Forward);
+    assert_eq!(nodes.holding("rl:majority"), 0, "nothing left behind");
+    assert!(redlock.try_lock("rl:majority").unwrap().is_some());
+}
+
+#[test]
+fn a_node_restarted_empty_during_a_hold_costs_the_hold_only_with_a_majority() {
+    let mut nodes = Nodes::start();
+    let redlock = nodes.redlock(Duration::from_secs(1));
+    let other = nodes.redlock(Duration::from_secs(1));
+    let g = redlock.lock("rl:restart").unwrap();
+    let lost = g.lost();
+    nodes.servers[0].restart();
+    // The restarted node forgot the hold; its renewal says so. Four of five
+    // still have it: the hold stands, and nobody else can take it.
+    thread::sleep(Duration::from_millis(1_200));
+    assert!(g.is_held());
+    assert!(lost.try_recv().is_err());
+    assert!(other.try_lock("rl:restart").unwrap().is_none());
+    assert_eq!(nodes.holding("rl:restart"), 4);
+    // Two more restarted: only two of five remain — the hold is lost, and
+    // the holder is told.
+    nodes.servers[1].restart();
+    nodes.servers[2].restart();
+    let why = lost
+        .recv_timeout(Duration::from_secs(3))
+        .expect("the lost signal");
+    assert!(!g.is_held(), "{why:?}");
+    assert_eq!(redlock.leases_lost(), 1);
+    assert!(matches!(g.unlock(), Err(Error::NotHeld { .. })));
+    assert!(other.try_lock("rl:restart").unwrap().is_some());
+}
+
+#[test]
+fn holds_are_renewed_on_every_node_and_lost_when_a_majority_is_cut_off() {
+    let nodes = Nodes::start();
+    let redlock = nodes.redlock(Duration::from_secs(1));
+    let g = redlock.lock("rl:renew").unwrap();
+    thread::sleep(Duration::from_millis(2_000));
+    assert!(g.is_held(), "renewed past its 1 s lease");
+    for s in &nodes.servers {
+        let ttl: i64 = s.connection().pttl("rl:renew").unwrap();
+        assert!(ttl > 0, "renewed on every node: {ttl}");
+    }
+    let lost = g.lost();
+    nodes.set(&[1, 3, 4], Fault::Blackhole);
+    let why = lost
+        .recv_timeout(Duration::from_secs(3))
+        .expect("lost once a majority cannot be renewed");
+    assert!(!g.is_held(), "{why:?}");
+    nodes.set(&[1, 3, 4], Fault::Forward);
+    drop(g);
+    assert!(eventually(Duration::from_secs(3), || nodes
+        .holding("rl:renew")
+        == 0));
+
+    // An explicit lease is not renewed; the guard's validity is what was
+    // left of it after the attempt.
+    let short = redlock
+        .lock_with(
+            "rl:short",
+            LockOptions::new().lease(Duration::from_millis(500)),
+        )
+        .unwrap();
+    assert!(short.valid_until() <= Instant::now() + Duration::from_millis(500));
+    thread::sleep(Duration::from_millis(600));
+    assert!(!short.is_held());
+    // Fencing (and fair, read/write) are refused for Redlock.
+    let err = redlock
+        .lock_with("rl:f", LockOptions::new().fenced())
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+}
