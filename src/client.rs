@@ -92,6 +92,8 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     socket_timeout: Duration,
     replicas: Option<(u32, Duration)>,
+    /// Sentinel URLs and the master name, for a Sentinel-managed primary.
+    sentinel: Option<(Vec<String>, String)>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
 }
@@ -269,22 +271,45 @@ impl LockClientBuilder {
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         let info = info.set_tcp_settings(tcp);
         let id = uuid::Uuid::new_v4();
+        let target = Arc::new(match &self.sentinel {
+            None => Target::Fixed(self.redis_client(info.clone())?),
+            Some((urls, master)) => {
+                if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
+                    return Err(Error::InvalidUrl {
+                        reason: "Sentinel needs at least one redis:// Sentinel URL (no TLS yet)"
+                            .into(),
+                        source: None,
+                    });
+                }
+                let client = redis::sentinel::SentinelClient::build(
+                    urls.clone(),
+                    master.clone(),
+                    None,
+                    redis::sentinel::SentinelServerType::Master,
+                )
+                .map_err(|e| Error::InvalidUrl {
+                    reason: format!("cannot use the Sentinel URLs {:?}", redact(&urls.join(" "))),
+                    source: Some(e),
+                })?;
+                Target::Sentinel(Mutex::new(client))
+            }
+        });
         let notifier = Notifier::new(
             &info,
             format!("leasehold-notify-{}", short_id(&id)),
             self.connect_timeout,
             self.socket_timeout,
             tls,
+            matches!(*target, Target::Sentinel(_)).then(|| Arc::clone(&target)),
         );
-        let client = self.redis_client(info)?;
         let renewer = {
             // Renewal is on the clock: a reconnect may take no longer than a
             // reply may, so a dead network cannot hold the thread past a
             // lease it must report lost.
-            let (client, socket) = (client.clone(), self.socket_timeout);
+            let (target, socket) = (Arc::clone(&target), self.socket_timeout);
             let connect = self.connect_timeout.min(socket);
             let connector = Box::new(move || {
-                let con = client.get_connection_with_timeout(connect)?;
+                let con = target.client()?.get_connection_with_timeout(connect)?;
                 con.set_read_timeout(Some(socket))?;
                 con.set_write_timeout(Some(socket))?;
                 Ok(con)
@@ -295,7 +320,7 @@ impl LockClientBuilder {
         };
         let last_connect_error = Arc::new(Mutex::new(None));
         let manager = Manager {
-            client,
+            target,
             connect_timeout: self.connect_timeout,
             socket_timeout: self.socket_timeout,
             last_error: Arc::clone(&last_connect_error),
@@ -351,9 +376,41 @@ impl LockClient {
             connect_timeout: Duration::from_secs(5),
             socket_timeout: Duration::from_secs(3),
             replicas: None,
+            sentinel: None,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         }
+    }
+
+    /// A builder for a primary managed by Redis Sentinel: `sentinels` are
+    /// the Sentinels' URLs (`redis://host:26379/`), `master` the name they
+    /// monitor it under. Every new connection — pooled, renewal, subscriber
+    /// — asks a Sentinel for the current primary (and checks its `ROLE`),
+    /// so after a failover the client follows the new primary: connections
+    /// to the old one break (Sentinel kills them; a `READONLY` reply drops
+    /// a connection too), waiters ride out the switch like any outage shorter
+    /// than the connect timeout, and holds that the new primary does not have
+    /// (replication is asynchronous) are reported lost by the next renewal.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::sentinel_builder(
+    ///     &["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .replicas(1, std::time::Duration::from_millis(500)) // survive a failover
+    /// .build()?;
+    /// let _g = client.lock("order:pay")?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The primary must not need a password (Sentinel-side authentication is
+    /// taken from the Sentinel URLs only), and no TLS yet.
+    pub fn sentinel_builder<S: AsRef<str>>(sentinels: &[S], master: &str) -> LockClientBuilder {
+        let urls: Vec<String> = sentinels.iter().map(|s| s.as_ref().to_owned()).collect();
+        let mut builder = Self::builder(urls.first().map_or("", String::as_str));
+        builder.sentinel = Some((urls, master.to_owned()));
+        builder
     }
 
     /// Takes the lock `name`, waiting as long as it takes.
@@ -674,7 +731,7 @@ impl LockClient {
                 Err(e) => (Err(e), None),
             };
             let ttl = match attempt {
-                Err(e) if waiting && e.is_connection() => {
+                Err(e) if waiting && e.is_transient() => {
                     outage.ride(inner, name, e, deadline, turn.subscription())?;
                     continue;
                 }
@@ -790,7 +847,7 @@ impl LockClient {
             });
             let attempt = match attempt {
                 // Waiting (queued, subscribed) when Redis went away.
-                Err(e) if sub.is_some() && e.is_connection() => {
+                Err(e) if sub.is_some() && e.is_transient() => {
                     outage.ride(inner, name, e, deadline, sub.as_ref())?;
                     continue;
                 }
@@ -884,7 +941,7 @@ impl LockClient {
             });
             let attempt = match attempt {
                 // Waiting (subscribed) when Redis went away.
-                Err(e) if sub.is_some() && e.is_connection() => {
+                Err(e) if sub.is_some() && e.is_transient() => {
                     outage.ride(inner, name, e, deadline, sub.as_ref())?;
                     continue;
                 }
@@ -1222,7 +1279,7 @@ impl Inner {
 /// r2d2's manager: connections with socket timeouts, and the last connect
 /// error kept typed (r2d2 itself keeps only its text).
 struct Manager {
-    client: redis::Client,
+    target: Arc<Target>,
     connect_timeout: Duration,
     socket_timeout: Duration,
     last_error: Arc<Mutex<Option<redis::RedisError>>>,
@@ -1234,8 +1291,9 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> Result<Pooled, redis::RedisError> {
         let result = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)
+            .target
+            .client()
+            .and_then(|c| c.get_connection_with_timeout(self.connect_timeout))
             .and_then(|con| {
                 con.set_read_timeout(Some(self.socket_timeout))?;
                 con.set_write_timeout(Some(self.socket_timeout))?;
@@ -1251,6 +1309,32 @@ impl r2d2::ManageConnection for Manager {
 
     fn has_broken(&self, con: &mut Pooled) -> bool {
         !con.is_open()
+    }
+}
+
+/// Where the primary is: one fixed address, or wherever Redis Sentinel says
+/// it is right now.
+pub(crate) enum Target {
+    Fixed(redis::Client),
+    Sentinel(Mutex<redis::sentinel::SentinelClient>),
+}
+
+impl Target {
+    /// A client for the primary as of now (asking a Sentinel each time:
+    /// only new connections call this).
+    pub(crate) fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Target::Fixed(client) => Ok(client.clone()),
+            Target::Sentinel(sentinel) => sentinel.lock().get_client().map_err(|e| {
+                // No primary to be had right now (Sentinels unreachable, a
+                // failover under way): a connection error, so that waiters
+                // ride it out and callers see `is_connection()`.
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    format!("no primary from Sentinel: {e}"),
+                ))
+            }),
+        }
     }
 }
 
@@ -1272,7 +1356,13 @@ impl Pooled {
 
     fn note<T>(&mut self, result: &redis::RedisResult<T>) {
         if let Err(e) = result {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+            // READONLY: the server became a replica (a failover); a new
+            // connection finds the new primary (through Sentinel).
+            if e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.code() == Some("READONLY")
+            {
                 self.broken = true;
             }
         }

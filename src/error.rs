@@ -249,6 +249,12 @@ impl Error {
         )
     }
 
+    /// A connection error, or a server that turned replica (a failover under
+    /// way): worth retrying while waiting for a lock.
+    pub(crate) fn is_transient(&self) -> bool {
+        self.is_connection() || matches!(self, Error::ReadOnlyReplica { .. })
+    }
+
     pub(crate) fn invalid(reason: impl fmt::Display) -> Self {
         Error::InvalidArgument {
             reason: reason.to_string(),

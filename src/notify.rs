@@ -58,6 +58,8 @@ struct Shared {
     io_timeout: Duration,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     tls: SubscriberTls,
+    /// Where the primary is now (Sentinel); `addr` otherwise.
+    target: Option<Arc<crate::client::Target>>,
     state: Mutex<State>,
     /// Wakes the subscriber thread (new channel while disconnected, shutdown).
     thread_cv: Condvar,
@@ -119,6 +121,7 @@ impl Notifier {
         connect_timeout: Duration,
         io_timeout: Duration,
         tls: SubscriberTls,
+        target: Option<Arc<crate::client::Target>>,
     ) -> Self {
         let settings = info.redis_settings();
         Notifier {
@@ -130,6 +133,7 @@ impl Notifier {
                 connect_timeout,
                 io_timeout,
                 tls,
+                target,
                 state: Mutex::new(State::default()),
                 thread_cv: Condvar::new(),
             }),
@@ -513,7 +517,16 @@ impl Shared {
 
     /// Opens the subscriber connection and authenticates it.
     fn connect(&self) -> io::Result<(Stream, Stream)> {
-        let mut stream = match &self.addr {
+        let resolved;
+        let addr = match &self.target {
+            Some(target) => {
+                let client = target.client().map_err(io::Error::other)?;
+                resolved = client.get_connection_info().addr().clone();
+                &resolved
+            }
+            None => &self.addr,
+        };
+        let mut stream = match addr {
             ConnectionAddr::Tcp(host, port) => Stream::Tcp(self.tcp(host, *port)?),
             #[cfg(feature = "tls")]
             ConnectionAddr::TcpTls { host, port, .. } => {

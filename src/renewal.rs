@@ -417,6 +417,16 @@ impl Renewer {
     }
 }
 
+/// An error in one renewal's answer that says nothing about the lease.
+fn transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || matches!(
+            e.code(),
+            Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "BUSY")
+        )
+}
+
 struct Entry {
     key: Arc<str>,
     owner: Arc<str>,
@@ -544,9 +554,20 @@ impl Worker {
             .fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(answers) if answers.len() == live.len() => {
+                let mut again = Vec::new();
                 for (id, answer) in live.iter().zip(answers) {
-                    let renewed = matches!(answer, Ok(Value::Int(1)));
-                    self.settle(*id, renewed, sent_at);
+                    match answer {
+                        Ok(v) => self.settle(*id, matches!(v, Value::Int(1)), sent_at),
+                        // The server is a replica now (a failover), loading,
+                        // or without a primary: not an answer about the
+                        // lease. Reconnect (to the new primary) and retry.
+                        Err(e) if transient(&e) => again.push(*id),
+                        Err(_) => self.settle(*id, false, sent_at),
+                    }
+                }
+                if !again.is_empty() {
+                    self.con = None;
+                    self.retry_later(&again, sent_at);
                 }
             }
             Ok(answers) => {

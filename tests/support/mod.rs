@@ -204,6 +204,62 @@ impl RedisServer {
         replica
     }
 
+    /// A Redis Sentinel (`redis-server <conf> --sentinel`) watching
+    /// `primary` under `master`, with a config file of its own (Sentinel
+    /// rewrites it) and quick failure detection.
+    pub fn start_sentinel(primary: &RedisServer, master: &str) -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = server_dir(port);
+            std::fs::create_dir_all(&dir).unwrap();
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/redis.log\n\
+                     sentinel monitor {master} 127.0.0.1 {primary} 2\n\
+                     sentinel down-after-milliseconds {master} 1000\n\
+                     sentinel failover-timeout {master} 10000\n",
+                    dir = dir.display(),
+                    primary = primary.port(),
+                ),
+            )
+            .unwrap();
+            let bin =
+                std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let child = Command::new(&bin)
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start `{bin} --sentinel`: {e}"));
+            let mut sentinel = RedisServer {
+                child,
+                port,
+                dir,
+                password: None,
+                extra: Vec::new(),
+                tls_ca: None,
+            };
+            let up = eventually(Duration::from_secs(10), || {
+                sentinel
+                    .try_connection()
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                    .is_ok()
+            });
+            if up {
+                return sentinel;
+            }
+            if !sentinel.log().contains("Address already in use") {
+                panic!("redis sentinel did not start; its log:\n{}", sentinel.log());
+            }
+            sentinel.kill();
+        }
+        panic!("redis sentinel found no free port after 5 tries");
+    }
+
     /// `CLUSTER KEYSLOT key` on a [`Self::start_cluster_node`] server.
     pub fn keyslot(&self, key: &str) -> i64 {
         redis::cmd("CLUSTER")

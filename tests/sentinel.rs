@@ -1,0 +1,172 @@
+//! A Sentinel-managed primary: 1 primary, 1 replica, 3 Sentinels, all
+//! started here. `SENTINEL FAILOVER` moves the primary; the client follows,
+//! errors during the switch are typed, a hold the replica had survives, a
+//! hold it did not have is reported lost, and a parked waiter gets it.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use leasehold::{Error, LockClient};
+use redis::Commands;
+use support::{eventually, RedisServer};
+
+const MASTER: &str = "leasehold-master";
+
+fn master_port(sentinel: &RedisServer) -> u16 {
+    let addr: Vec<String> = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(MASTER)
+        .query(&mut sentinel.connection())
+        .unwrap();
+    addr[1].parse().unwrap()
+}
+
+#[test]
+fn the_client_follows_a_failover_and_reports_what_it_lost() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let sentinels: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_sentinel(&primary, MASTER))
+        .collect();
+    let urls: Vec<String> = sentinels.iter().map(|s| s.url()).collect();
+    // The Sentinels must know the replica (and reach it) before they can
+    // fail over to it.
+    assert!(eventually(Duration::from_secs(20), || {
+        let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL")
+            .arg("REPLICAS")
+            .arg(MASTER)
+            .query(&mut sentinels[0].connection())
+            .unwrap();
+        replicas.iter().any(|fields| {
+            fields
+                .chunks(2)
+                .any(|kv| kv[0] == "flags" && kv.get(1).map(String::as_str) == Some("slave"))
+        })
+    }));
+    // The doomed hold's client renews every second (its loss shows soon);
+    // the acknowledged hold's lease (15 s) outlasts the switch, as a
+    // default 30 s lease would.
+    let build = |replicated: bool| {
+        let mut b = LockClient::sentinel_builder(&urls, MASTER)
+            .watchdog_lease(Duration::from_secs(3))
+            .connect_timeout(Duration::from_secs(10))
+            .socket_timeout(Duration::from_secs(1));
+        if replicated {
+            b = b
+                .replicas(1, Duration::from_millis(500))
+                .watchdog_lease(Duration::from_secs(15));
+        }
+        b.build().unwrap()
+    };
+    let safe = build(true);
+    let plain = build(false);
+    let waiter_client = build(false);
+
+    // Acknowledged by the replica: survives the failover.
+    let kept = safe.lock("s:kept").unwrap();
+    // Not on the replica (we delete it there, as an asynchronous
+    // replication that lost the write would): lost in the failover.
+    let doomed = plain.lock("s:lost").unwrap();
+    let doomed_lost = doomed.lost();
+    let mut on_replica = replica.connection();
+    assert!(eventually(Duration::from_secs(5), || on_replica
+        .exists::<_, bool>("s:lost")
+        .unwrap()));
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("replica-read-only")
+        .arg("no")
+        .query(&mut on_replica)
+        .unwrap();
+    let _: () = on_replica.del("s:lost").unwrap();
+    // A waiter parked on the doomed lock.
+    let waiter = {
+        let c = waiter_client.clone();
+        thread::spawn(move || c.lock("s:lost").map(drop))
+    };
+    assert!(eventually(Duration::from_secs(5), || waiter_client
+        .stats()
+        .waiters_parked
+        == 1));
+
+    // Locks keep being taken through the switch; every error is typed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let prober = {
+        let (c, stop, errors) = (plain.clone(), stop.clone(), errors.clone());
+        thread::spawn(move || {
+            let mut ok = 0;
+            while !stop.load(Ordering::SeqCst) {
+                match c.try_lock("s:probe") {
+                    Ok(g) => {
+                        ok += usize::from(g.is_some());
+                    }
+                    Err(e) => errors.lock().unwrap().push(e),
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            ok
+        })
+    };
+
+    // A Sentinel may still call the replica unsuitable for a moment (it
+    // wants a recent INFO and PING from it): ask again until it starts.
+    let mut refused = String::new();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            match redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(MASTER)
+                .query::<String>(&mut sentinels[0].connection())
+            {
+                Ok(_) => true,
+                Err(e) => {
+                    refused = e.to_string();
+                    false
+                }
+            }
+        }),
+        "SENTINEL FAILOVER kept failing: {refused}"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || master_port(&sentinels[0])
+            == replica.port()),
+        "the Sentinels did not promote the replica"
+    );
+
+    // The waiter gets the lost lock on the new primary …
+    waiter
+        .join()
+        .unwrap()
+        .expect("the waiter after the failover");
+    // … its old holder is told …
+    let why = doomed_lost
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the lost signal for the hold the new primary never had");
+    assert!(!doomed.is_held(), "{why:?}");
+    assert!(matches!(doomed.unlock(), Err(Error::NotHeld { .. })));
+    // … and the acknowledged hold lives on, renewed on the new primary.
+    thread::sleep(Duration::from_secs(2));
+    assert!(kept.is_held());
+    let mut on_new_primary = replica.connection();
+    let ttl: i64 = on_new_primary.pttl("s:kept").unwrap();
+    assert!(ttl > 0, "renewed on the new primary: {ttl}");
+    let after = plain.lock("s:after").unwrap();
+    assert!(on_new_primary.exists::<_, bool>("s:after").unwrap());
+    drop(after);
+    kept.unlock().unwrap();
+
+    stop.store(true, Ordering::SeqCst);
+    let ok = prober.join().unwrap();
+    assert!(ok > 0);
+    for e in errors.lock().unwrap().iter() {
+        assert!(
+            e.is_connection() || matches!(e, Error::ReadOnlyReplica { .. }),
+            "an untyped error during the switch: {e:?}"
+        );
+    }
+}
