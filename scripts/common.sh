@@ -19,6 +19,24 @@ ensure_redis_server() {
     fi
 }
 
+# The cluster tests make their cluster with `redis-cli --cluster create`
+# (Debian's redis-server pulls in redis-tools, which has it).
+ensure_redis_cli() {
+    if command -v redis-cli >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "redis-cli is missing; installing it (apt-get install -y redis-tools)..."
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null
+        command -v redis-cli >/dev/null 2>&1 || { echo "installing redis-tools failed" >&2; exit 1; }
+    else
+        echo "redis-cli is needed by the cluster tests and missing. Install it with:" >&2
+        echo "    sudo apt-get update && sudo apt-get install -y redis-tools" >&2
+        exit 1
+    fi
+}
+
 # The TLS tests make their certificates with the openssl command.
 ensure_openssl() {
     if command -v openssl >/dev/null 2>&1; then

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The whole check: formatting, clippy, unit + integration + doc tests (each
-# test starts its own redis-server), and warning-free docs — once with the
-# default features and once with `tls` (rediss://, tested against a TLS-only
-# redis-server with certificates made by openssl at test time).
+# The whole check: formatting, clippy (default features and `tls`), unit +
+# integration + doc tests (each test starts its own redis-servers — single
+# nodes, replicas, Sentinels, clusters), and warning-free docs. With the `tls`
+# feature (rediss://, tested against a TLS-only redis-server with certificates
+# made by openssl at test time) the unit tests, the TLS tests and the core
+# lock/wait/renewal tests run again: the feature changes the connection and
+# subscriber code they go through, not the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 ensure_cargo
 ensure_redis_server
+ensure_redis_cli
 ensure_openssl
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -16,8 +20,8 @@ cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls -- -D warnings
 echo "== cargo test (unit, integration, doc tests; default features)"
 cargo test
-echo "== cargo test --features tls"
-cargo test --features tls
+echo "== cargo test --features tls (unit, TLS, and the core lock tests)"
+cargo test --features tls --lib --test tls --test lock --test waiting --test renewal
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features tls --quiet
 echo "all checks passed"

@@ -1,5 +1,6 @@
 //! `LockClient`, its builder, and the acquire path.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionLike, IntoConnectionInfo};
 
+use crate::cluster::Router;
 use crate::error::{Error, Result};
 use crate::fair::{self, FairAcquire, FairScripts};
 use crate::guard::Kind;
@@ -44,13 +46,13 @@ pub(crate) struct Inner {
     id: uuid::Uuid,
     /// `"<id>:"`, the start of every owner of this client.
     owner_prefix: String,
-    pool: r2d2::Pool<Manager>,
+    pool: NodePool,
+    /// Redis Cluster: the slot router and a pool per primary.
+    cluster: Option<ClusterPools>,
     scripts: Scripts,
     key_prefix: String,
     watchdog_lease: Duration,
     socket_timeout: Duration,
-    /// The last error met opening a pooled connection, shared with the manager.
-    last_connect_error: Arc<Mutex<Option<redis::RedisError>>>,
     notifier: Notifier,
     pub(crate) renewer: Renewer,
     /// Threads of this client queued per lock name (see `local.rs`).
@@ -94,6 +96,8 @@ pub struct LockClientBuilder {
     replicas: Option<(u32, Duration)>,
     /// Sentinel URLs and the master name, for a Sentinel-managed primary.
     sentinel: Option<(Vec<String>, String)>,
+    /// Seed node URLs of a Redis Cluster.
+    cluster: Option<Vec<String>>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
 }
@@ -269,11 +273,37 @@ impl LockClientBuilder {
             })?;
         let tls = self.tls(&info)?;
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let info = info.set_tcp_settings(tcp);
+        let info = info.set_tcp_settings(tcp.clone());
         let id = uuid::Uuid::new_v4();
-        let target = Arc::new(match &self.sentinel {
-            None => Target::Fixed(self.redis_client(info.clone())?),
-            Some((urls, master)) => {
+        let target = Arc::new(match (&self.sentinel, &self.cluster) {
+            (_, Some(urls)) => {
+                if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
+                    return Err(Error::InvalidUrl {
+                        reason: "a cluster needs at least one redis:// seed URL (no TLS yet)"
+                            .into(),
+                        source: None,
+                    });
+                }
+                let seeds = urls
+                    .iter()
+                    .map(|u| {
+                        u.as_str()
+                            .into_connection_info()
+                            .map(|i| i.set_tcp_settings(tcp.clone()))
+                            .map_err(|e| Error::InvalidUrl {
+                                reason: format!("cannot parse the seed {:?}", redact(u)),
+                                source: Some(e),
+                            })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Target::Cluster(Arc::new(Router::new(
+                    seeds,
+                    self.connect_timeout,
+                    self.socket_timeout,
+                )))
+            }
+            (None, None) => Target::Fixed(self.redis_client(info.clone())?),
+            (Some((urls, master)), None) => {
                 if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
                     return Err(Error::InvalidUrl {
                         reason: "Sentinel needs at least one redis:// Sentinel URL (no TLS yet)"
@@ -300,12 +330,17 @@ impl LockClientBuilder {
             self.connect_timeout,
             self.socket_timeout,
             tls,
-            matches!(*target, Target::Sentinel(_)).then(|| Arc::clone(&target)),
+            matches!(*target, Target::Sentinel(_) | Target::Cluster(_))
+                .then(|| Arc::clone(&target)),
         );
         let renewer = {
             // Renewal is on the clock: a reconnect may take no longer than a
             // reply may, so a dead network cannot hold the thread past a
             // lease it must report lost.
+            let router = match &*target {
+                Target::Cluster(router) => Some(Arc::clone(router)),
+                _ => None,
+            };
             let (target, socket) = (Arc::clone(&target), self.socket_timeout);
             let connect = self.connect_timeout.min(socket);
             let connector = Box::new(move || {
@@ -315,36 +350,35 @@ impl LockClientBuilder {
                 Ok(con)
             });
             // Renew up to a thirtieth of the lease early to batch more.
-            Renewer::start(connector, self.watchdog_lease / 30, socket)
+            Renewer::start(connector, self.watchdog_lease / 30, socket, router)
                 .map_err(|source| Error::Thread { source })?
         };
-        let last_connect_error = Arc::new(Mutex::new(None));
-        let manager = Manager {
-            target,
-            connect_timeout: self.connect_timeout,
-            socket_timeout: self.socket_timeout,
-            last_error: Arc::clone(&last_connect_error),
+        let cluster = match &*target {
+            Target::Cluster(router) => Some(ClusterPools {
+                router: Arc::clone(router),
+                pools: Mutex::new(HashMap::new()),
+                pool_size: self.pool_size,
+                connect_timeout: self.connect_timeout,
+                socket_timeout: self.socket_timeout,
+            }),
+            _ => None,
         };
-        // No PING on checkout: it would make lock + unlock three round trips. A
-        // connection that broke is dropped by `has_broken` when it comes back,
-        // and the next command on a stale one fails fast with an I/O error.
-        let pool = r2d2::Pool::builder()
-            .max_size(self.pool_size)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .connection_timeout(self.connect_timeout)
-            .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build_unchecked(manager);
+        let pool = NodePool::new(
+            target,
+            self.pool_size,
+            self.connect_timeout,
+            self.socket_timeout,
+        );
         Ok(LockClient {
             inner: Arc::new(Inner {
                 id,
                 owner_prefix: format!("{id}:"),
                 pool,
+                cluster,
                 scripts: Scripts::new(),
                 key_prefix: self.key_prefix,
                 watchdog_lease: self.watchdog_lease,
                 socket_timeout: self.socket_timeout,
-                last_connect_error,
                 notifier,
                 renewer,
                 local: LocalLocks::default(),
@@ -377,9 +411,39 @@ impl LockClient {
             socket_timeout: Duration::from_secs(3),
             replicas: None,
             sentinel: None,
+            cluster: None,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         }
+    }
+
+    /// A builder for a Redis Cluster: `seeds` are URLs of some of its nodes
+    /// (any of them; the rest are found with `CLUSTER SLOTS`). Every lock
+    /// command goes to the primary serving the lock key's slot — all keys
+    /// and channels of one lock share it — following `MOVED` and `ASK`
+    /// during resharding; the renewal thread sends one batch per node; the
+    /// subscriber listens on any node (classic pub/sub reaches all). After a
+    /// primary fails over, commands go to the promoted replica, and holds it
+    /// did not have are reported lost by the next renewal.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::cluster_builder(&[
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    /// ])
+    /// .build()?;
+    /// let _g = client.lock("order:pay")?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Every node is reached with the first seed's settings (password, TLS
+    /// off); no TLS in cluster mode yet.
+    pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> LockClientBuilder {
+        let urls: Vec<String> = seeds.iter().map(|s| s.as_ref().to_owned()).collect();
+        let mut builder = Self::builder(urls.first().map_or("", String::as_str));
+        builder.cluster = Some(urls);
+        builder
     }
 
     /// A builder for a primary managed by Redis Sentinel: `sentinels` are
@@ -1157,15 +1221,80 @@ impl Inner {
         mut script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut tries = 0;
+        let mut redirects = 0;
         loop {
-            let mut con = self.connection(pool_wait)?;
-            match script(&mut con) {
-                Ok(v) => return Ok(v),
-                Err(e) if tries < STALE_RETRIES && e.is_io_error() && con.closed() => {
-                    tries += 1;
-                    tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
+            let node = self
+                .cluster
+                .as_ref()
+                .and_then(|c| c.router.node_for(key).ok());
+            let mut con = match (self.connection(key, pool_wait), &self.cluster) {
+                (Ok(con), _) => con,
+                (Err(e), Some(cluster)) if e.is_connection() && redirects < CLUSTER_REDIRECTS => {
+                    // Its primary unreachable (failed over?): read the
+                    // table again; retry if the slot has a new primary.
+                    redirects += 1;
+                    let _ = cluster.router.refresh();
+                    if cluster.router.node_for(key).ok() == node {
+                        return Err(e);
+                    }
+                    continue;
                 }
-                Err(e) => return Err(Error::from_redis(e, key)),
+                (Err(e), _) => return Err(e),
+            };
+            let e = match script(&mut con) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if tries < STALE_RETRIES && e.is_io_error() && con.closed() {
+                tries += 1;
+                tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
+                continue;
+            }
+            let Some(cluster) = &self.cluster else {
+                return Err(Error::from_redis(e, key));
+            };
+            drop(con);
+            if redirects >= CLUSTER_REDIRECTS {
+                return Err(Error::from_redis(e, key));
+            }
+            redirects += 1;
+            match (e.code(), e.redirect_node()) {
+                (Some("MOVED"), Some((node, slot))) => {
+                    tracing::debug!(%node, slot, "leasehold: slot moved; following");
+                    cluster.router.moved(slot, node);
+                }
+                (Some("ASK"), Some((node, _))) => {
+                    // The slot is being migrated and this key is already
+                    // on the target: ASKING, then the command, there.
+                    let node: Arc<str> = Arc::from(node);
+                    let mut con = cluster.pool(&node)?.get(pool_wait)?;
+                    let asked = redis::cmd("ASKING")
+                        .query::<()>(&mut *con)
+                        .and_then(|()| script(&mut con));
+                    match asked {
+                        Ok(v) => return Ok(v),
+                        Err(e) if e.code() == Some("MOVED") || e.code() == Some("ASK") => {}
+                        Err(e) => return Err(Error::from_redis(e, key)),
+                    }
+                }
+                (Some("TRYAGAIN"), _) => {
+                    // A multi-key script during a slot migration, its keys
+                    // split between the nodes for a moment.
+                    std::thread::sleep(Duration::from_millis(10 * redirects as u64));
+                }
+                (Some("CLUSTERDOWN"), _) => {
+                    let _ = cluster.router.refresh();
+                    return Err(Error::from_redis(e, key));
+                }
+                _ if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+                    // The node may be gone (a failover): read the table
+                    // again, and try the new primary if there is one.
+                    let _ = cluster.router.refresh();
+                    if cluster.router.node_for(key).ok() == node {
+                        return Err(Error::from_redis(e, key));
+                    }
+                }
+                _ => return Err(Error::from_redis(e, key)),
             }
         }
     }
@@ -1232,10 +1361,9 @@ impl Inner {
         lease: Duration,
         pool_wait: Option<Duration>,
     ) -> Result<Option<bool>> {
-        let mut con = self.connection(pool_wait)?;
-        self.fair
-            .release(&mut *con, key, owner, lease)
-            .map_err(|e| Error::from_redis(e, key))
+        self.run_waiting(key, pool_wait, |con| {
+            self.fair.release(con, key, owner, lease)
+        })
     }
 
     /// Runs the read or write release script for one hold (`owner` is the
@@ -1247,28 +1375,32 @@ impl Inner {
         kind: Kind,
         pool_wait: Option<Duration>,
     ) -> Result<Option<bool>> {
-        let mut con = self.connection(pool_wait)?;
-        let released = if kind == Kind::Write {
-            self.rw.write_release(&mut *con, key, owner)
-        } else {
-            self.rw.read_release(&mut *con, key, owner)
-        };
-        released.map_err(|e| Error::from_redis(e, key))
+        self.run_waiting(key, pool_wait, |con| {
+            if kind == Kind::Write {
+                self.rw.write_release(con, key, owner)
+            } else {
+                self.rw.read_release(con, key, owner)
+            }
+        })
     }
 
-    /// A pooled connection, waiting at most `wait` (default: the connect
-    /// timeout). On failure reports the connection error r2d2 saw, typed.
-    fn connection(&self, wait: Option<Duration>) -> Result<r2d2::PooledConnection<Manager>> {
-        let wait = wait.unwrap_or_else(|| self.pool.connection_timeout());
-        self.pool
-            .get_timeout(wait)
-            .map_err(|e| match self.last_connect_error.lock().clone() {
-                Some(cause) => Error::from(cause),
-                None => Error::Pool {
-                    message: e.to_string(),
-                    timeout: wait,
-                },
-            })
+    /// A pooled connection for `key` (in a cluster: to the primary serving
+    /// its slot), waiting at most `wait` (default: the connect timeout).
+    fn connection(
+        &self,
+        key: &str,
+        wait: Option<Duration>,
+    ) -> Result<r2d2::PooledConnection<Manager>> {
+        match &self.cluster {
+            None => self.pool.get(wait),
+            Some(cluster) => {
+                let node = cluster
+                    .router
+                    .node_for(key)
+                    .map_err(|e| Error::from_redis(e, key))?;
+                cluster.pool(&node)?.get(wait)
+            }
+        }
     }
 
     pub(crate) fn socket_timeout(&self) -> Duration {
@@ -1276,13 +1408,125 @@ impl Inner {
     }
 }
 
+/// A pool of connections to one server, with the last connect error kept
+/// typed (r2d2 itself keeps only its text).
+struct NodePool {
+    pool: r2d2::Pool<Manager>,
+    last_error: Arc<Mutex<Option<(Instant, redis::RedisError)>>>,
+}
+
+/// How often a caller waiting for a pooled connection looks whether the
+/// pool's attempt to connect failed meanwhile.
+const POOL_POLL: Duration = Duration::from_millis(50);
+
+impl NodePool {
+    fn new(target: Arc<Target>, size: u32, connect: Duration, socket: Duration) -> Self {
+        let last_error = Arc::new(Mutex::new(None));
+        let manager = Manager {
+            target,
+            connect_timeout: connect,
+            socket_timeout: socket,
+            last_error: Arc::clone(&last_error),
+        };
+        // No PING on checkout: it would make lock + unlock three round trips.
+        // A connection that broke is dropped by `has_broken` when it comes
+        // back, and the next command on a stale one fails fast.
+        let pool = r2d2::Pool::builder()
+            .max_size(size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(connect)
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(manager);
+        NodePool { pool, last_error }
+    }
+
+    /// A pooled connection, waiting at most `wait` (default: the connect
+    /// timeout) — but not longer once an attempt to connect failed after we
+    /// started waiting (r2d2 would keep retrying until the timeout): then the
+    /// connection error, typed.
+    fn get(&self, wait: Option<Duration>) -> Result<r2d2::PooledConnection<Manager>> {
+        let wait = wait.unwrap_or_else(|| self.pool.connection_timeout());
+        let started = Instant::now();
+        let deadline = started + wait;
+        loop {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(POOL_POLL);
+            let failed_since = || {
+                self.last_error
+                    .lock()
+                    .as_ref()
+                    .filter(|(at, _)| *at >= started)
+                    .map(|(_, e)| e.clone())
+            };
+            match self.pool.get_timeout(slice) {
+                Ok(con) => return Ok(con),
+                Err(e) => {
+                    if let Some(cause) = failed_since() {
+                        return Err(Error::from(cause));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(match self.last_error.lock().clone() {
+                            Some((_, cause)) => Error::from(cause),
+                            None => Error::Pool {
+                                message: e.to_string(),
+                                timeout: wait,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        self.pool.connection_timeout()
+    }
+}
+
+/// A Redis Cluster's router and one pool per primary, made on first use.
+struct ClusterPools {
+    router: Arc<Router>,
+    pools: Mutex<HashMap<Arc<str>, Arc<NodePool>>>,
+    pool_size: u32,
+    connect_timeout: Duration,
+    socket_timeout: Duration,
+}
+
+impl ClusterPools {
+    fn pool(&self, node: &Arc<str>) -> Result<Arc<NodePool>> {
+        let mut pools = self.pools.lock();
+        if let Some(pool) = pools.get(node) {
+            return Ok(Arc::clone(pool));
+        }
+        let info = self.router.info_for(node).ok_or_else(|| {
+            Error::from(crate::cluster::no_node(format!(
+                "bad cluster node address {node:?}"
+            )))
+        })?;
+        let client = redis::Client::open(info).map_err(Error::from)?;
+        let pool = Arc::new(NodePool::new(
+            Arc::new(Target::Fixed(client)),
+            self.pool_size,
+            self.connect_timeout,
+            self.socket_timeout,
+        ));
+        pools.insert(Arc::clone(node), Arc::clone(&pool));
+        Ok(pool)
+    }
+}
+
+/// `MOVED`/`ASK` redirects one command follows before it gives up.
+const CLUSTER_REDIRECTS: u32 = 5;
+
 /// r2d2's manager: connections with socket timeouts, and the last connect
 /// error kept typed (r2d2 itself keeps only its text).
 struct Manager {
     target: Arc<Target>,
     connect_timeout: Duration,
     socket_timeout: Duration,
-    last_error: Arc<Mutex<Option<redis::RedisError>>>,
+    last_error: Arc<Mutex<Option<(Instant, redis::RedisError)>>>,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -1299,7 +1543,7 @@ impl r2d2::ManageConnection for Manager {
                 con.set_write_timeout(Some(self.socket_timeout))?;
                 Ok(Pooled { con, broken: false })
             });
-        *self.last_error.lock() = result.as_ref().err().cloned();
+        *self.last_error.lock() = result.as_ref().err().map(|e| (Instant::now(), e.clone()));
         result
     }
 
@@ -1317,6 +1561,9 @@ impl r2d2::ManageConnection for Manager {
 pub(crate) enum Target {
     Fixed(redis::Client),
     Sentinel(Mutex<redis::sentinel::SentinelClient>),
+    /// A Redis Cluster: pooled connections go through per-node pools; this
+    /// target answers the subscriber with any reachable node.
+    Cluster(Arc<Router>),
 }
 
 impl Target {
@@ -1325,6 +1572,7 @@ impl Target {
     pub(crate) fn client(&self) -> redis::RedisResult<redis::Client> {
         match self {
             Target::Fixed(client) => Ok(client.clone()),
+            Target::Cluster(router) => router.any_node(),
             Target::Sentinel(sentinel) => sentinel.lock().get_client().map_err(|e| {
                 // No primary to be had right now (Sentinels unreachable, a
                 // failover under way): a connection error, so that waiters
@@ -1457,14 +1705,9 @@ impl Drop for LeaveQueue<'_> {
             return;
         }
         let inner = self.inner;
-        let left = inner
-            .connection(Some(inner.socket_timeout))
-            .and_then(|mut con| {
-                inner
-                    .fair
-                    .cancel(&mut *con, self.key, self.owner)
-                    .map_err(Error::from)
-            });
+        let left = inner.run_waiting(self.key, Some(inner.socket_timeout), |con| {
+            inner.fair.cancel(con, self.key, self.owner)
+        });
         if let Err(e) = left {
             tracing::debug!(key = %self.key, error = %e, "leasehold: leaving a fair queue failed; the place expires by itself");
         }
@@ -1486,14 +1729,9 @@ impl Drop for LeaveWriters<'_> {
             return;
         }
         let inner = self.inner;
-        let left = inner
-            .connection(Some(inner.socket_timeout))
-            .and_then(|mut con| {
-                inner
-                    .rw
-                    .cancel_writer(&mut *con, self.key, self.owner)
-                    .map_err(Error::from)
-            });
+        let left = inner.run_waiting(self.key, Some(inner.socket_timeout), |con| {
+            inner.rw.cancel_writer(con, self.key, self.owner)
+        });
         if let Err(e) = left {
             tracing::debug!(key = %self.key, error = %e, "leasehold: leaving the waiting writers failed; the place expires by itself");
         }
@@ -1531,8 +1769,7 @@ impl Outage {
         let since = *self.since.get_or_insert(now);
         let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
         let retry_at = now + backoff;
-        if now - since >= inner.pool.connection_timeout() || deadline.is_some_and(|d| d <= retry_at)
-        {
+        if now - since >= inner.pool.timeout() || deadline.is_some_and(|d| d <= retry_at) {
             return Err(e);
         }
         tracing::debug!(lock = %name, error = %e, "leasehold: redis unreachable while waiting; retrying");

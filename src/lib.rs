@@ -62,6 +62,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod cluster;
 mod error;
 mod fair;
 mod fenced;

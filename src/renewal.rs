@@ -29,6 +29,7 @@ use crossbeam_channel::{after, never, select, Receiver, Sender};
 use parking_lot::Mutex;
 use redis::{RedisResult, Value};
 
+use crate::cluster::Router;
 use crate::raw::RENEW;
 
 /// Wheel resolution.
@@ -283,6 +284,7 @@ impl Renewer {
         connector: Connector,
         coalesce: Duration,
         io_budget: Duration,
+        router: Option<Arc<Router>>,
     ) -> std::io::Result<Self> {
         let (wake, rx) = crossbeam_channel::unbounded();
         let gate = Arc::new(Mutex::new(()));
@@ -296,6 +298,9 @@ impl Renewer {
             pending: Arc::clone(&pending),
             connector,
             con: None,
+            router,
+            node_cons: HashMap::new(),
+            io_timeout: io_budget,
             coalesce,
             io_budget: io_budget * 2 + TICK,
             wheel: Wheel::new(Instant::now()),
@@ -423,7 +428,16 @@ fn transient(e: &redis::RedisError) -> bool {
         || e.is_timeout()
         || matches!(
             e.code(),
-            Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "BUSY")
+            Some(
+                "READONLY"
+                    | "LOADING"
+                    | "MASTERDOWN"
+                    | "TRYAGAIN"
+                    | "BUSY"
+                    | "MOVED"
+                    | "ASK"
+                    | "CLUSTERDOWN"
+            )
         )
 }
 
@@ -446,6 +460,12 @@ struct Worker {
     pending: Arc<Pending>,
     connector: Connector,
     con: Option<redis::Connection>,
+    /// A cluster's router: renewals go to the node serving each key.
+    router: Option<Arc<Router>>,
+    /// Connections to cluster nodes, by `host:port`.
+    node_cons: HashMap<Arc<str>, redis::Connection>,
+    /// Connect and reply timeout of the node connections.
+    io_timeout: Duration,
     coalesce: Duration,
     /// A round trip's worst case (twice the socket timeout) plus a tick.
     io_budget: Duration,
@@ -532,10 +552,60 @@ impl Worker {
         if live.is_empty() {
             return;
         }
+        let Some(router) = self.router.clone() else {
+            self.renew_on(None, &live, false);
+            return;
+        };
+        // A cluster: one batch per primary, each renewal sent to the node
+        // serving its key's slot (a batch never mixes nodes).
+        let mut groups: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
+        let mut unroutable = Vec::new();
+        for id in live {
+            let Some(e) = self.entries.get(&id) else {
+                continue;
+            };
+            match router.node_for(&e.key) {
+                Ok(node) => groups.entry(node).or_default().push(id),
+                Err(_) => unroutable.push(id),
+            }
+        }
+        if !unroutable.is_empty() {
+            self.retry_later(&unroutable, Instant::now());
+        }
+        let mut redirected: HashMap<(Arc<str>, bool), Vec<u64>> = HashMap::new();
+        for (node, ids) in groups {
+            for (id, to, ask) in self.renew_on(Some(&node), &ids, false) {
+                redirected.entry((to, ask)).or_default().push(id);
+            }
+        }
+        // Slots that moved (MOVED) or are moving (ASK: the key is on the
+        // target already): once more, at once, where the node pointed.
+        for ((node, ask), ids) in redirected {
+            let again = self.renew_on(Some(&node), &ids, ask);
+            let ids: Vec<u64> = again.into_iter().map(|(id, _, _)| id).collect();
+            if !ids.is_empty() {
+                self.retry_later(&ids, Instant::now());
+            }
+        }
+    }
+
+    /// Renews `live` in one round trip (on `node` of a cluster; `asking`:
+    /// each renewal after `ASKING`) and acts on each answer. Returns the
+    /// renewals a cluster redirected: (id, node, whether it was `ASK`).
+    fn renew_on(
+        &mut self,
+        node: Option<&Arc<str>>,
+        live: &[u64],
+        asking: bool,
+    ) -> Vec<(u64, Arc<str>, bool)> {
+        let mut redirected = Vec::new();
         let mut pipe = redis::pipe();
         pipe.cmd("SCRIPT").arg("LOAD").arg(RENEW).ignore();
-        for id in &live {
+        for id in live {
             if let Some(e) = self.entries.get(id) {
+                if asking {
+                    pipe.cmd("ASKING").ignore();
+                }
                 let cmd = pipe.cmd("EVALSHA").arg(&self.sha);
                 match &e.timeouts {
                     None => cmd.arg(1).arg(&*e.key),
@@ -545,7 +615,7 @@ impl Worker {
             }
         }
         let sent_at = Instant::now();
-        let result = self.send(pipe.ignore_errors());
+        let result = self.send(node, pipe.ignore_errors());
         self.counters
             .renewals_sent
             .fetch_add(live.len() as u64, Ordering::Relaxed);
@@ -559,14 +629,24 @@ impl Worker {
                     match answer {
                         Ok(v) => self.settle(*id, matches!(v, Value::Int(1)), sent_at),
                         // The server is a replica now (a failover), loading,
-                        // or without a primary: not an answer about the
-                        // lease. Reconnect (to the new primary) and retry.
-                        Err(e) if transient(&e) => again.push(*id),
+                        // without a primary, or the slot moved: not an
+                        // answer about the lease. Reconnect (to the new
+                        // primary, the new node) and retry.
+                        Err(e) if transient(&e) => match (&self.router, e.redirect_node()) {
+                            (Some(router), Some((addr, slot))) => {
+                                let ask = e.code() == Some("ASK");
+                                if !ask {
+                                    router.moved(slot, addr);
+                                }
+                                redirected.push((*id, Arc::from(addr), ask));
+                            }
+                            _ => again.push(*id),
+                        },
                         Err(_) => self.settle(*id, false, sent_at),
                     }
                 }
                 if !again.is_empty() {
-                    self.con = None;
+                    self.drop_connection(node);
                     self.retry_later(&again, sent_at);
                 }
             }
@@ -576,25 +656,58 @@ impl Worker {
                     got = answers.len(),
                     "leasehold: renewal answers did not match; retrying"
                 );
-                self.retry_later(&live, sent_at);
+                self.retry_later(live, sent_at);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "leasehold: lease renewal failed; retrying");
-                self.retry_later(&live, sent_at);
+                if let Some(router) = &self.router {
+                    let _ = router.refresh(); // a node may have failed over
+                }
+                self.retry_later(live, sent_at);
+            }
+        }
+        redirected
+    }
+
+    fn drop_connection(&mut self, node: Option<&Arc<str>>) {
+        match node {
+            None => self.con = None,
+            Some(node) => {
+                self.node_cons.remove(node);
             }
         }
     }
 
-    /// One round trip on the thread's connection, (re)connecting as needed;
-    /// a connection that failed is dropped and reopened next time.
-    fn send(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<RedisResult<Value>>> {
-        let con = match self.con.as_mut() {
-            Some(con) => con,
-            None => self.con.insert((self.connector)()?),
+    /// One round trip on the thread's connection (to `node` of a cluster),
+    /// (re)connecting as needed; a connection that failed is dropped and
+    /// reopened next time.
+    fn send(
+        &mut self,
+        node: Option<&Arc<str>>,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        let con = match (node, &self.router) {
+            (Some(node), Some(router)) => match self.node_cons.get_mut(node) {
+                Some(con) => con,
+                None => {
+                    let info = router.info_for(node).ok_or_else(|| {
+                        crate::cluster::no_node(format!("bad cluster node address {node:?}"))
+                    })?;
+                    let con =
+                        redis::Client::open(info)?.get_connection_with_timeout(self.io_timeout)?;
+                    con.set_read_timeout(Some(self.io_timeout))?;
+                    con.set_write_timeout(Some(self.io_timeout))?;
+                    self.node_cons.entry(Arc::clone(node)).or_insert(con)
+                }
+            },
+            _ => match self.con.as_mut() {
+                Some(con) => con,
+                None => self.con.insert((self.connector)()?),
+            },
         };
         let result = pipe.query(con);
         if result.is_err() {
-            self.con = None;
+            self.drop_connection(node);
         }
         result
     }

@@ -13,7 +13,9 @@
 //! each thread takes the names in turn, and inside each critical section
 //! appends `E <tag>.<thread>.<i>` to `events:<name>`, reads `count:<name>`,
 //! writes it back plus one (a non-atomic read-modify-write) and appends
-//! `X <tag>.<thread>.<i>`. Prints `done <sections>` at the end.
+//! `X <tag>.<thread>.<i>`. Prints `done <sections>` at the end. A
+//! comma-separated `<url>` is a cluster's seed list; the records then go to
+//! `LEASEHOLD_RECORDS_URL` (a plain server).
 //!
 //! `leasehold-test-child fair <url> <name>` runs fair-lock waiters on
 //! command: `take <tag>` starts a thread that takes the fair lock and prints
@@ -101,14 +103,19 @@ fn check(args: &[String]) {
     let threads: usize = threads.parse().expect("threads");
     let per_thread: usize = per_thread.parse().expect("per-thread");
     let lease = Duration::from_millis(lease_ms.parse().expect("lease in ms"));
-    let client = LockClient::builder(url)
-        .watchdog_lease(lease)
-        .build()
-        .expect("client");
+    // A comma-separated list of URLs is a cluster's seeds; the records then
+    // go to the server of `LEASEHOLD_RECORDS_URL`.
+    let builder = if url.contains(',') {
+        LockClient::cluster_builder(&url.split(',').collect::<Vec<_>>())
+    } else {
+        LockClient::builder(url)
+    };
+    let client = builder.watchdog_lease(lease).build().expect("client");
+    let records = std::env::var("LEASEHOLD_RECORDS_URL").unwrap_or_else(|_| url.clone());
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (client, names, url, tag) =
-                (client.clone(), names.clone(), url.clone(), tag.clone());
+                (client.clone(), names.clone(), records.clone(), tag.clone());
             std::thread::spawn(move || {
                 let mut con = redis::Client::open(url.as_str())
                     .and_then(|c| c.get_connection())

@@ -558,3 +558,200 @@ pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A Redis Cluster of throwaway servers on loopback, made with
+/// `redis-cli --cluster create`; every node is killed on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `primaries` primaries (at least 3) with `replicas` replicas each,
+    /// returned once every node reports `cluster_state:ok` and all slots are
+    /// served. Nodes time out after 1 s, so a failover takes seconds.
+    pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
+            .map(|_| {
+                RedisServer::start_with(
+                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"],
+                    None,
+                )
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create (install redis-tools / redis-server)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every live node says `cluster_state:ok` with all slots.
+    pub fn wait_ok(&self) {
+        for n in &self.nodes {
+            let ok = eventually(Duration::from_secs(30), || {
+                let Ok(mut con) = n.try_connection() else {
+                    return false;
+                };
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut con)
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+            assert!(
+                ok,
+                "cluster node {} did not come up; log:\n{}",
+                n.port(),
+                n.log()
+            );
+        }
+    }
+
+    /// The seed URLs of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// `CLUSTER KEYSLOT key`.
+    pub fn keyslot(&self, key: &str) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].connection())
+            .unwrap()
+    }
+
+    /// `CLUSTER SLOTS` as asked of `nodes[ask]`: (first, last, node index).
+    pub fn slot_ranges(&self, ask: usize) -> Vec<(u16, u16, usize)> {
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut self.nodes[ask].connection())
+            .unwrap();
+        let mut out = Vec::new();
+        for range in ranges {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            let (
+                Some(redis::Value::Int(a)),
+                Some(redis::Value::Int(b)),
+                Some(redis::Value::Array(p)),
+            ) = (parts.first(), parts.get(1), parts.get(2))
+            else {
+                continue;
+            };
+            let Some(redis::Value::Int(port)) = p.get(1) else {
+                continue;
+            };
+            if let Some(i) = self.nodes.iter().position(|n| i64::from(n.port()) == *port) {
+                out.push((*a as u16, *b as u16, i));
+            }
+        }
+        out
+    }
+
+    /// The index (in `nodes`) of the primary serving `slot`, asked of
+    /// `nodes[ask]`.
+    pub fn primary_of_slot(&self, slot: u16, ask: usize) -> usize {
+        self.slot_ranges(ask)
+            .into_iter()
+            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .map(|(_, _, i)| i)
+            .unwrap_or_else(|| panic!("no node serves slot {slot}"))
+    }
+
+    /// The indexes of the nodes that serve slots (the primaries).
+    pub fn primaries(&self) -> Vec<usize> {
+        let mut p: Vec<usize> = self.slot_ranges(0).into_iter().map(|(_, _, i)| i).collect();
+        p.sort();
+        p.dedup();
+        p
+    }
+
+    /// The lowest slot `nodes[i]` serves.
+    pub fn first_slot_of(&self, i: usize) -> u16 {
+        self.slot_ranges(i)
+            .into_iter()
+            .filter(|(_, _, n)| *n == i)
+            .map(|(a, _, _)| a)
+            .min()
+            .expect("the node serves a slot")
+    }
+
+    /// The node id of `nodes[i]`.
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[i].connection())
+            .unwrap()
+    }
+}
+
+/// Replays the enter/exit records of every name: no critical section may
+/// start while another is open, except after one of the `killed` process's
+/// sections that never finished. Returns (finished, unfinished) sections and
+/// checks each counter against them.
+pub fn check_history(
+    con: &mut redis::Connection,
+    names: &[&str],
+    killed: Option<&str>,
+) -> (u64, u64) {
+    let (mut finished, mut unfinished) = (0, 0);
+    for name in names {
+        let events: Vec<String> =
+            redis::Commands::lrange(con, format!("events:{name}"), 0, -1).unwrap();
+        let (mut done_here, mut open_here) = (0u64, 0u64);
+        let mut inside: Option<String> = None;
+        for ev in &events {
+            let (kind, id) = ev.split_once(' ').unwrap();
+            match kind {
+                "E" => {
+                    if let Some(prev) = inside.take() {
+                        let from_killed =
+                            killed.is_some_and(|k| prev.starts_with(&format!("{k}.")));
+                        assert!(from_killed, "{name}: {id} entered while {prev} was inside");
+                        open_here += 1;
+                    }
+                    inside = Some(id.to_owned());
+                }
+                "X" => {
+                    assert_eq!(
+                        inside.as_deref(),
+                        Some(id),
+                        "{name}: exit of {id} out of turn"
+                    );
+                    inside = None;
+                    done_here += 1;
+                }
+                _ => panic!("bad record {ev:?}"),
+            }
+        }
+        if let Some(prev) = inside {
+            assert!(
+                killed.is_some_and(|k| prev.starts_with(&format!("{k}."))),
+                "{name}: {prev} never left"
+            );
+            open_here += 1;
+        }
+        let count: u64 = redis::Commands::get(con, format!("count:{name}")).unwrap_or(0);
+        assert!(
+            count >= done_here && count <= done_here + open_here,
+            "{name}: counter {count} for {done_here} finished and {open_here} unfinished sections"
+        );
+        finished += done_here;
+        unfinished += open_here;
+    }
+    (finished, unfinished)
+}

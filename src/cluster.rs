@@ -1,0 +1,246 @@
+//! Redis Cluster: every lock command goes to the primary that serves its
+//! key's slot.
+//!
+//! All keys and channels of one lock share the lock key's slot (the hash
+//! tags `{<key>}` of Redisson's layout), so every script runs on one node.
+//! The router keeps the slot table from `CLUSTER SLOTS`, a connection pool
+//! per primary, and follows `MOVED` (the slot moved: update and retry) and
+//! `ASK` (the slot is moving: `ASKING`, then the command, on the target)
+//! during resharding. A connection error refreshes the table, so after a
+//! failover commands go to the promoted replica.
+//!
+//! Our own routing, not the `redis` crate's cluster connection: the renewal
+//! thread sends one pipeline per node that starts with `SCRIPT LOAD` and
+//! holds `EVALSHA`s — neither of which a cluster pipeline can carry — and it
+//! must see `MOVED` per renewal to keep a lease through a reshard.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+
+/// Slots in a Redis Cluster.
+const SLOTS: usize = 16384;
+
+/// The slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag — the
+/// part between the first `{` and the next `}`, when not empty — mod 16384,
+/// as the server computes it.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        match rest.iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => Some(&rest[..len]),
+            _ => None,
+        }
+    });
+    crc16(tagged.unwrap_or(key)) % SLOTS as u16
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// Where a cluster's slots are, and how to reach its nodes.
+pub(crate) struct Router {
+    /// The seed nodes' connection settings (auth, TCP); a node's info is a
+    /// seed's with the node's address.
+    seeds: Vec<ConnectionInfo>,
+    connect_timeout: Duration,
+    socket_timeout: Duration,
+    /// Slot → `host:port` of the primary serving it.
+    table: RwLock<Vec<Option<Arc<str>>>>,
+    /// When the table was last read successfully (held while reading).
+    last_refresh: Mutex<Option<Instant>>,
+    /// Rotates the node the subscriber tries first.
+    next_node: AtomicUsize,
+}
+
+/// A table refresh at most this often (a burst of errors refreshes once).
+const REFRESH_EVERY: Duration = Duration::from_millis(100);
+
+impl Router {
+    pub(crate) fn new(
+        seeds: Vec<ConnectionInfo>,
+        connect_timeout: Duration,
+        socket_timeout: Duration,
+    ) -> Self {
+        Router {
+            seeds,
+            connect_timeout,
+            socket_timeout,
+            table: RwLock::new(vec![None; SLOTS]),
+            last_refresh: Mutex::new(None),
+            next_node: AtomicUsize::new(0),
+        }
+    }
+
+    /// The primary serving `key`'s slot (`host:port`), reading the slot
+    /// table from the cluster when it does not know.
+    pub(crate) fn node_for(&self, key: &str) -> RedisResult<Arc<str>> {
+        let slot = usize::from(key_slot(key.as_bytes()));
+        if let Some(node) = &self.table.read()[slot] {
+            return Ok(Arc::clone(node));
+        }
+        self.refresh()?;
+        self.table.read()[slot].clone().ok_or_else(|| {
+            no_node(format!(
+                "no cluster node serves slot {slot} (cluster down?)"
+            ))
+        })
+    }
+
+    /// `MOVED slot host:port`: the slot is served there now.
+    pub(crate) fn moved(&self, slot: u16, addr: &str) {
+        if let Some(entry) = self.table.write().get_mut(usize::from(slot)) {
+            *entry = Some(Arc::from(addr));
+        }
+        // Other slots probably moved with it (a reshard, a failover).
+        let _ = self.refresh();
+    }
+
+    /// Reads the slot table (`CLUSTER SLOTS`) from the first node that
+    /// answers: known primaries first, then the seeds. At most once per
+    /// [`REFRESH_EVERY`].
+    pub(crate) fn refresh(&self) -> RedisResult<()> {
+        // One refresh at a time; whoever waited for it uses its result.
+        let mut last = self.last_refresh.lock();
+        if last.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return Ok(());
+        }
+        let mut last_err = None;
+        for info in self.candidates() {
+            match self.read_slots(&info) {
+                Ok(table) => {
+                    *self.table.write() = table;
+                    *last = Some(Instant::now());
+                    return Ok(());
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| no_node("no cluster node to ask".into())))
+    }
+
+    fn read_slots(&self, info: &ConnectionInfo) -> RedisResult<Vec<Option<Arc<str>>>> {
+        let mut con =
+            redis::Client::open(info.clone())?.get_connection_with_timeout(self.connect_timeout)?;
+        con.set_read_timeout(Some(self.socket_timeout))?;
+        con.set_write_timeout(Some(self.socket_timeout))?;
+        let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
+        let mut table = vec![None; SLOTS];
+        for range in ranges {
+            let Value::Array(parts) = range else { continue };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+                (parts.first(), parts.get(1), parts.get(2))
+            else {
+                continue;
+            };
+            let host = match primary.first() {
+                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+                Some(Value::SimpleString(h)) => h.clone(),
+                _ => continue,
+            };
+            let Some(Value::Int(port)) = primary.get(1) else {
+                continue;
+            };
+            // An empty host means "the address you asked" (cluster-announce).
+            let host = if host.is_empty() || host == "?" {
+                match info.addr() {
+                    ConnectionAddr::Tcp(h, _) => h.clone(),
+                    _ => continue,
+                }
+            } else {
+                host
+            };
+            let node: Arc<str> = Arc::from(format!("{host}:{port}"));
+            let (start, end) = (*start as usize, *end as usize);
+            for slot in table.iter_mut().take(end.min(SLOTS - 1) + 1).skip(start) {
+                *slot = Some(Arc::clone(&node));
+            }
+        }
+        if table.iter().all(Option::is_none) {
+            return Err(no_node("CLUSTER SLOTS listed no slot".into()));
+        }
+        Ok(table)
+    }
+
+    /// Known primaries, then the seeds — each once.
+    fn candidates(&self) -> Vec<ConnectionInfo> {
+        let mut nodes: Vec<Arc<str>> = Vec::new();
+        for node in self.table.read().iter().flatten() {
+            if !nodes.iter().any(|n| n == node) {
+                nodes.push(Arc::clone(node));
+            }
+        }
+        let mut infos: Vec<ConnectionInfo> =
+            nodes.iter().filter_map(|n| self.info_for(n)).collect();
+        infos.extend(self.seeds.iter().cloned());
+        infos
+    }
+
+    /// Connection settings for the node `host:port`.
+    pub(crate) fn info_for(&self, node: &str) -> Option<ConnectionInfo> {
+        let (host, port) = node.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let seed = self.seeds.first()?;
+        Some(
+            seed.clone()
+                .set_addr(ConnectionAddr::Tcp(host.to_owned(), port)),
+        )
+    }
+
+    /// A node for the subscriber (classic pub/sub reaches every node of a
+    /// cluster): each call starts from the next candidate, so a dead node is
+    /// not tried forever.
+    pub(crate) fn any_node(&self) -> RedisResult<redis::Client> {
+        let candidates = self.candidates();
+        if candidates.is_empty() {
+            return Err(no_node("no cluster node known".into()));
+        }
+        let i = self.next_node.fetch_add(1, Ordering::Relaxed) % candidates.len();
+        redis::Client::open(candidates[i].clone())
+    }
+}
+
+/// A cluster routing failure, as a connection error (retried by waiters,
+/// `is_connection()` for callers).
+pub(crate) fn no_node(message: String) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        message,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_the_server() {
+        // Values from `CLUSTER KEYSLOT` of Redis 7.0.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"123456789"), 12739);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(
+            key_slot(b"redisson_lock__channel:{order:pay}"),
+            key_slot(b"order:pay")
+        );
+        // An empty tag does not count; only the first tag does.
+        assert_eq!(key_slot(b"{}x"), crc16(b"{}x") % 16384);
+        assert_eq!(key_slot(b"a{b}{c}"), key_slot(b"b"));
+        assert_eq!(key_slot(b"a{b"), crc16(b"a{b") % 16384);
+    }
+}

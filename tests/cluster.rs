@@ -1,0 +1,265 @@
+//! Redis Cluster: 3 primaries made with `redis-cli --cluster create` (with
+//! replicas for the failover test): locks over every primary, mutual
+//! exclusion across processes, 1,000 watchdog leases, a reshard of a slot
+//! that holds a lock, and a primary failover.
+
+mod support;
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{Error, LockClient, LockOptions};
+use redis::Commands;
+use support::{check_history, eventually, RedisCluster, RedisServer};
+
+fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
+    LockClient::cluster_builder(&cluster.urls())
+        .watchdog_lease(lease)
+        .build()
+        .unwrap()
+}
+
+/// A name whose lock key lands in `slot`.
+fn name_in_slot(cluster: &RedisCluster, slot: u16, prefix: &str) -> String {
+    (0..200_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|n| cluster.keyslot(n) == slot)
+        .expect("a name for the slot")
+}
+
+#[test]
+fn locks_spread_over_every_primary_and_exclude_each_other_across_processes() {
+    let cluster = RedisCluster::start(3, 0);
+    let c = client(&cluster, Duration::from_secs(30));
+    // Names over all three primaries; each lock's keys on its own node.
+    let mut on = HashSet::new();
+    let names: Vec<String> = (0..30).map(|i| format!("cl:spread:{i}")).collect();
+    let guards: Vec<_> = names.iter().map(|n| c.lock(n).unwrap()).collect();
+    for n in &names {
+        let node = cluster.primary_of_slot(cluster.keyslot(n), 0);
+        let exists: bool = cluster.nodes[node].connection().exists(n).unwrap();
+        assert!(exists, "{n} on node {node}");
+        on.insert(node);
+    }
+    assert_eq!(on.len(), 3, "names landed on every primary");
+    drop(guards);
+    // Fenced, fair and read/write locks run there too (their scripts touch
+    // several keys of one slot).
+    let f = c
+        .lock_with("cl:fenced", LockOptions::new().fenced())
+        .unwrap();
+    assert!(f.fence().is_some());
+    drop(f);
+    c.fair_lock("cl:fair").unwrap().unlock().unwrap();
+    let r = c.read_lock("cl:rw").unwrap();
+    drop(r);
+    c.write_lock("cl:rw").unwrap().unlock().unwrap();
+
+    // Two processes × 2 threads over 4 names, records on a plain server.
+    let records = RedisServer::start();
+    let seeds = cluster.urls().join(",");
+    let lock_names = "cl:x:a,cl:x:b,cl:x:c,cl:x:d";
+    let children: Vec<_> = (0..2)
+        .map(|p| {
+            Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
+                .args([
+                    "check",
+                    &seeds,
+                    lock_names,
+                    "2",
+                    "250",
+                    &format!("p{p}"),
+                    "5000",
+                ])
+                .env("LEASEHOLD_RECORDS_URL", records.url())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a checker process")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a checker process failed");
+    }
+    let names: Vec<&str> = lock_names.split(',').collect();
+    let (finished, unfinished) = check_history(&mut records.connection(), &names, None);
+    assert_eq!((finished, unfinished), (1_000, 0));
+}
+
+#[test]
+fn the_watchdog_keeps_a_thousand_locks_over_every_primary_alive() {
+    let cluster = RedisCluster::start(3, 0);
+    let c = client(&cluster, Duration::from_millis(1_500));
+    let guards: Vec<_> = (0..1_000)
+        .map(|i| c.lock(&format!("cl:many:{i}")).unwrap())
+        .collect();
+    let before = c.stats();
+    thread::sleep(Duration::from_millis(3_200)); // two renewal periods and more
+    let after = c.stats();
+    assert!(guards.iter().all(|g| g.is_held()));
+    assert_eq!(after.leases_lost, 0);
+    for &p in &cluster.primaries() {
+        let keys: usize = redis::cmd("DBSIZE")
+            .query(&mut cluster.nodes[p].connection())
+            .unwrap();
+        assert!(keys > 200, "node {p} holds {keys} locks");
+    }
+    for g in guards.iter().step_by(97) {
+        let node = cluster.primary_of_slot(cluster.keyslot(g.key()), 0);
+        let ttl: i64 = cluster.nodes[node].connection().pttl(g.key()).unwrap();
+        assert!(ttl > 0, "{} renewed: {ttl}", g.key());
+    }
+    // Batches per node: a round trip renews many leases (one per lease
+    // would be 1,000 round trips a period).
+    let trips = after.renewal_round_trips - before.renewal_round_trips;
+    let renewals = after.renewals_sent - before.renewals_sent;
+    eprintln!("cluster: {renewals} renewals in {trips} round trips");
+    assert!(renewals >= 4_000, "{renewals} renewals");
+    assert!(
+        trips * 50 <= renewals,
+        "{trips} round trips for {renewals} renewals"
+    );
+    drop(guards);
+    assert_eq!(c.stats().live_leases, 0);
+}
+
+#[test]
+fn a_reshard_of_the_slot_of_a_held_lock_keeps_the_holder_and_the_waiter() {
+    let cluster = RedisCluster::start(3, 0);
+    let primaries = cluster.primaries();
+    let (from, to) = (primaries[0], primaries[1]);
+    // The slot redis-cli moves first is the lowest of the source node.
+    let slot = cluster.first_slot_of(from);
+    let name = name_in_slot(&cluster, slot, "cl:reshard:");
+    let holder = client(&cluster, Duration::from_millis(1_500));
+    let waiter_client = client(&cluster, Duration::from_secs(30));
+    let g = holder.lock(&name).unwrap();
+    let lost = g.lost();
+    let waiter = {
+        let (c, name) = (waiter_client.clone(), name.clone());
+        thread::spawn(move || {
+            c.lock(&name).map(|g| {
+                drop(g);
+                Instant::now()
+            })
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || waiter_client
+        .stats()
+        .waiters_parked
+        == 1));
+
+    let out = Command::new("redis-cli")
+        .args([
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{}", cluster.nodes[from].port()),
+        ])
+        .args(["--cluster-from", &cluster.node_id(from)])
+        .args(["--cluster-to", &cluster.node_id(to)])
+        .args(["--cluster-slots", "1", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "reshard failed:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(eventually(Duration::from_secs(10), || cluster
+        .primary_of_slot(slot, from)
+        == to
+        && cluster.primary_of_slot(slot, to) == to));
+    // The lock moved with its slot; renewals follow it there.
+    thread::sleep(Duration::from_millis(2_000));
+    assert!(g.is_held(), "{:?}", lost.try_recv());
+    let ttl: i64 = cluster.nodes[to].connection().pttl(&name).unwrap();
+    assert!(ttl > 0, "renewed on the new node: {ttl}");
+    let released = Instant::now();
+    g.unlock().unwrap();
+    let got_in = waiter
+        .join()
+        .unwrap()
+        .expect("the waiter after the reshard");
+    assert!(
+        got_in.duration_since(released) < Duration::from_secs(3),
+        "the waiter took {:?}",
+        got_in.duration_since(released)
+    );
+}
+
+#[test]
+fn a_primary_failover_reports_lost_leases_and_new_locks_work() {
+    let cluster = RedisCluster::start(3, 1);
+    let victim = cluster.primaries()[0];
+    let slot = cluster.first_slot_of(victim);
+    let kept_name = name_in_slot(&cluster, slot, "cl:kept:");
+    let doomed_name = name_in_slot(&cluster, slot, "cl:doomed:");
+    // Acknowledged by the replica: survives. Deleted on the replica (as a
+    // lost asynchronous write would be): lost.
+    let safe = LockClient::cluster_builder(&cluster.urls())
+        .watchdog_lease(Duration::from_secs(15))
+        .replicas(1, Duration::from_millis(500))
+        .socket_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let plain = LockClient::cluster_builder(&cluster.urls())
+        .watchdog_lease(Duration::from_secs(3))
+        .socket_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let replica = (0..cluster.nodes.len())
+        .find(|&i| {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut cluster.nodes[i].connection())
+                .unwrap();
+            info.contains("role:slave")
+                && info.contains(&format!("master_port:{}", cluster.nodes[victim].port()))
+        })
+        .expect("the victim's replica");
+    let kept = safe.lock(&kept_name).unwrap();
+    // The replica is paused while the doomed hold is taken, so it never
+    // gets it (an asynchronous write lost in the failover).
+    cluster.nodes[replica].signal("STOP");
+    let doomed = plain.lock(&doomed_name).unwrap();
+    let doomed_lost = doomed.lost();
+    cluster.nodes[victim].signal("KILL");
+    cluster.nodes[replica].signal("CONT");
+    // The replica takes over the slots (node timeout 1 s + election).
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            cluster
+                .slot_ranges(replica)
+                .iter()
+                .any(|(a, b, n)| *n == replica && (*a..=*b).contains(&slot))
+        }),
+        "the replica was not promoted"
+    );
+    let why = doomed_lost
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the lost signal for the hold the new primary never had");
+    assert!(!doomed.is_held(), "{why:?}");
+    assert!(matches!(doomed.unlock(), Err(Error::NotHeld { .. })));
+    // New locks in the failed-over slots work (waiting out the switch).
+    let fresh = plain
+        .try_lock_for(&doomed_name, Duration::from_secs(10))
+        .unwrap()
+        .expect("a new lock on the promoted replica");
+    let exists: bool = cluster.nodes[replica]
+        .connection()
+        .exists(&doomed_name)
+        .unwrap();
+    assert!(exists);
+    drop(fresh);
+    // The acknowledged hold lives on, renewed on the new primary.
+    assert!(kept.is_held());
+    let ttl: i64 = cluster.nodes[replica]
+        .connection()
+        .pttl(&kept_name)
+        .unwrap();
+    assert!(ttl > 0, "{ttl}");
+    kept.unlock().unwrap();
+}
