@@ -56,6 +56,14 @@
 //! also read (and keep reading after it stops writing); a reader asking to
 //! write is refused ([`Error::UpgradeWouldDeadlock`]) instead of hanging.
 //!
+//! # Beyond one Redis
+//! [`LockClient::cluster_builder`] routes every lock by its key's slot in a
+//! Redis Cluster (following `MOVED`/`ASK`, one renewal batch per node);
+//! [`LockClient::sentinel_builder`] follows a Sentinel-managed primary
+//! through failovers; [`LockClientBuilder::replicas`] makes every acquire
+//! wait for replica acknowledgement (`WAIT`); [`Redlock`] holds a lock on a
+//! majority of independent masters.
+//!
 //! # Errors
 //! Every fallible call returns [`Error`]: bad input, Redis faults and a lock
 //! that was lost are typed, never panics.
