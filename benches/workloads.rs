@@ -636,6 +636,76 @@ fn w3(kind: Kind, url: &str, secs: f64) -> f64 {
 /// Runs raw then leasehold `rounds` times and keeps the round whose
 /// leasehold/raw ratio of `rate` is the median: one noisy run neither makes
 /// nor breaks a figure, and both figures of a row come from the same round.
+/// W5: read-mostly sections on one name — 8 threads of 2 clients, every
+/// 10th section of a thread a write, the rest reads, each waiting ~100 µs
+/// (sleeping, as on I/O) inside.
+/// With `exclusive` every section takes the plain lock instead (the floor a
+/// read/write lock has to beat). Returns (sections/s, most readers seen
+/// inside at once, client commands per section).
+fn w5(url: &str, secs: f64, exclusive: bool) -> (f64, usize, f64) {
+    use std::sync::atomic::AtomicUsize;
+    let clients: Vec<LockClient> = (0..2).map(|_| LockClient::new(url).unwrap()).collect();
+    let name = if exclusive { "w5-plain" } else { "w5-rw" };
+    let inside = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicUsize::new(0));
+    let before = commandstats(url);
+    let start = Instant::now() + Duration::from_millis(100);
+    let until = start + Duration::from_secs_f64(secs);
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let c = clients[t % 2].clone();
+            let (inside, writing, most) = (inside.clone(), writing.clone(), most.clone());
+            thread::spawn(move || {
+                while Instant::now() < start {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                let mut done = 0u64;
+                let mut i = t;
+                while Instant::now() < until {
+                    let write = i % 10 == 0;
+                    i += 1;
+                    let g = if exclusive {
+                        c.lock(name)
+                    } else if write {
+                        c.write_lock(name)
+                    } else {
+                        c.read_lock(name)
+                    }
+                    .unwrap();
+                    let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    if write || exclusive {
+                        assert!(
+                            n == 1 && !writing.swap(true, Ordering::SeqCst),
+                            "a writer was not alone"
+                        );
+                    } else {
+                        assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
+                    }
+                    // The section waits on something (a read of the
+                    // guarded resource), as most critical sections do.
+                    thread::sleep(Duration::from_micros(100));
+                    if write || exclusive {
+                        writing.store(false, Ordering::SeqCst);
+                    }
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().unwrap();
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let done: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    let (client_cmds, _) = command_delta(&before, &commandstats(url));
+    (
+        done as f64 / secs,
+        most.load(Ordering::SeqCst),
+        client_cmds as f64 / done.max(1) as f64,
+    )
+}
+
 fn median_round<T>(
     rounds: usize,
     mut run: impl FnMut(Kind) -> T,
@@ -737,7 +807,15 @@ fn main() {
                     );
                 }
             }
-            other => eprintln!("BENCH_ONLY: w1, w3, w2p or fair, not {other}"),
+            "w5" => {
+                let (p, _, pc) = w5(&url, secs, true);
+                let (r, most, rc) = w5(&url, secs, false);
+                println!(
+                    "W5 plain {p:.0}/s ({pc:.2} cmds/CS), read/write {r:.0}/s ({rc:.2} cmds/CS), ratio {:.2}, most readers inside {most}",
+                    r / p
+                );
+            }
+            other => eprintln!("BENCH_ONLY: w1, w3, w2p, w5 or fair, not {other}"),
         }
         return;
     }
@@ -750,6 +828,9 @@ fn main() {
     eprintln!("[{mode}] W2 / W2p with the fair lock…");
     let w2_fair = w2(Kind::Fair, &url, secs);
     let w2p_fair = w2p(Kind::Fair, &url, secs);
+    eprintln!("[{mode}] W5 read-mostly: plain lock, then read/write lock…");
+    let w5_plain = w5(&url, secs, true);
+    let w5_rw = w5(&url, secs, false);
     eprintln!("[{mode}] W3 8 threads on distinct names…");
     let (w3_raw, w3_lh) = median_round(rounds, |k| w3(k, &url, secs), |r| *r);
     let w4 = (guards > 0).then(|| {
@@ -936,6 +1017,15 @@ fn main() {
             None,
         );
     }
+    row(
+        "W5 read-mostly, 8 threads (1 in 10 writes)",
+        "sections/s (floor: the plain lock); client commands / section; most readers at once",
+        format!("{:.0}; {:.2}", w5_plain.0, w5_plain.2),
+        format!("{:.0}; {:.2}; {}", w5_rw.0, w5_rw.2, w5_rw.1),
+        format!("{:.2}", w5_rw.0 / w5_plain.0),
+        "",
+        None,
+    );
     let r3 = w3_lh / w3_raw;
     row(
         "W3 8 names × 8 threads",
