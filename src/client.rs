@@ -888,10 +888,11 @@ impl LockClient {
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>> {
         let inner = &self.inner;
-        let mut queued = LeaveQueue {
+        let mut queued = Leave {
             inner,
             key: &key,
             owner: &owner,
+            place: Place::FairQueue,
             armed: false,
         };
         let mut sub: Option<crate::notify::Subscription> = None;
@@ -974,10 +975,11 @@ impl LockClient {
     ) -> Result<Option<LockGuard>> {
         let inner = &self.inner;
         let write = kind == Kind::Write;
-        let mut waiting_writer = LeaveWriters {
+        let mut waiting_writer = Leave {
             inner,
             key: &key,
             owner: &owner,
+            place: Place::WaitingWriters,
             armed: false,
         };
         // Waiters of one client share the channel's wake-up permits, so none
@@ -1689,51 +1691,39 @@ pub const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Acquire replies arriving after their lease ran out before we give up.
 const LATE_REPLIES_MAX: u32 = 3;
 
-/// A fair waiter's place in the queue, left (owner-checked, best effort)
-/// when the wait ends without the lock — deadline, error or panic — so the
-/// waiters behind it are not held up.
-struct LeaveQueue<'a> {
+/// A waiter's place in Redis — in a fair lock's queue, or among a
+/// read/write lock's waiting writers — left (owner-checked, best effort)
+/// when the wait ends without the lock: deadline, error or panic. The
+/// waiters behind it (or the readers held back for a writer) go on at once
+/// instead of waiting for the place to expire.
+struct Leave<'a> {
     inner: &'a Inner,
     key: &'a str,
     owner: &'a str,
+    place: Place,
     armed: bool,
 }
 
-impl Drop for LeaveQueue<'_> {
+#[derive(Clone, Copy)]
+enum Place {
+    FairQueue,
+    WaitingWriters,
+}
+
+impl Drop for Leave<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
         let inner = self.inner;
         let left = inner.run_waiting(self.key, Some(inner.socket_timeout), |con| {
-            inner.fair.cancel(con, self.key, self.owner)
+            match self.place {
+                Place::FairQueue => inner.fair.cancel(con, self.key, self.owner),
+                Place::WaitingWriters => inner.rw.cancel_writer(con, self.key, self.owner),
+            }
         });
         if let Err(e) = left {
-            tracing::debug!(key = %self.key, error = %e, "leasehold: leaving a fair queue failed; the place expires by itself");
-        }
-    }
-}
-
-/// A waiting writer's place among the waiting writers, left (best effort)
-/// when the wait ends without the lock, so readers held back for it go on.
-struct LeaveWriters<'a> {
-    inner: &'a Inner,
-    key: &'a str,
-    owner: &'a str,
-    armed: bool,
-}
-
-impl Drop for LeaveWriters<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let inner = self.inner;
-        let left = inner.run_waiting(self.key, Some(inner.socket_timeout), |con| {
-            inner.rw.cancel_writer(con, self.key, self.owner)
-        });
-        if let Err(e) = left {
-            tracing::debug!(key = %self.key, error = %e, "leasehold: leaving the waiting writers failed; the place expires by itself");
+            tracing::debug!(key = %self.key, error = %e, "leasehold: leaving a waiters' place failed; it expires by itself");
         }
     }
 }

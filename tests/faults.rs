@@ -5,69 +5,41 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use leasehold::{FencedStore, LeaseLost, LockClient, LockOptions};
 use redis::Commands;
-use support::{check_history, eventually, RedisServer};
+use support::{check_history, eventually, ChildProcess, RedisServer};
 
 /// A lock holder in its own process (`tests/child/holder.rs`).
 struct Holder {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    process: ChildProcess,
     token: u64,
 }
 
 impl Holder {
     fn start(url: &str, name: &str, lease: Duration) -> Holder {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
-            .args([url, name, &lease.as_millis().to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the child holder");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
+        let lease = lease.as_millis().to_string();
+        let mut process = ChildProcess::start(
+            env!("CARGO_BIN_EXE_leasehold-test-child"),
+            &[url, name, &lease],
+        );
+        let line = process.line();
         let token = line
             .strip_prefix("held ")
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or_else(|| panic!("child did not take the lock: {line:?}"));
-        Holder {
-            child,
-            stdin,
-            stdout,
-            token,
-        }
+        Holder { process, token }
     }
 
     fn ask(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line.trim().to_owned()
+        self.process.ask(command)
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig}");
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.signal(sig);
     }
 }
 

@@ -6,8 +6,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -15,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, LockOptions};
 use redis::Commands;
-use support::{eventually, RedisServer};
+use support::{eventually, ChildProcess, RedisServer};
 
 fn hash(con: &mut redis::Connection, name: &str) -> HashMap<String, String> {
     con.hgetall(name).unwrap()
@@ -418,47 +417,11 @@ fn read_and_write_holds_are_renewed_and_report_loss() {
 }
 
 /// A `leasehold-test-child rw` process holding read/write holds on command.
-struct RwProcess {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl RwProcess {
-    fn start(url: &str, name: &str, lease_ms: u64) -> RwProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
-            .args(["rw", url, name, &lease_ms.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start a read/write holder process");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        RwProcess {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line.trim().to_owned()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for RwProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
+fn rw_process(url: &str, name: &str, lease_ms: u64) -> ChildProcess {
+    ChildProcess::start(
+        env!("CARGO_BIN_EXE_leasehold-test-child"),
+        &["rw", url, name, &lease_ms.to_string()],
+    )
 }
 
 #[test]
@@ -468,7 +431,7 @@ fn a_crashed_readers_hold_ends_with_its_lease_even_while_others_read() {
     let writer = LockClient::new(&url).unwrap();
 
     // Alone: the writer gets in about one lease (1 s) after the kill.
-    let mut crashed = RwProcess::start(&url, "rw:crash", 1_000);
+    let mut crashed = rw_process(&url, "rw:crash", 1_000);
     assert_eq!(crashed.ask("read"), "read ok");
     crashed.kill();
     let killed = Instant::now();
@@ -485,7 +448,7 @@ fn a_crashed_readers_hold_ends_with_its_lease_even_while_others_read() {
     // at once. (Redisson's renewal extends every reader's timeout keys, so
     // the writer would wait for the crashed one's 30 s more.)
     let live = LockClient::new(&url).unwrap();
-    let mut crashed = RwProcess::start(&url, "rw:crash2", 1_000);
+    let mut crashed = rw_process(&url, "rw:crash2", 1_000);
     assert_eq!(crashed.ask("read"), "read ok");
     let r = live.read_lock("rw:crash2").unwrap();
     crashed.kill();

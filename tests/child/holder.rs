@@ -126,26 +126,10 @@ fn check(args: &[String]) {
                     let guard = client.lock(name).expect("lock");
                     let events = format!("events:{name}");
                     let count = format!("count:{name}");
-                    let _: i64 = redis::cmd("RPUSH")
-                        .arg(&events)
-                        .arg(format!("E {id}"))
-                        .query(&mut con)
-                        .expect("rpush");
-                    let n: i64 = redis::cmd("GET")
-                        .arg(&count)
-                        .query::<Option<i64>>(&mut con)
-                        .expect("get")
-                        .unwrap_or(0);
-                    let _: () = redis::cmd("SET")
-                        .arg(&count)
-                        .arg(n + 1)
-                        .query(&mut con)
-                        .expect("set");
-                    let _: i64 = redis::cmd("RPUSH")
-                        .arg(&events)
-                        .arg(format!("X {id}"))
-                        .query(&mut con)
-                        .expect("rpush");
+                    push(&mut con, &events, format!("E {id}"));
+                    let n = read_count(&mut con, &count);
+                    write_count(&mut con, &count, n + 1);
+                    push(&mut con, &events, format!("X {id}"));
                     guard.unlock().expect("unlock");
                 }
                 per_thread
@@ -255,31 +239,15 @@ fn rwcheck(args: &[String]) {
                         client.read_lock(&name)
                     }
                     .expect("lock");
-                    let _: i64 = redis::cmd("RPUSH")
-                        .arg(&events)
-                        .arg(format!("E {side} {id}"))
-                        .query(&mut con)
-                        .expect("rpush");
-                    let n: i64 = redis::cmd("GET")
-                        .arg(&count)
-                        .query::<Option<i64>>(&mut con)
-                        .expect("get")
-                        .unwrap_or(0);
+                    push(&mut con, &events, format!("E {side} {id}"));
+                    let n = read_count(&mut con, &count);
                     if write {
-                        let _: () = redis::cmd("SET")
-                            .arg(&count)
-                            .arg(n + 1)
-                            .query(&mut con)
-                            .expect("set");
+                        write_count(&mut con, &count, n + 1);
                         writes += 1;
                     } else {
                         std::thread::sleep(Duration::from_millis(1));
                     }
-                    let _: i64 = redis::cmd("RPUSH")
-                        .arg(&events)
-                        .arg(format!("X {side} {id}"))
-                        .query(&mut con)
-                        .expect("rpush");
+                    push(&mut con, &events, format!("X {side} {id}"));
                     guard.unlock().expect("unlock");
                 }
                 writes
@@ -288,4 +256,26 @@ fn rwcheck(args: &[String]) {
         .collect();
     let writes: usize = handles.into_iter().map(|h| h.join().expect("worker")).sum();
     println!("done {writes}");
+}
+
+/// Appends one enter/exit record to `list`.
+fn push(con: &mut redis::Connection, list: &str, item: String) {
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(list)
+        .arg(item)
+        .query(con)
+        .expect("rpush");
+}
+
+/// The shared counter (0 when unset).
+fn read_count(con: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("GET")
+        .arg(key)
+        .query::<Option<i64>>(con)
+        .expect("get")
+        .unwrap_or(0)
+}
+
+fn write_count(con: &mut redis::Connection, key: &str, n: i64) {
+    let _: () = redis::cmd("SET").arg(key).arg(n).query(con).expect("set");
 }

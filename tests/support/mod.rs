@@ -755,3 +755,67 @@ pub fn check_history(
     }
     (finished, unfinished)
 }
+
+/// A `leasehold-test-child` process driven line by line over stdin/stdout;
+/// killed and reaped on drop.
+pub struct ChildProcess {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl ChildProcess {
+    /// Starts the test child binary (`exe`: `env!("CARGO_BIN_EXE_…")`).
+    pub fn start(exe: &str, args: &[&str]) -> ChildProcess {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {exe}: {e}"));
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        ChildProcess {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// The next line it prints, trimmed.
+    pub fn line(&mut self) -> String {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut self.stdout, &mut line).unwrap();
+        line.trim().to_owned()
+    }
+
+    /// Sends one command line and returns the answer line.
+    pub fn ask(&mut self, command: &str) -> String {
+        use std::io::Write;
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+        self.line()
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// Kills it now and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
