@@ -242,13 +242,18 @@ fn every_key_and_channel_of_a_fair_lock_shares_its_cluster_slot() {
     .len()
         == 1));
     let waiter_id = queue(&mut con, "fair:slot").remove(0);
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("redisson_lock__channel:*")
-        .query(&mut con)
-        .unwrap();
+    // It subscribes right after its first attempt put it in the queue.
+    let own = format!("redisson_lock__channel:{{fair:slot}}:{waiter_id}");
+    let mut channels: Vec<String> = Vec::new();
     assert!(
-        channels.contains(&format!("redisson_lock__channel:{{fair:slot}}:{waiter_id}")),
+        eventually(Duration::from_secs(5), || {
+            channels = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg("redisson_lock__channel:*")
+                .query(&mut con)
+                .unwrap();
+            channels.contains(&own)
+        }),
         "the waiter listens on its own channel: {channels:?}"
     );
     let key_slot = server.keyslot("fair:slot");
