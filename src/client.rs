@@ -910,16 +910,12 @@ impl LockClient {
                 };
                 Ok((acquired, unacked))
             });
-            let attempt = match attempt {
-                // Waiting (queued, subscribed) when Redis went away.
-                Err(e) if sub.is_some() && e.is_transient() => {
-                    outage.ride(inner, name, e, deadline, sub.as_ref())?;
-                    continue;
-                }
-                other => other?,
+            // Waiting (queued, subscribed) when Redis went away: ride it out.
+            let Some((attempt, unacked)) =
+                outage.settle(attempt, sub.as_ref(), inner, name, deadline)?
+            else {
+                continue;
             };
-            outage.over();
-            let (attempt, unacked) = attempt;
             let wait = match attempt {
                 FairAcquire::Acquired(_) if unacked.is_some() => {
                     queued.armed = false;
@@ -1005,16 +1001,12 @@ impl LockClient {
                 };
                 Ok((acquired, unacked))
             });
-            let attempt = match attempt {
-                // Waiting (subscribed) when Redis went away.
-                Err(e) if sub.is_some() && e.is_transient() => {
-                    outage.ride(inner, name, e, deadline, sub.as_ref())?;
-                    continue;
-                }
-                other => other?,
+            // Waiting (subscribed) when Redis went away: ride it out.
+            let Some((attempt, unacked)) =
+                outage.settle(attempt, sub.as_ref(), inner, name, deadline)?
+            else {
+                continue;
             };
-            outage.over();
-            let (attempt, unacked) = attempt;
             let hint = match attempt {
                 RwAcquire::Acquired if unacked.is_some() => {
                     waiting_writer.armed = false;
@@ -1775,6 +1767,30 @@ impl Outage {
     /// Redis answered: the outage (if any) is over.
     fn over(&mut self) {
         self.since = None;
+    }
+
+    /// An attempt of a waiter subscribed on `sub` (`None`: not waiting yet):
+    /// its answer, or `None` after riding out a transient error (try
+    /// again), or the error to give up with.
+    fn settle<T>(
+        &mut self,
+        attempt: Result<T>,
+        sub: Option<&crate::notify::Subscription>,
+        inner: &Inner,
+        name: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<T>> {
+        match attempt {
+            Ok(answer) => {
+                self.over();
+                Ok(Some(answer))
+            }
+            Err(e) if sub.is_some() && e.is_transient() => {
+                self.ride(inner, name, e, deadline, sub)?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
