@@ -594,6 +594,22 @@ impl RedisCluster {
         );
         let cluster = RedisCluster { nodes };
         cluster.wait_ok();
+        // Replicas must have synced, or a WAIT right away counts none.
+        let replicas_up = eventually(Duration::from_secs(30), || {
+            cluster
+                .nodes
+                .iter()
+                .filter(|n| {
+                    let info: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut n.connection())
+                        .unwrap_or_default();
+                    info.contains("role:slave") && info.contains("master_link_status:up")
+                })
+                .count()
+                == primaries * replicas
+        });
+        assert!(replicas_up, "the cluster's replicas did not sync");
         cluster
     }
 
