@@ -14,7 +14,9 @@ use redis::Commands;
 use support::proxy::{Fault, FaultProxy};
 use support::{eventually, RedisServer};
 
-const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Generous for loopback, so that a busy CI machine does not turn a live
+/// node into a "no".
+const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 
 struct Nodes {
     servers: Vec<RedisServer>,
@@ -127,11 +129,13 @@ fn every_minority_of_blackholed_nodes_still_grants_the_lock() {
             .try_lock("rl:minority")
             .unwrap()
             .unwrap_or_else(|| panic!("not granted with {down:?} down"));
-        assert_eq!(g.nodes_held(), 5 - down.len(), "{down:?}");
+        // Held on the reachable nodes (a majority), never on a cut-off one.
+        let held = g.nodes_held();
+        assert!((3..=5 - down.len()).contains(&held), "{down:?}: {held}");
         assert!(g.is_held());
         assert!(g.valid_until() > Instant::now());
         assert!(asked.elapsed() < Duration::from_secs(2), "{down:?}");
-        assert_eq!(nodes.holding("rl:minority"), 5 - down.len());
+        assert_eq!(nodes.holding("rl:minority"), held);
         g.unlock().unwrap();
         assert_eq!(nodes.holding("rl:minority"), 0, "{down:?}");
         nodes.set(down, Fault::Forward);
@@ -178,30 +182,36 @@ fn a_blackholed_majority_fails_typed_within_the_deadline_and_leaves_nothing() {
     assert!(err.to_string().contains("majority of the nodes"), "{err}");
     // The deadline, plus at most one attempt and its release in flight.
     assert!(
-        took < Duration::from_millis(600 + 500),
+        took < Duration::from_millis(600) + NODE_TIMEOUT * 2 + Duration::from_millis(300),
         "gave up after {took:?}"
     );
     // Without a deadline it gives up after `give_up_after`.
     let asked = Instant::now();
     let err = redlock.lock("rl:majority").unwrap_err();
     assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
-    assert!(asked.elapsed() < Duration::from_millis(800 + 500));
+    assert!(
+        asked.elapsed()
+            < Duration::from_millis(800) + NODE_TIMEOUT * 2 + Duration::from_millis(300)
+    );
     nodes.set(&[0, 2, 4], Fault::Forward);
     assert_eq!(nodes.holding("rl:majority"), 0, "nothing left behind");
-    assert!(redlock.try_lock("rl:majority").unwrap().is_some());
+    // Back once the nodes' pools have reconnected (in the background).
+    assert!(eventually(Duration::from_secs(5), || redlock
+        .try_lock("rl:majority")
+        .is_ok_and(|g| g.is_some())));
 }
 
 #[test]
 fn a_node_restarted_empty_during_a_hold_costs_the_hold_only_with_a_majority() {
     let mut nodes = Nodes::start();
-    let redlock = nodes.redlock(Duration::from_secs(1));
-    let other = nodes.redlock(Duration::from_secs(1));
+    let redlock = nodes.redlock(Duration::from_secs(2));
+    let other = nodes.redlock(Duration::from_secs(2));
     let g = redlock.lock("rl:restart").unwrap();
     let lost = g.lost();
     nodes.servers[0].restart();
     // The restarted node forgot the hold; its renewal says so. Four of five
     // still have it: the hold stands, and nobody else can take it.
-    thread::sleep(Duration::from_millis(1_200));
+    thread::sleep(Duration::from_millis(1_500)); // two renewals
     assert!(g.is_held());
     assert!(lost.try_recv().is_err());
     assert!(other.try_lock("rl:restart").unwrap().is_none());
@@ -211,7 +221,7 @@ fn a_node_restarted_empty_during_a_hold_costs_the_hold_only_with_a_majority() {
     nodes.servers[1].restart();
     nodes.servers[2].restart();
     let why = lost
-        .recv_timeout(Duration::from_secs(3))
+        .recv_timeout(Duration::from_secs(5))
         .expect("the lost signal");
     assert!(!g.is_held(), "{why:?}");
     assert_eq!(redlock.leases_lost(), 1);
@@ -222,10 +232,10 @@ fn a_node_restarted_empty_during_a_hold_costs_the_hold_only_with_a_majority() {
 #[test]
 fn holds_are_renewed_on_every_node_and_lost_when_a_majority_is_cut_off() {
     let nodes = Nodes::start();
-    let redlock = nodes.redlock(Duration::from_secs(1));
+    let redlock = nodes.redlock(Duration::from_secs(2));
     let g = redlock.lock("rl:renew").unwrap();
-    thread::sleep(Duration::from_millis(2_000));
-    assert!(g.is_held(), "renewed past its 1 s lease");
+    thread::sleep(Duration::from_millis(3_000));
+    assert!(g.is_held(), "renewed past its 2 s lease");
     for s in &nodes.servers {
         let ttl: i64 = s.connection().pttl("rl:renew").unwrap();
         assert!(ttl > 0, "renewed on every node: {ttl}");
@@ -233,7 +243,7 @@ fn holds_are_renewed_on_every_node_and_lost_when_a_majority_is_cut_off() {
     let lost = g.lost();
     nodes.set(&[1, 3, 4], Fault::Blackhole);
     let why = lost
-        .recv_timeout(Duration::from_secs(3))
+        .recv_timeout(Duration::from_secs(5))
         .expect("lost once a majority cannot be renewed");
     assert!(!g.is_held(), "{why:?}");
     nodes.set(&[1, 3, 4], Fault::Forward);
