@@ -1,58 +1,35 @@
 # Shared by scripts/demo.sh, scripts/test.sh and scripts/bench.sh (sourced, not run).
 
-# Installs redis-server when it is missing: with apt-get as root, otherwise
-# prints the exact command and stops.
-ensure_redis_server() {
-    if command -v redis-server >/dev/null 2>&1; then
+# Makes sure command $1 exists, installing Debian package $2 when it is
+# missing: with apt-get as root, otherwise it prints the exact command and
+# stops. $3 says who needs it.
+ensure_command() {
+    local cmd=$1 pkg=$2 who=$3
+    if command -v "$cmd" >/dev/null 2>&1; then
         return 0
     fi
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-        echo "redis-server is missing; installing it (apt-get install -y redis-server)..."
+        echo "$cmd is missing; installing it (apt-get install -y $pkg)..."
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-        command -v redis-server >/dev/null 2>&1 || { echo "installing redis-server failed" >&2; exit 1; }
-        echo "installed: $(redis-server --version)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+        command -v "$cmd" >/dev/null 2>&1 || { echo "installing $pkg failed" >&2; exit 1; }
+        echo "installed: $pkg"
     else
-        echo "redis-server is needed and missing. Install it with:" >&2
-        echo "    sudo apt-get update && sudo apt-get install -y redis-server" >&2
+        echo "$cmd is needed by $who and missing. Install it with:" >&2
+        echo "    sudo apt-get update && sudo apt-get install -y $pkg" >&2
         exit 1
     fi
 }
+
+# Debian's redis-server is Redis 7.0.
+ensure_redis_server() { ensure_command redis-server redis-server "leasehold's tests and demo"; }
 
 # The cluster tests make their cluster with `redis-cli --cluster create`
 # (Debian's redis-server pulls in redis-tools, which has it).
-ensure_redis_cli() {
-    if command -v redis-cli >/dev/null 2>&1; then
-        return 0
-    fi
-    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-        echo "redis-cli is missing; installing it (apt-get install -y redis-tools)..."
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null
-        command -v redis-cli >/dev/null 2>&1 || { echo "installing redis-tools failed" >&2; exit 1; }
-    else
-        echo "redis-cli is needed by the cluster tests and missing. Install it with:" >&2
-        echo "    sudo apt-get update && sudo apt-get install -y redis-tools" >&2
-        exit 1
-    fi
-}
+ensure_redis_cli() { ensure_command redis-cli redis-tools "the cluster tests"; }
 
 # The TLS tests make their certificates with the openssl command.
-ensure_openssl() {
-    if command -v openssl >/dev/null 2>&1; then
-        return 0
-    fi
-    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-        echo "openssl is missing; installing it (apt-get install -y openssl)..."
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
-        command -v openssl >/dev/null 2>&1 || { echo "installing openssl failed" >&2; exit 1; }
-    else
-        echo "openssl is needed by the TLS tests and missing. Install it with:" >&2
-        echo "    sudo apt-get update && sudo apt-get install -y openssl" >&2
-        exit 1
-    fi
-}
+ensure_openssl() { ensure_command openssl openssl "the TLS tests"; }
 
 ensure_cargo() {
     if ! command -v cargo >/dev/null 2>&1; then
