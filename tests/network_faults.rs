@@ -126,3 +126,74 @@ fn an_acquire_reply_that_arrives_after_the_lease_is_no_lock() {
         .unwrap();
     assert!(g.is_held());
 }
+
+#[test]
+fn fair_and_read_write_acquires_whose_reply_arrives_after_the_lease_are_no_lock() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::builder(&proxy.url())
+        .socket_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    drop(client.fair_lock("net:warm").unwrap());
+    drop(client.write_lock("net:warm-rw").unwrap());
+    proxy.set(Fault::Delay(Duration::from_millis(150)));
+    let lease = Duration::from_millis(200);
+    for (name, opts) in [
+        ("net:late-fair", LockOptions::new().fair().lease(lease)),
+        ("net:late-write", LockOptions::new().write().lease(lease)),
+        ("net:late-read", LockOptions::new().read().lease(lease)),
+    ] {
+        match client.lock_with(name, opts) {
+            Err(e) => assert!(
+                matches!(e, leasehold::Error::LeaseExpiredOnArrival { .. }),
+                "{name}: {e:?}"
+            ),
+            Ok(g) => panic!("{name}: a guard whose lease had run out on arrival: {g:?}"),
+        }
+    }
+    proxy.set(Fault::Forward);
+    let mut con = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*late*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
+#[test]
+fn a_waiter_rides_out_a_server_that_is_loading_its_dataset() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&proxy.url()).unwrap();
+    let held = holder
+        .lock_with(
+            "net:loading",
+            LockOptions::new().lease(Duration::from_millis(600)),
+        )
+        .unwrap();
+    let started = Instant::now();
+    let parked = thread::spawn(move || waiter.lock("net:loading").map(|g| g.is_held()));
+    assert!(eventually(Duration::from_secs(5), || {
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{net:loading}")
+            .query(&mut server.connection())
+            .unwrap();
+        n[0].1 == 1
+    }));
+    // The holder's lease runs out while every command of the waiter is
+    // answered `LOADING` (as by a Redis loading its dataset after a
+    // restart); the waiter wakes at the lease's end, meets LOADING, and must
+    // keep waiting until Redis is ready.
+    proxy.set(Fault::Refuse(
+        "LOADING Redis is loading the dataset in memory",
+    ));
+    std::mem::forget(held); // its lease just runs out
+    thread::sleep(Duration::from_millis(1_200));
+    proxy.set(Fault::Forward);
+    let got = parked.join().unwrap();
+    assert!(
+        matches!(got, Ok(true)),
+        "the waiter gave up on LOADING: {got:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

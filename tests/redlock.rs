@@ -269,3 +269,21 @@ fn holds_are_renewed_on_every_node_and_lost_when_a_majority_is_cut_off() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 }
+
+#[test]
+fn waits_of_duration_max_mean_no_deadline_and_do_not_panic() {
+    let server = RedisServer::start();
+    let redlock = Redlock::builder(&[server.url()])
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    let g = redlock
+        .try_lock_for("rl:max", Duration::MAX)
+        .unwrap()
+        .expect("a free lock");
+    g.unlock().unwrap();
+    let g = redlock
+        .lock_with("rl:max", LockOptions::new().wait(Duration::MAX))
+        .unwrap();
+    assert!(g.is_held());
+}

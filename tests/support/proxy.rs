@@ -1,6 +1,7 @@
 //! A TCP fault proxy between a client and a test `redis-server`, switchable
 //! at run time: forward, delay every chunk by N ms, blackhole (bytes vanish,
-//! connections stay open), or reset every open connection.
+//! connections stay open), answer every command with one error reply (a
+//! server that is loading its dataset, say), or reset every open connection.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -12,6 +13,7 @@ use std::time::Duration;
 const FORWARD: u8 = 0;
 const DELAY: u8 = 1;
 const BLACKHOLE: u8 = 2;
+const REFUSE: u8 = 3;
 
 /// What the proxy does with the bytes it carries.
 #[derive(Debug, Clone, Copy)]
@@ -21,11 +23,16 @@ pub enum Fault {
     Delay(Duration),
     /// Bytes are read and dropped; the connections stay open (a partition).
     Blackhole,
+    /// Every command a client sends is answered by the proxy with this error
+    /// (e.g. `LOADING …`) and never reaches the server; what the server
+    /// sends on its own (pub/sub messages) still arrives.
+    Refuse(&'static str),
 }
 
 struct State {
     mode: AtomicU8,
     delay_ms: AtomicU64,
+    refusal: Mutex<&'static str>,
     stop: AtomicBool,
     conns: Mutex<Vec<TcpStream>>,
 }
@@ -45,6 +52,7 @@ impl FaultProxy {
         let state = Arc::new(State {
             mode: AtomicU8::new(FORWARD),
             delay_ms: AtomicU64::new(0),
+            refusal: Mutex::new(""),
             stop: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
         });
@@ -67,8 +75,9 @@ impl FaultProxy {
                             &st,
                             client.try_clone().unwrap(),
                             server.try_clone().unwrap(),
+                            Some(client.try_clone().unwrap()),
                         );
-                        pump(&st, server, client);
+                        pump(&st, server, client, None);
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         thread::sleep(Duration::from_millis(5));
@@ -90,6 +99,10 @@ impl FaultProxy {
             Fault::Forward => (FORWARD, 0),
             Fault::Delay(d) => (DELAY, d.as_millis() as u64),
             Fault::Blackhole => (BLACKHOLE, 0),
+            Fault::Refuse(error) => {
+                *self.state.refusal.lock().unwrap() = error;
+                (REFUSE, 0)
+            }
         };
         self.state.delay_ms.store(delay, Ordering::Relaxed);
         self.state.mode.store(mode, Ordering::Relaxed);
@@ -115,8 +128,10 @@ impl Drop for FaultProxy {
     }
 }
 
-/// Copies `from` → `to` on its own thread, applying the current fault.
-fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream) {
+/// Copies `from` → `to` on its own thread, applying the current fault;
+/// `back` is the client's socket when `from` is the client (where refusals
+/// are answered).
+fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream, mut back: Option<TcpStream>) {
     let st = Arc::clone(state);
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
@@ -130,6 +145,16 @@ fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream) {
             }
             match st.mode.load(Ordering::Relaxed) {
                 BLACKHOLE => continue,
+                REFUSE => {
+                    if let Some(back) = back.as_mut() {
+                        let error = *st.refusal.lock().unwrap();
+                        let reply = format!("-{error}\r\n").repeat(commands_in(&buf[..n]));
+                        if back.write_all(reply.as_bytes()).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                }
                 DELAY => thread::sleep(Duration::from_millis(st.delay_ms.load(Ordering::Relaxed))),
                 _ => {}
             }
@@ -140,4 +165,35 @@ fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream) {
         let _ = to.shutdown(Shutdown::Both);
         let _ = from.shutdown(Shutdown::Both);
     });
+}
+
+/// How many RESP commands (`*<n>` arrays of bulk strings) a chunk from a
+/// client holds; the clients in the tests write whole commands.
+fn commands_in(mut chunk: &[u8]) -> usize {
+    fn line(chunk: &[u8]) -> Option<(&[u8], &[u8])> {
+        let end = chunk.windows(2).position(|w| w == b"\r\n")?;
+        Some((&chunk[..end], &chunk[end + 2..]))
+    }
+    let mut count = 0;
+    while let Some((head, rest)) = line(chunk) {
+        let Some(n) = head
+            .strip_prefix(b"*")
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+        else {
+            break;
+        };
+        chunk = rest;
+        for _ in 0..n {
+            let Some((len, rest)) = line(chunk) else {
+                return count + 1;
+            };
+            let len: usize = std::str::from_utf8(&len[1..])
+                .ok()
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            chunk = rest.get(len + 2..).unwrap_or(&[]);
+        }
+        count += 1;
+    }
+    count.max(1)
 }
