@@ -524,8 +524,8 @@ fn w1(url: &str, secs: f64) -> Uncontended {
     let mut raw = RawLock::new(url, "token-w1".into());
     let client = LockClient::new(url).unwrap();
     let (acquire, release) = (
-        redis::Script::new(leasehold::protocol::ACQUIRE),
-        redis::Script::new(leasehold::protocol::RELEASE),
+        redis::Script::new(leasehold::scripts::ACQUIRE),
+        redis::Script::new(leasehold::scripts::RELEASE),
     );
     let owner = "00000000-0000-4000-8000-000000000000:1";
     let mut protocol_ratios = Vec::new();

@@ -1,4 +1,7 @@
-//! The one error type of the crate.
+//! The one error type of the crate, and the one classification of Redis
+//! errors ([`Retry`]): whether a failed command is worth sending again, and
+//! how. The wait loop, the renewal thread and the connection pool all decide
+//! with it, so they cannot disagree about what is transient.
 
 use std::fmt;
 
@@ -249,10 +252,21 @@ impl Error {
         )
     }
 
-    /// A connection error, or a server that turned replica (a failover under
-    /// way): worth retrying while waiting for a lock.
+    /// Whether the command that failed is worth sending again (see
+    /// [`Retry`]); what a waiter rides out.
+    pub(crate) fn retry(&self) -> Retry {
+        match self {
+            Error::Pool { .. } => Retry::Reconnect,
+            Error::Connection { source }
+            | Error::Redis { source }
+            | Error::ReadOnlyReplica { source } => Retry::of(source),
+            _ => Retry::No,
+        }
+    }
+
+    /// Worth retrying while waiting for a lock (anything but [`Retry::No`]).
     pub(crate) fn is_transient(&self) -> bool {
-        self.is_connection() || matches!(self, Error::ReadOnlyReplica { .. })
+        self.retry() != Retry::No
     }
 
     pub(crate) fn invalid(reason: impl fmt::Display) -> Self {
@@ -292,6 +306,51 @@ impl From<redis::RedisError> for Error {
         } else {
             Error::Redis { source: err }
         }
+    }
+}
+
+/// What to do about a Redis error: the one classification the wait loop, the
+/// renewal thread and the connection pool share (in the spirit of redis-rs's
+/// `RetryMethod`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The connection is unusable or points at the wrong server (I/O error,
+    /// timeout, dropped, `READONLY` after a failover, `MASTERDOWN`): drop it,
+    /// reconnect (through Sentinel, a new cluster table) and send again.
+    Reconnect,
+    /// A Redis Cluster redirect (`MOVED`, `ASK`): follow it at once.
+    Redirect,
+    /// The server cannot serve it right now but the connection is fine
+    /// (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`): send again a little
+    /// later.
+    Later,
+    /// An answer: sending it again will not change it.
+    No,
+}
+
+impl Retry {
+    /// Classifies an error of the `redis` crate.
+    pub(crate) fn of(err: &redis::RedisError) -> Retry {
+        if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() {
+            return Retry::Reconnect;
+        }
+        if err.is_connection_refusal() {
+            return Retry::Reconnect;
+        }
+        const CODES: [(&str, Retry); 8] = [
+            ("READONLY", Retry::Reconnect),
+            ("MASTERDOWN", Retry::Reconnect),
+            ("MOVED", Retry::Redirect),
+            ("ASK", Retry::Redirect),
+            ("LOADING", Retry::Later),
+            ("BUSY", Retry::Later),
+            ("TRYAGAIN", Retry::Later),
+            ("CLUSTERDOWN", Retry::Later),
+        ];
+        CODES
+            .iter()
+            .find(|(code, _)| has_code(err, code))
+            .map_or(Retry::No, |(_, retry)| *retry)
     }
 }
 
@@ -363,6 +422,51 @@ mod tests {
             );
             assert!(!msg.ends_with('.'), "{msg}");
         }
+    }
+
+    /// An error reply as the `redis` crate parses it off the wire.
+    fn server_error(text: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+            .and_then(redis::Value::extract_error)
+            .unwrap_err()
+    }
+
+    #[test]
+    fn one_classification_of_redis_errors() {
+        let io: redis::RedisError =
+            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset").into();
+        assert_eq!(Retry::of(&io), Retry::Reconnect);
+        for (text, want) in [
+            (
+                "READONLY You can't write against a read only replica.",
+                Retry::Reconnect,
+            ),
+            ("MASTERDOWN Link with MASTER is down", Retry::Reconnect),
+            (
+                "LOADING Redis is loading the dataset in memory",
+                Retry::Later,
+            ),
+            ("BUSY Redis is busy running a script", Retry::Later),
+            (
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                Retry::Later,
+            ),
+            ("CLUSTERDOWN The cluster is down", Retry::Later),
+            ("MOVED 3999 127.0.0.1:6381", Retry::Redirect),
+            ("ASK 3999 127.0.0.1:6381", Retry::Redirect),
+            ("NOPERM this user has no permissions", Retry::No),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                Retry::No,
+            ),
+            ("ERR unknown command", Retry::No),
+        ] {
+            let e = server_error(text);
+            assert_eq!(Retry::of(&e), want, "{text}: {e:?}");
+            let typed = Error::from_redis(e, "k");
+            assert_eq!(typed.is_transient(), want != Retry::No, "{text}: {typed:?}");
+        }
+        assert!(!Error::NotHeld { name: "x".into() }.is_transient());
     }
 
     #[test]

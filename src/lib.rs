@@ -69,38 +69,68 @@
 //! that was lost are typed, never panics.
 #![warn(missing_docs)]
 
+// Module map for maintainers. Layers import downward only (checked by
+// `../shared/tools/modcycles` in scripts/test.sh); a file's opening comment
+// says what it owns.
+//
+//   bottom      error     the one Error; the one Redis error classification (Retry)
+//               options   LockOptions, Kind, name/lease checks, deadline arithmetic
+//               names     keys and channels of Redisson's layouts; short ids
+//               stats     Stats and the counters behind it
+//               tls       rustls for the subscriber socket (feature `tls`)
+//   protocol    protocol/ scripts and replies per kind (plain, fair, rwlock), one
+//                         dispatch on Kind; no threads, no pools
+//   conn        conn/     pools, targets (fixed, Sentinel), cluster routing, `run`
+//   machinery   notify    the shared pub/sub subscriber
+//               renewal/  the watchdog thread: lease state, wheel, worker
+//               local/    the in-process queue and handoff
+//   shared      shared    what a client and its guards share; the release path
+//   wait        wait      the one acquire/wait loop, behind two seams (tests: fakes)
+//   top         acquire   input checks, the local turn, the kind adapter → wait
+//               guard     LockGuard (calls Shared::release)
+//               client    LockClient and its ladder
+//               builder   LockClientBuilder and the constructors
+//               redlock   Redlock over independent masters
+//               fenced    FencedStore
+
+mod acquire;
+mod builder;
 mod client;
-mod cluster;
+mod conn;
 mod error;
-mod fair;
 mod fenced;
 mod guard;
 mod local;
+mod names;
 mod notify;
 mod options;
-mod raw;
+mod protocol;
 mod redlock;
 mod renewal;
-mod rwlock;
+mod shared;
+mod stats;
 #[cfg(feature = "tls")]
 mod tls;
+mod wait;
 
-pub use client::{LockClient, LockClientBuilder, MAX_LEASE, MAX_NAME_BYTES};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
 pub use error::{Error, Result};
 pub use fenced::FencedStore;
 pub use guard::LockGuard;
-pub use options::LockOptions;
+pub use options::{LockOptions, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
-pub use renewal::{LeaseLost, Stats};
+pub use renewal::LeaseLost;
+pub use stats::Stats;
 
 /// The Lua sources of the lock protocol, for the benches' protocol floor
 /// (the same scripts on a plain connection, without this library around
 /// them). Not a stable API.
 #[doc(hidden)]
-pub mod protocol {
+pub mod scripts {
     /// The acquire script: `KEYS[1]` lock; `ARGV` lease ms, owner, fresh flag.
-    pub const ACQUIRE: &str = crate::raw::ACQUIRE;
+    pub const ACQUIRE: &str = crate::protocol::ACQUIRE;
     /// The release script: `KEYS[1]` lock, `KEYS[2]` channel; `ARGV` unlock
     /// message, lease ms, owner, last-hold flag, then an optional successor.
-    pub const RELEASE: &str = crate::raw::RELEASE;
+    pub const RELEASE: &str = crate::protocol::RELEASE;
 }

@@ -59,7 +59,7 @@ struct Shared {
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     tls: SubscriberTls,
     /// Where the primary is now (Sentinel); `addr` otherwise.
-    target: Option<Arc<crate::client::Target>>,
+    target: Option<Arc<crate::conn::Target>>,
     state: Mutex<State>,
     /// Wakes the subscriber thread (new channel while disconnected, shutdown).
     thread_cv: Condvar,
@@ -121,7 +121,7 @@ impl Notifier {
         connect_timeout: Duration,
         io_timeout: Duration,
         tls: SubscriberTls,
-        target: Option<Arc<crate::client::Target>>,
+        target: Option<Arc<crate::conn::Target>>,
     ) -> Self {
         let settings = info.redis_settings();
         Notifier {

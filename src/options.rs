@@ -1,8 +1,75 @@
-//! Per-lock options.
+//! Per-lock options, the lock kinds, and the input checks and deadline
+//! arithmetic that `LockClient` and `Redlock` share (one wording, one limit).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::guard::Kind;
+use crate::error::{Error, Result};
+
+/// The longest lock name accepted, in bytes. Redis would take longer keys,
+/// but every lock command carries the name (twice on release, as key and
+/// channel); a name this long is a mistake or an attack.
+pub const MAX_NAME_BYTES: usize = 64 * 1024;
+
+/// The longest lease accepted (Redis refuses expiry times that overflow its
+/// millisecond clock; 100 years is far from that and from any real use).
+pub const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Which lock a hold is of (which scripts it needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Kind {
+    /// The plain reentrant lock (in-process queue and handoff).
+    #[default]
+    Plain,
+    /// The fair lock (released by the fair script, no local queue).
+    Fair,
+    /// A read hold of a read/write lock.
+    Read,
+    /// A write hold of a read/write lock.
+    Write,
+}
+
+/// Refuses an empty or overlong lock name.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("lock name must not be empty"));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Error::invalid(format_args!(
+            "lock name is {} bytes; names longer than {MAX_NAME_BYTES} bytes are refused (hash a long name first)",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a zero lease or one above [`MAX_LEASE`]; `what` names it.
+pub(crate) fn check_lease(what: &str, lease: Duration) -> Result<()> {
+    if lease.is_zero() {
+        return Err(Error::invalid(format_args!(
+            "{what} must be greater than zero (a zero PEXPIRE would delete the lock at once)"
+        )));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(format_args!(
+            "{what} must be at most {MAX_LEASE:?} (100 years); for a lock that never expires use the watchdog (no explicit lease)"
+        )));
+    }
+    Ok(())
+}
+
+/// The instant `wait` from now; a wait too long for the clock (e.g.
+/// `Duration::MAX`) means 100 years — no deadline in practice, no overflow.
+pub(crate) fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(MAX_LEASE))
+        .unwrap_or(now)
+}
+
+/// The earlier of an optional deadline and `at`.
+pub(crate) fn deadline_min(deadline: Option<Instant>, at: Instant) -> Instant {
+    deadline.map_or(at, |d| d.min(at))
+}
 
 /// How to take one lock: an explicit lease, a bounded wait.
 ///
@@ -132,5 +199,34 @@ impl LockOptions {
     /// The bounded wait, if one was set.
     pub fn wait_value(&self) -> Option<Duration> {
         self.wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_waits_do_not_overflow() {
+        let far = deadline_after(Duration::MAX);
+        assert!(far > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+        let near = deadline_after(Duration::from_millis(5));
+        assert!(near <= Instant::now() + Duration::from_millis(5));
+        assert_eq!(deadline_min(None, near), near);
+        assert_eq!(deadline_min(Some(near), far), near);
+    }
+
+    #[test]
+    fn names_and_leases_are_checked_with_one_wording() {
+        assert!(check_name("").unwrap_err().is_invalid_argument());
+        assert!(check_name(&"x".repeat(MAX_NAME_BYTES + 1)).is_err());
+        assert!(check_name("ok").is_ok());
+        let e = check_lease("lease", Duration::ZERO).unwrap_err();
+        assert!(
+            e.to_string().contains("lease must be greater than zero"),
+            "{e}"
+        );
+        assert!(check_lease("lease", MAX_LEASE + Duration::from_secs(1)).is_err());
+        assert!(check_lease("lease", Duration::from_secs(1)).is_ok());
     }
 }

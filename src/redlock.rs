@@ -30,11 +30,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
-use crate::client::{short_id, LockClient, MAX_LEASE, MAX_NAME_BYTES};
+use crate::client::LockClient;
 use crate::error::{Error, Result};
-use crate::raw::{Acquire, Fence, Release};
+use crate::names::short_id;
+use crate::options::{check_lease, check_name, deadline_after, Kind, LockOptions};
+use crate::protocol::{Attempt, Fence, Release, Released, Request};
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
-use crate::LockOptions;
 
 /// A lock over several independent Redis masters (Redlock).
 ///
@@ -125,16 +126,10 @@ impl RedlockBuilder {
         if self.urls.is_empty() {
             return Err(Error::invalid("Redlock needs at least one node"));
         }
-        if self.node_timeout.is_zero() || self.lease.is_zero() {
-            return Err(Error::invalid(
-                "the lease and the node timeout must be greater than zero",
-            ));
+        if self.node_timeout.is_zero() {
+            return Err(Error::invalid("the node timeout must be greater than zero"));
         }
-        if self.lease > MAX_LEASE {
-            return Err(Error::invalid(format_args!(
-                "lease must be at most {MAX_LEASE:?}"
-            )));
-        }
+        check_lease("watchdog lease", self.lease)?;
         if self.lease < self.node_timeout * 10 {
             return Err(Error::invalid(format_args!(
                 "the lease ({:?}) must be at least ten node timeouts ({:?}): an attempt may take a node timeout, and what is left of the lease is the hold's validity",
@@ -237,7 +232,7 @@ impl Redlock {
     /// [`Error::NoQuorum`] when at the deadline too few nodes could be
     /// reached to decide.
     pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<RedlockGuard>> {
-        self.acquire(name, None, Some(Instant::now() + wait))
+        self.acquire(name, None, Some(deadline_after(wait)))
     }
 
     /// With options: an explicit lease (not renewed; the guard's validity is
@@ -253,7 +248,7 @@ impl Redlock {
                 "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks",
             ));
         }
-        let deadline = options.wait_value().map(|w| Instant::now() + w);
+        let deadline = options.wait_value().map(deadline_after);
         match self.acquire(name, options.lease_value(), deadline)? {
             Some(guard) => Ok(guard),
             None => Err(Error::WaitTimedOut {
@@ -269,15 +264,9 @@ impl Redlock {
         lease: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<Option<RedlockGuard>> {
-        if name.is_empty() || name.len() > MAX_NAME_BYTES {
-            return Err(Error::invalid(format_args!(
-                "lock name must be 1 to {MAX_NAME_BYTES} bytes long"
-            )));
-        }
-        if lease.is_some_and(|l| l.is_zero() || l > MAX_LEASE) {
-            return Err(Error::invalid(format_args!(
-                "lease must be greater than zero and at most {MAX_LEASE:?}"
-            )));
+        check_name(name)?;
+        if let Some(lease) = lease {
+            check_lease("lease", lease)?;
         }
         let inner = &self.inner;
         let mut unreachable_since: Option<Instant> = None;
@@ -330,9 +319,15 @@ impl Redlock {
         let lease = lease.unwrap_or(inner.lease);
         let started = Instant::now();
         let answers = on_every_node(&inner.nodes, |node| {
-            node.inner
-                .attempt(&key, owner, lease, true, Fence::None)
-                .map(|(a, _)| a)
+            let req = Request {
+                kind: Kind::Plain,
+                key: &key,
+                owner,
+                lease,
+                fresh: true,
+                fence: Fence::None,
+            };
+            node.shared().attempt(name, &req)
         });
         let elapsed = started.elapsed();
         let drift = lease / 100 + Duration::from_millis(2);
@@ -341,8 +336,8 @@ impl Redlock {
         let (mut busy, mut errors) = (0, Vec::new());
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
-                Ok(Acquire::Acquired { .. }) => held.push(i),
-                Ok(Acquire::HeldElsewhere { .. }) => busy += 1,
+                Ok(Attempt::Acquired { .. }) => held.push(i),
+                Ok(_) => busy += 1,
                 Err(e) => errors.push(e),
             }
         }
@@ -388,9 +383,8 @@ impl Redlock {
             );
             for &i in held {
                 let node_state = inner.nodes[i]
-                    .inner
-                    .renewer
-                    .register(&key, owner, lease, started, None);
+                    .shared()
+                    .lease_state(&key, owner, lease, true, started, None);
                 node_state.join(&quorum);
                 nodes.push((i, Some(node_state)));
             }
@@ -483,14 +477,21 @@ fn release_everywhere(
     lease: Duration,
 ) -> (usize, usize, Vec<Error>) {
     let answers = on_every_node(nodes, |node| {
-        let timeout = node.inner.socket_timeout();
-        node.inner
-            .release(key, owner, lease, Some(timeout), true, None)
+        let shared = node.shared();
+        let rel = Release {
+            kind: Kind::Plain,
+            key,
+            field: owner,
+            lease,
+            last: true,
+            successor: None,
+        };
+        shared.release_script(&rel, Some(shared.socket_timeout))
     });
     let (mut ours, mut not_ours, mut errors) = (0, 0, Vec::new());
     for answer in answers {
         match answer {
-            Ok(Release::NotHeld) => not_ours += 1,
+            Ok(Released::NotHeld) => not_ours += 1,
             Ok(_) => ours += 1,
             Err(e) => errors.push(e),
         }
@@ -574,7 +575,7 @@ impl RedlockGuard {
         for (i, state) in &self.nodes {
             if let Some(state) = state {
                 nodes[*i]
-                    .inner
+                    .shared()
                     .renewer
                     .release(&self.key, &self.owner, state);
             }

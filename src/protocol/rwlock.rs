@@ -38,7 +38,8 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::raw::{millis, prefix_name};
+use super::millis;
+use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
 
 /// How long a waiting writer's place in the writer set lasts without being
 /// confirmed; a waiting writer confirms it at least every third of that.
@@ -182,54 +183,6 @@ end
 return 1
 "#;
 
-/// A companion key of a lock key as Redisson's `suffixName` makes it:
-/// `{<key>}:<suffix>`, or `<key>:<suffix>` when the key has braces of its
-/// own — so both hash to the key's cluster slot.
-pub(crate) fn suffix_name(key: &str, suffix: &str) -> String {
-    let mut s = String::with_capacity(key.len() + suffix.len() + 3);
-    push_tagged(&mut s, key);
-    s.push(':');
-    s.push_str(suffix);
-    s
-}
-
-/// `{<key>}`, or the key itself when it has braces.
-fn push_tagged(s: &mut String, key: &str) {
-    if key.contains('{') {
-        s.push_str(key);
-    } else {
-        s.push('{');
-        s.push_str(key);
-        s.push('}');
-    }
-}
-
-/// The read/write lock's channel, `redisson_rwlock:{<key>}`.
-pub(crate) fn channel(key: &str) -> String {
-    prefix_name("redisson_rwlock", key)
-}
-
-/// The prefix of `owner`'s read timeout keys:
-/// `{<key>}:<owner>:rwlock_timeout` (`:<n>` is appended per hold).
-pub(crate) fn timeout_prefix(key: &str, owner: &str) -> String {
-    let mut s = suffix_name(key, owner);
-    s.push_str(":rwlock_timeout");
-    s
-}
-
-/// The set of waiting writers, `{<key>}:rwlock_write_waiters`.
-pub(crate) fn writers_key(key: &str) -> String {
-    suffix_name(key, "rwlock_write_waiters")
-}
-
-/// The hash field of `owner`'s write holds.
-pub(crate) fn write_field(owner: &str) -> String {
-    let mut s = String::with_capacity(owner.len() + 6);
-    s.push_str(owner);
-    s.push_str(":write");
-    s
-}
-
 /// What a read or write acquire attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RwAcquire {
@@ -368,24 +321,5 @@ fn acquire_reply(reply: &Value) -> RwAcquire {
         Value::Nil => RwAcquire::Acquired,
         Value::Int(ms) if *ms >= 0 => RwAcquire::Wait(Some(Duration::from_millis(*ms as u64))),
         _ => RwAcquire::Wait(None),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_redissons() {
-        assert_eq!(channel("doc"), "redisson_rwlock:{doc}");
-        assert_eq!(timeout_prefix("doc", "u:7"), "{doc}:u:7:rwlock_timeout");
-        assert_eq!(writers_key("doc"), "{doc}:rwlock_write_waiters");
-        assert_eq!(write_field("u:7"), "u:7:write");
-        // A key with its own hash tag keeps it.
-        assert_eq!(
-            timeout_prefix("app:{doc}", "u:7"),
-            "app:{doc}:u:7:rwlock_timeout"
-        );
-        assert_eq!(channel("app:{doc}"), "redisson_rwlock:app:{doc}");
     }
 }

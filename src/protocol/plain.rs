@@ -1,5 +1,5 @@
-//! The Redis protocol of one lock, with no threads: acquire, release and
-//! renew as Lua scripts, wire-compatible with Redisson's `RLock`.
+//! The plain (and fenced) lock's protocol, with no threads: acquire, release
+//! and renew as Lua scripts, wire-compatible with Redisson's `RLock`.
 //!
 //! Layout (the same as Redisson's, so Java and Rust services can guard one
 //! resource):
@@ -14,11 +14,10 @@
 
 use std::time::Duration;
 
-use redis::{
-    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, Value,
-};
+use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::local::Successor;
+use super::{evalsha, millis, run, token, unexpected, Released};
+use crate::names::{channel_name, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
@@ -173,34 +172,42 @@ pub(crate) enum Acquire {
     HeldElsewhere { ttl: Option<Duration> },
 }
 
-/// What a release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The hold count reached zero: the key is gone and waiters were told.
-    Freed,
-    /// One reentrant hold was given back; others of the same owner remain.
-    StillHeld,
-    /// The last hold was given back and the lock passed directly to the
-    /// successor named in the release (a thread queued in the same client),
-    /// with a fencing token minted for it when it asked for one.
-    HandedOver { fence: Option<u64> },
-    /// Freed and published with a successor named, because other clients
-    /// were waiting for the lock: the successor should let them go first.
-    FreedForOthers,
-    /// Our owner field was not there: nothing was changed.
-    NotHeld,
+/// Whom a release may hand the lock to directly: a thread of the same
+/// client queued for it (see `local`).
+#[derive(Clone, Copy)]
+pub(crate) struct Successor<'h> {
+    pub(crate) owner: &'h str,
+    pub(crate) lease: Duration,
+    /// Hand over even when other clients wait (the streak is short yet).
+    pub(crate) force: bool,
+    /// Our own subscriptions to the unlock channel (0 or 1), which the script
+    /// subtracts from the channel's subscriber count.
+    pub(crate) own_subscriptions: u32,
+    /// The successor asked for a fencing token: the script mints one.
+    pub(crate) fenced: bool,
 }
 
-/// The scripts, hashed once per client.
-pub(crate) struct Scripts {
+/// Whether an acquire deals in fencing tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fence {
+    /// A plain lock: no token, no extra key.
+    None,
+    /// Fenced, and this owner already has a token for its holds here.
+    Keep,
+    /// Fenced, and a new token is needed.
+    Mint,
+}
+
+/// The plain lock's scripts, hashed once per client.
+pub(crate) struct PlainScripts {
     acquire: Script,
     acquire_fenced: Script,
     release: Script,
 }
 
-impl Scripts {
+impl PlainScripts {
     pub(crate) fn new() -> Self {
-        Scripts {
+        PlainScripts {
             acquire: Script::new(ACQUIRE),
             acquire_fenced: Script::new(ACQUIRE_FENCED),
             release: Script::new(RELEASE),
@@ -260,7 +267,7 @@ impl Scripts {
         lease: Duration,
         last: bool,
         successor: Option<Successor<'_>>,
-    ) -> RedisResult<Release> {
+    ) -> RedisResult<Released> {
         let fenced = successor.as_ref().is_some_and(|n| n.fenced);
         let mut cmd = evalsha(&self.release, if fenced { 3 } else { 2 });
         cmd.arg(key).arg(channel_name(key));
@@ -279,127 +286,15 @@ impl Scripts {
         }
         let reply: Value = run(con, &self.release, &cmd)?;
         Ok(match reply {
-            Value::Nil => Release::NotHeld,
-            Value::Int(0) => Release::StillHeld,
-            Value::Int(2) => Release::HandedOver { fence: None },
-            Value::Array(items) => Release::HandedOver {
+            Value::Nil => Released::NotHeld,
+            Value::Int(0) => Released::StillHeld,
+            Value::Int(2) => Released::HandedOver { fence: None },
+            Value::Array(items) => Released::HandedOver {
                 fence: items.get(1).and_then(token),
             },
-            Value::Int(3) => Release::FreedForOthers,
-            Value::Int(_) => Release::Freed,
+            Value::Int(3) => Released::FreedForOthers,
+            Value::Int(_) => Released::Freed,
             other => return Err(unexpected("release", &other)),
         })
-    }
-}
-
-/// `EVALSHA <hash> <numkeys>`, to be followed by keys and arguments: built in
-/// one buffer (the crate's `ScriptInvocation` copies every argument twice).
-fn evalsha(script: &Script, numkeys: usize) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(numkeys);
-    cmd
-}
-
-/// Runs an `EVALSHA`; when the server does not know the script (restarted,
-/// `SCRIPT FLUSH`) loads it and sends the command once more.
-fn run<T: FromRedisValue>(
-    con: &mut dyn ConnectionLike,
-    script: &Script,
-    cmd: &Cmd,
-) -> RedisResult<T> {
-    match cmd.query(con) {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load(con)?;
-            cmd.query(con)
-        }
-        other => other,
-    }
-}
-
-/// Whether an acquire deals in fencing tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fence {
-    /// A plain lock: no token, no extra key.
-    None,
-    /// Fenced, and this owner already has a token for its holds here.
-    Keep,
-    /// Fenced, and a new token is needed.
-    Mint,
-}
-
-/// The fencing-token counter of a lock key (Redisson's
-/// `redisson_lock_token:{name}`).
-pub(crate) fn token_key(key: &str) -> String {
-    prefix_name("redisson_lock_token", key)
-}
-
-/// A companion name of a lock key, as Redisson's `prefixName` makes it:
-/// `<prefix>:{<key>}`, so the companion hashes to the key's cluster slot —
-/// or `<prefix>:<key>` when the key has braces of its own, so that its own
-/// hash tag decides the slot of both.
-pub(crate) fn prefix_name(prefix: &str, key: &str) -> String {
-    let mut s = String::with_capacity(prefix.len() + key.len() + 3);
-    s.push_str(prefix);
-    if key.contains('{') {
-        s.push(':');
-        s.push_str(key);
-    } else {
-        s.push_str(":{");
-        s.push_str(key);
-        s.push('}');
-    }
-    s
-}
-
-/// A token in a script reply (positive integer).
-fn token(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(n) if *n > 0 => Some(*n as u64),
-        _ => None,
-    }
-}
-
-fn unexpected(what: &str, v: &Value) -> redis::RedisError {
-    redis::RedisError::from((
-        ErrorKind::Client,
-        "unexpected reply from the lock script",
-        format!("{what}: {v:?}"),
-    ))
-}
-
-/// The unlock channel of a lock key (Redisson's `redisson_lock__channel:{name}`).
-pub(crate) fn channel_name(key: &str) -> String {
-    prefix_name("redisson_lock__channel", key)
-}
-
-/// Milliseconds for `PEXPIRE`, at least 1 (0 would delete the key at once).
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn channel_is_redisson_compatible() {
-        assert_eq!(
-            channel_name("order:pay"),
-            "redisson_lock__channel:{order:pay}"
-        );
-        assert_eq!(token_key("order:pay"), "redisson_lock_token:{order:pay}");
-        // A name with its own hash tag keeps it (Redisson's prefixName).
-        assert_eq!(
-            channel_name("{user:7}:cart"),
-            "redisson_lock__channel:{user:7}:cart"
-        );
-        assert_eq!(token_key("a{t}b"), "redisson_lock_token:a{t}b");
-    }
-
-    #[test]
-    fn millis_never_zero() {
-        assert_eq!(millis(Duration::from_micros(10)), 1);
-        assert_eq!(millis(Duration::from_secs(30)), 30_000);
-        assert_eq!(millis(Duration::MAX), u64::MAX);
     }
 }

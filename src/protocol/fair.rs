@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::raw::{channel_name, millis, mint_fn, prefix_name, token_key, UNLOCK_MESSAGE};
+use super::millis;
+use super::plain::{mint_fn, UNLOCK_MESSAGE};
+use crate::names::{channel_name, queue_key, timeout_key, token_key};
 
 /// How long a waiter's place in the queue lasts without being confirmed.
 pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
@@ -108,24 +110,6 @@ if first == ARGV[2] and redis.call('exists', KEYS[1]) == 0 then
 end
 return 1
 "#;
-
-/// The queue list of a fair lock key.
-pub(crate) fn queue_key(key: &str) -> String {
-    prefix_name("redisson_lock_queue", key)
-}
-
-/// The timeout zset of a fair lock key.
-pub(crate) fn timeout_key(key: &str) -> String {
-    prefix_name("redisson_lock_timeout", key)
-}
-
-/// The channel on which `owner` is woken when it is next.
-pub(crate) fn waiter_channel(key: &str, owner: &str) -> String {
-    let mut s = channel_name(key);
-    s.push(':');
-    s.push_str(owner);
-    s
-}
 
 /// What a fair acquire attempt found.
 pub(crate) enum FairAcquire {

@@ -1,0 +1,279 @@
+//! The acquire path of `LockClient`: input checks, then for a plain lock a
+//! turn in the client's in-process queue (threads of one client never race
+//! each other at Redis), then the one wait loop ([`wait::wait_for`]) with
+//! [`AtRedis`] — the one adapter that gives the loop any kind's attempt,
+//! undo, channel, wake rule and waiting place — and finally the guard.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::local::{self, Enter};
+use crate::names::{channel_name, timeout_prefix};
+use crate::options::{check_lease, check_name, deadline_min, Kind};
+use crate::protocol::{self, Attempt, Fence, Release, Request};
+use crate::shared::{Hold, Shared};
+use crate::wait::{self, Answer, Live, LockKind, Wake};
+
+/// What the caller asked for.
+#[derive(Clone, Copy)]
+pub(crate) struct Want {
+    pub(crate) kind: Kind,
+    /// An explicit lease; `None`: the watchdog lease, renewed.
+    pub(crate) lease: Option<Duration>,
+    pub(crate) fenced: bool,
+}
+
+/// Takes lock `name` as `want` says, waiting until `deadline` (`None`: as
+/// long as it takes); `None` when the deadline passed first.
+pub(crate) fn acquire(
+    shared: &Arc<Shared>,
+    name: &str,
+    want: Want,
+    deadline: Option<Instant>,
+) -> Result<Option<LockGuard>> {
+    check_name(name)?;
+    if let Some(lease) = want.lease {
+        check_lease("lease", lease)?;
+    }
+    if want.fenced && matches!(want.kind, Kind::Read | Kind::Write) {
+        return Err(Error::invalid(
+            "fencing tokens are for exclusive locks (plain or fair); a read/write lock has none",
+        ));
+    }
+    let key = shared.key(name);
+    let owner = shared.owner();
+    let lease = want.lease.unwrap_or(shared.watchdog_lease);
+    let at = AtRedis {
+        shared,
+        name,
+        kind: want.kind,
+        key: &key,
+        owner: &owner,
+        lease,
+        fresh: true,
+        fence: if want.fenced {
+            Fence::Mint
+        } else {
+            Fence::None
+        },
+    };
+    if want.kind == Kind::Plain {
+        return plain(at, want, deadline);
+    }
+    let mut at = at;
+    let mut sub = None;
+    let Some((minted, sent_at)) = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline)?
+    else {
+        return Ok(None);
+    };
+    let (field, timeouts) = match want.kind {
+        Kind::Read => (owner.clone(), Some(timeout_prefix(&key, &owner))),
+        kind => (protocol::hold_field(kind, &owner).into_owned(), None),
+    };
+    let fence = match want.kind {
+        // A reentrant fenced fair hold (nothing minted) returns the outer token.
+        Kind::Fair if want.fenced => shared.fair_fence_hold(&key, &owner, minted),
+        _ => None,
+    };
+    let watchdog = want.lease.is_none();
+    let state = shared.lease_state(&key, &field, lease, watchdog, sent_at, timeouts.as_deref());
+    Ok(Some(guard(
+        shared, name, key, field, lease, want, fence, state,
+    )))
+}
+
+/// The plain lock: a turn in the in-process queue (or the lock handed over
+/// by a thread of this client), then Redis.
+fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+    let shared = at.shared;
+    let (key, owner, lease) = (at.key, at.owner, at.lease);
+    let watchdog = want.lease.is_none();
+    let mut turn = match shared.local.enter(key, owner, lease, want.fenced, deadline) {
+        Enter::Turn(turn) => turn,
+        Enter::Granted(sent_at, fence) => {
+            let state = shared.lease_state(key, owner, lease, watchdog, sent_at, None);
+            shared.local.holding(key, owner, &state, fence);
+            let g = guard(
+                shared,
+                at.name,
+                key.to_owned(),
+                owner.to_owned(),
+                lease,
+                want,
+                fence,
+                state,
+            );
+            return Ok(Some(g));
+        }
+        Enter::TimedOut => return Ok(None),
+    };
+    let mut sub = turn.take_subscription();
+    if let Some(yield_to) = turn.yield_to.take() {
+        // Our release woke other clients: let them take it first, and try
+        // after the next unlock message (theirs) or a short bound. Without a
+        // subscription yet, subscribe now: our own message came before it,
+        // so any message from here on is someone else's release.
+        let until = deadline_min(deadline, Instant::now() + local::YIELD_WAIT);
+        let seen = match &sub {
+            Some(_) => yield_to.messages,
+            None => {
+                let s = shared.notifier.subscribe(&channel_name(key), until);
+                let seen = s.messages();
+                sub = Some(s);
+                seen
+            }
+        };
+        if let Some(s) = &sub {
+            s.wait_for_message_after(seen, until);
+        }
+    }
+    at.fresh = turn.fresh();
+    at.fence = match (want.fenced, turn.fence()) {
+        (false, _) => Fence::None,
+        (true, Some(_)) => Fence::Keep,
+        (true, None) => Fence::Mint,
+    };
+    let name = at.name;
+    let got = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline);
+    turn.keep_subscription(sub);
+    let Some((minted, sent_at)) = got? else {
+        return Ok(None);
+    };
+    // A reentrant fenced hold returns the token it already has.
+    let token = minted.or(turn.fence()).filter(|_| want.fenced);
+    let state = shared.lease_state(key, owner, lease, watchdog, sent_at, None);
+    turn.acquired(&state, minted);
+    let g = guard(
+        shared,
+        name,
+        key.to_owned(),
+        owner.to_owned(),
+        lease,
+        want,
+        token,
+        state,
+    );
+    Ok(Some(g))
+}
+
+/// The wait loop's view of this client: its notifier, counters and the
+/// pool's connect timeout.
+fn live(shared: &Shared) -> Live<'_> {
+    Live {
+        notifier: &shared.notifier,
+        counters: &shared.renewer.counters,
+        outage_limit: shared.outage_limit(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn guard(
+    shared: &Arc<Shared>,
+    name: &str,
+    key: String,
+    field: String,
+    lease: Duration,
+    want: Want,
+    fence: Option<u64>,
+    state: Arc<crate::renewal::LeaseState>,
+) -> LockGuard {
+    LockGuard::new(
+        Arc::clone(shared),
+        Hold {
+            name: name.to_owned(),
+            key,
+            field,
+            lease,
+            kind: want.kind,
+            fence,
+            state,
+            renewed: want.lease.is_none(),
+        },
+    )
+}
+
+/// One lock of any kind at Redis, for the wait loop: the kind's scripts
+/// through the client's shared state.
+struct AtRedis<'a> {
+    shared: &'a Arc<Shared>,
+    name: &'a str,
+    kind: Kind,
+    key: &'a str,
+    owner: &'a str,
+    lease: Duration,
+    /// Plain: no guard of this owner is alive in the client.
+    fresh: bool,
+    fence: Fence,
+}
+
+impl LockKind for AtRedis<'_> {
+    /// The fencing token the attempt minted, if any.
+    type Held = Option<u64>;
+
+    fn attempt(&mut self) -> Result<Answer<Option<u64>>> {
+        let req = Request {
+            kind: self.kind,
+            key: self.key,
+            owner: self.owner,
+            lease: self.lease,
+            fresh: self.fresh,
+            fence: self.fence,
+        };
+        match self.shared.attempt(self.name, &req)? {
+            Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
+            Attempt::Wait(hint) => {
+                // A holder that died without unlocking costs at most its
+                // lease: wake when it would have expired (+1 ms for PTTL's
+                // rounding) — or earlier, to confirm a waiting place.
+                let mut cap = hint.unwrap_or(self.shared.watchdog_lease);
+                if let Some(confirm) = protocol::waiting_place(self.kind) {
+                    cap = cap.min(confirm);
+                }
+                Ok(Answer::Wait(cap + Duration::from_millis(1)))
+            }
+            Attempt::Upgrade => Err(Error::UpgradeWouldDeadlock {
+                name: self.name.to_owned(),
+            }),
+        }
+    }
+
+    fn undo(&mut self, _minted: Option<u64>) {
+        let field = protocol::hold_field(self.kind, self.owner);
+        let rel = Release {
+            kind: self.kind,
+            key: self.key,
+            field: &field,
+            lease: self.lease,
+            last: self.fresh,
+            successor: None,
+        };
+        let _ = self
+            .shared
+            .release_script(&rel, Some(self.shared.socket_timeout));
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn channel(&self) -> String {
+        protocol::wait_channel(self.kind, self.key, self.owner)
+    }
+
+    fn wake(&self) -> Wake {
+        match self.kind {
+            Kind::Read | Kind::Write => Wake::OneOrAll,
+            Kind::Plain | Kind::Fair => Wake::One,
+        }
+    }
+
+    fn holds_place(&self) -> bool {
+        protocol::waiting_place(self.kind).is_some()
+    }
+
+    fn leave(&mut self) {
+        self.shared.leave(self.kind, self.key, self.owner);
+    }
+}

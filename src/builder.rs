@@ -1,0 +1,466 @@
+//! `LockClientBuilder`: every setting with its default, the URL and TLS
+//! checks, and the assembly of a client (connections, notifier, renewal
+//! thread); plus `LockClient`'s constructors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::{ConnectionAddr, IntoConnectionInfo};
+
+use crate::client::LockClient;
+use crate::conn::{Connections, Router, Target};
+use crate::error::{Error, Result};
+use crate::names::short_id;
+use crate::notify::{Notifier, SubscriberTls};
+use crate::options::check_lease;
+use crate::renewal::Renewer;
+use crate::shared::{Parts, Shared};
+
+/// Builds a [`LockClient`]; every setting has a written-down default.
+///
+/// ```no_run
+/// # fn main() -> Result<(), leasehold::Error> {
+/// use std::time::Duration;
+/// let client = leasehold::LockClient::builder("redis://127.0.0.1/")
+///     .pool_size(16)
+///     .key_prefix("billing:")
+///     .socket_timeout(Duration::from_secs(2))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LockClientBuilder {
+    url: String,
+    pool_size: u32,
+    key_prefix: String,
+    watchdog_lease: Duration,
+    connect_timeout: Duration,
+    socket_timeout: Duration,
+    replicas: Option<(u32, Duration)>,
+    /// Sentinel URLs and the master name, for a Sentinel-managed primary.
+    sentinel: Option<(Vec<String>, String)>,
+    /// Seed node URLs of a Redis Cluster.
+    cluster: Option<Vec<String>>,
+    #[cfg(feature = "tls")]
+    tls_root_cert: Option<Vec<u8>>,
+}
+
+impl LockClientBuilder {
+    /// For `rediss://` URLs (feature `tls`): trust this root certificate
+    /// (PEM) instead of the platform's trust store — for a server whose
+    /// certificate your own CA signed. Unset by default.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_cert = Some(pem.into());
+        self
+    }
+
+    /// Most pooled connections open at once; each lock or unlock holds one
+    /// only for its round trip. Defaults to 16.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// A prefix put before every lock name to form the Redis key (e.g.
+    /// `"billing:"`). Defaults to none: the key is the name, as in Redisson.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The lease of locks taken without an explicit one, renewed every third
+    /// of it while the guard lives. Defaults to 30 s (Redisson's
+    /// `lockWatchdogTimeout`).
+    ///
+    /// A renewal that fails with less than two socket timeouts of the lease
+    /// left makes the lease lost at once (the client could not learn in time
+    /// whether another try went through), so keep the lease well above twice
+    /// the [socket timeout](Self::socket_timeout): with the defaults, a
+    /// renewal may fail twice before anything is lost.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// How long to wait for a new connection to Redis, and for a pooled one
+    /// when all are busy. Defaults to 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Require `replicas` replicas of the primary to acknowledge every
+    /// acquire within `timeout` (Redisson's `checkLockSyncedSlaves`): right
+    /// after the acquire script, `WAIT replicas timeout` runs on the same
+    /// connection. Fewer acknowledgements → the hold is undone
+    /// (owner-checked) and the call fails with [`Error::NotReplicated`]; it
+    /// is not retried, since a replica that is down stays down for a while.
+    ///
+    /// This narrows, not closes, the window in which a failover loses a lock
+    /// (replication stays asynchronous: an acknowledged write can still be
+    /// lost if the primary and that replica fail together). Costs one round
+    /// trip per acquire, and threads of the client no longer hand the lock
+    /// to each other inside the release script (every acquire must be
+    /// acknowledged). `timeout` must be below the
+    /// [socket timeout](Self::socket_timeout). Off by default.
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// How long one Redis reply may take before the call fails with a timeout
+    /// error; it also bounds how long a guard's `Drop` can block when Redis is
+    /// unreachable. Defaults to 3 s.
+    pub fn socket_timeout(mut self, timeout: Duration) -> Self {
+        self.socket_timeout = timeout;
+        self
+    }
+
+    /// The subscriber's TLS configuration for a `rediss://` URL; refuses TLS
+    /// without the `tls` feature and `#insecure` (unverified) TLS.
+    fn tls(&self, info: &redis::ConnectionInfo) -> Result<SubscriberTls> {
+        let ConnectionAddr::TcpTls { insecure, .. } = info.addr() else {
+            return Ok(None);
+        };
+        if *insecure {
+            return Err(Error::InvalidUrl {
+                reason: "rediss://…#insecure (TLS without verifying the server) is refused; \
+                         trust your CA with tls_root_certificate instead"
+                    .into(),
+                source: None,
+            });
+        }
+        #[cfg(feature = "tls")]
+        return crate::tls::client_config(self.tls_root_cert.as_deref()).map(Some);
+        #[cfg(not(feature = "tls"))]
+        Err(Error::InvalidUrl {
+            reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
+            source: None,
+        })
+    }
+
+    /// The `redis` crate client for pooled and renewal connections.
+    fn redis_client(&self, info: redis::ConnectionInfo) -> Result<redis::Client> {
+        let invalid = |e| Error::InvalidUrl {
+            reason: format!("cannot use {:?}", redact(&self.url)),
+            source: Some(e),
+        };
+        #[cfg(feature = "tls")]
+        if let Some(pem) = &self.tls_root_cert {
+            if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                };
+                return redis::Client::build_with_tls(info, certs).map_err(invalid);
+            }
+        }
+        redis::Client::open(info).map_err(invalid)
+    }
+
+    /// Checks the settings and builds the client. Nothing connects yet: the
+    /// first lock opens the first connection.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse, a
+    /// `rediss://` (TLS) URL without the `tls` feature, or unverified TLS
+    /// (`#insecure`);
+    /// [`Error::InvalidArgument`] for a zero pool size, lease or timeout, or
+    /// a watchdog lease above [`MAX_LEASE`](crate::MAX_LEASE).
+    pub fn build(self) -> Result<LockClient> {
+        if self.pool_size == 0 {
+            return Err(Error::invalid("pool size must be at least 1"));
+        }
+        for (what, d) in [
+            ("watchdog lease", self.watchdog_lease),
+            ("connect timeout", self.connect_timeout),
+            ("socket timeout", self.socket_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("{what} must be greater than zero")));
+            }
+        }
+        if let Some((n, timeout)) = self.replicas {
+            if n == 0 || timeout.is_zero() {
+                return Err(Error::invalid(
+                    "replica acknowledgement needs at least 1 replica and a timeout above zero",
+                ));
+            }
+            if timeout >= self.socket_timeout {
+                return Err(Error::invalid(format_args!(
+                    "the replica acknowledgement timeout ({timeout:?}) must be below the socket timeout ({:?}), or the WAIT reply times out first",
+                    self.socket_timeout
+                )));
+            }
+        }
+        check_lease("watchdog lease", self.watchdog_lease)?;
+        #[cfg(not(feature = "tls"))]
+        if self.url.starts_with("rediss://") {
+            return Err(Error::InvalidUrl {
+                reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
+                source: None,
+            });
+        }
+        let info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::InvalidUrl {
+                reason: format!("cannot parse {:?}", redact(&self.url)),
+                source: Some(e),
+            })?;
+        let tls = self.tls(&info)?;
+        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+        let info = info.set_tcp_settings(tcp.clone());
+        let id = uuid::Uuid::new_v4();
+        let target = Arc::new(match (&self.sentinel, &self.cluster) {
+            (_, Some(urls)) => {
+                if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
+                    return Err(Error::InvalidUrl {
+                        reason: "a cluster needs at least one redis:// seed URL (no TLS yet)"
+                            .into(),
+                        source: None,
+                    });
+                }
+                let seeds = urls
+                    .iter()
+                    .map(|u| {
+                        u.as_str()
+                            .into_connection_info()
+                            .map(|i| i.set_tcp_settings(tcp.clone()))
+                            .map_err(|e| Error::InvalidUrl {
+                                reason: format!("cannot parse the seed {:?}", redact(u)),
+                                source: Some(e),
+                            })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Target::Cluster(Arc::new(Router::new(
+                    seeds,
+                    self.connect_timeout,
+                    self.socket_timeout,
+                )))
+            }
+            (None, None) => Target::Fixed(self.redis_client(info.clone())?),
+            (Some((urls, master)), None) => {
+                if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
+                    return Err(Error::InvalidUrl {
+                        reason: "Sentinel needs at least one redis:// Sentinel URL (no TLS yet)"
+                            .into(),
+                        source: None,
+                    });
+                }
+                let client = redis::sentinel::SentinelClient::build(
+                    urls.clone(),
+                    master.clone(),
+                    None,
+                    redis::sentinel::SentinelServerType::Master,
+                )
+                .map_err(|e| Error::InvalidUrl {
+                    reason: format!("cannot use the Sentinel URLs {:?}", redact(&urls.join(" "))),
+                    source: Some(e),
+                })?;
+                Target::Sentinel(Mutex::new(client))
+            }
+        });
+        let notifier = Notifier::new(
+            &info,
+            format!("leasehold-notify-{}", short_id(&id)),
+            self.connect_timeout,
+            self.socket_timeout,
+            tls,
+            matches!(*target, Target::Sentinel(_) | Target::Cluster(_))
+                .then(|| Arc::clone(&target)),
+        );
+        let renewer = {
+            // Renewal is on the clock: a reconnect may take no longer than a
+            // reply may, so a dead network cannot hold the thread past a
+            // lease it must report lost.
+            let router = match &*target {
+                Target::Cluster(router) => Some(Arc::clone(router)),
+                _ => None,
+            };
+            let (target, socket) = (Arc::clone(&target), self.socket_timeout);
+            let connect = self.connect_timeout.min(socket);
+            let connector = Box::new(move || {
+                let con = target.client()?.get_connection_with_timeout(connect)?;
+                con.set_read_timeout(Some(socket))?;
+                con.set_write_timeout(Some(socket))?;
+                Ok(con)
+            });
+            // Renew up to a thirtieth of the lease early to batch more.
+            Renewer::start(connector, self.watchdog_lease / 30, socket, router)
+                .map_err(|source| Error::Thread { source })?
+        };
+        let conns = Connections::new(
+            target,
+            self.pool_size,
+            self.connect_timeout,
+            self.socket_timeout,
+        );
+        let shared = Shared::new(Parts {
+            id,
+            conns,
+            key_prefix: self.key_prefix,
+            watchdog_lease: self.watchdog_lease,
+            socket_timeout: self.socket_timeout,
+            notifier,
+            renewer,
+            replicas: self.replicas,
+        });
+        Ok(LockClient {
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+impl LockClient {
+    /// A client with every default (see [`LockClientBuilder`]).
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::build`].
+    pub fn new(url: &str) -> Result<LockClient> {
+        Self::builder(url).build()
+    }
+
+    /// A builder to change the defaults.
+    pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder {
+            url: url.to_owned(),
+            pool_size: 16,
+            key_prefix: String::new(),
+            watchdog_lease: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            socket_timeout: Duration::from_secs(3),
+            replicas: None,
+            sentinel: None,
+            cluster: None,
+            #[cfg(feature = "tls")]
+            tls_root_cert: None,
+        }
+    }
+
+    /// A builder for a Redis Cluster: `seeds` are URLs of some of its nodes
+    /// (any of them; the rest are found with `CLUSTER SLOTS`). Every lock
+    /// command goes to the primary serving the lock key's slot — all keys
+    /// and channels of one lock share it — following `MOVED` and `ASK`
+    /// during resharding; the renewal thread sends one batch per node; the
+    /// subscriber listens on any node (classic pub/sub reaches all). After a
+    /// primary fails over, commands go to the promoted replica, and holds it
+    /// did not have are reported lost by the next renewal.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::cluster_builder(&[
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    /// ])
+    /// .build()?;
+    /// let _g = client.lock("order:pay")?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Every node is reached with the first seed's settings (password, TLS
+    /// off); no TLS in cluster mode yet.
+    pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> LockClientBuilder {
+        let urls: Vec<String> = seeds.iter().map(|s| s.as_ref().to_owned()).collect();
+        let mut builder = Self::builder(urls.first().map_or("", String::as_str));
+        builder.cluster = Some(urls);
+        builder
+    }
+
+    /// A builder for a primary managed by Redis Sentinel: `sentinels` are
+    /// the Sentinels' URLs (`redis://host:26379/`), `master` the name they
+    /// monitor it under. Every new connection — pooled, renewal, subscriber
+    /// — asks a Sentinel for the current primary (and checks its `ROLE`),
+    /// so after a failover the client follows the new primary: connections
+    /// to the old one break (Sentinel kills them; a `READONLY` reply drops
+    /// a connection too), waiters ride out the switch like any outage shorter
+    /// than the connect timeout, and holds that the new primary does not have
+    /// (replication is asynchronous) are reported lost by the next renewal.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::sentinel_builder(
+    ///     &["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .replicas(1, std::time::Duration::from_millis(500)) // survive a failover
+    /// .build()?;
+    /// let _g = client.lock("order:pay")?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The primary must not need a password (Sentinel-side authentication is
+    /// taken from the Sentinel URLs only), and no TLS yet.
+    pub fn sentinel_builder<S: AsRef<str>>(sentinels: &[S], master: &str) -> LockClientBuilder {
+        let urls: Vec<String> = sentinels.iter().map(|s| s.as_ref().to_owned()).collect();
+        let mut builder = Self::builder(urls.first().map_or("", String::as_str));
+        builder.sentinel = Some((urls, master.to_owned()));
+        builder
+    }
+}
+
+/// The URL without its password, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_errors_not_panics() {
+        let e = LockClient::builder("redis://127.0.0.1/")
+            .pool_size(0)
+            .build()
+            .unwrap_err();
+        assert!(e.is_invalid_argument(), "{e}");
+        let e = LockClient::builder("redis://127.0.0.1/")
+            .watchdog_lease(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert!(e.is_invalid_argument(), "{e}");
+        let e = LockClient::new("not a url").unwrap_err();
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+        // TLS without verifying the server is refused in every build …
+        let e = LockClient::new("rediss://127.0.0.1/#insecure").unwrap_err();
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+        // … and TLS at all without the `tls` feature.
+        #[cfg(not(feature = "tls"))]
+        {
+            let e = LockClient::new("rediss://127.0.0.1/").unwrap_err();
+            assert!(e.to_string().contains("`tls` cargo feature"), "{e}");
+        }
+        #[cfg(feature = "tls")]
+        {
+            let e = LockClient::builder("rediss://127.0.0.1/")
+                .tls_root_certificate("not a certificate")
+                .build()
+                .unwrap_err();
+            assert!(e.is_invalid_argument(), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn debug_and_errors_hide_secrets() {
+        assert_eq!(
+            redact("redis://user:hunter2@127.0.0.1:6379/0"),
+            "redis://user:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+        let client = LockClient::new("redis://127.0.0.1/").unwrap();
+        let shown = format!("{client:?}");
+        assert!(!shown.contains(&client.shared.id.to_string()), "{shown}");
+    }
+}

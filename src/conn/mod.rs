@@ -1,0 +1,209 @@
+//! Connections to Redis: a pool per server, where the primary is (fixed,
+//! Sentinel, Cluster), cluster slot routing and redirects. [`Connections::run`]
+//! is the one way the lock path sends a script: it picks the node serving the
+//! key, skips pooled connections that died idle, follows `MOVED`/`ASK`, and
+//! re-reads the cluster table after connection errors — every decision by
+//! the one error classification, [`Retry`].
+
+pub(crate) mod cluster;
+mod pool;
+mod target;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+pub(crate) use cluster::Router;
+pub(crate) use pool::{NodePool, Pooled};
+pub(crate) use target::Target;
+
+use crate::error::{Error, Result, Retry};
+
+/// Dead pooled connections a command skips before it gives up.
+const STALE_RETRIES: u32 = 3;
+
+/// `MOVED`/`ASK` redirects one command follows before it gives up.
+const CLUSTER_REDIRECTS: u32 = 5;
+
+/// The pooled connections of one client: one pool (single server or
+/// Sentinel), or one per cluster primary.
+pub(crate) struct Connections {
+    pool: NodePool,
+    /// Redis Cluster: the slot router and a pool per primary.
+    cluster: Option<ClusterPools>,
+}
+
+impl Connections {
+    /// Connections to `target`; for a cluster, pools per primary made on
+    /// first use with the same settings.
+    pub(crate) fn new(
+        target: Arc<Target>,
+        pool_size: u32,
+        connect_timeout: Duration,
+        socket_timeout: Duration,
+    ) -> Self {
+        let cluster = match &*target {
+            Target::Cluster(router) => Some(ClusterPools {
+                router: Arc::clone(router),
+                pools: Mutex::new(HashMap::new()),
+                pool_size,
+                connect_timeout,
+                socket_timeout,
+            }),
+            _ => None,
+        };
+        Connections {
+            pool: NodePool::new(target, pool_size, connect_timeout, socket_timeout),
+            cluster,
+        }
+    }
+
+    /// How long a new connection may take: the longest a waiter rides out
+    /// continuous failure.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.pool.timeout()
+    }
+
+    /// Runs `script` for `key` on a pooled connection (in a cluster: of the
+    /// primary serving its slot), waiting at most `pool_wait` for one
+    /// (default: the connect timeout). A pooled connection that died idle
+    /// (Redis was restarted, a proxy dropped it) fails on first use; the
+    /// script is then sent again on another connection, a few times at most.
+    pub(crate) fn run<T>(
+        &self,
+        key: &str,
+        pool_wait: Option<Duration>,
+        mut script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let mut tries = 0;
+        let mut redirects = 0;
+        loop {
+            let node = self
+                .cluster
+                .as_ref()
+                .and_then(|c| c.router.node_for(key).ok());
+            let mut con = match (self.connection(key, pool_wait), &self.cluster) {
+                (Ok(con), _) => con,
+                (Err(e), Some(cluster)) if e.is_connection() && redirects < CLUSTER_REDIRECTS => {
+                    // Its primary unreachable (failed over?): read the
+                    // table again; retry if the slot has a new primary.
+                    redirects += 1;
+                    let _ = cluster.router.refresh();
+                    if cluster.router.node_for(key).ok() == node {
+                        return Err(e);
+                    }
+                    continue;
+                }
+                (Err(e), _) => return Err(e),
+            };
+            let e = match script(&mut con) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if tries < STALE_RETRIES && Retry::of(&e) == Retry::Reconnect && con.closed() {
+                tries += 1;
+                tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
+                continue;
+            }
+            let Some(cluster) = &self.cluster else {
+                return Err(Error::from_redis(e, key));
+            };
+            drop(con);
+            if redirects >= CLUSTER_REDIRECTS {
+                return Err(Error::from_redis(e, key));
+            }
+            redirects += 1;
+            match (e.code(), e.redirect_node()) {
+                (Some("MOVED"), Some((node, slot))) => {
+                    tracing::debug!(%node, slot, "leasehold: slot moved; following");
+                    cluster.router.moved(slot, node);
+                }
+                (Some("ASK"), Some((node, _))) => {
+                    // The slot is being migrated and this key is already
+                    // on the target: ASKING, then the command, there.
+                    let node: Arc<str> = Arc::from(node);
+                    let mut con = cluster.pool(&node)?.get(pool_wait)?;
+                    let asked = redis::cmd("ASKING")
+                        .query::<()>(&mut *con)
+                        .and_then(|()| script(&mut con));
+                    match asked {
+                        Ok(v) => return Ok(v),
+                        Err(e) if e.code() == Some("MOVED") || e.code() == Some("ASK") => {}
+                        Err(e) => return Err(Error::from_redis(e, key)),
+                    }
+                }
+                (Some("TRYAGAIN"), _) => {
+                    // A multi-key script during a slot migration, its keys
+                    // split between the nodes for a moment.
+                    std::thread::sleep(Duration::from_millis(10 * redirects as u64));
+                }
+                (Some("CLUSTERDOWN"), _) => {
+                    let _ = cluster.router.refresh();
+                    return Err(Error::from_redis(e, key));
+                }
+                _ if Retry::of(&e) == Retry::Reconnect => {
+                    // The node may be gone (a failover): read the table
+                    // again, and try the new primary if there is one.
+                    let _ = cluster.router.refresh();
+                    if cluster.router.node_for(key).ok() == node {
+                        return Err(Error::from_redis(e, key));
+                    }
+                }
+                _ => return Err(Error::from_redis(e, key)),
+            }
+        }
+    }
+
+    /// A pooled connection for `key` (in a cluster: to the primary serving
+    /// its slot), waiting at most `wait` (default: the connect timeout).
+    fn connection(
+        &self,
+        key: &str,
+        wait: Option<Duration>,
+    ) -> Result<r2d2::PooledConnection<pool::Manager>> {
+        match &self.cluster {
+            None => self.pool.get(wait),
+            Some(cluster) => {
+                let node = cluster
+                    .router
+                    .node_for(key)
+                    .map_err(|e| Error::from_redis(e, key))?;
+                cluster.pool(&node)?.get(wait)
+            }
+        }
+    }
+}
+
+/// A Redis Cluster's router and one pool per primary, made on first use.
+struct ClusterPools {
+    router: Arc<Router>,
+    pools: Mutex<HashMap<Arc<str>, Arc<NodePool>>>,
+    pool_size: u32,
+    connect_timeout: Duration,
+    socket_timeout: Duration,
+}
+
+impl ClusterPools {
+    fn pool(&self, node: &Arc<str>) -> Result<Arc<NodePool>> {
+        let mut pools = self.pools.lock();
+        if let Some(pool) = pools.get(node) {
+            return Ok(Arc::clone(pool));
+        }
+        let info = self.router.info_for(node).ok_or_else(|| {
+            Error::from(cluster::no_node(format!(
+                "bad cluster node address {node:?}"
+            )))
+        })?;
+        let client = redis::Client::open(info).map_err(Error::from)?;
+        let pool = Arc::new(NodePool::new(
+            Arc::new(Target::Fixed(client)),
+            self.pool_size,
+            self.connect_timeout,
+            self.socket_timeout,
+        ));
+        pools.insert(Arc::clone(node), Arc::clone(&pool));
+        Ok(pool)
+    }
+}

@@ -1,0 +1,185 @@
+//! A pool of connections to one Redis server: r2d2 with our manager
+//! (socket timeouts, the last connect error kept typed), and pooled
+//! connections that leave the pool after any error that makes their next
+//! reply untrustworthy ([`Retry::Reconnect`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::ConnectionLike;
+
+use super::target::Target;
+use crate::error::{Error, Result, Retry};
+
+/// A pool of connections to one server, with the last connect error kept
+/// typed (r2d2 itself keeps only its text).
+pub(crate) struct NodePool {
+    pool: r2d2::Pool<Manager>,
+    last_error: Arc<Mutex<Option<(Instant, redis::RedisError)>>>,
+}
+
+/// How often a caller waiting for a pooled connection looks whether the
+/// pool's attempt to connect failed meanwhile.
+const POOL_POLL: Duration = Duration::from_millis(50);
+
+impl NodePool {
+    pub(crate) fn new(target: Arc<Target>, size: u32, connect: Duration, socket: Duration) -> Self {
+        let last_error = Arc::new(Mutex::new(None));
+        let manager = Manager {
+            target,
+            connect_timeout: connect,
+            socket_timeout: socket,
+            last_error: Arc::clone(&last_error),
+        };
+        // No PING on checkout: it would make lock + unlock three round trips.
+        // A connection that broke is dropped by `has_broken` when it comes
+        // back, and the next command on a stale one fails fast.
+        let pool = r2d2::Pool::builder()
+            .max_size(size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(connect)
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(manager);
+        NodePool { pool, last_error }
+    }
+
+    /// A pooled connection, waiting at most `wait` (default: the connect
+    /// timeout) — but not longer once an attempt to connect failed after we
+    /// started waiting (r2d2 would keep retrying until the timeout): then the
+    /// connection error, typed.
+    pub(crate) fn get(&self, wait: Option<Duration>) -> Result<r2d2::PooledConnection<Manager>> {
+        let wait = wait.unwrap_or_else(|| self.pool.connection_timeout());
+        let started = Instant::now();
+        let deadline = started + wait;
+        loop {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(POOL_POLL);
+            let failed_since = || {
+                self.last_error
+                    .lock()
+                    .as_ref()
+                    .filter(|(at, _)| *at >= started)
+                    .map(|(_, e)| e.clone())
+            };
+            match self.pool.get_timeout(slice) {
+                Ok(con) => return Ok(con),
+                Err(e) => {
+                    if let Some(cause) = failed_since() {
+                        return Err(Error::from(cause));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(match self.last_error.lock().clone() {
+                            Some((_, cause)) => Error::from(cause),
+                            None => Error::Pool {
+                                message: e.to_string(),
+                                timeout: wait,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.pool.connection_timeout()
+    }
+}
+
+/// r2d2's manager: connections with socket timeouts, and the last connect
+/// error kept typed (r2d2 itself keeps only its text).
+pub(crate) struct Manager {
+    target: Arc<Target>,
+    connect_timeout: Duration,
+    socket_timeout: Duration,
+    last_error: Arc<Mutex<Option<(Instant, redis::RedisError)>>>,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Pooled;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<Pooled, redis::RedisError> {
+        let result = self
+            .target
+            .client()
+            .and_then(|c| c.get_connection_with_timeout(self.connect_timeout))
+            .and_then(|con| {
+                con.set_read_timeout(Some(self.socket_timeout))?;
+                con.set_write_timeout(Some(self.socket_timeout))?;
+                Ok(Pooled { con, broken: false })
+            });
+        *self.last_error.lock() = result.as_ref().err().map(|e| (Instant::now(), e.clone()));
+        result
+    }
+
+    fn is_valid(&self, con: &mut Pooled) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").query(con)
+    }
+
+    fn has_broken(&self, con: &mut Pooled) -> bool {
+        !con.is_open()
+    }
+}
+
+/// A pooled connection that leaves the pool after a timeout or an I/O
+/// error. Its next reply could be a late one to the request it gave up on —
+/// or, when the request itself was lost, a reply it would wrongly skip as
+/// late — so it is never trusted again.
+pub(crate) struct Pooled {
+    con: redis::Connection,
+    broken: bool,
+}
+
+impl Pooled {
+    /// Whether the socket itself was found closed (a connection that died
+    /// idle: nothing sent on it reached the server).
+    pub(crate) fn closed(&self) -> bool {
+        !self.con.is_open()
+    }
+
+    fn note<T>(&mut self, result: &redis::RedisResult<T>) {
+        // Reconnect: an I/O error or timeout, or a server that turned replica
+        // (a failover; a new connection finds the new primary through
+        // Sentinel) — see `Retry`.
+        if let Err(e) = result {
+            if Retry::of(e) == Retry::Reconnect {
+                self.broken = true;
+            }
+        }
+    }
+}
+
+impl redis::ConnectionLike for Pooled {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        let result = self.con.req_packed_command(cmd);
+        self.note(&result);
+        result
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        let result = self.con.req_packed_commands(cmd, offset, count);
+        self.note(&result);
+        result
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        !self.broken && self.con.is_open()
+    }
+}

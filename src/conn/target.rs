@@ -1,0 +1,38 @@
+//! Where the primary is: one fixed address, wherever Redis Sentinel says it
+//! is right now, or any node of a Redis Cluster (for the subscriber).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::cluster::Router;
+
+/// Where the primary is: one fixed address, or wherever Redis Sentinel says
+/// it is right now.
+pub(crate) enum Target {
+    Fixed(redis::Client),
+    Sentinel(Mutex<redis::sentinel::SentinelClient>),
+    /// A Redis Cluster: pooled connections go through per-node pools; this
+    /// target answers the subscriber with any reachable node.
+    Cluster(Arc<Router>),
+}
+
+impl Target {
+    /// A client for the primary as of now (asking a Sentinel each time:
+    /// only new connections call this).
+    pub(crate) fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Target::Fixed(client) => Ok(client.clone()),
+            Target::Cluster(router) => router.any_node(),
+            Target::Sentinel(sentinel) => sentinel.lock().get_client().map_err(|e| {
+                // No primary to be had right now (Sentinels unreachable, a
+                // failover under way): a connection error, so that waiters
+                // ride it out and callers see `is_connection()`.
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    format!("no primary from Sentinel: {e}"),
+                ))
+            }),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Names in Redis: every key and channel of Redisson's lock layouts (plain,
+//! fenced, fair, read/write), derived from the lock key, plus the short client
+//! id shown in logs. Pure string functions, no I/O.
+//!
+//! Companion keys carry the lock key's hash tag (`{<key>}`, or the key's own
+//! tag when it has braces), so every key and channel of one lock lands in the
+//! lock key's Redis Cluster slot — as Redisson's `prefixName`/`suffixName`
+//! make them.
+
+/// A companion name of a lock key, as Redisson's `prefixName` makes it:
+/// `<prefix>:{<key>}`, or `<prefix>:<key>` when the key has braces of its
+/// own, so that its own hash tag decides the slot of both.
+pub(crate) fn prefix_name(prefix: &str, key: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + key.len() + 3);
+    s.push_str(prefix);
+    s.push(':');
+    push_tagged(&mut s, key);
+    s
+}
+
+/// A companion key of a lock key as Redisson's `suffixName` makes it:
+/// `{<key>}:<suffix>`, or `<key>:<suffix>` when the key has braces.
+pub(crate) fn suffix_name(key: &str, suffix: &str) -> String {
+    let mut s = String::with_capacity(key.len() + suffix.len() + 3);
+    push_tagged(&mut s, key);
+    s.push(':');
+    s.push_str(suffix);
+    s
+}
+
+/// `{<key>}`, or the key itself when it has braces.
+pub(crate) fn push_tagged(s: &mut String, key: &str) {
+    if key.contains('{') {
+        s.push_str(key);
+    } else {
+        s.push('{');
+        s.push_str(key);
+        s.push('}');
+    }
+}
+
+/// The unlock channel of a lock key (Redisson's `redisson_lock__channel:{name}`).
+pub(crate) fn channel_name(key: &str) -> String {
+    prefix_name("redisson_lock__channel", key)
+}
+
+/// The fencing-token counter of a lock key (Redisson's
+/// `redisson_lock_token:{name}`).
+pub(crate) fn token_key(key: &str) -> String {
+    prefix_name("redisson_lock_token", key)
+}
+
+/// The queue list of a fair lock key.
+pub(crate) fn queue_key(key: &str) -> String {
+    prefix_name("redisson_lock_queue", key)
+}
+
+/// The timeout zset of a fair lock key.
+pub(crate) fn timeout_key(key: &str) -> String {
+    prefix_name("redisson_lock_timeout", key)
+}
+
+/// The channel on which fair waiter `owner` is woken when it is next.
+pub(crate) fn waiter_channel(key: &str, owner: &str) -> String {
+    let mut s = channel_name(key);
+    s.push(':');
+    s.push_str(owner);
+    s
+}
+
+/// The read/write lock's channel, `redisson_rwlock:{<key>}`.
+pub(crate) fn rw_channel(key: &str) -> String {
+    prefix_name("redisson_rwlock", key)
+}
+
+/// The prefix of `owner`'s read timeout keys:
+/// `{<key>}:<owner>:rwlock_timeout` (`:<n>` is appended per hold).
+pub(crate) fn timeout_prefix(key: &str, owner: &str) -> String {
+    let mut s = suffix_name(key, owner);
+    s.push_str(":rwlock_timeout");
+    s
+}
+
+/// The set of waiting writers, `{<key>}:rwlock_write_waiters`.
+pub(crate) fn writers_key(key: &str) -> String {
+    suffix_name(key, "rwlock_write_waiters")
+}
+
+/// The hash field of `owner`'s write holds.
+pub(crate) fn write_field(owner: &str) -> String {
+    let mut s = String::with_capacity(owner.len() + 6);
+    s.push_str(owner);
+    s.push_str(":write");
+    s
+}
+
+/// The first 8 hex digits of a client id: enough to tell clients apart in
+/// logs, not enough to forge an owner.
+pub(crate) fn short_id(id: &uuid::Uuid) -> String {
+    id.simple().to_string()[..8].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_fenced_names_are_redissons() {
+        assert_eq!(
+            channel_name("order:pay"),
+            "redisson_lock__channel:{order:pay}"
+        );
+        assert_eq!(token_key("order:pay"), "redisson_lock_token:{order:pay}");
+        // A name with its own hash tag keeps it (Redisson's prefixName).
+        assert_eq!(
+            channel_name("{user:7}:cart"),
+            "redisson_lock__channel:{user:7}:cart"
+        );
+        assert_eq!(token_key("a{t}b"), "redisson_lock_token:a{t}b");
+        assert_eq!(queue_key("q"), "redisson_lock_queue:{q}");
+        assert_eq!(timeout_key("q"), "redisson_lock_timeout:{q}");
+        assert_eq!(waiter_channel("q", "u:1"), "redisson_lock__channel:{q}:u:1");
+    }
+
+    #[test]
+    fn read_write_names_are_redissons() {
+        assert_eq!(rw_channel("doc"), "redisson_rwlock:{doc}");
+        assert_eq!(timeout_prefix("doc", "u:7"), "{doc}:u:7:rwlock_timeout");
+        assert_eq!(writers_key("doc"), "{doc}:rwlock_write_waiters");
+        assert_eq!(write_field("u:7"), "u:7:write");
+        // A key with its own hash tag keeps it.
+        assert_eq!(
+            timeout_prefix("app:{doc}", "u:7"),
+            "app:{doc}:u:7:rwlock_timeout"
+        );
+        assert_eq!(rw_channel("app:{doc}"), "redisson_rwlock:app:{doc}");
+    }
+}

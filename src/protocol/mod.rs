@@ -1,0 +1,279 @@
+//! What each lock kind sends to Redis: Lua scripts and their replies, with no
+//! threads, pools or waiting. [`Scripts`] is the one dispatch on [`Kind`]:
+//! one acquire, one release, one "leave my waiting place" for every kind, each
+//! answered in one shape ([`Attempt`], [`Released`]) so that the layers above
+//! never match on the kind to read a reply.
+//!
+//! - `plain` — Redisson's `RLock` (and its fenced variant), the renew script;
+//! - `fair` — Redisson's `RedissonFairLock` layout, with expiring places;
+//! - `rwlock` — Redisson's `RReadWriteLock` layout, writers first.
+//!
+//! Every owner check happens inside the scripts; names and owners travel only
+//! as `KEYS[]`/`ARGV[]`, never inside Lua source.
+
+pub(crate) mod fair;
+pub(crate) mod plain;
+pub(crate) mod rwlock;
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use redis::{
+    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, Value,
+};
+
+use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
+use crate::options::Kind;
+
+pub(crate) use plain::{Fence, Successor, ACQUIRE, RELEASE, RENEW};
+
+/// One acquire attempt of any kind.
+pub(crate) struct Request<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) key: &'a str,
+    /// The client's owner id (`<uuid>:<n>`), not the hash field.
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    /// Plain: no guard of this owner is alive in its client, so a count Redis
+    /// still shows for it is stale (see `plain::ACQUIRE`).
+    pub(crate) fresh: bool,
+    /// Plain and fair: whether (and how) to deal in fencing tokens.
+    pub(crate) fence: Fence,
+}
+
+/// What an acquire attempt found, for every kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Held now; the fencing token minted by this attempt (a fenced first
+    /// hold), `None` otherwise (also for a fenced reentrant hold, which keeps
+    /// the token of the outer one).
+    Acquired { minted: Option<u64> },
+    /// Someone else holds it (or, fair: is ahead in line); wait at most this
+    /// long before trying again (`None`: no expiry known).
+    Wait(Option<Duration>),
+    /// Read/write: the owner reads and asked to write, which would wait for
+    /// itself.
+    Upgrade,
+}
+
+/// One release of any kind.
+pub(crate) struct Release<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) key: &'a str,
+    /// The hash field of the hold (see [`hold_field`]).
+    pub(crate) field: &'a str,
+    /// What remaining reentrant holds keep (plain, fair).
+    pub(crate) lease: Duration,
+    /// Plain: no other guard of this owner is alive in the client.
+    pub(crate) last: bool,
+    /// Plain: a thread of this client the lock may pass to directly.
+    pub(crate) successor: Option<Successor<'a>>,
+}
+
+/// What a release did, for every kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The last hold was given back: the lock is free and waiters were told.
+    Freed,
+    /// One reentrant hold was given back; others of the same owner remain.
+    StillHeld,
+    /// Plain: the lock passed directly to the successor named in the
+    /// release, with a fencing token minted for it when it asked for one.
+    HandedOver { fence: Option<u64> },
+    /// Plain: freed and published with a successor named, because other
+    /// clients were waiting: the successor should let them go first.
+    FreedForOthers,
+    /// Our field was not there: nothing was changed.
+    NotHeld,
+}
+
+/// The hash field a hold of `owner` occupies: `<owner>:write` for a write
+/// hold, the owner itself otherwise.
+pub(crate) fn hold_field(kind: Kind, owner: &str) -> Cow<'_, str> {
+    match kind {
+        Kind::Write => Cow::Owned(write_field(owner)),
+        _ => Cow::Borrowed(owner),
+    }
+}
+
+/// The channel on which a waiter of `kind` hears that it may try again: the
+/// lock's unlock channel, or (fair) the waiter's own.
+pub(crate) fn wait_channel(kind: Kind, key: &str, owner: &str) -> String {
+    match kind {
+        Kind::Plain => channel_name(key),
+        Kind::Fair => waiter_channel(key, owner),
+        Kind::Read | Kind::Write => rw_channel(key),
+    }
+}
+
+/// Whether a refused attempt of `kind` leaves a place in Redis — the fair
+/// queue, the waiting writers — that expires unless confirmed at least every
+/// returned interval (by attempting again) and should be left on giving up.
+pub(crate) fn waiting_place(kind: Kind) -> Option<Duration> {
+    match kind {
+        Kind::Fair => Some(fair::QUEUE_LEASE / 3),
+        Kind::Write => Some(rwlock::WRITER_INTENT / 3),
+        Kind::Plain | Kind::Read => None,
+    }
+}
+
+/// Every kind's scripts, hashed once per client.
+pub(crate) struct Scripts {
+    plain: plain::PlainScripts,
+    fair: fair::FairScripts,
+    rw: rwlock::RwScripts,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            plain: plain::PlainScripts::new(),
+            fair: fair::FairScripts::new(),
+            rw: rwlock::RwScripts::new(),
+        }
+    }
+
+    /// One acquire script (one `EVALSHA`, plus `SCRIPT LOAD` and a retry
+    /// only when the server's script cache was flushed).
+    pub(crate) fn acquire(
+        &self,
+        con: &mut dyn ConnectionLike,
+        req: &Request<'_>,
+    ) -> RedisResult<Attempt> {
+        let (key, owner, lease) = (req.key, req.owner, req.lease);
+        Ok(match req.kind {
+            Kind::Plain => match self
+                .plain
+                .acquire(con, key, owner, lease, req.fresh, req.fence)?
+            {
+                plain::Acquire::Acquired { fence } => Attempt::Acquired { minted: fence },
+                plain::Acquire::HeldElsewhere { ttl } => Attempt::Wait(ttl),
+            },
+            Kind::Fair => {
+                match self
+                    .fair
+                    .acquire(con, key, owner, lease, req.fence != Fence::None)?
+                {
+                    fair::FairAcquire::Acquired(minted) => Attempt::Acquired {
+                        minted: minted.flatten(),
+                    },
+                    fair::FairAcquire::Queued(wait) => Attempt::Wait(wait),
+                }
+            }
+            Kind::Read | Kind::Write => {
+                let reply = if req.kind == Kind::Write {
+                    self.rw.write(con, key, owner, lease)?
+                } else {
+                    self.rw.read(con, key, owner, lease)?
+                };
+                match reply {
+                    rwlock::RwAcquire::Acquired => Attempt::Acquired { minted: None },
+                    rwlock::RwAcquire::Wait(hint) => Attempt::Wait(hint),
+                    rwlock::RwAcquire::Upgrade => Attempt::Upgrade,
+                }
+            }
+        })
+    }
+
+    /// One release script.
+    pub(crate) fn release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        rel: &Release<'_>,
+    ) -> RedisResult<Released> {
+        let counted = |freed: Option<bool>| match freed {
+            Some(true) => Released::Freed,
+            Some(false) => Released::StillHeld,
+            None => Released::NotHeld,
+        };
+        Ok(match rel.kind {
+            Kind::Plain => {
+                self.plain
+                    .release(con, rel.key, rel.field, rel.lease, rel.last, rel.successor)?
+            }
+            Kind::Fair => counted(self.fair.release(con, rel.key, rel.field, rel.lease)?),
+            Kind::Read => counted(self.rw.read_release(con, rel.key, rel.field)?),
+            Kind::Write => counted(self.rw.write_release(con, rel.key, rel.field)?),
+        })
+    }
+
+    /// A waiter of `owner` gives up its place in Redis: the fair queue, or
+    /// the waiting writers; nothing for the other kinds.
+    pub(crate) fn leave(
+        &self,
+        con: &mut dyn ConnectionLike,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+    ) -> RedisResult<()> {
+        match kind {
+            Kind::Fair => self.fair.cancel(con, key, owner),
+            Kind::Write => self.rw.cancel_writer(con, key, owner),
+            Kind::Plain | Kind::Read => Ok(()),
+        }
+    }
+}
+
+/// `EVALSHA <hash> <numkeys>`, to be followed by keys and arguments: built in
+/// one buffer (the crate's `ScriptInvocation` copies every argument twice).
+fn evalsha(script: &Script, numkeys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(numkeys);
+    cmd
+}
+
+/// Runs an `EVALSHA`; when the server does not know the script (restarted,
+/// `SCRIPT FLUSH`) loads it and sends the command once more.
+fn run<T: FromRedisValue>(
+    con: &mut dyn ConnectionLike,
+    script: &Script,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match cmd.query(con) {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load(con)?;
+            cmd.query(con)
+        }
+        other => other,
+    }
+}
+
+/// A token in a script reply (positive integer).
+fn token(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(n) if *n > 0 => Some(*n as u64),
+        _ => None,
+    }
+}
+
+fn unexpected(what: &str, v: &Value) -> redis::RedisError {
+    redis::RedisError::from((
+        ErrorKind::Client,
+        "unexpected reply from the lock script",
+        format!("{what}: {v:?}"),
+    ))
+}
+
+/// Milliseconds for `PEXPIRE`, at least 1 (0 would delete the key at once).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_never_zero() {
+        assert_eq!(millis(Duration::from_micros(10)), 1);
+        assert_eq!(millis(Duration::from_secs(30)), 30_000);
+        assert_eq!(millis(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn a_write_hold_has_its_own_field() {
+        assert_eq!(hold_field(Kind::Write, "u:1"), "u:1:write");
+        assert_eq!(hold_field(Kind::Read, "u:1"), "u:1");
+        assert_eq!(hold_field(Kind::Plain, "u:1"), "u:1");
+    }
+}

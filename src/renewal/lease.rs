@@ -1,0 +1,185 @@
+//! One lease's state, shared by its guards and the renewal thread: whether it
+//! is held, until when it is known to be ours, and the lost signal; and the
+//! quorum that turns node leases into one Redlock hold.
+
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+/// Why a lease was lost, as told to the guard's holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLost {
+    /// Redis no longer had our owner in the lock (expired, deleted, taken).
+    NotOurs,
+    /// Redis could not be reached until the lease had run out.
+    Unreachable,
+}
+
+impl std::fmt::Display for LeaseLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseLost::NotOurs => f.write_str("redis no longer had this owner in the lock"),
+            LeaseLost::Unreachable => {
+                f.write_str("redis could not be reached before the lease ran out")
+            }
+        }
+    }
+}
+
+/// The state one lease shares between its guards and the renewal thread.
+pub(crate) struct LeaseState {
+    pub(super) lost: AtomicBool,
+    /// Set at unlock, checked by the thread under the send gate.
+    pub(super) cancelled: AtomicBool,
+    /// Until when the lease is known to be alive: when the last successful
+    /// acquire or renewal was *sent*, plus the lease.
+    pub(super) valid_until: Mutex<Instant>,
+    /// Why it was lost, and the channel handed out by `lost()` — made only
+    /// when someone asks for it (most guards never do; it costs allocations).
+    signal: Mutex<LostSignal>,
+    /// A Redlock hold this lease is one node's part of.
+    pub(super) quorum: OnceLock<Arc<Quorum>>,
+}
+
+/// A Redlock hold over several nodes' leases: lost once more of them are
+/// lost than the majority can spare.
+pub(crate) struct Quorum {
+    /// Node leases that may still be lost before the hold is.
+    spare: AtomicIsize,
+    /// The hold's own state (its lost signal).
+    pub(crate) state: Arc<LeaseState>,
+    lost_count: Arc<AtomicU64>,
+}
+
+impl Quorum {
+    /// A hold on `held` nodes that needs `majority` of them.
+    pub(crate) fn new(
+        held: usize,
+        majority: usize,
+        state: Arc<LeaseState>,
+        lost_count: Arc<AtomicU64>,
+    ) -> Arc<Self> {
+        let spare = isize::try_from(held.saturating_sub(majority)).unwrap_or(isize::MAX);
+        Arc::new(Quorum {
+            spare: AtomicIsize::new(spare),
+            state,
+            lost_count,
+        })
+    }
+
+    /// One more node lease was lost.
+    fn node_lost(&self, why: LeaseLost) {
+        if self.spare.fetch_sub(1, Ordering::AcqRel) <= 0 {
+            self.state.mark_lost(why, &self.lost_count);
+        }
+    }
+}
+
+#[derive(Default)]
+struct LostSignal {
+    why: Option<LeaseLost>,
+    channel: Option<(Sender<LeaseLost>, Receiver<LeaseLost>)>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant) -> Arc<Self> {
+        Arc::new(LeaseState {
+            lost: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
+            valid_until: Mutex::new(valid_until),
+            signal: Mutex::new(LostSignal::default()),
+            quorum: OnceLock::new(),
+        })
+    }
+
+    /// Makes this lease one node's part of a Redlock hold. Called right
+    /// after the lease was registered: the renewal thread first looks at it
+    /// a third of the lease later, so it cannot have been lost yet.
+    pub(crate) fn join(&self, quorum: &Arc<Quorum>) {
+        let _ = self.quorum.set(Arc::clone(quorum));
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        !self.lost.load(Ordering::Acquire) && Instant::now() < *self.valid_until.lock()
+    }
+
+    /// Until when the lease is known to be ours (extended by each renewal).
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// The one channel of this lease; it receives the reason once, also
+    /// when the lease was lost before the channel was asked for.
+    pub(crate) fn lost_receiver(&self) -> Receiver<LeaseLost> {
+        let mut signal = self.signal.lock();
+        if let Some((_, rx)) = &signal.channel {
+            return rx.clone();
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if let Some(why) = &signal.why {
+            let _ = tx.try_send(why.clone());
+        }
+        signal.channel = Some((tx, rx.clone()));
+        rx
+    }
+
+    /// Marks the lease lost once, counting it in `lost_count` before anyone
+    /// is told (a holder woken by the signal sees the counter already up);
+    /// returns whether this call did it.
+    pub(super) fn mark_lost(&self, why: LeaseLost, lost_count: &AtomicU64) -> bool {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        lost_count.fetch_add(1, Ordering::Relaxed);
+        let mut signal = self.signal.lock();
+        if let Some((tx, _)) = &signal.channel {
+            let _ = tx.try_send(why.clone());
+        }
+        signal.why = Some(why.clone());
+        drop(signal);
+        if let Some(quorum) = self.quorum.get() {
+            quorum.node_lost(why);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn lost_channel_made_late_still_gets_the_reason_once() {
+        let early = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        let count = AtomicU64::new(0);
+        let rx = early.lost_receiver();
+        assert!(rx.try_recv().is_err());
+        assert!(early.mark_lost(LeaseLost::NotOurs, &count));
+        assert!(
+            !early.mark_lost(LeaseLost::Unreachable, &count),
+            "marked once"
+        );
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+        assert_eq!(rx.try_recv(), Ok(LeaseLost::NotOurs));
+        assert!(
+            early.lost_receiver().try_recv().is_err(),
+            "one message in all"
+        );
+
+        let late = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        assert!(late.mark_lost(LeaseLost::Unreachable, &count));
+        let (a, b) = (late.lost_receiver(), late.lost_receiver());
+        assert_eq!(a.try_recv(), Ok(LeaseLost::Unreachable));
+        assert!(b.try_recv().is_err(), "shared channel, one message");
+        assert!(!late.is_held());
+    }
+}

@@ -1,0 +1,235 @@
+//! The watchdog: one renewal thread per client, driven by a timer wheel.
+//!
+//! Guards taken without an explicit lease register their lease here; every
+//! lease/3 the thread renews all due leases in one pipelined round trip per
+//! chunk (`SCRIPT LOAD` at the head, so a flushed script cache cannot break
+//! renewal), owner-checked inside Lua. A lease that Redis says is no longer
+//! ours, or that could not be renewed before it ran out, is marked lost and
+//! its guard is told.
+//!
+//! Parts: `lease` (the state a guard and the thread share, the lost signal),
+//! `wheel` (the timer: a hashed single-level wheel the thread parks on in
+//! `select!` until exactly the next due slot or a control message), `worker`
+//! (the thread: batches, cluster routing, lost leases); this file is the
+//! client's side (registry of live leases, the queue to the thread).
+//!
+//! The thread holds no `Arc` to the client: it exits when the client's
+//! internals (kept alive by every clone and every guard) are dropped and the
+//! control channel disconnects.
+
+mod lease;
+mod wheel;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+pub use lease::LeaseLost;
+pub(crate) use lease::{LeaseState, Quorum};
+pub(crate) use worker::Connector;
+
+use crate::conn::Router;
+use crate::protocol::RENEW;
+use crate::stats::Counters;
+use wheel::{Wheel, TICK};
+use worker::{Entry, Worker};
+
+/// Most renewals in one pipelined round trip.
+pub(crate) const CHUNK: usize = 1_000;
+
+/// Leases registered since the thread last looked. Registering does not wake
+/// the thread while it has a timer armed: every watchdog lease of a client has
+/// the same length, so a new one is never due before the armed timer fires,
+/// and the thread takes the queue then. Only an idle thread (nothing armed)
+/// or a long queue is woken — a lock + unlock costs no thread wake-up.
+struct Pending {
+    queue: Mutex<Vec<Entry>>,
+    /// The thread has a timer armed (its wheel is not empty).
+    armed: AtomicBool,
+}
+
+/// Past this many queued registrations the thread is woken to take them, so
+/// that short-lived leases do not pile up until the next renewal.
+const QUEUE_WAKE: usize = 1_024;
+
+/// The client's side of the renewal thread: a registry of watchdog leases
+/// (reentrant guards of one owner share one entry) and the queue to it.
+pub(crate) struct Renewer {
+    /// Wakes the thread; dropping it (with the client) makes the thread exit.
+    wake: Sender<()>,
+    pending: Arc<Pending>,
+    /// Live watchdog leases by lock key, then owner (a key has one owner in
+    /// the normal case; looked up by `&str`, so no allocation at unlock).
+    registry: Mutex<HashMap<Arc<str>, Vec<Registered>>>,
+    /// Held by the thread while it sends a batch; taken briefly at unlock so
+    /// that no renewal of a cancelled lease is sent after unlock returns.
+    gate: Arc<Mutex<()>>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+struct Registered {
+    owner: Arc<str>,
+    refs: usize,
+    state: Arc<LeaseState>,
+}
+
+impl Renewer {
+    /// Starts the renewal thread. It holds only its own connection and state,
+    /// nothing of the client.
+    ///
+    /// `coalesce`: when a renewal comes due, every lease due within this much
+    /// more is renewed in the same round trip (a little early), so leases
+    /// taken at scattered moments still renew in few batches.
+    ///
+    /// `io_budget`: the socket timeout; one round trip may take twice that
+    /// (a write and a read timing out, or a reconnect and a read). A
+    /// lease whose renewal failed with less than that left before it runs
+    /// out is reported lost at once — the client could not learn in time
+    /// whether another renewal went through, so it may hold the lock no
+    /// longer than it can be sure of.
+    pub(crate) fn start(
+        connector: Connector,
+        coalesce: Duration,
+        io_budget: Duration,
+        router: Option<Arc<Router>>,
+    ) -> std::io::Result<Self> {
+        let (wake, rx) = crossbeam_channel::unbounded();
+        let gate = Arc::new(Mutex::new(()));
+        let counters = Arc::new(Counters::default());
+        let pending = Arc::new(Pending {
+            queue: Mutex::new(Vec::new()),
+            armed: AtomicBool::new(false),
+        });
+        let mut worker = Worker {
+            rx,
+            pending: Arc::clone(&pending),
+            connector,
+            con: None,
+            router,
+            node_cons: HashMap::new(),
+            io_timeout: io_budget,
+            coalesce,
+            io_budget: io_budget * 2 + TICK,
+            wheel: Wheel::new(Instant::now()),
+            entries: HashMap::new(),
+            next_id: 0,
+            gate: Arc::clone(&gate),
+            counters: Arc::clone(&counters),
+            sha: redis::Script::new(RENEW).get_hash().to_owned(),
+        };
+        std::thread::Builder::new()
+            .name("leasehold-renew".into())
+            .spawn(move || worker.run())?;
+        Ok(Renewer {
+            wake,
+            pending,
+            registry: Mutex::new(HashMap::new()),
+            gate,
+            counters,
+        })
+    }
+
+    /// Registers a watchdog lease (or joins the entry of a reentrant hold).
+    /// `timeouts`: the timeout key prefix of a read hold (read/write lock).
+    pub(crate) fn register(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        sent_at: Instant,
+        timeouts: Option<&str>,
+    ) -> Arc<LeaseState> {
+        let mut reg = self.registry.lock();
+        let key: Arc<str> = match reg.get_key_value(key) {
+            Some((k, _)) => Arc::clone(k),
+            None => Arc::from(key),
+        };
+        let holders = reg.entry(Arc::clone(&key)).or_default();
+        if let Some(r) = holders.iter_mut().find(|r| &*r.owner == owner) {
+            if !r.state.is_lost() {
+                r.refs += 1;
+                *r.state.valid_until.lock() = sent_at + lease;
+                return Arc::clone(&r.state);
+            }
+            // A lost entry replaced by a fresh hold: the thread drops it.
+            r.state.cancelled.store(true, Ordering::Release);
+            self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
+            let state = self.enqueue(key, Arc::clone(&r.owner), lease, sent_at, timeouts);
+            r.refs = 1;
+            r.state = Arc::clone(&state);
+            return state;
+        }
+        let owner: Arc<str> = Arc::from(owner);
+        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at, timeouts);
+        holders.push(Registered {
+            owner,
+            refs: 1,
+            state: Arc::clone(&state),
+        });
+        state
+    }
+
+    /// A new lease for the renewal thread: queued, waking the thread only when
+    /// it has no timer armed or the queue is long.
+    fn enqueue(
+        &self,
+        key: Arc<str>,
+        owner: Arc<str>,
+        lease: Duration,
+        sent_at: Instant,
+        timeouts: Option<&str>,
+    ) -> Arc<LeaseState> {
+        let state = LeaseState::new(sent_at + lease);
+        let queued = {
+            let mut queue = self.pending.queue.lock();
+            queue.push(Entry {
+                key,
+                owner,
+                lease,
+                state: Arc::clone(&state),
+                due: sent_at + lease / 3,
+                timeouts: timeouts.map(Box::from),
+            });
+            queue.len()
+        };
+        if queued >= QUEUE_WAKE || !self.pending.armed.load(Ordering::SeqCst) {
+            let _ = self.wake.send(());
+        }
+        self.counters.live_leases.fetch_add(1, Ordering::Relaxed);
+        state
+    }
+
+    /// One guard of `state` is going away. When it was the last, renewal
+    /// stops before this returns (the thread drops the entry when it next
+    /// meets it).
+    pub(crate) fn release(&self, key: &str, owner: &str, state: &Arc<LeaseState>) {
+        let mut reg = self.registry.lock();
+        let Some(holders) = reg.get_mut(key) else {
+            return;
+        };
+        let Some(i) = holders.iter().position(|r| &*r.owner == owner) else {
+            return;
+        };
+        let r = &mut holders[i];
+        if !Arc::ptr_eq(&r.state, state) {
+            return; // this guard's entry was already replaced
+        }
+        r.refs -= 1;
+        if r.refs > 0 {
+            return;
+        }
+        holders.swap_remove(i);
+        if holders.is_empty() {
+            reg.remove(key);
+        }
+        drop(reg);
+        state.cancelled.store(true, Ordering::Release);
+        drop(self.gate.lock()); // wait out a batch in flight
+        self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
+    }
+}

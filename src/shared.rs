@@ -1,0 +1,365 @@
+//! What a client, its clones and its guards share ([`Shared`]): identity,
+//! connections, scripts, the notifier, the renewal thread, the in-process
+//! queue, replica acknowledgement. It offers the layers above a narrow API:
+//! one acquire attempt of any kind (with `WAIT` and its undo), one release
+//! script, leaving a waiting place, registering a lease — and the whole
+//! release of a guard's hold ([`Shared::release`]), so a guard only calls it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::conn::{Connections, Pooled};
+use crate::error::{Error, Result};
+use crate::local::{LocalLocks, Outcome};
+use crate::notify::Notifier;
+use crate::options::Kind;
+use crate::protocol::{self, Attempt, Release, Released, Request, Scripts};
+use crate::renewal::{LeaseState, Renewer};
+use crate::stats::Stats;
+
+/// The state every clone of a client and every guard share.
+pub(crate) struct Shared {
+    pub(crate) id: uuid::Uuid,
+    /// `"<id>:"`, the start of every owner of this client.
+    owner_prefix: String,
+    conns: Connections,
+    scripts: Scripts,
+    pub(crate) key_prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) socket_timeout: Duration,
+    pub(crate) notifier: Notifier,
+    pub(crate) renewer: Renewer,
+    /// Threads of this client queued per lock name (see `local`).
+    pub(crate) local: LocalLocks,
+    /// Replicas that must acknowledge every acquire (`WAIT n timeout`).
+    pub(crate) replicas: Option<(u32, Duration)>,
+    /// Tokens of fenced fair holds by `key\n owner`, with their hold count, so
+    /// a reentrant fenced fair hold returns the outer token.
+    fair_fences: Mutex<HashMap<String, (u64, u32)>>,
+}
+
+/// The settings and parts a [`Shared`] is made of (see the builder).
+pub(crate) struct Parts {
+    pub(crate) id: uuid::Uuid,
+    pub(crate) conns: Connections,
+    pub(crate) key_prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) socket_timeout: Duration,
+    pub(crate) notifier: Notifier,
+    pub(crate) renewer: Renewer,
+    pub(crate) replicas: Option<(u32, Duration)>,
+}
+
+/// One hold, as a guard keeps it and [`Shared::release`] gives it back.
+pub(crate) struct Hold {
+    /// The lock name as the caller gave it.
+    pub(crate) name: String,
+    /// The Redis key (prefix + name).
+    pub(crate) key: String,
+    /// The hash field of the hold (the owner, or its write field).
+    pub(crate) field: String,
+    pub(crate) lease: Duration,
+    pub(crate) kind: Kind,
+    pub(crate) fence: Option<u64>,
+    /// Shared with the renewal thread and with reentrant guards of one owner.
+    pub(crate) state: Arc<LeaseState>,
+    /// Whether the watchdog renews this lease (no explicit lease given).
+    pub(crate) renewed: bool,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.notifier.close();
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(parts: Parts) -> Self {
+        Shared {
+            id: parts.id,
+            owner_prefix: format!("{}:", parts.id),
+            conns: parts.conns,
+            scripts: Scripts::new(),
+            key_prefix: parts.key_prefix,
+            watchdog_lease: parts.watchdog_lease,
+            socket_timeout: parts.socket_timeout,
+            notifier: parts.notifier,
+            renewer: parts.renewer,
+            local: LocalLocks::default(),
+            replicas: parts.replicas,
+            fair_fences: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `"<client-uuid>:<thread-n>"`, the hash field Redisson uses.
+    pub(crate) fn owner(&self) -> String {
+        let mut owner = String::with_capacity(self.owner_prefix.len() + 20);
+        owner.push_str(&self.owner_prefix);
+        push_decimal(&mut owner, thread_number());
+        owner
+    }
+
+    /// The Redis key of lock `name`: the key prefix, then the name.
+    pub(crate) fn key(&self, name: &str) -> String {
+        let mut key = String::with_capacity(self.key_prefix.len() + name.len());
+        key.push_str(&self.key_prefix);
+        key.push_str(name);
+        key
+    }
+
+    /// How long a waiter rides out continuous failure.
+    pub(crate) fn outage_limit(&self) -> Duration {
+        self.conns.connect_timeout()
+    }
+
+    /// One acquire attempt of any kind. With replica acknowledgement, a hold
+    /// is followed by `WAIT` on the same connection; too few replicas → the
+    /// hold is undone (owner-checked) and the answer is
+    /// [`Error::NotReplicated`]. Sending an attempt twice is harmless: a
+    /// first hold is set (not incremented), a reentrant count is settled by
+    /// the last local release, a second token is larger.
+    pub(crate) fn attempt(&self, name: &str, req: &Request<'_>) -> Result<Attempt> {
+        let (answer, unacked) = self.conns.run(req.key, None, |con| {
+            let answer = self.scripts.acquire(con, req)?;
+            let unacked = match answer {
+                Attempt::Acquired { .. } => self.unreplicated(con)?,
+                _ => None,
+            };
+            Ok((answer, unacked))
+        })?;
+        if let Some(acked) = unacked {
+            let field = protocol::hold_field(req.kind, req.owner);
+            let _ = self.release_script(
+                &Release {
+                    kind: req.kind,
+                    key: req.key,
+                    field: &field,
+                    lease: req.lease,
+                    last: req.fresh,
+                    successor: None,
+                },
+                Some(self.socket_timeout),
+            );
+            let (wanted, timeout) = self.replicas.unwrap_or_default();
+            return Err(Error::NotReplicated {
+                name: name.to_owned(),
+                acked,
+                wanted,
+                timeout,
+            });
+        }
+        Ok(answer)
+    }
+
+    /// After an acquire that took a hold, with replica acknowledgement
+    /// required: `WAIT` on the same connection (it waits for this
+    /// connection's writes). `Some(acked)` when too few acknowledged.
+    fn unreplicated(&self, con: &mut Pooled) -> redis::RedisResult<Option<u32>> {
+        let Some((wanted, timeout)) = self.replicas else {
+            return Ok(None);
+        };
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(protocol::millis(timeout))
+            .query(con)?;
+        Ok((acked < i64::from(wanted)).then(|| u32::try_from(acked.max(0)).unwrap_or(0)))
+    }
+
+    /// One release script, waiting at most `pool_wait` for a connection.
+    pub(crate) fn release_script(
+        &self,
+        rel: &Release<'_>,
+        pool_wait: Option<Duration>,
+    ) -> Result<Released> {
+        self.conns
+            .run(rel.key, pool_wait, |con| self.scripts.release(con, rel))
+    }
+
+    /// Leaves `owner`'s waiting place (fair queue, waiting writers), best
+    /// effort: a place left behind expires by itself.
+    pub(crate) fn leave(&self, kind: Kind, key: &str, owner: &str) {
+        let left = self.conns.run(key, Some(self.socket_timeout), |con| {
+            self.scripts.leave(con, kind, key, owner)
+        });
+        if let Err(e) = left {
+            tracing::debug!(key = %key, error = %e, "leasehold: leaving a waiters' place failed; it expires by itself");
+        }
+    }
+
+    /// The lease state of a hold whose request was sent at `sent_at`:
+    /// registered with the watchdog, or expiring with its explicit lease.
+    /// `timeouts`: a read hold's timeout key prefix.
+    pub(crate) fn lease_state(
+        &self,
+        key: &str,
+        field: &str,
+        lease: Duration,
+        watchdog: bool,
+        sent_at: Instant,
+        timeouts: Option<&str>,
+    ) -> Arc<LeaseState> {
+        if watchdog {
+            self.renewer.register(key, field, lease, sent_at, timeouts)
+        } else {
+            LeaseState::new(sent_at + lease)
+        }
+    }
+
+    /// Records one fenced fair hold: a new `token`, or (reentrant, `None`)
+    /// one more hold of the token this owner has. Returns the hold's token.
+    pub(crate) fn fair_fence_hold(
+        &self,
+        key: &str,
+        owner: &str,
+        token: Option<u64>,
+    ) -> Option<u64> {
+        let mut fences = self.fair_fences.lock();
+        let id = format!("{key}\n{owner}");
+        match token {
+            Some(t) => {
+                fences.insert(id, (t, 1));
+                Some(t)
+            }
+            None => fences.get_mut(&id).map(|(t, holds)| {
+                *holds += 1;
+                *t
+            }),
+        }
+    }
+
+    /// One fenced fair hold of `owner` on `key` ended.
+    fn fair_fence_release(&self, key: &str, owner: &str) {
+        let mut fences = self.fair_fences.lock();
+        let id = format!("{key}\n{owner}");
+        if let Some((_, holds)) = fences.get_mut(&id) {
+            *holds -= 1;
+            if *holds == 0 {
+                fences.remove(&id);
+            }
+        }
+    }
+
+    /// Gives back one hold: stops its renewal when it was the last guard,
+    /// then runs the release script — for a plain lock handing it to a thread
+    /// of this client queued for it when there is one (unless every acquire
+    /// must be acknowledged by replicas). A lost hold sends nothing.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold was no longer ours; connection
+    /// errors when Redis could not be reached (the lock then expires with
+    /// its lease).
+    pub(crate) fn release(&self, hold: &Hold, pool_wait: Option<Duration>) -> Result<()> {
+        let not_held = || Error::NotHeld {
+            name: hold.name.clone(),
+        };
+        if hold.renewed {
+            // Stops renewal (when this is the last hold) before the release.
+            self.renewer.release(&hold.key, &hold.field, &hold.state);
+        }
+        let mut rel = Release {
+            kind: hold.kind,
+            key: &hold.key,
+            field: &hold.field,
+            lease: hold.lease,
+            last: true,
+            successor: None,
+        };
+        if hold.kind != Kind::Plain {
+            if hold.kind == Kind::Fair && hold.fence.is_some() {
+                self.fair_fence_release(&hold.key, &hold.field);
+            }
+            if hold.state.is_lost() {
+                return Err(not_held());
+            }
+            return match self.release_script(&rel, pool_wait)? {
+                Released::NotHeld => Err(not_held()),
+                _ => Ok(()),
+            };
+        }
+        // A thread of this client queued for the lock may get it directly.
+        let handover = self.local.release(&hold.key, &hold.field);
+        if hold.state.is_lost() {
+            // Someone else may hold it now: send nothing at all (dropping the
+            // handover lets the next local thread try Redis itself).
+            return Err(not_held());
+        }
+        rel.last = handover.last();
+        // With replica acknowledgement every acquire is its own script and
+        // WAIT: no handoff inside the release script.
+        rel.successor = handover.successor().filter(|_| self.replicas.is_none());
+        let sent_at = Instant::now();
+        let released = self.release_script(&rel, pool_wait)?;
+        handover.finish(match released {
+            Released::HandedOver { fence } => Outcome::HandedOver(sent_at, fence),
+            Released::FreedForOthers => Outcome::FreedForOthers,
+            _ => Outcome::Other,
+        });
+        match released {
+            Released::NotHeld => Err(not_held()),
+            _ => Ok(()),
+        }
+    }
+
+    /// This client's counters (see `LockClient::stats`).
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.renewer.counters.snapshot();
+        stats.waiters_queued = self.local.queued.load(Ordering::Relaxed);
+        stats.waiters_parked += stats.waiters_queued;
+        stats.handoffs = self.local.handoffs.load(Ordering::Relaxed);
+        stats
+    }
+}
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_NUMBER: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A small number, unique in this process, for the calling OS thread.
+fn thread_number() -> u64 {
+    THREAD_NUMBER.with(|n| *n)
+}
+
+/// Appends `n` in decimal without the formatting machinery (hot path).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_digits() {
+        for n in [0u64, 7, 10, 12345, u64::MAX] {
+            let mut s = String::from("x:");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x:{n}"));
+        }
+    }
+
+    #[test]
+    fn thread_numbers_differ_per_thread_and_stay_fixed() {
+        let here = thread_number();
+        assert_eq!(here, thread_number());
+        let there = std::thread::spawn(thread_number).join().unwrap();
+        assert_ne!(here, there);
+    }
+}

@@ -1,0 +1,271 @@
+//! The one acquire loop of every Redis lock kind — plain, fair, read, write:
+//! attempt → held / wait / refused; the reply that came after its lease;
+//! riding out an outage; the deadline; subscribe-then-retry; parking; and
+//! leaving a waiting place in Redis when the wait ends without the lock.
+//!
+//! What differs between kinds comes in through [`LockKind`] (its attempt,
+//! undo, channel, wake rule, waiting place); everything that blocks or
+//! listens comes in through [`Env`] (the notifier, the pool's connect
+//! timeout). Both are seams: the unit tests below drive the loop with fakes,
+//! no Redis, and check each decision.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::notify::{Notifier, Subscription};
+use crate::options::deadline_min;
+use crate::stats::Counters;
+
+/// Acquire replies arriving after their lease ran out before we give up.
+pub(crate) const LATE_REPLIES_MAX: u32 = 3;
+
+/// Backoff between attempts while Redis is unreachable during a wait.
+const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const OUTAGE_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// What one attempt of a kind found.
+#[derive(Debug)]
+pub(crate) enum Answer<H> {
+    /// Held now.
+    Held(H),
+    /// Held by someone else: try again after at most this long (the kind
+    /// caps it: the holder's lease, or how often it must confirm its place).
+    Wait(Duration),
+}
+
+/// How waiters of a kind are woken on its channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Each unlock message wakes one waiter of the client; wake-ups granted
+    /// before an attempt are stale once it ran (cleared first).
+    One,
+    /// Read/write: waiters of one client share the wake-ups, so none clears
+    /// them (that could swallow another's); a wake-all message (`1`) wakes
+    /// everyone whose attempt came before it.
+    OneOrAll,
+}
+
+/// What one lock kind does at Redis; the loop decides everything else.
+pub(crate) trait LockKind {
+    /// What a successful attempt returns.
+    type Held;
+    /// One attempt. Errors the loop may ride out are those
+    /// [`Error::is_transient`] calls so.
+    fn attempt(&mut self) -> Result<Answer<Self::Held>>;
+    /// Gives back a hold whose reply arrived after its lease had run out
+    /// (owner-checked, best effort).
+    fn undo(&mut self, held: Self::Held);
+    /// The lease an attempt asks for.
+    fn lease(&self) -> Duration;
+    /// The channel that announces our chance.
+    fn channel(&self) -> String;
+    /// How waiters on that channel are woken.
+    fn wake(&self) -> Wake;
+    /// Whether a `Wait` answer left a place of ours in Redis (a fair queue
+    /// place, a waiting writer's place) that must be left on giving up.
+    fn holds_place(&self) -> bool;
+    /// Leaves that place (owner-checked, best effort).
+    fn leave(&mut self);
+}
+
+/// Where the loop subscribes, parks and learns how long an outage may last.
+pub(crate) trait Env {
+    /// One subscription to a channel.
+    type Sub;
+    /// Subscribes (waits for Redis to confirm, at most until `confirm_by`).
+    fn subscribe(&self, channel: &str, confirm_by: Instant) -> Self::Sub;
+    /// Forgets wake-ups granted so far.
+    fn clear_permits(&self, sub: &Self::Sub);
+    /// Wake-all messages seen on the channel so far.
+    fn broadcasts(&self, sub: &Self::Sub) -> u64;
+    /// Parks until woken by the rule, or `until`.
+    fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
+    /// Pauses during an outage until `until` (on `sub` when there is one, so
+    /// a reconnect wakes it early).
+    fn pause(&self, sub: Option<&Self::Sub>, until: Instant);
+    /// How long continuous failure is ridden out before giving up.
+    fn outage_limit(&self) -> Duration;
+}
+
+/// Waits for the lock `name` of `kind` until `deadline` (`None`: as long as
+/// it takes). `sub` is the subscription to start with (kept between waits by
+/// the in-process queue) and holds the one the wait ended with. Returns the
+/// hold and when its request was sent (its lease counts from then), `None`
+/// when the deadline passed.
+pub(crate) fn wait_for<K: LockKind, E: Env>(
+    kind: &mut K,
+    env: &E,
+    sub: &mut Option<E::Sub>,
+    name: &str,
+    deadline: Option<Instant>,
+) -> Result<Option<(K::Held, Instant)>> {
+    let wake = kind.wake();
+    let mut place = Place { kind, armed: false };
+    // Set once an attempt found the lock held: from then on we wait, and an
+    // outage shorter than the limit is ridden out.
+    let mut waiting = false;
+    let mut outage = Outage::default();
+    let mut late = 0;
+    loop {
+        // Wake-ups from here on are news to this attempt.
+        let seen = match (sub.as_ref(), wake) {
+            (Some(s), Wake::One) => {
+                env.clear_permits(s);
+                0
+            }
+            (Some(s), Wake::OneOrAll) => env.broadcasts(s),
+            (None, _) => 0,
+        };
+        // The lease counts from when the request was sent, not answered.
+        let sent_at = Instant::now();
+        let cap = match place.kind.attempt() {
+            Err(e) if waiting && e.is_transient() => {
+                outage.ride(env, name, e, deadline, sub.as_ref())?;
+                continue;
+            }
+            Err(e) => return Err(e),
+            Ok(Answer::Held(held)) => {
+                let round_trip = sent_at.elapsed();
+                let lease = place.kind.lease();
+                if round_trip < lease {
+                    place.armed = false;
+                    return Ok(Some((held, sent_at)));
+                }
+                // The reply came after the lease it set had run out: that
+                // is no lock. Undo whatever is left, owner-checked.
+                place.kind.undo(held);
+                late += 1;
+                if late >= LATE_REPLIES_MAX || deadline.is_some_and(|d| d <= Instant::now()) {
+                    return Err(Error::LeaseExpiredOnArrival {
+                        name: name.to_owned(),
+                        lease,
+                        round_trip,
+                        tries: late,
+                    });
+                }
+                continue;
+            }
+            Ok(Answer::Wait(cap)) => cap,
+        };
+        outage.over();
+        waiting = true;
+        place.armed = place.kind.holds_place();
+        let now = Instant::now();
+        if deadline.is_some_and(|d| d <= now) {
+            return Ok(None); // `place` leaves a waiting place
+        }
+        let wake_at = deadline_min(deadline, now.checked_add(cap).unwrap_or(now));
+        match sub.as_ref() {
+            // Subscribe first, then retry: an unlock published between the
+            // attempt and the confirmation is caught by the retry.
+            None => *sub = Some(env.subscribe(&place.kind.channel(), wake_at)),
+            Some(s) => env.park(s, wake, seen, wake_at),
+        }
+    }
+}
+
+/// A waiting place in Redis, left when the wait ends without the lock —
+/// deadline, error or panic — so those behind it go on at once instead of
+/// waiting for it to expire.
+struct Place<'k, K: LockKind> {
+    kind: &'k mut K,
+    armed: bool,
+}
+
+impl<K: LockKind> Drop for Place<'_, K> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.kind.leave();
+        }
+    }
+}
+
+/// A waiter riding out a Redis outage (a restart, a failover, a server
+/// loading its data): it retries with backoff until Redis answers, its
+/// deadline, or the outage limit of continuous failure — then it gives up
+/// with the error.
+#[derive(Default)]
+struct Outage {
+    since: Option<Instant>,
+}
+
+impl Outage {
+    /// After transient error `e` while waiting: pauses until the next retry,
+    /// or returns `e` when the outage lasted too long or the deadline comes
+    /// first.
+    fn ride<E: Env>(
+        &mut self,
+        env: &E,
+        name: &str,
+        e: Error,
+        deadline: Option<Instant>,
+        sub: Option<&E::Sub>,
+    ) -> Result<()> {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
+        let retry_at = now + backoff;
+        if now - since >= env.outage_limit() || deadline.is_some_and(|d| d <= retry_at) {
+            return Err(e);
+        }
+        tracing::debug!(lock = %name, error = %e, "leasehold: redis unavailable while waiting; retrying");
+        env.pause(sub, retry_at);
+        Ok(())
+    }
+
+    /// Redis answered: the outage (if any) is over.
+    fn over(&mut self) {
+        self.since = None;
+    }
+}
+
+/// The real environment: the client's notifier, counted parking, and the
+/// pool's connect timeout as the outage limit.
+pub(crate) struct Live<'a> {
+    pub(crate) notifier: &'a Notifier,
+    pub(crate) counters: &'a Counters,
+    pub(crate) outage_limit: Duration,
+}
+
+impl Env for Live<'_> {
+    type Sub = Subscription;
+
+    fn subscribe(&self, channel: &str, confirm_by: Instant) -> Subscription {
+        self.notifier.subscribe(channel, confirm_by)
+    }
+
+    fn clear_permits(&self, sub: &Subscription) {
+        sub.clear_permits();
+    }
+
+    fn broadcasts(&self, sub: &Subscription) -> u64 {
+        sub.broadcasts()
+    }
+
+    fn park(&self, sub: &Subscription, wake: Wake, seen: u64, until: Instant) {
+        use std::sync::atomic::Ordering;
+        let parked = &self.counters.waiters_parked;
+        parked.fetch_add(1, Ordering::Relaxed);
+        match wake {
+            Wake::One => sub.wait_until(until),
+            Wake::OneOrAll => sub.wait_until_or_broadcast(seen, until),
+        };
+        parked.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn pause(&self, sub: Option<&Subscription>, until: Instant) {
+        match sub {
+            Some(sub) => {
+                sub.wait_until(until);
+            }
+            None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
+        }
+    }
+
+    fn outage_limit(&self) -> Duration {
+        self.outage_limit
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,428 @@
+//! The wait loop's decisions, driven by a scripted lock kind and a fake
+//! environment: no Redis, no notifier.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use super::*;
+
+/// A scripted attempt: what it answers, and how long it "takes".
+enum Step {
+    Held { after: Duration },
+    Wait(Duration),
+    Fail(fn() -> Error),
+}
+
+fn io_error() -> Error {
+    Error::from(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        "refused",
+    )))
+}
+
+fn loading() -> Error {
+    let e = redis::parse_redis_value(b"-LOADING Redis is loading the dataset in memory\r\n")
+        .and_then(redis::Value::extract_error)
+        .unwrap_err();
+    Error::from_redis(e, "k")
+}
+
+fn no_permission() -> Error {
+    let e = redis::parse_redis_value(b"-NOPERM no permissions\r\n")
+        .and_then(redis::Value::extract_error)
+        .unwrap_err();
+    Error::from_redis(e, "k")
+}
+
+struct Scripted {
+    steps: VecDeque<Step>,
+    lease: Duration,
+    place: bool,
+    wake: Wake,
+    attempts: u32,
+    undone: u32,
+    left: u32,
+}
+
+impl Scripted {
+    fn new(steps: Vec<Step>) -> Self {
+        Scripted {
+            steps: steps.into(),
+            lease: Duration::from_secs(30),
+            place: false,
+            wake: Wake::One,
+            attempts: 0,
+            undone: 0,
+            left: 0,
+        }
+    }
+}
+
+impl LockKind for Scripted {
+    type Held = u32;
+
+    fn attempt(&mut self) -> Result<Answer<u32>> {
+        self.attempts += 1;
+        match self
+            .steps
+            .pop_front()
+            .expect("an attempt more than scripted")
+        {
+            Step::Held { after } => {
+                std::thread::sleep(after);
+                Ok(Answer::Held(self.attempts))
+            }
+            Step::Wait(cap) => Ok(Answer::Wait(cap)),
+            Step::Fail(error) => Err(error()),
+        }
+    }
+
+    fn undo(&mut self, _held: u32) {
+        self.undone += 1;
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn channel(&self) -> String {
+        "chan".into()
+    }
+
+    fn wake(&self) -> Wake {
+        self.wake
+    }
+
+    fn holds_place(&self) -> bool {
+        self.place
+    }
+
+    fn leave(&mut self) {
+        self.left += 1;
+    }
+}
+
+/// Records what the loop asked of it; parks return at once.
+#[derive(Default)]
+struct Fake {
+    log: RefCell<Vec<String>>,
+    outage_limit: Duration,
+}
+
+impl Fake {
+    fn log(&self) -> Vec<String> {
+        self.log.borrow().clone()
+    }
+}
+
+impl Env for Fake {
+    type Sub = ();
+
+    fn subscribe(&self, channel: &str, _confirm_by: Instant) {
+        self.log.borrow_mut().push(format!("subscribe {channel}"));
+    }
+
+    fn clear_permits(&self, _sub: &()) {
+        self.log.borrow_mut().push("clear".into());
+    }
+
+    fn broadcasts(&self, _sub: &()) -> u64 {
+        self.log.borrow_mut().push("broadcasts".into());
+        7
+    }
+
+    fn park(&self, _sub: &(), wake: Wake, seen: u64, until: Instant) {
+        let ms = until.saturating_duration_since(Instant::now()).as_millis();
+        // Rounded to tens of ms so the log does not depend on scheduling.
+        let ms = (ms + 5) / 10 * 10;
+        self.log
+            .borrow_mut()
+            .push(format!("park {wake:?} seen {seen} ~{ms} ms"));
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+    }
+
+    fn pause(&self, sub: Option<&()>, until: Instant) {
+        self.log
+            .borrow_mut()
+            .push(format!("pause subscribed={}", sub.is_some()));
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+    }
+
+    fn outage_limit(&self) -> Duration {
+        self.outage_limit
+    }
+}
+
+fn fake() -> Fake {
+    Fake {
+        outage_limit: Duration::from_secs(5),
+        ..Fake::default()
+    }
+}
+
+fn run(kind: &mut Scripted, env: &Fake, deadline: Option<Instant>) -> Result<Option<u32>> {
+    let mut sub = None;
+    wait_for(kind, env, &mut sub, "lock", deadline).map(|held| held.map(|(h, _)| h))
+}
+
+#[test]
+fn a_free_lock_is_one_attempt_and_no_subscription() {
+    let mut kind = Scripted::new(vec![Step::Held {
+        after: Duration::ZERO,
+    }]);
+    let env = fake();
+    assert_eq!(run(&mut kind, &env, None).unwrap(), Some(1));
+    assert_eq!(kind.attempts, 1);
+    assert!(env.log().is_empty(), "{:?}", env.log());
+}
+
+#[test]
+fn a_held_lock_subscribes_then_retries_then_parks_for_the_cap() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(200)),
+        Step::Wait(Duration::from_millis(200)),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = fake();
+    assert_eq!(run(&mut kind, &env, None).unwrap(), Some(3));
+    assert_eq!(
+        env.log(),
+        [
+            "subscribe chan",
+            "clear",
+            "park One seen 0 ~200 ms",
+            "clear"
+        ],
+        "subscribe before the retry, permits cleared before every attempt after"
+    );
+}
+
+#[test]
+fn read_write_waiters_count_wake_alls_instead_of_clearing() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(100)),
+        Step::Wait(Duration::from_millis(100)),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    kind.wake = Wake::OneOrAll;
+    let env = fake();
+    run(&mut kind, &env, None).unwrap();
+    assert_eq!(
+        env.log(),
+        [
+            "subscribe chan",
+            "broadcasts",
+            "park OneOrAll seen 7 ~100 ms",
+            "broadcasts"
+        ]
+    );
+}
+
+#[test]
+fn a_reply_after_the_lease_is_undone_and_retried_then_refused() {
+    let late = || Step::Held {
+        after: Duration::from_millis(15),
+    };
+    let mut kind = Scripted::new(vec![late(), late(), late()]);
+    kind.lease = Duration::from_millis(10);
+    let env = fake();
+    let e = run(&mut kind, &env, None).unwrap_err();
+    match e {
+        Error::LeaseExpiredOnArrival {
+            tries, round_trip, ..
+        } => {
+            assert_eq!(tries, LATE_REPLIES_MAX);
+            assert!(round_trip >= Duration::from_millis(10));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(kind.undone, LATE_REPLIES_MAX, "every late hold given back");
+    // One late reply and then a timely one: the timely hold is kept.
+    let mut kind = Scripted::new(vec![
+        late(),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    kind.lease = Duration::from_millis(10);
+    assert_eq!(run(&mut kind, &fake(), None).unwrap(), Some(2));
+    assert_eq!(kind.undone, 1);
+}
+
+#[test]
+fn a_late_reply_past_the_deadline_is_refused_at_once() {
+    let mut kind = Scripted::new(vec![Step::Held {
+        after: Duration::from_millis(15),
+    }]);
+    kind.lease = Duration::from_millis(10);
+    let deadline = Instant::now() + Duration::from_millis(5);
+    let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
+    assert!(
+        matches!(e, Error::LeaseExpiredOnArrival { tries: 1, .. }),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn transient_errors_are_ridden_out_only_once_waiting() {
+    // Before the lock was ever found held: the error is the caller's.
+    let mut kind = Scripted::new(vec![Step::Fail(io_error)]);
+    let e = run(&mut kind, &fake(), None).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    // Waiting: connection errors and LOADING are ridden out.
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Fail(io_error),
+        Step::Fail(loading),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = fake();
+    assert_eq!(run(&mut kind, &env, None).unwrap(), Some(4));
+    let pauses = env.log().iter().filter(|l| l.starts_with("pause")).count();
+    assert_eq!(pauses, 2, "{:?}", env.log());
+    // A refusal is not transient: given up at once, even while waiting.
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Fail(no_permission),
+    ]);
+    let e = run(&mut kind, &fake(), None).unwrap_err();
+    assert!(e.is_refused(), "{e:?}");
+}
+
+#[test]
+fn an_outage_longer_than_the_limit_gives_up_with_its_error() {
+    let mut steps = vec![Step::Wait(Duration::from_millis(1))];
+    steps.extend((0..50).map(|_| Step::Fail(io_error)));
+    let mut kind = Scripted::new(steps);
+    let env = Fake {
+        outage_limit: Duration::from_millis(60),
+        ..Fake::default()
+    };
+    let started = Instant::now();
+    let e = run(&mut kind, &env, None).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert!(started.elapsed() >= Duration::from_millis(60));
+    assert!(
+        kind.attempts < 20,
+        "backoff between tries: {}",
+        kind.attempts
+    );
+}
+
+#[test]
+fn an_outage_is_not_ridden_past_the_deadline() {
+    let mut steps = vec![Step::Wait(Duration::from_millis(1))];
+    steps.extend((0..50).map(|_| Step::Fail(io_error)));
+    let mut kind = Scripted::new(steps);
+    let deadline = Instant::now() + Duration::from_millis(40);
+    let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert!(Instant::now() < deadline + Duration::from_millis(30));
+}
+
+#[test]
+fn the_deadline_ends_the_wait_and_leaves_the_place() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_secs(10)),
+        Step::Wait(Duration::from_secs(10)),
+        Step::Wait(Duration::from_secs(10)),
+    ]);
+    kind.place = true;
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(50);
+    let env = fake();
+    assert_eq!(run(&mut kind, &env, Some(deadline)).unwrap(), None);
+    assert_eq!(kind.left, 1, "the waiting place was left");
+    // The park was capped by the deadline, not by the 10 s hint.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(50) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(
+        kind.attempts, 3,
+        "attempt, retry after subscribing, last try at the deadline"
+    );
+}
+
+#[test]
+fn a_place_is_left_on_error_but_kept_when_held() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Fail(no_permission),
+    ]);
+    kind.place = true;
+    assert!(run(&mut kind, &fake(), None).is_err());
+    assert_eq!(kind.left, 1);
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    kind.place = true;
+    assert_eq!(run(&mut kind, &fake(), None).unwrap(), Some(2));
+    assert_eq!(kind.left, 0, "the acquire took us out of line itself");
+}
+
+#[test]
+fn a_place_is_left_when_the_waiter_panics() {
+    struct Panics(Scripted);
+    impl LockKind for Panics {
+        type Held = u32;
+        fn attempt(&mut self) -> Result<Answer<u32>> {
+            if self.0.attempts == 1 {
+                panic!("a bug in the attempt");
+            }
+            self.0.attempt()
+        }
+        fn undo(&mut self, h: u32) {
+            self.0.undo(h)
+        }
+        fn lease(&self) -> Duration {
+            self.0.lease()
+        }
+        fn channel(&self) -> String {
+            self.0.channel()
+        }
+        fn wake(&self) -> Wake {
+            self.0.wake()
+        }
+        fn holds_place(&self) -> bool {
+            true
+        }
+        fn leave(&mut self) {
+            self.0.leave()
+        }
+    }
+    let mut kind = Panics(Scripted::new(vec![Step::Wait(Duration::from_millis(1))]));
+    let env = fake();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut sub = None;
+        let _ = wait_for(&mut kind, &env, &mut sub, "lock", None);
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(kind.0.left, 1);
+}
+
+#[test]
+fn a_subscription_handed_in_is_used_and_handed_back() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(50)),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = fake();
+    let mut sub = Some(());
+    let held = wait_for(&mut kind, &env, &mut sub, "lock", None).unwrap();
+    assert!(held.is_some());
+    assert!(sub.is_some());
+    assert_eq!(env.log(), ["clear", "park One seen 0 ~50 ms", "clear"]);
+}
