@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole check: formatting, clippy (default features and `tls`), unit +
+# The whole check: formatting, import cycles, clippy (default features and `tls`), unit +
 # integration + doc tests (each test starts its own redis-servers — single
 # nodes, replicas, Sentinels, clusters), and warning-free docs. With the `tls`
 # feature (rediss://, tested against a TLS-only redis-server with certificates
@@ -15,6 +15,15 @@ ensure_redis_cli
 ensure_openssl
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+echo "== import cycles between modules (../shared/tools/modcycles; tests/layers.rs checks the layer order too)"
+if [ -x ../shared/tools/modcycles ]; then
+    ../shared/tools/modcycles src
+elif [ -n "${CI:-}" ]; then
+    echo "../shared/tools/modcycles is missing beside the checkout (CI has shared/ there)" >&2
+    exit 1
+else
+    echo "../shared/tools/modcycles is not beside this checkout; tests/layers.rs (in cargo test) checks the layers instead"
+fi
 echo "== cargo clippy --all-targets -- -D warnings (default features, then tls)"
 cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls -- -D warnings
