@@ -3,6 +3,8 @@
 //! exclusion across processes, 1,000 watchdog leases, a reshard of a slot
 //! that holds a lock, and a primary failover.
 
+#[path = "child/holder.rs"]
+mod child;
 mod support;
 
 use std::collections::HashSet;
@@ -63,20 +65,19 @@ fn locks_spread_over_every_primary_and_exclude_each_other_across_processes() {
     let lock_names = "cl:x:a,cl:x:b,cl:x:c,cl:x:d";
     let children: Vec<_> = (0..2)
         .map(|p| {
-            Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
-                .args([
-                    "check",
-                    &seeds,
-                    lock_names,
-                    "2",
-                    "250",
-                    &format!("p{p}"),
-                    "5000",
-                ])
-                .env("LEASEHOLD_RECORDS_URL", records.url())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a checker process")
+            support::child_command(&[
+                "check",
+                &seeds,
+                lock_names,
+                "2",
+                "250",
+                &format!("p{p}"),
+                "5000",
+            ])
+            .env("LEASEHOLD_RECORDS_URL", records.url())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a checker process")
         })
         .collect();
     for child in children {

@@ -2,6 +2,8 @@
 //! in the line, fairness under load, one cluster slot for every key and
 //! channel.
 
+#[path = "child/holder.rs"]
+mod child;
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -279,9 +281,8 @@ struct FairProcess {
 impl FairProcess {
     fn start(url: &str, name: &str, got: &std::sync::mpsc::Sender<String>) -> FairProcess {
         use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
-            .args(["fair", url, name])
+        use std::process::Stdio;
+        let mut child = support::child_command(&["fair", url, name])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -3,9 +3,11 @@
 //! `redis-server` killed and restarted empty while guards are held and
 //! waiters park. Every child process is killed by pid at the end.
 
+#[path = "child/holder.rs"]
+mod child;
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,10 +24,7 @@ struct Holder {
 impl Holder {
     fn start(url: &str, name: &str, lease: Duration) -> Holder {
         let lease = lease.as_millis().to_string();
-        let mut process = ChildProcess::start(
-            env!("CARGO_BIN_EXE_leasehold-test-child"),
-            &[url, name, &lease],
-        );
+        let mut process = ChildProcess::start(&[url, name, &lease]);
         let line = process.line();
         let token = line
             .strip_prefix("held ")
@@ -192,29 +191,22 @@ fn redis_restarted_empty_while_locks_are_held_and_waiters_park() {
 }
 
 fn checker(url: &str, names: &str, threads: u32, per_thread: u32, tag: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
-        .args([
-            "check",
-            url,
-            names,
-            &threads.to_string(),
-            &per_thread.to_string(),
-            tag,
-            "2000",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start a checker process")
+    support::child_command(&[
+        "check",
+        url,
+        names,
+        &threads.to_string(),
+        &per_thread.to_string(),
+        tag,
+        "2000",
+    ])
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("start a checker process")
 }
 
 fn sections_done(child: Child) -> u64 {
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "a checker process failed");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .strip_prefix("done ")
-        .and_then(|n| n.parse().ok())
-        .expect("done <n>")
+    support::child_done(&child.wait_with_output().unwrap())
 }
 
 #[test]

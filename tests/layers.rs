@@ -123,7 +123,11 @@ fn modules_import_only_the_layers_below_them() {
             }
         }
     }
-    assert!(wrong.is_empty(), "imports against the layers:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -139,7 +143,11 @@ fn files_are_small_and_say_what_they_own() {
     for path in all {
         let text = std::fs::read_to_string(&path).unwrap();
         let lines = text.lines().count();
-        assert!(lines <= 800, "{} has {lines} lines: split it", path.display());
+        assert!(
+            lines <= 800,
+            "{} has {lines} lines: split it",
+            path.display()
+        );
         assert!(
             text.starts_with("//!"),
             "{} does not open with a //! comment saying what it owns",

@@ -3,10 +3,12 @@
 //! renewal and lost leases, crashed readers, Redisson's layout, one cluster
 //! slot.
 
+#[path = "child/holder.rs"]
+mod child;
 mod support;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -418,10 +420,7 @@ fn read_and_write_holds_are_renewed_and_report_loss() {
 
 /// A `leasehold-test-child rw` process holding read/write holds on command.
 fn rw_process(url: &str, name: &str, lease_ms: u64) -> ChildProcess {
-    ChildProcess::start(
-        env!("CARGO_BIN_EXE_leasehold-test-child"),
-        &["rw", url, name, &lease_ms.to_string()],
-    )
+    ChildProcess::start(&["rw", url, name, &lease_ms.to_string()])
 }
 
 #[test]
@@ -528,30 +527,23 @@ fn processes_read_together_and_every_writer_is_alone() {
     let (threads, per_thread, every) = (3, 120, 4);
     let children: Vec<Child> = (0..3)
         .map(|p| {
-            Command::new(env!("CARGO_BIN_EXE_leasehold-test-child"))
-                .args([
-                    "rwcheck",
-                    &url,
-                    "rw:check",
-                    &threads.to_string(),
-                    &per_thread.to_string(),
-                    &format!("p{p}"),
-                    &every.to_string(),
-                ])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a checker process")
+            support::child_command(&[
+                "rwcheck",
+                &url,
+                "rw:check",
+                &threads.to_string(),
+                &per_thread.to_string(),
+                &format!("p{p}"),
+                &every.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a checker process")
         })
         .collect();
     let mut writes = 0u64;
     for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "a checker process failed");
-        writes += String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .strip_prefix("done ")
-            .and_then(|n| n.parse::<u64>().ok())
-            .expect("done <n>");
+        writes += support::child_done(&child.wait_with_output().unwrap());
     }
     let mut con = server.connection();
     let events: Vec<String> = con.lrange("events:rw:check", 0, -1).unwrap();

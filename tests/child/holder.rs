@@ -1,14 +1,18 @@
-//! `leasehold-test-child`: a lock holder in its own process, driven by the
-//! fault tests over stdin/stdout (a test helper, not part of the library).
+//! The test child: a lock holder in its own process, driven by the tests
+//! over stdin/stdout. No binary of its own (it would be packaged and
+//! installed with the library): a test binary that mounts this file as
+//! `mod child` re-executes itself to run just [`child_process_entry`] with
+//! the child's arguments in `LEASEHOLD_TEST_CHILD` (see
+//! `support::child_command`). Modes, by their first argument:
 //!
-//! `leasehold-test-child <url> <name> <watchdog-lease-ms>` takes a fenced
+//! `<url> <name> <watchdog-lease-ms>` takes a fenced
 //! lock, prints `held <token>`, then answers one command per stdin line:
 //! - `status` → `status held=<bool> lost=<reason or none>`
 //! - `write <store-key> <value>` → `wrote <bool>` (through a `FencedStore`)
 //! - `unlock` → `unlock ok` / `unlock not-held` / `unlock error <msg>`
 //! - `exit` (or end of input) → exits.
 //!
-//! `leasehold-test-child check <url> <names,…> <threads> <per-thread>
+//! `check <url> <names,…> <threads> <per-thread>
 //! <process-tag> <watchdog-lease-ms>` runs the mutual-exclusion workload:
 //! each thread takes the names in turn, and inside each critical section
 //! appends `E <tag>.<thread>.<i>` to `events:<name>`, reads `count:<name>`,
@@ -17,7 +21,7 @@
 //! comma-separated `<url>` is a cluster's seed list; the records then go to
 //! `LEASEHOLD_RECORDS_URL` (a plain server).
 //!
-//! `leasehold-test-child fair <url> <name>` runs fair-lock waiters on
+//! `fair <url> <name>` runs fair-lock waiters on
 //! command: `take <tag>` starts a thread that takes the fair lock and prints
 //! `got <tag>`; `release <tag>` makes it unlock. Each thread is its own waiter.
 
@@ -26,8 +30,30 @@ use std::time::Duration;
 
 use leasehold::{FencedStore, LockClient, LockOptions};
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+use crate::support::{ChildProcess, CHILD_ENV};
+
+/// In a child process: runs the mode its arguments name, then exits (so the
+/// test harness prints nothing after it). Otherwise: checks that a child
+/// process can be started and driven (the `echo` mode).
+#[test]
+fn child_process_entry() {
+    if let Ok(args) = std::env::var(CHILD_ENV) {
+        run(args.split('\u{1f}').map(str::to_owned).collect());
+        let _ = std::io::stdout().flush();
+        std::process::exit(0);
+    }
+    let mut echo = ChildProcess::start(&["echo"]);
+    assert_eq!(echo.ask("ping"), "ping");
+    assert_eq!(echo.ask("two words"), "two words");
+}
+
+fn run(args: Vec<String>) {
+    if args.first().map(String::as_str) == Some("echo") {
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            println!("{line}");
+        }
+        return;
+    }
     if args.first().map(String::as_str) == Some("check") {
         return check(&args[1..]);
     }
@@ -41,7 +67,7 @@ fn main() {
         return rwcheck(&args[1..]);
     }
     let [url, name, lease_ms] = &args[..] else {
-        eprintln!("usage: leasehold-test-child <url> <name> <watchdog-lease-ms>");
+        eprintln!("usage: child <url> <name> <watchdog-lease-ms>");
         std::process::exit(2);
     };
     let lease = Duration::from_millis(lease_ms.parse().expect("lease in ms"));
@@ -96,7 +122,7 @@ fn main() {
 
 fn check(args: &[String]) {
     let [url, names, threads, per_thread, tag, lease_ms] = args else {
-        eprintln!("usage: leasehold-test-child check <url> <names> <threads> <per-thread> <tag> <lease-ms>");
+        eprintln!("usage: child check <url> <names> <threads> <per-thread> <tag> <lease-ms>");
         std::process::exit(2);
     };
     let names: Vec<String> = names.split(',').map(str::to_owned).collect();
@@ -142,7 +168,7 @@ fn check(args: &[String]) {
 
 fn fair(args: &[String]) {
     let [url, name] = args else {
-        eprintln!("usage: leasehold-test-child fair <url> <name>");
+        eprintln!("usage: child fair <url> <name>");
         std::process::exit(2);
     };
     let client = LockClient::new(url).expect("client");
@@ -179,7 +205,7 @@ fn fair(args: &[String]) {
 
 fn rw(args: &[String]) {
     let [url, name, lease_ms] = args else {
-        eprintln!("usage: leasehold-test-child rw <url> <name> <watchdog-lease-ms>");
+        eprintln!("usage: child rw <url> <name> <watchdog-lease-ms>");
         std::process::exit(2);
     };
     let lease = Duration::from_millis(lease_ms.parse().expect("lease in ms"));
@@ -212,7 +238,7 @@ fn rw(args: &[String]) {
 
 fn rwcheck(args: &[String]) {
     let [url, name, threads, per_thread, tag, every] = args else {
-        eprintln!("usage: leasehold-test-child rwcheck <url> <name> <threads> <per-thread> <tag> <write-every>");
+        eprintln!("usage: child rwcheck <url> <name> <threads> <per-thread> <tag> <write-every>");
         std::process::exit(2);
     };
     let threads: usize = threads.parse().expect("threads");
