@@ -111,7 +111,7 @@ impl LockGuard {
     /// woken.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when the lock was no longer ours (the lease ran
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when the lock was no longer ours (the lease ran
     /// out, the key was removed): nothing was changed in Redis. Connection
     /// errors when Redis could not be reached; the lock then expires with its
     /// lease.
