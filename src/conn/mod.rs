@@ -115,14 +115,14 @@ impl Connections {
                 return Err(Error::from_redis(e, key));
             }
             redirects += 1;
-            match (e.code(), e.redirect_node()) {
-                (Some("MOVED"), Some((node, slot))) => {
+            match (Retry::of(&e), e.code(), e.redirect_node()) {
+                (Retry::Redirect, Some("MOVED"), Some((node, slot))) => {
                     tracing::debug!(%node, slot, "leasehold: slot moved; following");
                     cluster.router.moved(slot, node);
                 }
-                (Some("ASK"), Some((node, _))) => {
-                    // The slot is being migrated and this key is already
-                    // on the target: ASKING, then the command, there.
+                (Retry::Redirect, _, Some((node, _))) => {
+                    // ASK: the slot is being migrated and this key is
+                    // already on the target: ASKING, then the command, there.
                     let node: Arc<str> = Arc::from(node);
                     let mut con = cluster.pool(&node)?.get(pool_wait)?;
                     let asked = redis::cmd("ASKING")
@@ -130,20 +130,22 @@ impl Connections {
                         .and_then(|()| script(&mut con));
                     match asked {
                         Ok(v) => return Ok(v),
-                        Err(e) if e.code() == Some("MOVED") || e.code() == Some("ASK") => {}
+                        Err(e) if Retry::of(&e) == Retry::Redirect => {}
                         Err(e) => return Err(Error::from_redis(e, key)),
                     }
                 }
-                (Some("TRYAGAIN"), _) => {
+                (Retry::Later, Some("TRYAGAIN"), _) => {
                     // A multi-key script during a slot migration, its keys
                     // split between the nodes for a moment.
                     std::thread::sleep(Duration::from_millis(10 * redirects as u64));
                 }
-                (Some("CLUSTERDOWN"), _) => {
+                (Retry::Later, Some("CLUSTERDOWN"), _) => {
+                    // The caller (a waiter) rides it out; the table may have
+                    // changed meanwhile.
                     let _ = cluster.router.refresh();
                     return Err(Error::from_redis(e, key));
                 }
-                _ if Retry::of(&e) == Retry::Reconnect => {
+                (Retry::Reconnect, _, _) => {
                     // The node may be gone (a failover): read the table
                     // again, and try the new primary if there is one.
                     let _ = cluster.router.refresh();
