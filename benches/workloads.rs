@@ -7,6 +7,8 @@
 //!   threads, each with its own connection, spinning on `SET NX PX`.
 //! - W2p contended, processes: 4 processes × 2 threads (children of this
 //!   binary), the same two contenders.
+//! - W2c / W2P one client per contender: 8 threads each with its own
+//!   `LockClient`, and 8 processes × 1 thread; the same two contenders.
 //! - W3 many names: 8 threads on distinct names. Floor: the raw pair on 8
 //!   connections.
 //! - W4 renewal: 100,000 live watchdog guards (see `common/w4.rs`).
@@ -38,7 +40,7 @@ mod w4;
 #[path = "common/w5.rs"]
 mod w5;
 
-use contend::{child, w2, w2p, Kind};
+use contend::{child, w2, w2c, w2p, w2pp, Kind};
 use measure::con;
 use table::Results;
 use uncontended::{ping_us, w1, w3};
@@ -127,6 +129,17 @@ fn main() {
                     c.pairs_per_s, c.handoff_p50_us, c.handoff_p50_us / rtt, c.handoff_p99_us, c.cross_p50_us, c.cross_p99_us, c.within_p50_us, c.client_cmds_per_cs, c.in_process * 100.0, c.shares
                 );
             }
+            "w2c" | "w2P" => {
+                let run = |k| {
+                    if only == "w2c" {
+                        w2c(k, &url, secs)
+                    } else {
+                        w2pp(k, &url, secs)
+                    }
+                };
+                let (raw, lh) = (run(Kind::Raw), run(Kind::Leasehold));
+                println!("{}", table::one_client_each_line(&only, &raw, &lh, rtt));
+            }
             "fair" => {
                 for (w, c) in [
                     ("W2 fair", w2(Kind::Fair, &url, secs)),
@@ -146,7 +159,7 @@ fn main() {
                     r / p
                 );
             }
-            other => eprintln!("BENCH_ONLY: w1, w3, w2p, w5 or fair, not {other}"),
+            other => eprintln!("BENCH_ONLY: w1, w3, w2p, w2c, w2P, w5 or fair, not {other}"),
         }
         return;
     }
@@ -156,6 +169,10 @@ fn main() {
     let (w2_raw, w2_lh) = median_round(rounds, |k| w2(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] W2p 4 processes x 2 threads: raw spin floor, then leasehold…");
     let (w2p_raw, w2p_lh) = median_round(rounds, |k| w2p(k, &url, secs), |c| c.pairs_per_s);
+    eprintln!("[{mode}] W2c 8 threads, a client each: raw spin floor, then leasehold…");
+    let (w2c_raw, w2c_lh) = median_round(rounds, |k| w2c(k, &url, secs), |c| c.pairs_per_s);
+    eprintln!("[{mode}] W2P 8 processes x 1 thread: raw spin floor, then leasehold…");
+    let (w2pp_raw, w2pp_lh) = median_round(rounds, |k| w2pp(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] W2 / W2p with the fair lock…");
     let w2_fair = w2(Kind::Fair, &url, secs);
     let w2p_fair = w2p(Kind::Fair, &url, secs);
@@ -180,6 +197,10 @@ fn main() {
         w2_lh,
         w2p_raw,
         w2p_lh,
+        w2c_raw,
+        w2c_lh,
+        w2pp_raw,
+        w2pp_lh,
         w2_fair,
         w2p_fair,
         w5_plain,

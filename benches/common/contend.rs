@@ -138,16 +138,16 @@ impl Tally {
     /// The critical section: check nobody is inside, ~20 µs of work, a
     /// non-atomic counter increment. Returns the release timestamp to write
     /// just before unlocking.
-    fn critical_section(&mut self, shared: &Shared, me: u64) {
+    fn critical_section(&mut self, shared: &Shared, me: u64, per_client: u64) {
         let entered = now_ns();
         let [counter, inside, last_release, last_worker] = shared.read();
         if inside != 0 {
             self.violations += 1;
         }
         if last_release != 0 {
-            // Low bit: the previous holder ran in another process (W2p
-            // workers 2p+1 and 2p+2 share process p).
-            let other_process = (last_worker - 1) / 2 != (me - 1) / 2;
+            // Low bit: the previous holder used another client (another
+            // process in W2p/W2P: workers k·n+1 … k·n+n share client k).
+            let other_process = (last_worker - 1) / per_client != (me - 1) / per_client;
             let ns = entered.saturating_sub(last_release);
             self.handoff_ns.push(ns << 1 | u64::from(other_process));
             if last_worker == me {
@@ -183,21 +183,30 @@ impl Tally {
     }
 }
 
-/// Runs `threads` workers of `kind` on one name until `until`; one leasehold
-/// client per call (i.e. per process).
+/// Runs `threads` workers of `kind` on one name until `until`: all on one
+/// leasehold client (as threads of one process), or with `client_each` each
+/// on its own (as separate processes would be).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn contend(
     kind: Kind,
     url: &str,
     name: &str,
     threads: usize,
+    client_each: bool,
     first_worker: u64,
     shared_path: &Path,
     (start, until): (Instant, Instant),
 ) -> (Vec<Tally>, u64) {
-    let client = LockClient::new(url).unwrap();
+    let one = LockClient::new(url).unwrap();
+    let per_client = if client_each { 1 } else { threads as u64 };
     let handles: Vec<_> = (0..threads)
         .map(|i| {
-            let (client, url, name) = (client.clone(), url.to_owned(), name.to_owned());
+            let client = if client_each {
+                LockClient::new(url).unwrap()
+            } else {
+                one.clone()
+            };
+            let (url, name) = (url.to_owned(), name.to_owned());
             let shared = Shared::open(shared_path);
             let me = first_worker + i as u64 + 1;
             thread::spawn(move || {
@@ -210,27 +219,35 @@ pub(crate) fn contend(
                     match kind {
                         Kind::Raw => {
                             raw.lock(&name);
-                            tally.critical_section(&shared, me);
+                            tally.critical_section(&shared, me, per_client);
                             raw.unlock(&name);
                         }
                         Kind::Leasehold => {
                             let g = client.lock(&name).unwrap();
-                            tally.critical_section(&shared, me);
+                            tally.critical_section(&shared, me, per_client);
                             g.unlock().unwrap();
                         }
                         Kind::Fair => {
                             let g = client.fair_lock(&name).unwrap();
-                            tally.critical_section(&shared, me);
+                            tally.critical_section(&shared, me, per_client);
                             g.unlock().unwrap();
                         }
                     }
                 }
-                tally
+                (tally, client.stats().handoffs)
             })
         })
         .collect();
-    let tallies = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    (tallies, client.stats().handoffs)
+    let mut handoffs = if client_each { 0 } else { one.stats().handoffs };
+    let mut tallies = Vec::new();
+    for h in handles {
+        let (tally, theirs) = h.join().unwrap();
+        tallies.push(tally);
+        if client_each {
+            handoffs += theirs;
+        }
+    }
+    (tallies, handoffs)
 }
 
 /// Aggregated figures of one contended run.
@@ -245,6 +262,8 @@ pub(crate) struct Contended {
     pub(crate) within_p50_us: f64,
     pub(crate) client_cmds_per_cs: f64,
     pub(crate) all_cmds_per_cs: f64,
+    /// Microseconds Redis spent in the client-sent commands, per CS.
+    pub(crate) redis_us_per_cs: f64,
     pub(crate) least_share: f64,
     pub(crate) most_share: f64,
     pub(crate) same_worker: f64,
@@ -256,7 +275,7 @@ pub(crate) struct Contended {
 pub(crate) fn summarize(
     tallies: &[Tally],
     secs: f64,
-    cmds: (u64, u64),
+    cmds: (u64, u64, u64),
     counter: u64,
     handoffs: u64,
 ) -> Contended {
@@ -290,6 +309,7 @@ pub(crate) fn summarize(
         within_p50_us: percentile(&within, 0.50) as f64 / 1e3,
         client_cmds_per_cs: cmds.0 as f64 / turns.max(1) as f64,
         all_cmds_per_cs: cmds.1 as f64 / turns.max(1) as f64,
+        redis_us_per_cs: cmds.2 as f64 / turns.max(1) as f64,
         least_share: *shares.iter().min().unwrap_or(&0) as f64 / mean,
         most_share: *shares.iter().max().unwrap_or(&0) as f64 / mean,
         same_worker: tallies.iter().map(|t| t.same).sum::<u64>() as f64 / turns.max(1) as f64,
@@ -307,15 +327,26 @@ pub(crate) fn shared_path(tag: &str) -> PathBuf {
     dir.join(format!("leasehold-bench-{}-{tag}", std::process::id()))
 }
 
-/// W2: `threads` workers in this process.
+/// W2: 8 workers in this process sharing one client.
 pub(crate) fn w2(kind: Kind, url: &str, secs: f64) -> Contended {
-    let path = shared_path(&format!("w2-{}", kind.arg()));
+    threads(kind, url, secs, false)
+}
+
+/// W2c: 8 workers in this process, each with its own client (as 8
+/// processes would have).
+pub(crate) fn w2c(kind: Kind, url: &str, secs: f64) -> Contended {
+    threads(kind, url, secs, true)
+}
+
+fn threads(kind: Kind, url: &str, secs: f64, client_each: bool) -> Contended {
+    let tag = format!("w2{}-{}", if client_each { "c" } else { "" }, kind.arg());
+    let path = shared_path(&tag);
     let shared = Shared::create(&path);
-    let name = format!("w2-{}", kind.arg());
+    let name = tag;
     let before = commandstats(url);
     let start = Instant::now() + Duration::from_millis(100);
     let until = start + Duration::from_secs_f64(secs);
-    let (tallies, handoffs) = contend(kind, url, &name, 8, 0, &path, (start, until));
+    let (tallies, handoffs) = contend(kind, url, &name, 8, client_each, 0, &path, (start, until));
     let after = commandstats(url);
     let counter = shared.read()[0];
     let _ = std::fs::remove_file(&path);
@@ -330,13 +361,23 @@ pub(crate) fn w2(kind: Kind, url: &str, secs: f64) -> Contended {
 
 /// W2p: 4 child processes × 2 threads.
 pub(crate) fn w2p(kind: Kind, url: &str, secs: f64) -> Contended {
-    let path = shared_path(&format!("w2p-{}", kind.arg()));
+    processes(kind, url, secs, 4, 2)
+}
+
+/// W2P: 8 child processes × 1 thread.
+pub(crate) fn w2pp(kind: Kind, url: &str, secs: f64) -> Contended {
+    processes(kind, url, secs, 8, 1)
+}
+
+fn processes(kind: Kind, url: &str, secs: f64, procs: u64, threads: u64) -> Contended {
+    let tag = format!("w2p{procs}x{threads}-{}", kind.arg());
+    let path = shared_path(&tag);
     let shared = Shared::create(&path);
-    let name = format!("w2p-{}", kind.arg());
+    let name = tag;
     let exe = std::env::current_exe().unwrap();
     let before = commandstats(url);
     let start_at = now_ns() + 500_000_000; // children start together
-    let children: Vec<_> = (0..4u64)
+    let children: Vec<_> = (0..procs)
         .map(|p| {
             Command::new(&exe)
                 .args([
@@ -345,9 +386,10 @@ pub(crate) fn w2p(kind: Kind, url: &str, secs: f64) -> Contended {
                     url,
                     &name,
                     &path.to_string_lossy(),
-                    &(p * 2).to_string(),
+                    &(p * threads).to_string(),
                     &start_at.to_string(),
                     &secs.to_string(),
+                    &threads.to_string(),
                 ])
                 .stdout(Stdio::piped())
                 .spawn()
@@ -378,7 +420,8 @@ pub(crate) fn w2p(kind: Kind, url: &str, secs: f64) -> Contended {
     )
 }
 
-/// A W2p child: `--child <kind> <url> <name> <shared> <first-worker> <start-ns> <secs>`.
+/// A W2p/W2P child: `--child <kind> <url> <name> <shared> <first-worker>
+/// <start-ns> <secs> <threads>`.
 pub(crate) fn child(args: &[String]) {
     let kind = match args[0].as_str() {
         "raw" => Kind::Raw,
@@ -391,7 +434,8 @@ pub(crate) fn child(args: &[String]) {
     let secs: f64 = args[6].parse().unwrap();
     let start = Instant::now() + Duration::from_nanos(start_ns.saturating_sub(now_ns()));
     let until = start + Duration::from_secs_f64(secs);
-    let (tallies, handoffs) = contend(kind, url, name, 2, first, path, (start, until));
+    let threads: usize = args[7].parse().unwrap();
+    let (tallies, handoffs) = contend(kind, url, name, threads, false, first, path, (start, until));
     let mut out = std::io::stdout().lock();
     for t in tallies {
         writeln!(out, "{}", t.line()).unwrap();

@@ -42,31 +42,44 @@ pub(crate) fn con(url: &str) -> redis::Connection {
     redis::Client::open(url).unwrap().get_connection().unwrap()
 }
 
-pub(crate) fn commandstats(url: &str) -> HashMap<String, u64> {
+/// Per command: (calls, microseconds) from `INFO commandstats`.
+pub(crate) fn commandstats(url: &str) -> HashMap<String, (u64, u64)> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut con(url))
         .unwrap();
-    crate::support::parse_command_calls(&info)
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| {
+                stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.parse::<u64>().ok())
+            };
+            Some((name.to_owned(), (field("calls=")?, field("usec=")?)))
+        })
+        .collect()
 }
 
-/// (client-sent, all incl. script calls) commands between two snapshots,
-/// leaving out the `INFO` calls of the bench itself.
+/// Between two snapshots, leaving out the bench's own `INFO` calls:
+/// (client-sent commands, all commands incl. script calls, microseconds
+/// Redis spent in the client-sent ones — a script's time includes the calls
+/// inside it, so only those are summed).
 pub(crate) fn command_delta(
-    before: &HashMap<String, u64>,
-    after: &HashMap<String, u64>,
-) -> (u64, u64) {
-    let mut client = 0;
-    let mut all = 0;
-    for (name, n) in after {
+    before: &HashMap<String, (u64, u64)>,
+    after: &HashMap<String, (u64, u64)>,
+) -> (u64, u64, u64) {
+    let (mut client, mut all, mut usec) = (0, 0, 0);
+    for (name, (n, us)) in after {
         if name == "info" {
             continue;
         }
-        let d = n - before.get(name).copied().unwrap_or(0);
-        all += d;
+        let (n0, us0) = before.get(name).copied().unwrap_or((0, 0));
+        all += n - n0;
         if CLIENT_COMMANDS.contains(&name.as_str()) {
-            client += d;
+            client += n - n0;
+            usec += us - us0;
         }
     }
-    (client, all)
+    (client, all, usec)
 }

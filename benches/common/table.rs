@@ -18,6 +18,10 @@ pub struct Results {
     pub w2_lh: Contended,
     pub w2p_raw: Contended,
     pub w2p_lh: Contended,
+    pub w2c_raw: Contended,
+    pub w2c_lh: Contended,
+    pub w2pp_raw: Contended,
+    pub w2pp_lh: Contended,
     pub w2_fair: Contended,
     pub w2p_fair: Contended,
     pub w5_plain: (f64, usize, f64),
@@ -48,6 +52,10 @@ pub fn render(r: &Results) -> String {
         w2_lh,
         w2p_raw,
         w2p_lh,
+        w2c_raw,
+        w2c_lh,
+        w2pp_raw,
+        w2pp_lh,
         w2_fair,
         w2p_fair,
         w5_plain,
@@ -207,6 +215,72 @@ pub fn render(r: &Results) -> String {
             );
         }
     }
+    // One client per contender (issue 13's targets): every handoff is
+    // between clients, as between processes.
+    for (w, raw, lh) in [
+        ("W2c 8 threads, a client each", w2c_raw, w2c_lh),
+        ("W2P 8 proc × 1 thr", w2pp_raw, w2pp_lh),
+    ] {
+        let ratio = lh.pairs_per_s / raw.pairs_per_s;
+        row(
+            w,
+            "critical sections/s",
+            format!("{:.0}", raw.pairs_per_s),
+            format!("{:.0}", lh.pairs_per_s),
+            format!("{ratio:.2}"),
+            "≥ 1.5",
+            Some(ratio >= 1.5),
+        );
+        row(
+            w,
+            "client commands / CS (all incl. script calls)",
+            format!("{:.1} ({:.1})", raw.client_cmds_per_cs, raw.all_cmds_per_cs),
+            format!("{:.2} ({:.1})", lh.client_cmds_per_cs, lh.all_cmds_per_cs),
+            String::new(),
+            "≤ 3",
+            Some(lh.client_cmds_per_cs <= 3.0),
+        );
+        row(
+            w,
+            "redis µs in client commands / CS",
+            format!("{:.1}", raw.redis_us_per_cs),
+            format!("{:.1}", lh.redis_us_per_cs),
+            format!(
+                "{:.2}",
+                lh.redis_us_per_cs / raw.redis_us_per_cs.max(f64::MIN_POSITIVE)
+            ),
+            "< floor",
+            Some(lh.redis_us_per_cs < raw.redis_us_per_cs),
+        );
+        let p50_rtt = lh.handoff_p50_us / rtt;
+        row(
+            w,
+            "handoff p50 / p99 µs",
+            format!("{:.0} / {:.0}", raw.handoff_p50_us, raw.handoff_p99_us),
+            format!("{:.0} / {:.0}", lh.handoff_p50_us, lh.handoff_p99_us),
+            format!("p50 = {p50_rtt:.1} RTT"),
+            "p50 ≤ 3 RTT, p99 ≤ 1 ms",
+            Some(p50_rtt <= 3.0 && lh.handoff_p99_us <= 1_000.0),
+        );
+        row(
+            w,
+            "least / most busy worker vs mean share",
+            format!("{:.2} / {:.2}", raw.least_share, raw.most_share),
+            format!("{:.2} / {:.2}", lh.least_share, lh.most_share),
+            String::new(),
+            "least ≥ 0.50",
+            Some(lh.least_share >= 0.5),
+        );
+        row(
+            w,
+            "turns back to the same worker",
+            format!("{:.0} %", raw.same_worker * 100.0),
+            format!("{:.0} %", lh.same_worker * 100.0),
+            String::new(),
+            "",
+            None,
+        );
+    }
     for (w, raw, fair) in [
         ("W2 fair lock, 8 threads", &w2_raw, &w2_fair),
         ("W2p fair lock, 4 proc × 2 thr", &w2p_raw, &w2p_fair),
@@ -282,4 +356,24 @@ pub fn render(r: &Results) -> String {
         );
     }
     t
+}
+
+/// One line for `BENCH_ONLY=w2c` / `w2P`.
+pub fn one_client_each_line(w: &str, raw: &Contended, lh: &Contended, rtt: f64) -> String {
+    format!(
+        "{w}: raw {:.0}/s leasehold {:.0}/s ratio {:.2}; cmds/CS {:.2} (raw {:.1}); redis µs/CS {:.1} (raw {:.1}); handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs; least/most {:.2}/{:.2}; same worker {:.0} %",
+        raw.pairs_per_s,
+        lh.pairs_per_s,
+        lh.pairs_per_s / raw.pairs_per_s,
+        lh.client_cmds_per_cs,
+        raw.client_cmds_per_cs,
+        lh.redis_us_per_cs,
+        raw.redis_us_per_cs,
+        lh.handoff_p50_us,
+        lh.handoff_p50_us / rtt,
+        lh.handoff_p99_us,
+        lh.least_share,
+        lh.most_share,
+        lh.same_worker * 100.0
+    )
 }
