@@ -576,8 +576,7 @@ impl RedlockGuard {
             if let Some(state) = state {
                 nodes[*i]
                     .shared()
-                    .renewer
-                    .release(&self.key, &self.owner, state);
+                    .stop_renewing(&self.key, &self.owner, state);
             }
         }
         // Released on every node in any case: parts left on a minority of

@@ -209,6 +209,12 @@ impl Shared {
         }
     }
 
+    /// One guard of a watchdog lease is going away: when it was the last,
+    /// renewal stops before this returns.
+    pub(crate) fn stop_renewing(&self, key: &str, field: &str, state: &Arc<LeaseState>) {
+        self.renewer.release(key, field, state);
+    }
+
     /// Records one fenced fair hold: a new `token`, or (reentrant, `None`)
     /// one more hold of the token this owner has. Returns the hold's token.
     pub(crate) fn fair_fence_hold(
@@ -258,7 +264,7 @@ impl Shared {
         };
         if hold.renewed {
             // Stops renewal (when this is the last hold) before the release.
-            self.renewer.release(&hold.key, &hold.field, &hold.state);
+            self.stop_renewing(&hold.key, &hold.field, &hold.state);
         }
         let mut rel = Release {
             kind: hold.kind,
