@@ -99,14 +99,21 @@ fn a_bounded_wait_returns_on_time_when_redis_is_blackholed() {
     }
 }
 
-#[test]
-fn an_acquire_reply_that_arrives_after_the_lease_is_no_lock() {
+/// A server, a fault proxy in front of it, and a client through the proxy
+/// whose socket timeout (2 s) outlasts the delays the tests set.
+fn behind_a_slow_proxy() -> (RedisServer, FaultProxy, LockClient) {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     let client = LockClient::builder(&proxy.url())
         .socket_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
+    (server, proxy, client)
+}
+
+#[test]
+fn an_acquire_reply_that_arrives_after_the_lease_is_no_lock() {
+    let (server, proxy, client) = behind_a_slow_proxy();
     drop(client.lock("net:warm").unwrap());
     proxy.set(Fault::Delay(Duration::from_millis(150)));
     let lease = LockOptions::new().lease(Duration::from_millis(200));
@@ -129,12 +136,7 @@ fn an_acquire_reply_that_arrives_after_the_lease_is_no_lock() {
 
 #[test]
 fn fair_and_read_write_acquires_whose_reply_arrives_after_the_lease_are_no_lock() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let client = LockClient::builder(&proxy.url())
-        .socket_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let (server, proxy, client) = behind_a_slow_proxy();
     drop(client.fair_lock("net:warm").unwrap());
     drop(client.write_lock("net:warm-rw").unwrap());
     proxy.set(Fault::Delay(Duration::from_millis(150)));

@@ -1,4 +1,5 @@
-//! The in-process queue's state machine, without Redis.
+//! The in-process queue's state machine, without Redis. Compiled only under
+//! #[cfg(test)] (see `local/mod.rs`).
 
 use super::*;
 

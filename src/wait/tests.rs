@@ -1,5 +1,6 @@
 //! The wait loop's decisions, driven by a scripted lock kind and a fake
-//! environment: no Redis, no notifier.
+//! environment: no Redis, no notifier. Compiled only under #[cfg(test)] (see
+//! `wait.rs`).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
