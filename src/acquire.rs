@@ -45,7 +45,7 @@ pub(crate) fn acquire(
     let key = shared.key(name);
     let owner = shared.owner();
     let lease = want.lease.unwrap_or(shared.watchdog_lease);
-    let at = AtRedis {
+    let mut at = AtRedis {
         shared,
         name,
         kind: want.kind,
@@ -62,7 +62,6 @@ pub(crate) fn acquire(
     if want.kind == Kind::Plain {
         return plain(at, want, deadline);
     }
-    let mut at = at;
     let mut sub = None;
     let Some((minted, sent_at)) = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline)?
     else {

@@ -238,14 +238,17 @@ pub(crate) fn contend(
             })
         })
         .collect();
-    let mut handoffs = if client_each { 0 } else { one.stats().handoffs };
     let mut tallies = Vec::new();
+    let mut handoffs = 0;
     for h in handles {
         let (tally, theirs) = h.join().unwrap();
         tallies.push(tally);
-        if client_each {
-            handoffs += theirs;
-        }
+        handoffs += theirs;
+    }
+    if !client_each {
+        // Every worker read the one client's counter: count it once, now
+        // that all of them are done.
+        handoffs = one.stats().handoffs;
     }
     (tallies, handoffs)
 }
