@@ -341,15 +341,19 @@ pub(crate) fn w2c(kind: Kind, url: &str, secs: f64) -> Contended {
     threads(kind, url, secs, true)
 }
 
-fn threads(kind: Kind, url: &str, secs: f64, client_each: bool) -> Contended {
-    let tag = format!("w2{}-{}", if client_each { "c" } else { "" }, kind.arg());
-    let path = shared_path(&tag);
+/// One contended run on the name `tag`: a fresh shared record, Redis's
+/// command counters around `work` (which returns the workers' tallies and
+/// the in-process handoffs), then the summary.
+fn measured(
+    tag: &str,
+    url: &str,
+    secs: f64,
+    work: impl FnOnce(&Path) -> (Vec<Tally>, u64),
+) -> Contended {
+    let path = shared_path(tag);
     let shared = Shared::create(&path);
-    let name = tag;
     let before = commandstats(url);
-    let start = Instant::now() + Duration::from_millis(100);
-    let until = start + Duration::from_secs_f64(secs);
-    let (tallies, handoffs) = contend(kind, url, &name, 8, client_each, 0, &path, (start, until));
+    let (tallies, handoffs) = work(&path);
     let after = commandstats(url);
     let counter = shared.read()[0];
     let _ = std::fs::remove_file(&path);
@@ -360,6 +364,15 @@ fn threads(kind: Kind, url: &str, secs: f64, client_each: bool) -> Contended {
         counter,
         handoffs,
     )
+}
+
+fn threads(kind: Kind, url: &str, secs: f64, client_each: bool) -> Contended {
+    let tag = format!("w2{}-{}", if client_each { "c" } else { "" }, kind.arg());
+    measured(&tag, url, secs, |path| {
+        let start = Instant::now() + Duration::from_millis(100);
+        let until = start + Duration::from_secs_f64(secs);
+        contend(kind, url, &tag, 8, client_each, 0, path, (start, until))
+    })
 }
 
 /// W2p: 4 child processes × 2 threads.
@@ -374,53 +387,42 @@ pub(crate) fn w2pp(kind: Kind, url: &str, secs: f64) -> Contended {
 
 fn processes(kind: Kind, url: &str, secs: f64, procs: u64, threads: u64) -> Contended {
     let tag = format!("w2p{procs}x{threads}-{}", kind.arg());
-    let path = shared_path(&tag);
-    let shared = Shared::create(&path);
-    let name = tag;
     let exe = std::env::current_exe().unwrap();
-    let before = commandstats(url);
-    let start_at = now_ns() + 500_000_000; // children start together
-    let children: Vec<_> = (0..procs)
-        .map(|p| {
-            Command::new(&exe)
-                .args([
-                    "--child",
-                    kind.arg(),
-                    url,
-                    &name,
-                    &path.to_string_lossy(),
-                    &(p * threads).to_string(),
-                    &start_at.to_string(),
-                    &secs.to_string(),
-                    &threads.to_string(),
-                ])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut tallies = Vec::new();
-    let mut handoffs = 0;
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "a W2p child failed");
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            match line.strip_prefix("handoffs ") {
-                Some(n) => handoffs += n.parse::<u64>().unwrap(),
-                None => tallies.push(Tally::parse(line)),
+    measured(&tag, url, secs, |path| {
+        let start_at = now_ns() + 500_000_000; // children start together
+        let children: Vec<_> = (0..procs)
+            .map(|p| {
+                Command::new(&exe)
+                    .args([
+                        "--child",
+                        kind.arg(),
+                        url,
+                        &tag,
+                        &path.to_string_lossy(),
+                        &(p * threads).to_string(),
+                        &start_at.to_string(),
+                        &secs.to_string(),
+                        &threads.to_string(),
+                    ])
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut tallies = Vec::new();
+        let mut handoffs = 0;
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "a W2p child failed");
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                match line.strip_prefix("handoffs ") {
+                    Some(n) => handoffs += n.parse::<u64>().unwrap(),
+                    None => tallies.push(Tally::parse(line)),
+                }
             }
         }
-    }
-    let after = commandstats(url);
-    let counter = shared.read()[0];
-    let _ = std::fs::remove_file(&path);
-    summarize(
-        &tallies,
-        secs,
-        command_delta(&before, &after),
-        counter,
-        handoffs,
-    )
+        (tallies, handoffs)
+    })
 }
 
 /// A W2p/W2P child: `--child <kind> <url> <name> <shared> <first-worker>
