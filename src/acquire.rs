@@ -11,10 +11,11 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::local::{self, Enter};
 use crate::names::{channel_name, timeout_prefix};
+use crate::notify::Listen;
 use crate::options::{check_lease, check_name, deadline_min, Kind};
 use crate::protocol::{self, Attempt, Fence, Release, Request};
 use crate::shared::{Hold, Shared};
-use crate::wait::{self, Answer, Live, LockKind, Wake};
+use crate::wait::{self, Answer, Channels, Granted, Live, LockKind, Wake};
 
 /// What the caller asked for.
 #[derive(Clone, Copy)]
@@ -58,15 +59,17 @@ pub(crate) fn acquire(
         } else {
             Fence::None
         },
+        place: None,
+        watchdog: want.lease.is_none(),
     };
     if want.kind == Kind::Plain {
         return plain(at, want, deadline);
     }
     let mut sub = None;
-    let Some((minted, sent_at)) = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline)?
-    else {
+    let Some(got) = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline)? else {
         return Ok(None);
     };
+    let minted = got.held;
     let (field, timeouts) = match want.kind {
         Kind::Read => (owner.clone(), Some(timeout_prefix(&key, &owner))),
         kind => (protocol::hold_field(kind, &owner).into_owned(), None),
@@ -77,7 +80,15 @@ pub(crate) fn acquire(
         _ => None,
     };
     let watchdog = want.lease.is_none();
-    let state = shared.lease_state(&key, &field, lease, watchdog, sent_at, timeouts.as_deref());
+    let state = shared.lease_state(
+        &key,
+        &field,
+        lease,
+        watchdog,
+        got.sent_at,
+        got.lease,
+        timeouts.as_deref(),
+    );
     Ok(Some(guard(
         shared, name, key, field, lease, want, fence, state,
     )))
@@ -92,7 +103,7 @@ fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<O
     let mut turn = match shared.local.enter(key, owner, lease, want.fenced, deadline) {
         Enter::Turn(turn) => turn,
         Enter::Granted(sent_at, fence) => {
-            let state = shared.lease_state(key, owner, lease, watchdog, sent_at, None);
+            let state = shared.lease_state(key, owner, lease, watchdog, sent_at, lease, None);
             shared.local.holding(key, owner, &state, fence);
             let g = guard(
                 shared,
@@ -108,7 +119,11 @@ fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<O
         }
         Enter::TimedOut => return Ok(None),
     };
-    let mut sub = turn.take_subscription();
+    // A subscription still confirmed (a busy name) is taken before the first
+    // attempt: held elsewhere, the waiter parks at once.
+    let mut sub = turn
+        .take_subscription()
+        .or_else(|| shared.notifier.resume_line(key));
     if let Some(yield_to) = turn.yield_to.take() {
         // Our release woke other clients: let them take it first, and try
         // after the next unlock message (theirs) or a short bound. Without a
@@ -118,7 +133,12 @@ fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<O
         let seen = match &sub {
             Some(_) => yield_to.messages,
             None => {
-                let s = shared.notifier.subscribe(&channel_name(key), until);
+                let listen = Listen::Line {
+                    key,
+                    channel: &channel_name(key),
+                    grant: &shared.grant_channel(key),
+                };
+                let s = shared.notifier.subscribe(listen, until);
                 let seen = s.messages();
                 sub = Some(s);
                 seen
@@ -134,15 +154,21 @@ fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<O
         (true, Some(_)) => Fence::Keep,
         (true, None) => Fence::Mint,
     };
+    // A waiter takes a place in the line of waiting clients; a single try
+    // leaves none.
+    if deadline.is_none_or(|d| d > Instant::now()) {
+        at.place = Some(shared.next_place(owner));
+    }
     let name = at.name;
     let got = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline);
     turn.keep_subscription(sub);
-    let Some((minted, sent_at)) = got? else {
+    let Some(got) = got? else {
         return Ok(None);
     };
+    let minted = got.held;
     // A reentrant fenced hold returns the token it already has.
     let token = minted.or(turn.fence()).filter(|_| want.fenced);
-    let state = shared.lease_state(key, owner, lease, watchdog, sent_at, None);
+    let state = shared.lease_state(key, owner, lease, watchdog, got.sent_at, got.lease, None);
     turn.acquired(&state, minted);
     let g = guard(
         shared,
@@ -205,6 +231,10 @@ struct AtRedis<'a> {
     /// Plain: no guard of this owner is alive in the client.
     fresh: bool,
     fence: Fence,
+    /// Plain: this wait's place in the line of waiting clients.
+    place: Option<String>,
+    /// The watchdog renews the lease (no explicit lease).
+    watchdog: bool,
 }
 
 impl LockKind for AtRedis<'_> {
@@ -219,6 +249,7 @@ impl LockKind for AtRedis<'_> {
             lease: self.lease,
             fresh: self.fresh,
             fence: self.fence,
+            place: self.place.as_deref(),
         };
         match self.shared.attempt(self.name, &req)? {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
@@ -227,7 +258,9 @@ impl LockKind for AtRedis<'_> {
                 // lease: wake when it would have expired (+1 ms for PTTL's
                 // rounding) — or earlier, to confirm a waiting place.
                 let mut cap = hint.unwrap_or(self.shared.watchdog_lease);
-                if let Some(confirm) = protocol::waiting_place(self.kind) {
+                if let Some(confirm) =
+                    protocol::waiting_place(self.kind).filter(|_| self.holds_place())
+                {
                     cap = cap.min(confirm);
                 }
                 Ok(Answer::Wait(cap + Duration::from_millis(1)))
@@ -257,8 +290,32 @@ impl LockKind for AtRedis<'_> {
         self.lease
     }
 
-    fn channel(&self) -> String {
-        protocol::wait_channel(self.kind, self.key, self.owner)
+    fn channels(&self) -> Channels {
+        Channels {
+            channel: protocol::wait_channel(self.kind, self.key, self.owner),
+            line: (self.kind == Kind::Plain)
+                .then(|| (self.key.to_owned(), self.shared.grant_channel(self.key))),
+        }
+    }
+
+    /// A grant names this wait's place: held at once with the grant's short
+    /// lease (renewal lengthens it) and the token minted for it — unless the
+    /// hold must be taken as asked by an attempt: an explicit lease (its own
+    /// length), a fenced hold the grant brought no token for, replica
+    /// acknowledgement (`WAIT` after the acquire).
+    fn granted(&mut self, grant: &[u8]) -> Option<Granted<Option<u64>>> {
+        let (place, token) = protocol::parse_grant(grant)?;
+        if Some(place) != self.place.as_deref() {
+            return None;
+        }
+        let fenced = self.fence != Fence::None;
+        let direct =
+            self.watchdog && self.shared.replicas.is_none() && (token.is_some() || !fenced);
+        Some(if direct {
+            Granted::Held(token.filter(|_| fenced), protocol::GRANT_LEASE)
+        } else {
+            Granted::Accept
+        })
     }
 
     fn wake(&self) -> Wake {
@@ -269,10 +326,19 @@ impl LockKind for AtRedis<'_> {
     }
 
     fn holds_place(&self) -> bool {
-        protocol::waiting_place(self.kind).is_some()
+        match self.kind {
+            Kind::Plain => self.place.is_some(),
+            kind => protocol::waiting_place(kind).is_some(),
+        }
     }
 
     fn leave(&mut self) {
-        self.shared.leave(self.kind, self.key, self.owner);
+        let granted = self
+            .shared
+            .leave(self.kind, self.key, self.owner, self.place.as_deref());
+        if granted {
+            // Given to us as we gave up: pass it on.
+            self.undo(None);
+        }
     }
 }

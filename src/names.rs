@@ -94,6 +94,57 @@ pub(crate) fn write_field(owner: &str) -> String {
     s
 }
 
+/// The line of waiting leasehold clients of a plain lock key (a list of
+/// places, one per waiting client, oldest first): `leasehold_line:{<key>}`.
+pub(crate) fn line_key(key: &str) -> String {
+    prefix_name("leasehold_line", key)
+}
+
+/// When each place in the line expires unless confirmed (a zset of server
+/// milliseconds): `leasehold_line_timeout:{<key>}`.
+pub(crate) fn line_timeout_key(key: &str) -> String {
+    prefix_name("leasehold_line_timeout", key)
+}
+
+/// The run of direct grants made while other libraries' waiters were
+/// subscribed, or `y` while the lock is left to them:
+/// `leasehold_line_yield:{<key>}`.
+pub(crate) fn line_yield_key(key: &str) -> String {
+    prefix_name("leasehold_line_yield", key)
+}
+
+/// The start of every grant channel of a plain lock key,
+/// `leasehold_grant:{<key>}:`; a client's own is this plus its id (see
+/// [`grant_channel`]). A release that gives the lock to a waiting client
+/// publishes on that client's channel only.
+pub(crate) fn grant_prefix(key: &str) -> String {
+    let mut s = prefix_name("leasehold_grant", key);
+    s.push(':');
+    s
+}
+
+/// The channel on which client `id` hears that a release gave it lock
+/// `key`.
+pub(crate) fn grant_channel(key: &str, id: &str) -> String {
+    let mut s = grant_prefix(key);
+    s.push_str(id);
+    s
+}
+
+/// A `PSUBSCRIBE` pattern that matches exactly `channel`: glob characters
+/// escaped. Leasehold waiters listen to the unlock channel this way, so that
+/// `PUBSUB NUMSUB` of the channel counts only other libraries' waiters.
+pub(crate) fn exact_pattern(channel: &str) -> String {
+    let mut s = String::with_capacity(channel.len() + 4);
+    for c in channel.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s
+}
+
 /// The first 8 hex digits of a client id: enough to tell clients apart in
 /// logs, not enough to forge an owner.
 pub(crate) fn short_id(id: &uuid::Uuid) -> String {
@@ -134,5 +185,22 @@ mod tests {
             "app:{doc}:u:7:rwlock_timeout"
         );
         assert_eq!(rw_channel("app:{doc}"), "redisson_rwlock:app:{doc}");
+    }
+
+    #[test]
+    fn line_names_share_the_lock_keys_slot() {
+        assert_eq!(line_key("job"), "leasehold_line:{job}");
+        assert_eq!(line_timeout_key("job"), "leasehold_line_timeout:{job}");
+        assert_eq!(line_yield_key("a{t}b"), "leasehold_line_yield:a{t}b");
+        assert_eq!(grant_channel("job", "9f1c"), "leasehold_grant:{job}:9f1c");
+    }
+
+    #[test]
+    fn exact_patterns_escape_glob_characters() {
+        assert_eq!(
+            exact_pattern("redisson_lock__channel:{a}"),
+            "redisson_lock__channel:{a}"
+        );
+        assert_eq!(exact_pattern("x*y?[z]\\^"), "x\\*y\\?\\[z\\]\\\\\\^");
     }
 }

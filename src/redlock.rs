@@ -326,6 +326,7 @@ impl Redlock {
                 lease,
                 fresh: true,
                 fence: Fence::None,
+                place: None,
             };
             node.shared().attempt(name, &req)
         });
@@ -384,7 +385,7 @@ impl Redlock {
             for &i in held {
                 let node_state = inner.nodes[i]
                     .shared()
-                    .lease_state(&key, owner, lease, true, started, None);
+                    .lease_state(&key, owner, lease, true, started, lease, None);
                 node_state.join(&quorum);
                 nodes.push((i, Some(node_state)));
             }

@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     /// Tokens of fenced fair holds by `key\n owner`, with their hold count, so
     /// a reentrant fenced fair hold returns the outer token.
     fair_fences: Mutex<HashMap<String, (u64, u32)>>,
+    /// Waits that took a place in a line so far (numbers the places).
+    waits: AtomicU64,
 }
 
 /// The settings and parts a [`Shared`] is made of (see the builder).
@@ -92,6 +94,7 @@ impl Shared {
             local: LocalLocks::default(),
             replicas: parts.replicas,
             fair_fences: Mutex::new(HashMap::new()),
+            waits: AtomicU64::new(0),
         }
     }
 
@@ -179,20 +182,35 @@ impl Shared {
             .run(rel.key, pool_wait, |con| self.scripts.release(con, rel))
     }
 
-    /// Leaves `owner`'s waiting place (fair queue, waiting writers), best
-    /// effort: a place left behind expires by itself.
-    pub(crate) fn leave(&self, kind: Kind, key: &str, owner: &str) {
+    /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
+    /// waiting writers), best effort: a place left behind expires by itself.
+    /// True when a plain lock was granted to `owner` meanwhile: the caller
+    /// releases it.
+    pub(crate) fn leave(&self, kind: Kind, key: &str, owner: &str, place: Option<&str>) -> bool {
         let left = self.conns.run(key, Some(self.socket_timeout), |con| {
-            self.scripts.leave(con, kind, key, owner)
+            self.scripts.leave(con, kind, key, owner, place)
         });
-        if let Err(e) = left {
+        left.unwrap_or_else(|e| {
             tracing::debug!(key = %key, error = %e, "leasehold: leaving a waiters' place failed; it expires by itself");
-        }
+            false
+        })
     }
 
-    /// The lease state of a hold whose request was sent at `sent_at`:
+    /// A new place in a plain lock's line for `owner`'s next wait.
+    pub(crate) fn next_place(&self, owner: &str) -> String {
+        protocol::place_of(owner, self.waits.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// This client's grant channel for lock `key`.
+    pub(crate) fn grant_channel(&self, key: &str) -> String {
+        crate::names::grant_channel(key, &self.owner_prefix[..self.owner_prefix.len() - 1])
+    }
+
+    /// The lease state of a hold whose request was sent at `sent_at` and
+    /// for which Redis set `set` (the lease, or a grant's shorter one):
     /// registered with the watchdog, or expiring with its explicit lease.
     /// `timeouts`: a read hold's timeout key prefix.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn lease_state(
         &self,
         key: &str,
@@ -200,12 +218,14 @@ impl Shared {
         lease: Duration,
         watchdog: bool,
         sent_at: Instant,
+        set: Duration,
         timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
         if watchdog {
-            self.renewer.register(key, field, lease, sent_at, timeouts)
+            self.renewer
+                .register(key, field, lease, sent_at, set, timeouts)
         } else {
-            LeaseState::new(sent_at + lease)
+            LeaseState::new(sent_at + set)
         }
     }
 
@@ -252,7 +272,8 @@ impl Shared {
     /// Gives back one hold: stops its renewal when it was the last guard,
     /// then runs the release script — for a plain lock handing it to a thread
     /// of this client queued for it when there is one (unless every acquire
-    /// must be acknowledged by replicas). A lost hold sends nothing.
+    /// must be acknowledged by replicas), or granting it to the first client
+    /// waiting in line. A lost hold sends nothing.
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the hold was no longer ours; connection

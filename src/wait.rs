@@ -1,7 +1,9 @@
 //! The one acquire loop of every Redis lock kind — plain, fair, read, write:
 //! attempt → held / wait / refused; the reply that came after its lease;
-//! riding out an outage; the deadline; subscribe-then-retry; parking; and
-//! leaving a waiting place in Redis when the wait ends without the lock.
+//! riding out an outage; the deadline; subscribe-then-retry; parking; a
+//! grant (a release that gave the lock to this waiter directly: held with
+//! no round trip); and leaving a waiting place in Redis when the wait ends
+//! without the lock.
 //!
 //! What differs between kinds comes in through [`LockKind`] (its attempt,
 //! undo, channel, wake rule, waiting place); everything that blocks or
@@ -12,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::notify::{Notifier, Subscription};
+use crate::notify::{Listen, Notifier, Subscription};
 use crate::options::deadline_min;
 use crate::stats::Counters;
 
@@ -45,6 +47,37 @@ pub(crate) enum Wake {
     OneOrAll,
 }
 
+/// What a waiter subscribes to: the channel that announces its chance, and
+/// (plain) its client's grant channel for the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Channels {
+    pub(crate) channel: String,
+    /// Plain: the lock key and the client's grant channel for it.
+    pub(crate) line: Option<(String, String)>,
+}
+
+/// What a grant message means to the waiter it names.
+#[derive(Debug)]
+pub(crate) enum Granted<H> {
+    /// Held now, with the lease Redis set for it (from the last attempt on).
+    Held(H, Duration),
+    /// Ours, but the lock needs an attempt to be taken as asked (its own
+    /// lease, a token, replica acknowledgement): the attempt finds it set to
+    /// us and takes it.
+    Accept,
+}
+
+/// A wait that ended holding the lock.
+#[derive(Debug)]
+pub(crate) struct Got<H> {
+    pub(crate) held: H,
+    /// When the request that set the lease was sent (the lease counts from
+    /// then).
+    pub(crate) sent_at: Instant,
+    /// The lease Redis set: the kind's, or a grant's shorter one.
+    pub(crate) lease: Duration,
+}
+
 /// What one lock kind does at Redis; the loop decides everything else.
 pub(crate) trait LockKind {
     /// What a successful attempt returns.
@@ -57,8 +90,11 @@ pub(crate) trait LockKind {
     fn undo(&mut self, held: Self::Held);
     /// The lease an attempt asks for.
     fn lease(&self) -> Duration;
-    /// The channel that announces our chance.
-    fn channel(&self) -> String;
+    /// The channels that announce our chance.
+    fn channels(&self) -> Channels;
+    /// What a message on our grant channel means to us (`None`: not ours —
+    /// another wait's, or garbage).
+    fn granted(&mut self, grant: &[u8]) -> Option<Granted<Self::Held>>;
     /// How waiters on that channel are woken.
     fn wake(&self) -> Wake;
     /// Whether a `Wait` answer left a place of ours in Redis (a fair queue
@@ -73,9 +109,11 @@ pub(crate) trait Env {
     /// One subscription to a channel.
     type Sub;
     /// Subscribes (waits for Redis to confirm, at most until `confirm_by`).
-    fn subscribe(&self, channel: &str, confirm_by: Instant) -> Self::Sub;
+    fn subscribe(&self, channels: &Channels, confirm_by: Instant) -> Self::Sub;
     /// Forgets wake-ups granted so far.
     fn clear_permits(&self, sub: &Self::Sub);
+    /// Takes the grant messages received so far.
+    fn take_grants(&self, sub: &Self::Sub) -> Vec<Vec<u8>>;
     /// Wake-all messages seen on the channel so far.
     fn broadcasts(&self, sub: &Self::Sub) -> u64;
     /// Parks until woken by the rule, or `until`.
@@ -90,15 +128,15 @@ pub(crate) trait Env {
 /// Waits for the lock `name` of `kind` until `deadline` (`None`: as long as
 /// it takes). `sub` is the subscription to start with (kept between waits by
 /// the in-process queue) and holds the one the wait ended with. Returns the
-/// hold and when its request was sent (its lease counts from then), `None`
-/// when the deadline passed.
+/// hold, when its lease was set and how long; `None` when the deadline
+/// passed.
 pub(crate) fn wait_for<K: LockKind, E: Env>(
     kind: &mut K,
     env: &E,
     sub: &mut Option<E::Sub>,
     name: &str,
     deadline: Option<Instant>,
-) -> Result<Option<(K::Held, Instant)>> {
+) -> Result<Option<Got<K::Held>>> {
     let wake = kind.wake();
     let mut place = Place { kind, armed: false };
     // Set once an attempt found the lock held: from then on we wait, and an
@@ -116,6 +154,11 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
             (Some(s), Wake::OneOrAll) => env.broadcasts(s),
             (None, _) => 0,
         };
+        if let Some(s) = sub.as_ref() {
+            // A grant already made is found by this attempt (the lock is set
+            // to us); only grants after it are news.
+            drop(env.take_grants(s));
+        }
         // The lease counts from when the request was sent, not answered.
         let sent_at = Instant::now();
         let cap = match place.kind.attempt() {
@@ -129,7 +172,11 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
                 let lease = place.kind.lease();
                 if round_trip < lease {
                     place.armed = false;
-                    return Ok(Some((held, sent_at)));
+                    return Ok(Some(Got {
+                        held,
+                        sent_at,
+                        lease,
+                    }));
                 }
                 // The reply came after the lease it set had run out: that
                 // is no lock. Undo whatever is left, owner-checked.
@@ -155,11 +202,31 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
             return Ok(None); // `place` leaves a waiting place
         }
         let wake_at = deadline_min(deadline, now.checked_add(cap).unwrap_or(now));
-        match sub.as_ref() {
-            // Subscribe first, then retry: an unlock published between the
-            // attempt and the confirmation is caught by the retry.
-            None => *sub = Some(env.subscribe(&place.kind.channel(), wake_at)),
-            Some(s) => env.park(s, wake, seen, wake_at),
+        let Some(s) = sub.as_ref() else {
+            // Subscribe first, then retry: an unlock published (or a grant
+            // made) between the attempt and the confirmation is caught by
+            // the retry.
+            *sub = Some(env.subscribe(&place.kind.channels(), wake_at));
+            continue;
+        };
+        env.park(s, wake, seen, wake_at);
+        for grant in env.take_grants(s) {
+            match place.kind.granted(&grant) {
+                // Made after the attempt that left us waiting (sent at
+                // `sent_at`): its lease runs at least that long from then.
+                // Held with half of it gone already is held too briefly to
+                // trust: the attempt decides instead.
+                Some(Granted::Held(held, lease)) if sent_at.elapsed() < lease / 2 => {
+                    place.armed = false;
+                    return Ok(Some(Got {
+                        held,
+                        sent_at,
+                        lease,
+                    }));
+                }
+                Some(_) => break,
+                None => {}
+            }
         }
     }
 }
@@ -230,12 +297,24 @@ pub(crate) struct Live<'a> {
 impl Env for Live<'_> {
     type Sub = Subscription;
 
-    fn subscribe(&self, channel: &str, confirm_by: Instant) -> Subscription {
-        self.notifier.subscribe(channel, confirm_by)
+    fn subscribe(&self, channels: &Channels, confirm_by: Instant) -> Subscription {
+        let listen = match &channels.line {
+            Some((key, grant)) => Listen::Line {
+                key,
+                channel: &channels.channel,
+                grant,
+            },
+            None => Listen::Channel(&channels.channel),
+        };
+        self.notifier.subscribe(listen, confirm_by)
     }
 
     fn clear_permits(&self, sub: &Subscription) {
         sub.clear_permits();
+    }
+
+    fn take_grants(&self, sub: &Subscription) -> Vec<Vec<u8>> {
+        sub.take_grants()
     }
 
     fn broadcasts(&self, sub: &Subscription) -> u64 {

@@ -194,6 +194,9 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
         .arg("~redisson_lock_token:{billing:*")
         .arg("~redisson_lock__channel:{billing:*")
         .arg("&redisson_lock__channel:{billing:*")
+        // The line of waiting clients (three keys) and the grant channels.
+        .arg("~leasehold_line*{billing:*")
+        .arg("&leasehold_grant:{billing:*")
         // Read/write locks: timeout keys and writer set, and their channel.
         .arg("~{billing:*")
         .arg("~redisson_rwlock:{billing:*")
@@ -203,6 +206,8 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
         "+script|load",
         "+subscribe",
         "+unsubscribe",
+        "+psubscribe",
+        "+punsubscribe",
         "+publish",
         "+pubsub|numsub",
         "+ping",
@@ -225,6 +230,11 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
         "+zrange",
         "+zremrangebyscore",
         "+zcard",
+        "+zscore",
+        "+lindex",
+        "+lpop",
+        "+rpush",
+        "+lrem",
     ] {
         acl.arg(cmd);
     }

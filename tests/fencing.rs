@@ -157,23 +157,38 @@ fn every_key_and_channel_of_a_lock_shares_its_cluster_slot() {
             .stats()
             .waiters_parked
             == 1));
-        let channels: Vec<String> = redis::cmd("PUBSUB")
+        // The waiter listens to the unlock channel by pattern (not listed
+        // by PUBSUB CHANNELS) and to its client's grant channel.
+        let tagged = if name.contains('{') {
+            name.to_owned()
+        } else {
+            format!("{{{name}}}")
+        };
+        let channel = format!("redisson_lock__channel:{tagged}");
+        let grants: Vec<String> = redis::cmd("PUBSUB")
             .arg("CHANNELS")
-            .arg("redisson_lock__channel:*")
+            .arg("leasehold_grant:*")
             .query(&mut con)
             .unwrap();
         let tokens: Vec<String> = con.keys("redisson_lock_token:*").unwrap();
-        let channel = channels
-            .iter()
-            .find(|c| c.ends_with(name) || c.ends_with(&format!("{name}}}")))
-            .unwrap_or_else(|| panic!("{name}: channel among {channels:?}"));
+        let lines: Vec<String> = con.keys(format!("leasehold_line*{tagged}")).unwrap();
         let token = tokens
             .iter()
-            .find(|k| k.ends_with(name) || k.ends_with(&format!("{name}}}")))
+            .find(|k| k.ends_with(&tagged))
             .unwrap_or_else(|| panic!("{name}: token key among {tokens:?}"));
+        let grant = grants
+            .iter()
+            .find(|c| c.contains(&tagged))
+            .unwrap_or_else(|| panic!("{name}: grant channel among {grants:?}"));
+        assert_eq!(
+            lines.len(),
+            2,
+            "{name}: the line and its timeouts: {lines:?}"
+        );
         let key_slot = server.keyslot(name);
-        assert_eq!(server.keyslot(channel), key_slot, "{name}: {channel}");
-        assert_eq!(server.keyslot(token), key_slot, "{name}: {token}");
+        for other in [&channel, token, grant].into_iter().chain(&lines) {
+            assert_eq!(server.keyslot(other), key_slot, "{name}: {other}");
+        }
         g.unlock().unwrap();
         assert!(matches!(t.join().unwrap(), Ok(Ok(()))));
     }

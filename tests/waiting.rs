@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, LockOptions};
 use redis::Commands;
-use support::{eventually, RedisServer};
+use support::{eventually, listening_clients, RedisServer};
 
 fn numsub(server: &RedisServer, channel: &str) -> i64 {
     let v: Vec<(String, i64)> = redis::cmd("PUBSUB")
@@ -20,12 +20,23 @@ fn numsub(server: &RedisServer, channel: &str) -> i64 {
     v[0].1
 }
 
+/// Lock channels and grant channels subscribed, and `*` when any pattern is.
 fn lock_channels(server: &RedisServer) -> Vec<String> {
-    redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("redisson_lock__channel:*")
-        .query(&mut server.connection())
-        .unwrap()
+    let mut con = server.connection();
+    let mut channels: Vec<String> = Vec::new();
+    for pattern in ["redisson_lock__channel:*", "leasehold_grant:*"] {
+        let found: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(pattern)
+            .query(&mut con)
+            .unwrap();
+        channels.extend(found);
+    }
+    let patterns: i64 = redis::cmd("PUBSUB").arg("NUMPAT").query(&mut con).unwrap();
+    if patterns > 0 {
+        channels.push(format!("{patterns} patterns"));
+    }
+    channels
 }
 
 /// Connections named by a leasehold subscriber (`leasehold-notify-<id>`).
@@ -153,12 +164,17 @@ fn one_subscriber_connection_per_client_and_refcounted_subscriptions() {
     }
     assert!(
         eventually(Duration::from_secs(10), || {
-            names
-                .iter()
-                .all(|n| numsub(&server, &format!("redisson_lock__channel:{{{n}}}")) == 1)
+            names.iter().all(|n| listening_clients(&server, n) == 1)
         }),
         "each name is subscribed exactly once, whatever its number of waiters"
     );
+    for n in &names {
+        assert_eq!(
+            numsub(&server, &format!("redisson_lock__channel:{{{n}}}")),
+            0,
+            "leasehold hears the unlock channel by pattern: NUMSUB counts other libraries' waiters only"
+        );
+    }
     assert_eq!(
         subscriber_connections(&server),
         1,
@@ -247,7 +263,6 @@ fn waiters_survive_a_killed_subscriber_connection() {
     let holder = LockClient::new(&server.url()).unwrap();
     let other = LockClient::new(&server.url()).unwrap();
     let guard = holder.lock("resub").unwrap(); // 30 s lease
-    let channel = "redisson_lock__channel:{resub}";
     let waiter = thread::spawn(move || {
         let started = Instant::now();
         let got = other
@@ -256,8 +271,8 @@ fn waiters_survive_a_killed_subscriber_connection() {
             .is_some();
         (got, started.elapsed())
     });
-    assert!(eventually(Duration::from_secs(5), || numsub(
-        &server, channel
+    assert!(eventually(Duration::from_secs(5), || listening_clients(
+        &server, "resub"
     ) == 1));
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
@@ -267,7 +282,9 @@ fn waiters_survive_a_killed_subscriber_connection() {
         .unwrap();
     assert_eq!(killed, 1);
     assert!(
-        eventually(Duration::from_secs(5), || numsub(&server, channel) == 1),
+        eventually(Duration::from_secs(5), || listening_clients(
+            &server, "resub"
+        ) == 1),
         "the subscriber reconnected and subscribed again"
     );
     guard.unlock().unwrap();

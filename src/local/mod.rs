@@ -11,10 +11,11 @@
 //! script hands the lock straight to that thread (one round trip: the owner
 //! field is replaced and the lease set for the new owner), unless other
 //! processes wait for it too — then a client keeps the lock for at most
-//! [`HANDOFFS_WHILE_OTHERS_WAIT`] handoffs in a row before it releases it
-//! publicly and lets everyone race for it again. Whether others wait is read
-//! inside the script (`PUBSUB NUMSUB` of the unlock channel, minus our own
-//! subscription), so the decision and the handoff are one atomic step.
+//! [`HANDOFFS_WHILE_OTHERS_WAIT`] handoffs in a row before the release grants
+//! it to the first client waiting in line (or, for other libraries' waiters,
+//! publishes it). Whether others wait is read inside the script (the line,
+//! and `PUBSUB NUMSUB` of the unlock channel, to which leasehold itself
+//! listens by pattern), so the decision and the handoff are one atomic step.
 //!
 //! When the lock is not handed over (released publicly, lost, or the release
 //! failed), the first queued thread becomes the representative and tries
@@ -565,7 +566,6 @@ impl Handover<'_> {
             owner: &w.owner,
             lease: w.lease,
             force: self.force,
-            own_subscriptions: self.own_subscriptions,
             fenced: w.fenced,
         })
     }

@@ -25,7 +25,7 @@ use redis::{
 use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
 use crate::options::Kind;
 
-pub(crate) use plain::{Fence, Successor, ACQUIRE, RELEASE, RENEW};
+pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, GRANT_LEASE, RELEASE, RENEW};
 
 /// One acquire attempt of any kind.
 pub(crate) struct Request<'a> {
@@ -39,6 +39,10 @@ pub(crate) struct Request<'a> {
     pub(crate) fresh: bool,
     /// Plain and fair: whether (and how) to deal in fencing tokens.
     pub(crate) fence: Fence,
+    /// Plain: the waiter's place in the line of waiting clients
+    /// (`<owner>#<n>`, see [`place_of`]), taken or confirmed when the lock is
+    /// held elsewhere; `None` for a single try, which leaves no place.
+    pub(crate) place: Option<&'a str>,
 }
 
 /// What an acquire attempt found, for every kind.
@@ -83,6 +87,9 @@ pub(crate) enum Released {
     /// Plain: freed and published with a successor named, because other
     /// clients were waiting: the successor should let them go first.
     FreedForOthers,
+    /// Plain: freed and given to the first waiting client in line (set to
+    /// its owner with a short lease, told on its grant channel).
+    Granted,
     /// Our field was not there: nothing was changed.
     NotHeld,
 }
@@ -106,14 +113,22 @@ pub(crate) fn wait_channel(kind: Kind, key: &str, owner: &str) -> String {
     }
 }
 
-/// Whether a refused attempt of `kind` leaves a place in Redis — the fair
-/// queue, the waiting writers — that expires unless confirmed at least every
+/// The place of `owner`'s wait number `n` in a plain lock's line of waiting
+/// clients: `<owner>#<n>`. A grant names it, so a grant meant for an earlier
+/// wait of the same owner is never taken for this one.
+pub(crate) fn place_of(owner: &str, n: u64) -> String {
+    format!("{owner}#{n}")
+}
+
+/// Whether a refused attempt of `kind` leaves a place in Redis — the line of
+/// waiting clients, the fair queue, the waiting writers — that expires unless confirmed at least every
 /// returned interval (by attempting again) and should be left on giving up.
 pub(crate) fn waiting_place(kind: Kind) -> Option<Duration> {
     match kind {
         Kind::Fair => Some(fair::QUEUE_LEASE / 3),
         Kind::Write => Some(rwlock::WRITER_INTENT / 3),
-        Kind::Plain | Kind::Read => None,
+        Kind::Plain => Some(plain::PLACE_LEASE / 3),
+        Kind::Read => None,
     }
 }
 
@@ -144,7 +159,7 @@ impl Scripts {
         Ok(match req.kind {
             Kind::Plain => match self
                 .plain
-                .acquire(con, key, owner, lease, req.fresh, req.fence)?
+                .acquire(con, key, owner, lease, req.fresh, req.fence, req.place)?
             {
                 plain::Acquire::Acquired { fence } => Attempt::Acquired { minted: fence },
                 plain::Acquire::HeldElsewhere { ttl } => Attempt::Wait(ttl),
@@ -197,19 +212,22 @@ impl Scripts {
         })
     }
 
-    /// A waiter of `owner` gives up its place in Redis: the fair queue, or
-    /// the waiting writers; nothing for the other kinds.
+    /// A waiter of `owner` gives up its place in Redis: the line (`place`),
+    /// the fair queue, or the waiting writers; nothing for a reader. True
+    /// when a plain lock was granted to `owner` meanwhile (release it).
     pub(crate) fn leave(
         &self,
         con: &mut dyn ConnectionLike,
         kind: Kind,
         key: &str,
         owner: &str,
-    ) -> RedisResult<()> {
-        match kind {
-            Kind::Fair => self.fair.cancel(con, key, owner),
-            Kind::Write => self.rw.cancel_writer(con, key, owner),
-            Kind::Plain | Kind::Read => Ok(()),
+        place: Option<&str>,
+    ) -> RedisResult<bool> {
+        match (kind, place) {
+            (Kind::Plain, Some(place)) => self.plain.leave(con, key, owner, place),
+            (Kind::Fair, _) => self.fair.cancel(con, key, owner).map(|()| false),
+            (Kind::Write, _) => self.rw.cancel_writer(con, key, owner).map(|()| false),
+            _ => Ok(false),
         }
     }
 }

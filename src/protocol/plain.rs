@@ -17,22 +17,98 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{evalsha, millis, run, token, unexpected, Released};
-use crate::names::{channel_name, token_key};
+use crate::names::{
+    channel_name, grant_prefix, line_key, line_timeout_key, line_yield_key, token_key,
+};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
+/// How long a waiting client's place in the line lasts unless its waiter
+/// confirms it (every third of this, by attempting again).
+pub(crate) const PLACE_LEASE: Duration = Duration::from_secs(3);
+
+/// The lease a release sets when it gives the lock to the first waiter in
+/// line: short, so a waiter that died after its place was last confirmed
+/// costs the others this much, never a whole watchdog lease. The grantee's
+/// renewal lengthens it to its own lease within a third of this.
+pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(3);
+
+/// The Lua helpers of the line (acquire and release share them): `now_ms()`,
+/// server time; `head(now, line, timeouts)`, the first live place of the
+/// line (and its expiry), dropping expired places at its head — so a script
+/// reads one or two places, never the whole line.
+macro_rules! line_fns {
+    () => {
+        r#"
+local function now_ms()
+    local t = redis.call('time')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function head(now, line, timeouts)
+    while true do
+        local first = redis.call('lindex', line, 0)
+        if not first then
+            return nil
+        end
+        local expiry = redis.call('zscore', timeouts, first)
+        if expiry and tonumber(expiry) > now and string.match(first, '^.+:.+#.+$') then
+            return first, tonumber(expiry)
+        end
+        redis.call('lpop', line)
+        if expiry then
+            redis.call('zrem', timeouts, first)
+        end
+    end
+end
+"#
+    };
+}
+
 /// The acquire logic both acquire scripts share, around `$then` (what to
-/// return once the hold is taken): free, or already ours → one more hold and
-/// the lease `ARGV[1]`; `ARGV[3] == "1"` (no guard of this owner is alive in
-/// its client) makes it the first hold whatever count Redis still shows for
-/// the owner — a stale count from a lost lease or an unconfirmed handoff must
-/// not outlive it. Held by someone else → its PTTL (-1 when it has no expiry).
+/// return once the hold is taken). KEYS: lock, line, line timeouts, yield
+/// marker (, token counter). ARGV: lease, owner, fresh, mint, place, place
+/// lease.
+///
+/// Free, or already ours → one more hold and the lease `ARGV[1]`;
+/// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
+/// the first hold whatever count Redis still shows for the owner — a stale
+/// count from a lost lease, an unconfirmed handoff or a grant nobody heard
+/// must not outlive it. Our place in the line (`ARGV[5]`, `<owner>#<n>`),
+/// if any, goes. But a free lock is not taken while another live place is
+/// first in line (it is that waiter's turn: wait until its place would
+/// expire) or while the lock is left to other libraries' waiters (the yield
+/// marker): then the reply is how long to wait.
+///
+/// Held by someone else → its PTTL (-1 when it has no expiry), after taking
+/// or confirming our place at the end of the line when `ARGV[5]` is not
+/// empty (a waiter; a single try leaves no place).
 macro_rules! acquire_script {
     ($($then:expr),+) => {
         concat!(
+            line_fns!(),
             r#"
+local function join(now)
+    if ARGV[5] ~= '' and redis.call('zadd', KEYS[3], now + tonumber(ARGV[6]), ARGV[5]) == 1 then
+        redis.call('rpush', KEYS[2], ARGV[5])
+    end
+end
 local free = redis.call('exists', KEYS[1]) == 0
+local queued = redis.call('exists', KEYS[2]) == 1
+if free and queued then
+    local now = now_ms()
+    local first, expiry = head(now, KEYS[2], KEYS[3])
+    local hold = nil
+    if first and first ~= ARGV[5] then
+        hold = expiry - now
+    elseif first and redis.call('get', KEYS[4]) == 'y' then
+        hold = redis.call('pttl', KEYS[4])
+    end
+    if hold then
+        join(now)
+        return math.max(hold, 1)
+    end
+end
 if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
     if ARGV[3] == '1' then
         redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -40,9 +116,17 @@ if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
     end
     redis.call('pexpire', KEYS[1], ARGV[1])
+    if queued and ARGV[5] ~= '' and redis.call('zrem', KEYS[3], ARGV[5]) == 1 then
+        redis.call('lrem', KEYS[2], 1, ARGV[5])
+    end
 "#,
             $($then),+,
             r#"
+end
+if ARGV[5] ~= '' then
+    local now = now_ms()
+    head(now, KEYS[2], KEYS[3])
+    join(now)
 end
 return redis.call('pttl', KEYS[1])
 "#
@@ -75,28 +159,47 @@ pub(crate) use mint_fn;
 /// Acquire (see [`acquire_script!`]): taken → nil.
 pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
 
-/// Fenced acquire: taken → `{token}` — a new token from `KEYS[2]`
+/// Fenced acquire: taken → `{token}` — a new token from `KEYS[5]`
 /// (`redisson_lock_token:{<key>}`) when `ARGV[4] == "1"` or the lock was
 /// free, else `{-1}` (a reentrant hold keeps its token). Held elsewhere →
 /// PTTL.
 pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
     "    if ARGV[4] ~= '1' and not free then\n        return {-1}\n    end\n",
     mint_fn!(),
-    "    return {mint(KEYS[2])}\n"
+    "    return {mint(KEYS[5])}\n"
 );
 
-/// Release: not ours → nil. With `ARGV[4] == "1"` this is the owner's last
-/// hold in its client: its field goes (`HDEL`, and the hash with it — a lock
-/// hash has one owner field). Otherwise counted: more holds in Redis → count
-/// − 1, refresh the lease `ARGV[2]`, return 0; the last → delete. Then:
-/// - with a successor in `ARGV[5]` (a thread of the same client queued for the
-///   lock) and either `ARGV[7] == "1"` or nobody else subscribed to the unlock
-///   channel (`PUBSUB NUMSUB` minus our own `ARGV[6]` subscriptions) → the
-///   lock passes to the successor with its lease `ARGV[8]`, return 2 — or
-///   `{2, token}` with a token minted from `KEYS[3]` for a fenced successor;
-/// - otherwise publish the unlock message, return 1 — or 3 when a successor
-///   was named but others wait (so it should let them go first).
+/// Release. KEYS: lock, unlock channel, line, line timeouts, yield marker,
+/// token counter. ARGV: unlock message, lease, owner, last, grant lease,
+/// grant channel prefix, successor, force, successor lease, successor fenced.
+///
+/// Not ours → nil. With `ARGV[4] == "1"` this is the owner's last hold in its
+/// client: its field goes (`HDEL`, and the hash with it — a lock hash has one
+/// owner field). Otherwise counted: more holds in Redis → count − 1, refresh
+/// the lease `ARGV[2]`, return 0; the last → delete. Then, the lock being
+/// free, the first of these that applies:
+/// - a successor in `ARGV[7]` (a thread of the same client queued for it),
+///   and either `ARGV[8] == "1"` (the client's run of handoffs is short) or
+///   nobody else waits (no live place in the line, nobody subscribed to the
+///   unlock channel — leasehold listens by pattern, so `PUBSUB NUMSUB` counts
+///   other libraries' waiters only) → the lock passes to it with its lease
+///   `ARGV[9]`, return 2 — or `{2, token}` with a token minted for a fenced
+///   successor;
+/// - a live place first in line, and no other library's waiter, or fewer than
+///   two grants in a row while one waits → **grant**: the lock is set to that
+///   place's owner with the short lease `ARGV[5]`, the place goes, and its
+///   client alone hears it on its grant channel (`ARGV[6]` + its client id):
+///   the message is the place, then a token when the lock has a token
+///   counter (so a fenced grantee needs no round trip either). Return 4.
+///   After two grants in a row while other libraries' waiters are subscribed,
+///   the lock is left to them instead: for 20 ms (the yield marker) no
+///   leasehold acquire takes it;
+/// - otherwise publish the unlock message (`0`, Redisson's), return 1 — or 3
+///   when a successor was named but others wait (so it should let them go
+///   first).
 pub(crate) const RELEASE: &str = concat!(
+    line_fns!(),
+    mint_fn!(),
     r#"
 if ARGV[4] == '1' then
     if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
@@ -114,24 +217,65 @@ else
     end
     redis.call('del', KEYS[1])
 end
-if ARGV[5] and (ARGV[7] == '1' or redis.call('pubsub', 'numsub', KEYS[2])[2] <= tonumber(ARGV[6])) then
-    redis.call('hset', KEYS[1], ARGV[5], 1)
-    redis.call('pexpire', KEYS[1], ARGV[8])
-    if KEYS[3] then
-"#,
-    mint_fn!(),
-    r#"
-        return {2, mint(KEYS[3])}
+local first = nil
+if redis.call('exists', KEYS[3]) == 1 then
+    first = head(now_ms(), KEYS[3], KEYS[4])
+end
+local subscribed = nil
+local function others()
+    if subscribed == nil then
+        subscribed = redis.call('pubsub', 'numsub', KEYS[2])[2]
+    end
+    return subscribed
+end
+if ARGV[7] ~= '' and (ARGV[8] == '1' or ((not first) and others() == 0)) then
+    redis.call('hset', KEYS[1], ARGV[7], 1)
+    redis.call('pexpire', KEYS[1], ARGV[9])
+    if ARGV[10] == '1' then
+        return {2, mint(KEYS[6])}
     end
     return 2
 end
+if first then
+    local streak = redis.call('get', KEYS[5])
+    local granted = tonumber(streak) or 0
+    if others() == 0 or (streak ~= 'y' and granted < 2) then
+        local owner = string.match(first, '^(.*)#')
+        redis.call('hset', KEYS[1], owner, 1)
+        redis.call('pexpire', KEYS[1], ARGV[5])
+        redis.call('lpop', KEYS[3])
+        redis.call('zrem', KEYS[4], first)
+        if others() > 0 then
+            redis.call('set', KEYS[5], granted + 1, 'px', 60000)
+        elseif streak then
+            redis.call('del', KEYS[5])
+        end
+        local msg = first
+        if redis.call('exists', KEYS[6]) == 1 then
+            msg = first .. ' ' .. string.format('%.0f', mint(KEYS[6]))
+        end
+        redis.call('publish', ARGV[6] .. string.match(owner, '^(.*):'), msg)
+        return 4
+    end
+    redis.call('set', KEYS[5], 'y', 'px', 20)
+end
 redis.call('publish', KEYS[2], ARGV[1])
-if ARGV[5] then
+if ARGV[7] ~= '' then
     return 3
 end
 return 1
 "#
 );
+
+/// Leave the line: KEYS lock, line, line timeouts; ARGV place, owner. Drops
+/// the place; returns 1 when the lock is set to the owner — a grant that
+/// came while its waiter gave up, which the caller then releases.
+pub(crate) const LEAVE: &str = r#"
+if redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
+    redis.call('lrem', KEYS[2], 1, ARGV[1])
+end
+return redis.call('hexists', KEYS[1], ARGV[2])
+"#;
 
 /// Renew: extends the lease only while our owner field is there; 1 if
 /// renewed, 0 if the lease is no longer ours. Sent in pipelined batches by the
@@ -180,9 +324,6 @@ pub(crate) struct Successor<'h> {
     pub(crate) lease: Duration,
     /// Hand over even when other clients wait (the streak is short yet).
     pub(crate) force: bool,
-    /// Our own subscriptions to the unlock channel (0 or 1), which the script
-    /// subtracts from the channel's subscriber count.
-    pub(crate) own_subscriptions: u32,
     /// The successor asked for a fencing token: the script mints one.
     pub(crate) fenced: bool,
 }
@@ -203,6 +344,7 @@ pub(crate) struct PlainScripts {
     acquire: Script,
     acquire_fenced: Script,
     release: Script,
+    leave: Script,
 }
 
 impl PlainScripts {
@@ -211,11 +353,14 @@ impl PlainScripts {
             acquire: Script::new(ACQUIRE),
             acquire_fenced: Script::new(ACQUIRE_FENCED),
             release: Script::new(RELEASE),
+            leave: Script::new(LEAVE),
         }
     }
 
     /// One `EVALSHA` (plus `SCRIPT LOAD` and a retry only when the server's
-    /// script cache was flushed).
+    /// script cache was flushed). `place`: the waiter's place in the line
+    /// (`<owner>#<n>`), taken or confirmed when the lock is held elsewhere.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire(
         &self,
         con: &mut dyn ConnectionLike,
@@ -224,25 +369,29 @@ impl PlainScripts {
         lease: Duration,
         fresh: bool,
         fence: Fence,
+        place: Option<&str>,
     ) -> RedisResult<Acquire> {
-        let fresh = if fresh { "1" } else { "0" };
-        let reply: Value = match fence {
-            Fence::None => {
-                let mut cmd = evalsha(&self.acquire, 1);
-                cmd.arg(key).arg(millis(lease)).arg(owner).arg(fresh);
-                run(con, &self.acquire, &cmd)?
-            }
-            Fence::Keep | Fence::Mint => {
-                let mut cmd = evalsha(&self.acquire_fenced, 2);
-                cmd.arg(key)
-                    .arg(token_key(key))
-                    .arg(millis(lease))
-                    .arg(owner)
-                    .arg(fresh)
-                    .arg(if fence == Fence::Mint { "1" } else { "0" });
-                run(con, &self.acquire_fenced, &cmd)?
-            }
+        let fenced = fence != Fence::None;
+        let script = if fenced {
+            &self.acquire_fenced
+        } else {
+            &self.acquire
         };
+        let mut cmd = evalsha(script, if fenced { 5 } else { 4 });
+        cmd.arg(key)
+            .arg(line_key(key))
+            .arg(line_timeout_key(key))
+            .arg(line_yield_key(key));
+        if fenced {
+            cmd.arg(token_key(key));
+        }
+        cmd.arg(millis(lease))
+            .arg(owner)
+            .arg(if fresh { "1" } else { "0" })
+            .arg(if fence == Fence::Mint { "1" } else { "0" })
+            .arg(place.unwrap_or(""))
+            .arg(millis(PLACE_LEASE));
+        let reply: Value = run(con, script, &cmd)?;
         Ok(match reply {
             Value::Nil => Acquire::Acquired { fence: None },
             Value::Array(items) => Acquire::Acquired {
@@ -268,22 +417,27 @@ impl PlainScripts {
         last: bool,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Released> {
-        let fenced = successor.as_ref().is_some_and(|n| n.fenced);
-        let mut cmd = evalsha(&self.release, if fenced { 3 } else { 2 });
-        cmd.arg(key).arg(channel_name(key));
-        if fenced {
-            cmd.arg(token_key(key));
-        }
-        cmd.arg(UNLOCK_MESSAGE)
+        let mut cmd = evalsha(&self.release, 6);
+        cmd.arg(key)
+            .arg(channel_name(key))
+            .arg(line_key(key))
+            .arg(line_timeout_key(key))
+            .arg(line_yield_key(key))
+            .arg(token_key(key))
+            .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(owner)
-            .arg(if last { "1" } else { "0" });
-        if let Some(next) = &successor {
-            cmd.arg(next.owner)
-                .arg(next.own_subscriptions)
+            .arg(if last { "1" } else { "0" })
+            .arg(millis(GRANT_LEASE))
+            .arg(grant_prefix(key));
+        match &successor {
+            Some(next) => cmd
+                .arg(next.owner)
                 .arg(if next.force { "1" } else { "0" })
-                .arg(millis(next.lease));
-        }
+                .arg(millis(next.lease))
+                .arg(if next.fenced { "1" } else { "0" }),
+            None => cmd.arg("").arg("0").arg(0).arg("0"),
+        };
         let reply: Value = run(con, &self.release, &cmd)?;
         Ok(match reply {
             Value::Nil => Released::NotHeld,
@@ -293,8 +447,54 @@ impl PlainScripts {
                 fence: items.get(1).and_then(token),
             },
             Value::Int(3) => Released::FreedForOthers,
+            Value::Int(4) => Released::Granted,
             Value::Int(_) => Released::Freed,
             other => return Err(unexpected("release", &other)),
         })
+    }
+
+    /// Leaves the line: drops `place`; true when the lock is set to `owner`
+    /// meanwhile (a grant its waiter will not use: release it).
+    pub(crate) fn leave(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+        owner: &str,
+        place: &str,
+    ) -> RedisResult<bool> {
+        let mut cmd = evalsha(&self.leave, 3);
+        cmd.arg(key)
+            .arg(line_key(key))
+            .arg(line_timeout_key(key))
+            .arg(place)
+            .arg(owner);
+        let held: i64 = run(con, &self.leave, &cmd)?;
+        Ok(held == 1)
+    }
+}
+
+/// What a grant message on a client's grant channel says: the place it was
+/// for (`<owner>#<n>`) and the token minted for it, if the lock has a token
+/// counter. `None` for anything else.
+pub(crate) fn parse_grant(payload: &[u8]) -> Option<(&str, Option<u64>)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (place, token) = match text.split_once(' ') {
+        Some((place, token)) => (place, Some(token.parse().ok()?)),
+        None => (text, None),
+    };
+    place.contains('#').then_some((place, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_name_their_place_and_token() {
+        assert_eq!(parse_grant(b"u:1#7"), Some(("u:1#7", None)));
+        assert_eq!(parse_grant(b"u:1#7 123"), Some(("u:1#7", Some(123))));
+        assert_eq!(parse_grant(b"0"), None);
+        assert_eq!(parse_grant(b"u:1#7 x"), None);
+        assert_eq!(parse_grant(&[0xff, b'#']), None);
     }
 }

@@ -51,6 +51,10 @@ struct Pending {
     queue: Mutex<Vec<Entry>>,
     /// The thread has a timer armed (its wheel is not empty).
     armed: AtomicBool,
+    /// When the armed timer fires: a lease first set shorter than the
+    /// client's watchdog lease (a grant's) may come due before it, and then
+    /// wakes the thread.
+    armed_until: Mutex<Option<Instant>>,
 }
 
 /// Past this many queued registrations the thread is woken to take them, so
@@ -104,6 +108,7 @@ impl Renewer {
         let pending = Arc::new(Pending {
             queue: Mutex::new(Vec::new()),
             armed: AtomicBool::new(false),
+            armed_until: Mutex::new(None),
         });
         let mut worker = Worker {
             rx,
@@ -135,6 +140,8 @@ impl Renewer {
     }
 
     /// Registers a watchdog lease (or joins the entry of a reentrant hold).
+    /// Redis set `set` from `sent_at` on (the lease itself, or a grant's
+    /// shorter one, which the first renewal lengthens to `lease`).
     /// `timeouts`: the timeout key prefix of a read hold (read/write lock).
     pub(crate) fn register(
         &self,
@@ -142,6 +149,7 @@ impl Renewer {
         owner: &str,
         lease: Duration,
         sent_at: Instant,
+        set: Duration,
         timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
         let mut reg = self.registry.lock();
@@ -153,19 +161,19 @@ impl Renewer {
         if let Some(r) = holders.iter_mut().find(|r| &*r.owner == owner) {
             if !r.state.is_lost() {
                 r.refs += 1;
-                *r.state.valid_until.lock() = sent_at + lease;
+                *r.state.valid_until.lock() = sent_at + set;
                 return Arc::clone(&r.state);
             }
             // A lost entry replaced by a fresh hold: the thread drops it.
             r.state.cancelled.store(true, Ordering::Release);
             self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
-            let state = self.enqueue(key, Arc::clone(&r.owner), lease, sent_at, timeouts);
+            let state = self.enqueue(key, Arc::clone(&r.owner), lease, sent_at, set, timeouts);
             r.refs = 1;
             r.state = Arc::clone(&state);
             return state;
         }
         let owner: Arc<str> = Arc::from(owner);
-        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at, timeouts);
+        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at, set, timeouts);
         holders.push(Registered {
             owner,
             refs: 1,
@@ -175,16 +183,19 @@ impl Renewer {
     }
 
     /// A new lease for the renewal thread: queued, waking the thread only when
-    /// it has no timer armed or the queue is long.
+    /// it has no timer armed, the queue is long, or the lease comes due
+    /// before the armed timer (a grant's short one).
     fn enqueue(
         &self,
         key: Arc<str>,
         owner: Arc<str>,
         lease: Duration,
         sent_at: Instant,
+        set: Duration,
         timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
-        let state = LeaseState::new(sent_at + lease);
+        let state = LeaseState::new(sent_at + set);
+        let due = sent_at + set / 3;
         let queued = {
             let mut queue = self.pending.queue.lock();
             queue.push(Entry {
@@ -192,12 +203,13 @@ impl Renewer {
                 owner,
                 lease,
                 state: Arc::clone(&state),
-                due: sent_at + lease / 3,
+                due,
                 timeouts: timeouts.map(Box::from),
             });
             queue.len()
         };
-        if queued >= QUEUE_WAKE || !self.pending.armed.load(Ordering::SeqCst) {
+        let early = set < lease && self.pending.armed_until.lock().is_some_and(|at| due < at);
+        if queued >= QUEUE_WAKE || early || !self.pending.armed.load(Ordering::SeqCst) {
             let _ = self.wake.send(());
         }
         self.counters.live_leases.fetch_add(1, Ordering::Relaxed);

@@ -71,11 +71,13 @@ impl Worker {
             if next.is_none() {
                 // Disarm first, then look once more: a lease queued after
                 // this look sees `armed == false` and wakes us.
+                *self.pending.armed_until.lock() = None;
                 self.pending.armed.store(false, Ordering::SeqCst);
                 if !self.pending.queue.lock().is_empty() {
                     continue;
                 }
             } else {
+                *self.pending.armed_until.lock() = next;
                 self.pending.armed.store(true, Ordering::SeqCst);
             }
             let timer = match next {

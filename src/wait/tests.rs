@@ -86,8 +86,22 @@ impl LockKind for Scripted {
         self.lease
     }
 
-    fn channel(&self) -> String {
-        "chan".into()
+    fn channels(&self) -> Channels {
+        Channels {
+            channel: "chan".into(),
+            line: None,
+        }
+    }
+
+    /// `mine`: held (token 99) with a 3 s lease; `brief`: held with a 1 ns
+    /// lease (gone by the time it is read); `accept`: ours, needs an attempt; anything else: not ours.
+    fn granted(&mut self, grant: &[u8]) -> Option<Granted<u32>> {
+        match grant {
+            b"mine" => Some(Granted::Held(99, Duration::from_secs(3))),
+            b"brief" => Some(Granted::Held(99, Duration::from_nanos(1))),
+            b"accept" => Some(Granted::Accept),
+            _ => None,
+        }
     }
 
     fn wake(&self) -> Wake {
@@ -103,11 +117,14 @@ impl LockKind for Scripted {
     }
 }
 
-/// Records what the loop asked of it; parks return at once.
+/// Records what the loop asked of it; parks sleep until their bound.
+/// `grants`: what each park delivers on the grant channel, in turn.
 #[derive(Default)]
 struct Fake {
     log: RefCell<Vec<String>>,
     outage_limit: Duration,
+    grants: RefCell<VecDeque<Vec<&'static [u8]>>>,
+    delivered: RefCell<Vec<Vec<u8>>>,
 }
 
 impl Fake {
@@ -119,8 +136,14 @@ impl Fake {
 impl Env for Fake {
     type Sub = ();
 
-    fn subscribe(&self, channel: &str, _confirm_by: Instant) {
-        self.log.borrow_mut().push(format!("subscribe {channel}"));
+    fn subscribe(&self, channels: &Channels, _confirm_by: Instant) {
+        self.log
+            .borrow_mut()
+            .push(format!("subscribe {}", channels.channel));
+    }
+
+    fn take_grants(&self, _sub: &()) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.delivered.borrow_mut())
     }
 
     fn clear_permits(&self, _sub: &()) {
@@ -139,7 +162,14 @@ impl Env for Fake {
         self.log
             .borrow_mut()
             .push(format!("park {wake:?} seen {seen} ~{ms} ms"));
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        match self.grants.borrow_mut().pop_front() {
+            // A grant wakes the waiter at once.
+            Some(grants) => self
+                .delivered
+                .borrow_mut()
+                .extend(grants.into_iter().map(<[u8]>::to_vec)),
+            None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
+        }
     }
 
     fn pause(&self, sub: Option<&()>, until: Instant) {
@@ -163,7 +193,7 @@ fn fake() -> Fake {
 
 fn run(kind: &mut Scripted, env: &Fake, deadline: Option<Instant>) -> Result<Option<u32>> {
     let mut sub = None;
-    wait_for(kind, env, &mut sub, "lock", deadline).map(|held| held.map(|(h, _)| h))
+    wait_for(kind, env, &mut sub, "lock", deadline).map(|got| got.map(|g| g.held))
 }
 
 #[test]
@@ -389,8 +419,11 @@ fn a_place_is_left_when_the_waiter_panics() {
         fn lease(&self) -> Duration {
             self.0.lease()
         }
-        fn channel(&self) -> String {
-            self.0.channel()
+        fn channels(&self) -> Channels {
+            self.0.channels()
+        }
+        fn granted(&mut self, grant: &[u8]) -> Option<Granted<u32>> {
+            self.0.granted(grant)
         }
         fn wake(&self) -> Wake {
             self.0.wake()
@@ -426,4 +459,91 @@ fn a_subscription_handed_in_is_used_and_handed_back() {
     assert!(held.is_some());
     assert!(sub.is_some());
     assert_eq!(env.log(), ["clear", "park One seen 0 ~50 ms", "clear"]);
+}
+
+/// A waiter already subscribed (its subscription lingered) and granted while
+/// parked: one attempt in all.
+fn granted_run(
+    grants: Vec<Vec<&'static [u8]>>,
+    steps: Vec<Step>,
+) -> (Scripted, Fake, Option<Got<u32>>) {
+    let mut kind = Scripted::new(steps);
+    kind.place = true;
+    let env = fake();
+    *env.grants.borrow_mut() = grants.into();
+    let mut sub = Some(());
+    let got = wait_for(&mut kind, &env, &mut sub, "lock", None).unwrap();
+    (kind, env, got)
+}
+
+#[test]
+fn a_grant_while_parked_is_held_without_another_attempt() {
+    let started = Instant::now();
+    let (kind, env, got) = granted_run(
+        vec![vec![b"mine"]],
+        vec![Step::Wait(Duration::from_secs(10))],
+    );
+    let got = got.expect("held");
+    assert_eq!((got.held, got.lease), (99, Duration::from_secs(3)));
+    assert!(got.sent_at >= started, "the lease counts from the attempt");
+    assert_eq!(kind.attempts, 1);
+    assert_eq!(kind.left, 0, "a grant took the place: nothing to leave");
+    assert_eq!(env.log(), ["clear", "park One seen 0 ~10000 ms"]);
+}
+
+#[test]
+fn a_grant_for_another_wait_is_ignored() {
+    let (kind, _, got) = granted_run(
+        vec![vec![b"someone#else", b"0"]],
+        vec![
+            Step::Wait(Duration::from_millis(5)),
+            Step::Held {
+                after: Duration::ZERO,
+            },
+        ],
+    );
+    assert_eq!(got.map(|g| g.held), Some(2), "held by the next attempt");
+    assert_eq!(kind.attempts, 2);
+}
+
+#[test]
+fn a_grant_that_needs_accepting_or_came_late_is_taken_by_an_attempt() {
+    for grant in [b"accept".as_slice(), b"brief".as_slice()] {
+        let (kind, _, got) = granted_run(
+            vec![vec![grant]],
+            vec![
+                Step::Wait(Duration::from_secs(10)),
+                Step::Held {
+                    after: Duration::ZERO,
+                },
+            ],
+        );
+        let got = got.expect("held");
+        assert_eq!(
+            got.held,
+            2,
+            "{:?}: the attempt took it",
+            std::str::from_utf8(grant)
+        );
+        assert_eq!(got.lease, kind.lease, "with the kind's own lease");
+    }
+}
+
+#[test]
+fn grants_received_before_an_attempt_are_stale_to_it() {
+    // Park 1 brings nothing but the grant arrives with the retry's wake-up;
+    // the loop drops grants before each attempt, so only a grant delivered
+    // during the park after it counts.
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Wait(Duration::from_secs(10)),
+    ]);
+    kind.place = true;
+    let env = fake();
+    env.delivered.borrow_mut().push(b"mine".to_vec()); // before the first attempt
+    *env.grants.borrow_mut() = vec![vec![], vec![b"mine".as_slice()]].into();
+    let mut sub = Some(());
+    let got = wait_for(&mut kind, &env, &mut sub, "lock", None).unwrap();
+    assert_eq!(kind.attempts, 2, "the early grant did not end the wait");
+    assert_eq!(got.map(|g| g.held), Some(99));
 }

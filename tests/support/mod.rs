@@ -545,6 +545,21 @@ impl Monitor {
     }
 }
 
+/// How many leasehold clients listen for plain lock `key` (each waiting
+/// client subscribes to its own grant channel `leasehold_grant:{<key>}:<id>`;
+/// the unlock channel it hears by pattern, which `PUBSUB NUMSUB` does not
+/// count).
+#[allow(dead_code)]
+pub fn listening_clients(server: &RedisServer, key: &str) -> usize {
+    let mut con = server.connection();
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("leasehold_grant:{{{key}}}:*"))
+        .query(&mut con)
+        .unwrap();
+    channels.len()
+}
+
 /// Polls `cond` until it holds or `within` passes; returns whether it held.
 pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;

@@ -3,7 +3,17 @@
 //! One connection and one thread (`leasehold-sub`) per client, started the
 //! first time a waiter needs it. Waiters register a channel; subscriptions are
 //! reference-counted per channel, so a hundred threads waiting on one name
-//! cost one `SUBSCRIBE`, and the last one to leave sends `UNSUBSCRIBE`.
+//! cost one `SUBSCRIBE`. When the last one leaves, the subscription lingers
+//! for [`LINGER`] (at most [`LINGER_MAX`] of them) before the thread sends
+//! `UNSUBSCRIBE`: a busy name is not resubscribed for every wait, and a
+//! waiter that finds its channel still subscribed starts parked at once.
+//!
+//! A plain lock's waiters listen twice ([`Listen::Line`]): to the unlock
+//! channel through an exact `PSUBSCRIBE` pattern (so `PUBSUB NUMSUB` of the
+//! channel counts only other libraries' waiters, which the release script
+//! reads), and to the client's own grant channel, on which a release that
+//! gives the lock to this client's waiter says so; the grant is kept for the
+//! waiter to take ([`Subscription::take_grants`]).
 //!
 //! The connection is split in two halves: the thread blocks reading replies and
 //! messages, while a waiter writes its own `SUBSCRIBE` on the shared socket
@@ -21,20 +31,33 @@
 //! lost in between costs at most one retry, never a whole lease.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::io::{self, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 #[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+
+mod stream;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
+use stream::{send, Stream};
 
 /// How long the subscriber connection may stay silent before we PING it;
 /// a second silent period means it is dead and we reconnect.
 const KEEPALIVE: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// How long a subscription nobody uses any more stays subscribed.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+/// Most lingering subscriptions per client; past this, the last waiter of a
+/// channel unsubscribes at once.
+const LINGER_MAX: usize = 256;
+/// How often the subscriber thread looks for lingering subscriptions to end
+/// (its read timeout).
+const SWEEP: Duration = Duration::from_millis(250);
+/// Grants kept per channel for a waiter to take.
+const GRANTS_MAX: usize = 16;
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The TLS configuration of the subscriber's socket (feature `tls`).
@@ -65,9 +88,36 @@ struct Shared {
     thread_cv: Condvar,
 }
 
+/// What a waiter listens to.
+#[derive(Clone, Copy)]
+pub(crate) enum Listen<'a> {
+    /// One channel (`SUBSCRIBE`).
+    Channel(&'a str),
+    /// A plain lock's unlock channel (by an exact pattern) and the client's
+    /// grant channel for that lock (`key`).
+    Line {
+        key: &'a str,
+        channel: &'a str,
+        grant: &'a str,
+    },
+}
+
+impl Listen<'_> {
+    /// The channel that names the subscription.
+    fn channel(&self) -> &str {
+        match self {
+            Listen::Channel(c) | Listen::Line { channel: c, .. } => c,
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     channels: HashMap<String, Channel>,
+    /// Wire names (a pattern, a grant channel) of the channels they serve.
+    routes: HashMap<String, String>,
+    /// Plain lock keys → their channel, to resume a subscription by key.
+    lines: HashMap<String, String>,
     /// Write half of the live connection; `None` while disconnected.
     writer: Option<Stream>,
     thread_started: bool,
@@ -75,10 +125,22 @@ struct State {
 }
 
 struct Channel {
+    /// The pattern that stands for the channel (a plain lock's).
+    pattern: Option<String>,
+    /// The plain lock key it serves.
+    key: Option<String>,
+    /// The client's grant channel (a plain lock's).
+    grant: Option<String>,
     /// Local waiters holding a [`Subscription`].
     refs: usize,
-    /// `SUBSCRIBE`/`UNSUBSCRIBE` commands sent and not yet acknowledged.
+    /// The last command sent for it subscribed (it did not unsubscribe).
+    live: bool,
+    /// Since when nobody uses it (it lingers).
+    idle_since: Option<Instant>,
+    /// Subscribe/unsubscribe commands sent and not yet acknowledged.
     inflight: u32,
+    /// Grants received for a waiter to take (the messages, unparsed).
+    grants: Vec<Vec<u8>>,
     /// Wake-ups granted and not yet taken.
     permits: usize,
     /// Unlock messages received on this channel since it was registered.
@@ -94,10 +156,28 @@ struct Channel {
 }
 
 impl Channel {
-    fn new() -> Self {
+    fn new(listen: Listen<'_>) -> Self {
+        let (pattern, grant, key) = match listen {
+            Listen::Channel(_) => (None, None, None),
+            Listen::Line {
+                key,
+                channel,
+                grant,
+            } => (
+                Some(crate::names::exact_pattern(channel)),
+                Some(grant.to_owned()),
+                Some(key.to_owned()),
+            ),
+        };
         Channel {
+            pattern,
+            key,
+            grant,
             refs: 0,
+            live: false,
+            idle_since: None,
             inflight: 0,
+            grants: Vec::new(),
             permits: 0,
             messages: 0,
             broadcasts: 0,
@@ -109,6 +189,73 @@ impl Channel {
     fn wake_all(&mut self) {
         self.permits = self.refs;
         self.cv.notify_all();
+    }
+
+    /// Appends the commands that (un)subscribe everything this channel
+    /// listens to; returns how many acknowledgements they bring.
+    fn commands(&self, name: &str, subscribe: bool, out: &mut Vec<u8>) -> u32 {
+        let (sub, psub) = if subscribe {
+            ("SUBSCRIBE", "PSUBSCRIBE")
+        } else {
+            ("UNSUBSCRIBE", "PUNSUBSCRIBE")
+        };
+        match (&self.pattern, &self.grant) {
+            (Some(pattern), Some(grant)) => {
+                redis::cmd(psub).arg(pattern).write_packed_command(out);
+                redis::cmd(sub).arg(grant).write_packed_command(out);
+                2
+            }
+            _ => {
+                redis::cmd(sub).arg(name).write_packed_command(out);
+                1
+            }
+        }
+    }
+}
+
+/// Sends the commands that (un)subscribe channel `name`, counting the
+/// acknowledgements they bring.
+fn toggle(w: &mut Stream, name: &str, c: &mut Channel, subscribe: bool) {
+    let mut bytes = Vec::new();
+    c.inflight += c.commands(name, subscribe, &mut bytes);
+    c.live = subscribe;
+    send(w, &bytes);
+}
+
+impl State {
+    /// Forgets channel `name` and the wire names that route to it.
+    fn remove(&mut self, name: &str) {
+        if let Some(c) = self.channels.remove(name) {
+            if let Some(p) = c.pattern {
+                self.routes.remove(&p);
+            }
+            if let Some(g) = c.grant {
+                self.routes.remove(&g);
+            }
+            if let Some(k) = c.key {
+                self.lines.remove(&k);
+            }
+        }
+    }
+
+    /// The channel a wire name (channel, pattern, grant channel) serves.
+    fn route<'a>(&'a self, wire: &'a str) -> &'a str {
+        self.routes.get(wire).map_or(wire, String::as_str)
+    }
+
+    /// Ends lingering subscriptions idle since before `cutoff`.
+    fn sweep(&mut self, cutoff: Instant) {
+        let State {
+            channels, writer, ..
+        } = self;
+        let Some(w) = writer else {
+            return;
+        };
+        for (name, c) in channels.iter_mut() {
+            if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
+                toggle(w, name, c, false);
+            }
+        }
     }
 }
 
@@ -140,11 +287,13 @@ impl Notifier {
         }
     }
 
-    /// Registers interest in `channel` and waits until Redis has confirmed the
+    /// Registers interest in `listen` and waits until Redis has confirmed the
     /// subscription, or until `confirm_by` (then the caller's waits are still
-    /// capped by the holder's lease, so nothing hangs).
-    pub(crate) fn subscribe(&self, channel: &str, confirm_by: Instant) -> Subscription {
+    /// capped by the holder's lease, so nothing hangs). A lingering
+    /// subscription is confirmed already: no round trip.
+    pub(crate) fn subscribe(&self, listen: Listen<'_>, confirm_by: Instant) -> Subscription {
         let shared = &self.shared;
+        let channel = listen.channel();
         let mut st = shared.state.lock();
         if !st.thread_started && !st.closed {
             st.thread_started = true;
@@ -157,25 +306,33 @@ impl Notifier {
                 tracing::warn!(error = %e, "leasehold: could not start the subscriber thread; waiters fall back to lease-capped retries");
             }
         }
+        if !st.channels.contains_key(channel) {
+            let c = Channel::new(listen);
+            for wire in c.pattern.iter().chain(c.grant.iter()) {
+                if wire != channel {
+                    st.routes.insert(wire.clone(), channel.to_owned());
+                }
+            }
+            if let Some(key) = &c.key {
+                st.lines.insert(key.clone(), channel.to_owned());
+            }
+            st.channels.insert(channel.to_owned(), c);
+        }
         let State {
             channels, writer, ..
         } = &mut *st;
         let entry = channels
             .entry(channel.to_owned())
-            .or_insert_with(Channel::new);
+            .or_insert_with(|| Channel::new(listen));
         entry.refs += 1;
+        entry.idle_since = None;
         let cv = Arc::clone(&entry.cv);
-        if entry.refs == 1 {
+        if !entry.live {
             match writer {
-                Some(w) => {
-                    entry.inflight += 1;
-                    send(
-                        w,
-                        &redis::cmd("SUBSCRIBE").arg(channel).get_packed_command(),
-                    );
-                }
+                Some(w) => toggle(w, channel, entry, true),
                 // The thread subscribes every registered channel when it connects.
                 None => {
+                    entry.live = true;
                     shared.thread_cv.notify_all();
                 }
             }
@@ -201,6 +358,33 @@ impl Notifier {
             channel: channel.to_owned(),
             cv,
         }
+    }
+
+    /// The subscription of plain lock `key`'s waiters when it is still
+    /// confirmed (it lingers, or other waiters hold it): a waiter that takes
+    /// it before its first attempt hears everything after that attempt, so
+    /// it parks at once when the lock is held. No allocation when there is
+    /// none.
+    pub(crate) fn resume_line(&self, key: &str) -> Option<Subscription> {
+        let mut st = self.shared.state.lock();
+        if st.writer.is_none() {
+            return None;
+        }
+        let State {
+            channels, lines, ..
+        } = &mut *st;
+        let channel = lines.get(key)?;
+        let c = channels.get_mut(channel)?;
+        if !c.live || c.inflight > 0 {
+            return None;
+        }
+        c.refs += 1;
+        c.idle_since = None;
+        Some(Subscription {
+            shared: Arc::clone(&self.shared),
+            channel: channel.clone(),
+            cv: Arc::clone(&c.cv),
+        })
     }
 
     /// Stops the subscriber thread: closes the socket it reads.
@@ -289,6 +473,18 @@ impl Subscription {
         }
     }
 
+    /// Takes the grants received so far (a plain lock's grant channel): the
+    /// messages, for the waiter to check that one names its place.
+    pub(crate) fn take_grants(&self) -> Vec<Vec<u8>> {
+        self.shared
+            .state
+            .lock()
+            .channels
+            .get_mut(&self.channel)
+            .map(|c| std::mem::take(&mut c.grants))
+            .unwrap_or_default()
+    }
+
     /// Parks until an unlock message (or a reconnect) grants this waiter a
     /// wake-up, or until `until`. Returns whether it was woken.
     pub(crate) fn wait_until(&self, until: Instant) -> bool {
@@ -310,6 +506,11 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut st = self.shared.state.lock();
+        let lingering = st
+            .channels
+            .values()
+            .filter(|c| c.refs == 0 && c.live)
+            .count();
         let State {
             channels, writer, ..
         } = &mut *st;
@@ -321,27 +522,16 @@ impl Drop for Subscription {
         if c.refs > 0 {
             return;
         }
-        if let Some(w) = writer {
-            c.inflight += 1;
-            send(
-                w,
-                &redis::cmd("UNSUBSCRIBE")
-                    .arg(&self.channel)
-                    .get_packed_command(),
-            );
+        c.grants.clear();
+        match writer {
+            // Linger: the next waiter finds it subscribed.
+            Some(_) if lingering < LINGER_MAX => c.idle_since = Some(Instant::now()),
+            Some(w) => toggle(w, &self.channel, c, false),
+            None => c.live = false,
         }
-        if c.inflight == 0 {
-            channels.remove(&self.channel);
+        if !c.live && c.inflight == 0 {
+            st.remove(&self.channel);
         }
-    }
-}
-
-/// Writes a command on the shared socket; on failure shuts it down so the
-/// reader notices, reconnects and resubscribes.
-fn send(w: &mut Stream, bytes: &[u8]) {
-    if let Err(e) = w.write_all(bytes) {
-        tracing::debug!(error = %e, "leasehold: subscriber write failed; reconnecting");
-        w.shutdown();
     }
 }
 
@@ -371,7 +561,7 @@ impl Shared {
                 self.thread_cv.wait_for(&mut st, backoff);
             }
             // Reconnect only while someone waits: an idle client keeps no retry loop.
-            while !st.closed && st.channels.is_empty() {
+            while !st.closed && !st.channels.values().any(|c| c.refs > 0) {
                 self.thread_cv.wait(&mut st);
             }
             if st.closed {
@@ -389,14 +579,22 @@ impl Shared {
             writer.shutdown();
             return false;
         }
-        st.channels.retain(|_, c| c.refs > 0);
-        if !st.channels.is_empty() {
-            let mut cmd = redis::cmd("SUBSCRIBE");
-            for (name, c) in st.channels.iter_mut() {
-                cmd.arg(name);
-                c.inflight = 1;
-            }
-            send(&mut writer, &cmd.get_packed_command());
+        let idle: Vec<String> = st
+            .channels
+            .iter()
+            .filter(|(_, c)| c.refs == 0)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in idle {
+            st.remove(&name);
+        }
+        let mut bytes = Vec::new();
+        for (name, c) in st.channels.iter_mut() {
+            c.inflight = c.commands(name, true, &mut bytes);
+            c.live = true;
+        }
+        if !bytes.is_empty() {
+            send(&mut writer, &bytes);
         }
         st.writer = Some(writer);
         true
@@ -411,30 +609,50 @@ impl Shared {
         }
         for c in st.channels.values_mut() {
             c.inflight = 0;
+            c.live = false;
             // Retry now, and again once subscribed on the next connection:
             // messages published in between are lost.
             c.resync = true;
             c.wake_all();
         }
-        st.channels.retain(|_, c| c.refs > 0);
+        let idle: Vec<String> = st
+            .channels
+            .iter()
+            .filter(|(_, c)| c.refs == 0)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in idle {
+            st.remove(&name);
+        }
         !st.closed
     }
 
     fn read_loop(&self, mut reader: Stream) {
         let mut parser = redis::Parser::new();
+        let mut heard = Instant::now();
         let mut pinged = false;
         loop {
             match parser.parse_value(&mut reader) {
                 Ok(value) => {
+                    heard = Instant::now();
                     pinged = false;
                     self.handle(value);
                 }
-                Err(e) if e.is_timeout() && !pinged => {
+                Err(e) if e.is_timeout() => {
+                    let now = Instant::now();
                     let mut st = self.state.lock();
+                    st.sweep(now.checked_sub(LINGER).unwrap_or(now));
+                    if now.duration_since(heard) < KEEPALIVE {
+                        continue;
+                    }
+                    if pinged {
+                        return; // a second silent period: dead
+                    }
                     match st.writer.as_mut() {
                         Some(w) => send(w, &redis::cmd("PING").get_packed_command()),
                         None => return,
                     }
+                    heard = now;
                     pinged = true;
                 }
                 Err(e) => {
@@ -453,43 +671,56 @@ impl Shared {
             Value::Push { data, .. } => data,
             _ => return,
         };
-        let (Some(kind), Some(channel)) = (items.first(), items.get(1)) else {
+        let (Some(kind), Some(wire)) = (items.first(), items.get(1)) else {
             return;
         };
-        let (Some(kind), Some(channel)) = (as_bytes(kind), as_bytes(channel)) else {
+        let (Some(kind), Some(wire)) = (as_bytes(kind), as_bytes(wire)) else {
             return;
         };
-        let Ok(channel) = std::str::from_utf8(channel) else {
+        let Ok(wire) = std::str::from_utf8(wire) else {
             return;
         };
         let mut st = self.state.lock();
+        let name = st.route(wire).to_owned();
         match kind {
-            b"message" => {
-                // `1` (a write unlock of a read/write lock, Redisson's
-                // READ_UNLOCK_MESSAGE) wakes every waiter; anything else one.
-                let all = items.get(2).and_then(as_bytes) == Some(b"1".as_slice());
-                if let Some(c) = st.channels.get_mut(channel) {
-                    c.messages += 1;
-                    if all {
-                        c.broadcasts += 1;
-                        c.cv.notify_all();
-                    } else if c.refs > 0 {
+            b"message" | b"pmessage" => {
+                let payload = items.get(if kind == b"pmessage" { 3 } else { 2 });
+                let payload = payload.and_then(as_bytes).unwrap_or_default();
+                let Some(c) = st.channels.get_mut(&name) else {
+                    return;
+                };
+                if kind == b"message" && c.grant.as_deref() == Some(wire) {
+                    // A grant: for the waiter to take (and check) when it
+                    // wakes; nobody waits → its place is gone already.
+                    if c.refs > 0 && c.grants.len() < GRANTS_MAX {
+                        c.grants.push(payload.to_vec());
                         c.permits = (c.permits + 1).min(c.refs);
                         c.cv.notify_all();
                     }
+                    return;
+                }
+                // `1` (a write unlock of a read/write lock, Redisson's
+                // READ_UNLOCK_MESSAGE) wakes every waiter; anything else one.
+                c.messages += 1;
+                if payload == b"1" {
+                    c.broadcasts += 1;
+                    c.cv.notify_all();
+                } else if c.refs > 0 {
+                    c.permits = (c.permits + 1).min(c.refs);
+                    c.cv.notify_all();
                 }
             }
-            b"subscribe" | b"unsubscribe" => {
-                let Some(c) = st.channels.get_mut(channel) else {
+            b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" => {
+                let Some(c) = st.channels.get_mut(&name) else {
                     return;
                 };
                 c.inflight = c.inflight.saturating_sub(1);
                 if c.inflight > 0 {
                     return;
                 }
-                if c.refs == 0 {
-                    st.channels.remove(channel);
-                } else if c.resync {
+                if c.refs == 0 && !c.live {
+                    st.remove(&name);
+                } else if c.resync && c.refs > 0 {
                     c.resync = false;
                     c.wake_all();
                 } else {
@@ -570,7 +801,7 @@ impl Shared {
                 .map_err(io::Error::other)?;
             drop(reply);
         }
-        stream.set_read_timeout(Some(KEEPALIVE))?;
+        stream.set_read_timeout(Some(SWEEP))?;
         let writer = stream.try_clone()?;
         Ok((stream, writer))
     }
@@ -581,91 +812,5 @@ fn as_bytes(v: &Value) -> Option<&[u8]> {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.as_bytes()),
         _ => None,
-    }
-}
-
-/// A socket we can split into a reading and a writing half.
-enum Stream {
-    Tcp(TcpStream),
-    #[cfg(unix)]
-    Unix(UnixStream),
-    #[cfg(feature = "tls")]
-    Tls(Arc<crate::tls::TlsSocket>),
-}
-
-impl Stream {
-    fn try_clone(&self) -> io::Result<Stream> {
-        Ok(match self {
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
-            #[cfg(unix)]
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => Stream::Tls(Arc::clone(s)),
-        })
-    }
-
-    /// Closes both directions; the reading half sees end-of-file at once.
-    fn shutdown(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.shutdown(Shutdown::Both),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.tcp().shutdown(Shutdown::Both),
-        };
-    }
-
-    fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_read_timeout(d),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.set_read_timeout(d),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.tcp().set_read_timeout(d),
-        }
-    }
-
-    fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_write_timeout(d),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.set_write_timeout(d),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.tcp().set_write_timeout(d),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.read(buf),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.write(buf),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.flush(),
-            #[cfg(feature = "tls")]
-            Stream::Tls(_) => Ok(()), // every write is sent whole
-        }
     }
 }
