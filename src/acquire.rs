@@ -157,7 +157,7 @@ fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<O
     // A waiter takes a place in the line of waiting clients; a single try
     // leaves none.
     if deadline.is_none_or(|d| d > Instant::now()) {
-        at.place = Some(shared.next_place(owner));
+        at.place = Some(shared.next_place(owner, want.fenced));
     }
     let name = at.name;
     let got = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline);

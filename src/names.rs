@@ -96,14 +96,10 @@ pub(crate) fn write_field(owner: &str) -> String {
 
 /// The line of waiting leasehold clients of a plain lock key (a list of
 /// places, one per waiting client, oldest first): `leasehold_line:{<key>}`.
+/// Each place lives while its key `<line>:<place>` does (same hash tag, so
+/// the same cluster slot; its waiter renews it).
 pub(crate) fn line_key(key: &str) -> String {
     prefix_name("leasehold_line", key)
-}
-
-/// When each place in the line expires unless confirmed (a zset of server
-/// milliseconds): `leasehold_line_timeout:{<key>}`.
-pub(crate) fn line_timeout_key(key: &str) -> String {
-    prefix_name("leasehold_line_timeout", key)
 }
 
 /// The run of direct grants made while other libraries' waiters were
@@ -190,7 +186,6 @@ mod tests {
     #[test]
     fn line_names_share_the_lock_keys_slot() {
         assert_eq!(line_key("job"), "leasehold_line:{job}");
-        assert_eq!(line_timeout_key("job"), "leasehold_line_timeout:{job}");
         assert_eq!(line_yield_key("a{t}b"), "leasehold_line_yield:a{t}b");
         assert_eq!(grant_channel("job", "9f1c"), "leasehold_grant:{job}:9f1c");
     }

@@ -197,8 +197,9 @@ impl Shared {
     }
 
     /// A new place in a plain lock's line for `owner`'s next wait.
-    pub(crate) fn next_place(&self, owner: &str) -> String {
-        protocol::place_of(owner, self.waits.fetch_add(1, Ordering::Relaxed))
+    pub(crate) fn next_place(&self, owner: &str, fenced: bool) -> String {
+        let n = self.waits.fetch_add(1, Ordering::Relaxed);
+        protocol::place_of(owner, n, fenced)
     }
 
     /// This client's grant channel for lock `key`.

@@ -171,7 +171,7 @@ fn every_key_and_channel_of_a_lock_shares_its_cluster_slot() {
             .query(&mut con)
             .unwrap();
         let tokens: Vec<String> = con.keys("redisson_lock_token:*").unwrap();
-        let lines: Vec<String> = con.keys(format!("leasehold_line*{tagged}")).unwrap();
+        let lines: Vec<String> = con.keys(format!("leasehold_line:{tagged}*")).unwrap();
         let token = tokens
             .iter()
             .find(|k| k.ends_with(&tagged))

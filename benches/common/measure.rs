@@ -19,6 +19,8 @@ pub(crate) const CLIENT_COMMANDS: &[&str] = &[
     "set",
     "subscribe",
     "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
     "ping",
     "script|load",
 ];

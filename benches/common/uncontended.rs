@@ -76,7 +76,6 @@ pub(crate) fn w1(url: &str, secs: f64) -> Uncontended {
             let held: Option<i64> = acquire
                 .key("w1-protocol")
                 .key("leasehold_line:{w1-protocol}")
-                .key("leasehold_line_timeout:{w1-protocol}")
                 .key("leasehold_line_yield:{w1-protocol}")
                 .arg(30_000)
                 .arg(owner)
@@ -91,7 +90,6 @@ pub(crate) fn w1(url: &str, secs: f64) -> Uncontended {
                 .key("w1-protocol")
                 .key("redisson_lock__channel:{w1-protocol}")
                 .key("leasehold_line:{w1-protocol}")
-                .key("leasehold_line_timeout:{w1-protocol}")
                 .key("leasehold_line_yield:{w1-protocol}")
                 .key("redisson_lock_token:{w1-protocol}")
                 .arg("0")

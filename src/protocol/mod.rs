@@ -114,10 +114,12 @@ pub(crate) fn wait_channel(kind: Kind, key: &str, owner: &str) -> String {
 }
 
 /// The place of `owner`'s wait number `n` in a plain lock's line of waiting
-/// clients: `<owner>#<n>`. A grant names it, so a grant meant for an earlier
-/// wait of the same owner is never taken for this one.
-pub(crate) fn place_of(owner: &str, n: u64) -> String {
-    format!("{owner}#{n}")
+/// clients: `<owner>#<n>`, and `f` at the end when the waiter wants a fencing
+/// token (the release that grants it the lock mints one). A grant names the
+/// place, so a grant meant for an earlier wait of the same owner is never
+/// taken for this one.
+pub(crate) fn place_of(owner: &str, n: u64, fenced: bool) -> String {
+    format!("{owner}#{n}{}", if fenced { "f" } else { "" })
 }
 
 /// Whether a refused attempt of `kind` leaves a place in Redis — the line of

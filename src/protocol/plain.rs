@@ -17,9 +17,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{evalsha, millis, run, token, unexpected, Released};
-use crate::names::{
-    channel_name, grant_prefix, line_key, line_timeout_key, line_yield_key, token_key,
-};
+use crate::names::{channel_name, grant_prefix, line_key, line_yield_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
@@ -34,51 +32,44 @@ pub(crate) const PLACE_LEASE: Duration = Duration::from_secs(3);
 /// renewal lengthens it to its own lease within a third of this.
 pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(3);
 
-/// The Lua helpers of the line (acquire and release share them): `now_ms()`,
-/// server time; `head(now, line, timeouts)`, the first live place of the
-/// line (and its expiry), dropping expired places at its head — so a script
-/// reads one or two places, never the whole line.
+/// The Lua helper of the line (acquire and release share it):
+/// `head(line, first)` — the first live place of the line `line` whose first
+/// entry is `first`, and how long its place key still lives (ms), dropping
+/// dead places at the head on the way. A place is live while its key
+/// `<line>:<place>` exists (set with the place lease, confirmed by its
+/// waiter); so a script reads one or two places, never the whole line, and
+/// needs no clock.
 macro_rules! line_fns {
     () => {
         r#"
-local function now_ms()
-    local t = redis.call('time')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function head(now, line, timeouts)
-    while true do
-        local first = redis.call('lindex', line, 0)
-        if not first then
-            return nil
-        end
-        local expiry = redis.call('zscore', timeouts, first)
-        if expiry and tonumber(expiry) > now and string.match(first, '^.+:.+#.+$') then
-            return first, tonumber(expiry)
+local function head(line, first)
+    while first do
+        local ttl = redis.call('pttl', line .. ':' .. first)
+        if ttl > 0 and string.match(first, '^.+:.+#.+$') then
+            return first, ttl
         end
         redis.call('lpop', line)
-        if expiry then
-            redis.call('zrem', timeouts, first)
-        end
+        first = redis.call('lindex', line, 0)
     end
+    return nil
 end
 "#
     };
 }
 
 /// The acquire logic both acquire scripts share, around `$then` (what to
-/// return once the hold is taken). KEYS: lock, line, line timeouts, yield
-/// marker (, token counter). ARGV: lease, owner, fresh, mint, place, place
-/// lease.
+/// return once the hold is taken). KEYS: lock, line, yield marker (, token
+/// counter). ARGV: lease, owner, fresh, mint, place, place lease.
 ///
 /// Free, or already ours → one more hold and the lease `ARGV[1]`;
 /// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
 /// the first hold whatever count Redis still shows for the owner — a stale
 /// count from a lost lease, an unconfirmed handoff or a grant nobody heard
-/// must not outlive it. Our place in the line (`ARGV[5]`, `<owner>#<n>`),
-/// if any, goes. But a free lock is not taken while another live place is
-/// first in line (it is that waiter's turn: wait until its place would
-/// expire) or while the lock is left to other libraries' waiters (the yield
-/// marker): then the reply is how long to wait.
+/// must not outlive it. Our place in the line (`ARGV[5]`, see
+/// `protocol::place_of`), if first, goes. But a free lock is not taken while
+/// another live place is first in line (it is that waiter's turn: wait until
+/// its place would expire) or while the lock is left to other libraries'
+/// waiters (the yield marker): then the reply is how long to wait.
 ///
 /// Held by someone else → its PTTL (-1 when it has no expiry), after taking
 /// or confirming our place at the end of the line when `ARGV[5]` is not
@@ -88,25 +79,31 @@ macro_rules! acquire_script {
         concat!(
             line_fns!(),
             r#"
-local function join(now)
-    if ARGV[5] ~= '' and redis.call('zadd', KEYS[3], now + tonumber(ARGV[6]), ARGV[5]) == 1 then
+local function join()
+    if ARGV[5] == '' then
+        return
+    end
+    local place = KEYS[2] .. ':' .. ARGV[5]
+    if redis.call('pexpire', place, ARGV[6]) == 0 then
+        redis.call('psetex', place, ARGV[6], 1)
         redis.call('rpush', KEYS[2], ARGV[5])
     end
 end
 local free = redis.call('exists', KEYS[1]) == 0
-local queued = redis.call('exists', KEYS[2]) == 1
-if free and queued then
-    local now = now_ms()
-    local first, expiry = head(now, KEYS[2], KEYS[3])
-    local hold = nil
+local first = nil
+if free then
+    first = redis.call('lindex', KEYS[2], 0)
     if first and first ~= ARGV[5] then
-        hold = expiry - now
-    elseif first and redis.call('get', KEYS[4]) == 'y' then
-        hold = redis.call('pttl', KEYS[4])
+        local wait
+        first, wait = head(KEYS[2], first)
+        if first and first ~= ARGV[5] then
+            join()
+            return wait
+        end
     end
-    if hold then
-        join(now)
-        return math.max(hold, 1)
+    if first and redis.call('get', KEYS[3]) == 'y' then
+        join()
+        return math.max(redis.call('pttl', KEYS[3]), 1)
     end
 end
 if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
@@ -116,18 +113,15 @@ if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
     end
     redis.call('pexpire', KEYS[1], ARGV[1])
-    if queued and ARGV[5] ~= '' and redis.call('zrem', KEYS[3], ARGV[5]) == 1 then
-        redis.call('lrem', KEYS[2], 1, ARGV[5])
+    if first then
+        redis.call('lpop', KEYS[2])
+        redis.call('del', KEYS[2] .. ':' .. first)
     end
 "#,
             $($then),+,
             r#"
 end
-if ARGV[5] ~= '' then
-    local now = now_ms()
-    head(now, KEYS[2], KEYS[3])
-    join(now)
-end
+join()
 return redis.call('pttl', KEYS[1])
 "#
         )
@@ -159,18 +153,17 @@ pub(crate) use mint_fn;
 /// Acquire (see [`acquire_script!`]): taken → nil.
 pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
 
-/// Fenced acquire: taken → `{token}` — a new token from `KEYS[5]`
+/// Fenced acquire: taken → `{token}` — a new token from `KEYS[4]`
 /// (`redisson_lock_token:{<key>}`) when `ARGV[4] == "1"` or the lock was
 /// free, else `{-1}` (a reentrant hold keeps its token). Held elsewhere →
 /// PTTL.
 pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
     "    if ARGV[4] ~= '1' and not free then\n        return {-1}\n    end\n",
     mint_fn!(),
-    "    return {mint(KEYS[5])}\n"
+    "    return {mint(KEYS[4])}\n"
 );
 
-/// Release. KEYS: lock, unlock channel, line, line timeouts, yield marker,
-/// token counter. ARGV: unlock message, lease, owner, last, grant lease,
+/// Release. KEYS: lock, unlock channel, line, yield marker, token counter. ARGV: unlock message, lease, owner, last, grant lease,
 /// grant channel prefix, successor, force, successor lease, successor fenced.
 ///
 /// Not ours → nil. With `ARGV[4] == "1"` this is the owner's last hold in its
@@ -189,8 +182,9 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 ///   two grants in a row while one waits → **grant**: the lock is set to that
 ///   place's owner with the short lease `ARGV[5]`, the place goes, and its
 ///   client alone hears it on its grant channel (`ARGV[6]` + its client id):
-///   the message is the place, then a token when the lock has a token
-///   counter (so a fenced grantee needs no round trip either). Return 4.
+///   the message is the place, then a token minted for it when the place
+///   asked for one (it ends in `f`), so a fenced grantee needs no round trip
+///   either. Return 4.
 ///   After two grants in a row while other libraries' waiters are subscribed,
 ///   the lock is left to them instead: for 20 ms (the yield marker) no
 ///   leasehold acquire takes it;
@@ -217,10 +211,7 @@ else
     end
     redis.call('del', KEYS[1])
 end
-local first = nil
-if redis.call('exists', KEYS[3]) == 1 then
-    first = head(now_ms(), KEYS[3], KEYS[4])
-end
+local first = head(KEYS[3], redis.call('lindex', KEYS[3], 0))
 local subscribed = nil
 local function others()
     if subscribed == nil then
@@ -232,32 +223,34 @@ if ARGV[7] ~= '' and (ARGV[8] == '1' or ((not first) and others() == 0)) then
     redis.call('hset', KEYS[1], ARGV[7], 1)
     redis.call('pexpire', KEYS[1], ARGV[9])
     if ARGV[10] == '1' then
-        return {2, mint(KEYS[6])}
+        return {2, mint(KEYS[5])}
     end
     return 2
 end
 if first then
-    local streak = redis.call('get', KEYS[5])
-    local granted = tonumber(streak) or 0
+    local streak = nil
+    local granted = 0
+    if others() > 0 then
+        streak = redis.call('get', KEYS[4])
+        granted = tonumber(streak) or 0
+    end
     if others() == 0 or (streak ~= 'y' and granted < 2) then
         local owner = string.match(first, '^(.*)#')
         redis.call('hset', KEYS[1], owner, 1)
         redis.call('pexpire', KEYS[1], ARGV[5])
         redis.call('lpop', KEYS[3])
-        redis.call('zrem', KEYS[4], first)
+        redis.call('del', KEYS[3] .. ':' .. first)
         if others() > 0 then
-            redis.call('set', KEYS[5], granted + 1, 'px', 60000)
-        elseif streak then
-            redis.call('del', KEYS[5])
+            redis.call('psetex', KEYS[4], 60000, granted + 1)
         end
         local msg = first
-        if redis.call('exists', KEYS[6]) == 1 then
-            msg = first .. ' ' .. string.format('%.0f', mint(KEYS[6]))
+        if string.sub(first, -1) == 'f' then
+            msg = first .. ' ' .. string.format('%.0f', mint(KEYS[5]))
         end
         redis.call('publish', ARGV[6] .. string.match(owner, '^(.*):'), msg)
         return 4
     end
-    redis.call('set', KEYS[5], 'y', 'px', 20)
+    redis.call('psetex', KEYS[4], 20, 'y')
 end
 redis.call('publish', KEYS[2], ARGV[1])
 if ARGV[7] ~= '' then
@@ -267,11 +260,11 @@ return 1
 "#
 );
 
-/// Leave the line: KEYS lock, line, line timeouts; ARGV place, owner. Drops
-/// the place; returns 1 when the lock is set to the owner — a grant that
-/// came while its waiter gave up, which the caller then releases.
+/// Leave the line: KEYS lock, line; ARGV place, owner. Drops the place;
+/// returns 1 when the lock is set to the owner — a grant that came while its
+/// waiter gave up, which the caller then releases.
 pub(crate) const LEAVE: &str = r#"
-if redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
+if redis.call('del', KEYS[2] .. ':' .. ARGV[1]) == 1 then
     redis.call('lrem', KEYS[2], 1, ARGV[1])
 end
 return redis.call('hexists', KEYS[1], ARGV[2])
@@ -377,11 +370,8 @@ impl PlainScripts {
         } else {
             &self.acquire
         };
-        let mut cmd = evalsha(script, if fenced { 5 } else { 4 });
-        cmd.arg(key)
-            .arg(line_key(key))
-            .arg(line_timeout_key(key))
-            .arg(line_yield_key(key));
+        let mut cmd = evalsha(script, if fenced { 4 } else { 3 });
+        cmd.arg(key).arg(line_key(key)).arg(line_yield_key(key));
         if fenced {
             cmd.arg(token_key(key));
         }
@@ -417,11 +407,10 @@ impl PlainScripts {
         last: bool,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Released> {
-        let mut cmd = evalsha(&self.release, 6);
+        let mut cmd = evalsha(&self.release, 5);
         cmd.arg(key)
             .arg(channel_name(key))
             .arg(line_key(key))
-            .arg(line_timeout_key(key))
             .arg(line_yield_key(key))
             .arg(token_key(key))
             .arg(UNLOCK_MESSAGE)
@@ -462,20 +451,16 @@ impl PlainScripts {
         owner: &str,
         place: &str,
     ) -> RedisResult<bool> {
-        let mut cmd = evalsha(&self.leave, 3);
-        cmd.arg(key)
-            .arg(line_key(key))
-            .arg(line_timeout_key(key))
-            .arg(place)
-            .arg(owner);
+        let mut cmd = evalsha(&self.leave, 2);
+        cmd.arg(key).arg(line_key(key)).arg(place).arg(owner);
         let held: i64 = run(con, &self.leave, &cmd)?;
         Ok(held == 1)
     }
 }
 
 /// What a grant message on a client's grant channel says: the place it was
-/// for (`<owner>#<n>`) and the token minted for it, if the lock has a token
-/// counter. `None` for anything else.
+/// for (`<owner>#<n>`, `f` at the end for a fenced waiter) and the token
+/// minted for it, if it asked for one. `None` for anything else.
 pub(crate) fn parse_grant(payload: &[u8]) -> Option<(&str, Option<u64>)> {
     let text = std::str::from_utf8(payload).ok()?;
     let (place, token) = match text.split_once(' ') {
