@@ -21,6 +21,10 @@
 //! comma-separated `<url>` is a cluster's seed list; the records then go to
 //! `LEASEHOLD_RECORDS_URL` (a plain server).
 //!
+//! `hammer <url> <name> <millis> [fair]` takes and releases the lock (plain,
+//! or fair) in a loop for that long with its own client, one thread, and
+//! prints `done <sections>`.
+//!
 //! `fair <url> <name>` runs fair-lock waiters on
 //! command: `take <tag>` starts a thread that takes the fair lock and prints
 //! `got <tag>`; `release <tag>` makes it unlock. Each thread is its own waiter.
@@ -59,6 +63,9 @@ fn run(args: Vec<String>) {
     }
     if args.first().map(String::as_str) == Some("fair") {
         return fair(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("hammer") {
+        return hammer(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("rw") {
         return rw(&args[1..]);
@@ -164,6 +171,31 @@ fn check(args: &[String]) {
         .collect();
     let done: usize = handles.into_iter().map(|h| h.join().expect("worker")).sum();
     println!("done {done}");
+}
+
+fn hammer(args: &[String]) {
+    let (url, name, millis, fair) = match args {
+        [url, name, millis] => (url, name, millis, false),
+        [url, name, millis, kind] if kind == "fair" => (url, name, millis, true),
+        _ => {
+            eprintln!("usage: child hammer <url> <name> <millis> [fair]");
+            std::process::exit(2);
+        }
+    };
+    let client = LockClient::new(url).expect("client");
+    let until = std::time::Instant::now() + Duration::from_millis(millis.parse().expect("millis"));
+    let opts = if fair {
+        LockOptions::new().fair()
+    } else {
+        LockOptions::new()
+    };
+    let mut sections = 0u64;
+    while std::time::Instant::now() < until {
+        let guard = client.lock_with(name, opts).expect("lock");
+        sections += 1;
+        guard.unlock().expect("unlock");
+    }
+    println!("done {sections}");
 }
 
 fn fair(args: &[String]) {

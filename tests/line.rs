@@ -1,0 +1,227 @@
+//! Contention across processes: the line of waiting clients in Redis and
+//! the direct grants of the plain lock. A granted waiter that died costs the
+//! next one a grant lease, not a watchdog lease; a waiter of another library
+//! (Redisson's protocol, played on a plain connection) still gets the lock
+//! while leasehold processes hammer it; waiters of eight processes each get
+//! turns; a single try or a waiter that gives up leaves nothing in line.
+
+#[path = "child/holder.rs"]
+mod child;
+mod support;
+
+use std::process::Stdio;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::LockClient;
+use redis::Commands;
+use support::{
+    child_command, child_done, eventually, listening_clients, ChildProcess, RedisServer,
+};
+
+/// Places in the line of lock `name`.
+fn line_len(server: &RedisServer, name: &str) -> usize {
+    server
+        .connection()
+        .llen(format!("leasehold_line:{{{name}}}"))
+        .unwrap()
+}
+
+/// Keys of the line (the list and its places' keys).
+fn line_keys(server: &RedisServer, name: &str) -> Vec<String> {
+    server
+        .connection()
+        .keys(format!("leasehold_line:{{{name}}}*"))
+        .unwrap()
+}
+
+/// `hammer` children: each takes and releases `name` in a loop for `millis`.
+fn hammers(url: &str, name: &str, n: usize, millis: u64) -> Vec<std::process::Child> {
+    (0..n)
+        .map(|_| {
+            child_command(&["hammer", url, name, &millis.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a hammer child")
+        })
+        .collect()
+}
+
+fn sections(children: Vec<std::process::Child>) -> Vec<u64> {
+    children
+        .into_iter()
+        .map(|c| child_done(&c.wait_with_output().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_killed_granted_waiter_costs_the_next_one_a_grant_lease_not_a_watchdog_lease() {
+    let server = RedisServer::start();
+    let name = "line:killed";
+    let holder = LockClient::new(&server.url()).unwrap(); // 30 s watchdog lease
+    let guard = holder.lock(name).unwrap();
+    // A waiter in another process, first in line …
+    let mut first = ChildProcess::start(&[&server.url(), name, "30000"]);
+    assert!(eventually(Duration::from_secs(10), || line_len(
+        &server, name
+    ) == 1));
+    // … killed right away: its place lives on until it would have been confirmed.
+    first.kill();
+    let next = LockClient::new(&server.url()).unwrap();
+    let waiter = thread::spawn(move || {
+        let got = next.try_lock_for(name, Duration::from_secs(20)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    assert!(eventually(Duration::from_secs(10), || line_len(
+        &server, name
+    ) == 2));
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let (got, at) = waiter.join().unwrap();
+    assert!(got, "the next waiter got the lock");
+    let delay = at - released;
+    assert!(
+        delay >= Duration::from_millis(900),
+        "the release granted the lock to the dead waiter first (it was first in line): {delay:?}"
+    );
+    assert!(
+        delay < Duration::from_secs(8),
+        "a dead grantee costs a grant lease (3 s) and a confirmation, not the 30 s watchdog lease: {delay:?}"
+    );
+}
+
+/// Redisson's `RLock` acquire and release scripts, as its client sends them.
+const REDISSON_ACQUIRE: &str = r#"
+if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+return redis.call('pttl', KEYS[1]);
+"#;
+const REDISSON_RELEASE: &str = r#"
+if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
+    return nil;
+end;
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
+if (counter > 0) then
+    redis.call('pexpire', KEYS[1], ARGV[2]);
+    return 0;
+else
+    redis.call('del', KEYS[1]);
+    redis.call('publish', KEYS[2], ARGV[1]);
+    return 1;
+end;
+"#;
+
+#[test]
+fn a_redisson_waiter_gets_the_lock_while_leasehold_processes_hammer_it() {
+    let server = RedisServer::start();
+    let name = "line:mixed";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let children = hammers(&server.url(), name, 4, 4_000);
+    // The hammers wait in line for each other.
+    assert!(eventually(Duration::from_secs(10), || line_len(
+        &server, name
+    ) >= 1));
+    // A Redisson waiter: subscribe, then try; retry on every message or when
+    // the holder's lease would have run out (as `RedissonLock.lock()` does).
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut sub = client.get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(&channel).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let (acquire, release) = (
+        redis::Script::new(REDISSON_ACQUIRE),
+        redis::Script::new(REDISSON_RELEASE),
+    );
+    let owner = "0a0b0c0d-0000-4000-8000-00000000java:1";
+    let started = Instant::now();
+    loop {
+        let ttl: Option<i64> = acquire
+            .key(name)
+            .arg(30_000)
+            .arg(owner)
+            .invoke(&mut con)
+            .unwrap();
+        if ttl.is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the Redisson waiter never got the lock"
+        );
+        let _ = pubsub.get_message(); // a message, or 100 ms
+    }
+    let waited = started.elapsed();
+    let fields: Vec<String> = con.hkeys(name).unwrap();
+    assert_eq!(fields, [owner], "the lock is the Redisson client's alone");
+    thread::sleep(Duration::from_millis(20));
+    let freed: Option<i64> = release
+        .key(name)
+        .key(&channel)
+        .arg(0)
+        .arg(30_000)
+        .arg(owner)
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(freed, Some(1));
+    assert!(
+        waited < Duration::from_secs(3),
+        "a waiter of another library is let in within a bounded time: {waited:?}"
+    );
+    let done = sections(children);
+    assert!(
+        done.iter().all(|&n| n > 0),
+        "every hammer got turns: {done:?}"
+    );
+}
+
+#[test]
+fn waiters_of_eight_processes_each_get_turns() {
+    let server = RedisServer::start();
+    let name = "line:eight";
+    let done = sections(hammers(&server.url(), name, 8, 3_000));
+    let mean = done.iter().sum::<u64>() as f64 / done.len() as f64;
+    let least = *done.iter().min().unwrap() as f64;
+    assert!(
+        least >= mean / 4.0 && least > 0.0,
+        "each process gets its turns in line: {done:?}"
+    );
+    assert!(line_keys(&server, name).is_empty(), "nothing left in line");
+}
+
+#[test]
+fn a_single_try_takes_no_place_and_a_waiter_that_gives_up_leaves_at_once() {
+    let server = RedisServer::start();
+    let name = "line:leave";
+    let holder = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let guard = holder.lock(name).unwrap();
+    assert!(other.try_lock(name).unwrap().is_none());
+    assert!(
+        line_keys(&server, name).is_empty(),
+        "a single try leaves nothing"
+    );
+    let waiter = {
+        let other = other.clone();
+        thread::spawn(move || other.try_lock_for(name, Duration::from_millis(300)))
+    };
+    assert!(eventually(Duration::from_secs(5), || line_len(
+        &server, name
+    ) == 1));
+    assert_eq!(listening_clients(&server, name), 1);
+    assert!(waiter.join().unwrap().unwrap().is_none());
+    assert!(
+        line_keys(&server, name).is_empty(),
+        "the waiter left the line when it gave up: {:?}",
+        line_keys(&server, name)
+    );
+    guard.unlock().unwrap();
+    // With nobody in line, a release publishes as before and the lock is free.
+    let exists: bool = server.connection().exists(name).unwrap();
+    assert!(!exists);
+}
