@@ -141,13 +141,21 @@ fn main() {
                 println!("{}", table::one_client_each_line(&only, &raw, &lh, rtt));
             }
             "fair" => {
-                for (w, c) in [
-                    ("W2 fair", w2(Kind::Fair, &url, secs)),
-                    ("W2p fair", w2p(Kind::Fair, &url, secs)),
+                for (w, raw, c) in [
+                    (
+                        "W2 fair",
+                        w2(Kind::Raw, &url, secs),
+                        w2(Kind::Fair, &url, secs),
+                    ),
+                    (
+                        "W2p fair",
+                        w2p(Kind::Raw, &url, secs),
+                        w2p(Kind::Fair, &url, secs),
+                    ),
                 ] {
                     println!(
-                        "{w} {:.0}/s handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs, cmds/CS {:.2}, least/most {:.2}/{:.2}, shares {:?}",
-                        c.pairs_per_s, c.handoff_p50_us, c.handoff_p50_us / rtt, c.handoff_p99_us, c.client_cmds_per_cs, c.least_share, c.most_share, c.shares
+                        "{w} {:.0}/s (floor {:.0}/s, ratio {:.2}) handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs, cmds/CS {:.2}, least/most {:.2}/{:.2}, shares {:?}",
+                        c.pairs_per_s, raw.pairs_per_s, c.pairs_per_s / raw.pairs_per_s, c.handoff_p50_us, c.handoff_p50_us / rtt, c.handoff_p99_us, c.client_cmds_per_cs, c.least_share, c.most_share, c.shares
                     );
                 }
             }

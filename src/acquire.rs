@@ -65,7 +65,18 @@ pub(crate) fn acquire(
     if want.kind == Kind::Plain {
         return plain(at, want, deadline);
     }
-    let mut sub = None;
+    // A subscription still confirmed (the same waiter's channel lingering,
+    // a busy read/write lock) is taken before the first attempt: held
+    // elsewhere, the waiter parks at once instead of subscribing and trying
+    // again.
+    let mut sub = shared
+        .notifier
+        .resume(&protocol::wait_channel(want.kind, &key, &owner));
+    // A fair waiter marks its queue entry with a place, so a release can
+    // grant it the lock directly; a single try does not wait for a grant.
+    if want.kind == Kind::Fair && deadline.is_none_or(|d| d > Instant::now()) {
+        at.place = Some(shared.next_place(&owner, want.fenced));
+    }
     let Some(got) = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline)? else {
         return Ok(None);
     };

@@ -60,6 +60,12 @@ pub(crate) fn timeout_key(key: &str) -> String {
     prefix_name("redisson_lock_timeout", key)
 }
 
+/// Which fair-queue entries are leasehold waiters, and their places:
+/// `leasehold_fair:{<key>}`.
+pub(crate) fn fair_marks_key(key: &str) -> String {
+    prefix_name("leasehold_fair", key)
+}
+
 /// The channel on which fair waiter `owner` is woken when it is next.
 pub(crate) fn waiter_channel(key: &str, owner: &str) -> String {
     let mut s = channel_name(key);

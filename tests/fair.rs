@@ -259,16 +259,49 @@ fn every_key_and_channel_of_a_fair_lock_shares_its_cluster_slot() {
         "the waiter listens on its own channel: {channels:?}"
     );
     let key_slot = server.keyslot("fair:slot");
+    // Its queue entry is marked as a leasehold waiter's, with its place.
+    let mark: Option<String> = con.hget("leasehold_fair:{fair:slot}", &waiter_id).unwrap();
+    assert!(
+        mark.as_deref()
+            .is_some_and(|m| m.starts_with(&format!("{waiter_id}#"))),
+        "{mark:?}"
+    );
     for name in [
         "redisson_lock_queue:{fair:slot}".to_owned(),
         "redisson_lock_timeout:{fair:slot}".to_owned(),
+        "leasehold_fair:{fair:slot}".to_owned(),
         format!("redisson_lock__channel:{{fair:slot}}:{waiter_id}"),
     ] {
         assert_eq!(server.keyslot(&name), key_slot, "{name}");
     }
+    assert!(eventually(Duration::from_secs(5), || waiter
+        .stats()
+        .waiters_parked
+        == 1));
+    let scripts_before = evalsha_calls(&mut con);
     g.unlock().unwrap(); // the scripts ran in the cluster without CROSSSLOT
     t.join().unwrap();
     assert_eq!(*log.lock().unwrap(), ["w"]);
+    // The release granted it the lock (set to the waiter, told on its
+    // channel): the waiter held it without an attempt of its own — two
+    // scripts in all, the release and the waiter's unlock.
+    assert_eq!(evalsha_calls(&mut con) - scripts_before, 2);
+}
+
+/// `EVALSHA` calls the server has run so far (not counting those refused
+/// with `NOSCRIPT`, answered by loading the script and sending it again).
+fn evalsha_calls(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.parse().ok())
+            .unwrap_or(0)
+    };
+    field("calls=") - field("failed_calls=")
 }
 
 /// A process of fair waiters (`leasehold-test-child fair`), driven over
@@ -384,5 +417,42 @@ fn a_waiter_process_killed_in_the_line_delays_the_rest_once_and_keeps_their_orde
     assert!(
         waited < Duration::from_secs(5) + Duration::from_secs(3),
         "one bounded timeout for the dead waiter, not a hang: {waited:?}"
+    );
+}
+
+#[test]
+fn a_redisson_waiter_in_the_queue_is_woken_not_granted() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let g = holder.fair_lock("fair:mixed").unwrap();
+    // A Redisson waiter queued as Redisson's fair acquire queues it (no
+    // leasehold mark), listening on its own channel.
+    let java = "0a0b0c0d-0000-4000-8000-00000000java:1";
+    let far: i64 = 4_000_000_000_000;
+    let _: () = redis::pipe()
+        .rpush("redisson_lock_queue:{fair:mixed}", java)
+        .zadd("redisson_lock_timeout:{fair:mixed}", java, far)
+        .query(&mut con)
+        .unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut sub = client.get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .subscribe(format!("redisson_lock__channel:{{fair:mixed}}:{java}"))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    g.unlock().unwrap();
+    let msg: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(
+        msg, "0",
+        "Redisson's unlock message, as Redisson's release sends it"
+    );
+    let exists: bool = con.exists("fair:mixed").unwrap();
+    assert!(
+        !exists,
+        "the lock is free for the Redisson waiter to take, not set to it"
     );
 }

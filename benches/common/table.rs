@@ -285,14 +285,15 @@ pub fn render(r: &Results) -> String {
         ("W2 fair lock, 8 threads", &w2_raw, &w2_fair),
         ("W2p fair lock, 4 proc × 2 thr", &w2p_raw, &w2p_fair),
     ] {
+        let ratio = fair.pairs_per_s / raw.pairs_per_s;
         row(
             w,
             "critical sections/s; client commands / CS",
             format!("{:.0}; {:.1}", raw.pairs_per_s, raw.client_cmds_per_cs),
             format!("{:.0}; {:.2}", fair.pairs_per_s, fair.client_cmds_per_cs),
-            format!("{:.2}", fair.pairs_per_s / raw.pairs_per_s),
-            "",
-            None,
+            format!("{ratio:.2}"),
+            "≥ 1.20; ≤ 3 cmds",
+            Some(ratio >= 1.2 && fair.client_cmds_per_cs <= 3.05),
         );
         row(
             w,

@@ -12,8 +12,9 @@
 //! channel through an exact `PSUBSCRIBE` pattern (so `PUBSUB NUMSUB` of the
 //! channel counts only other libraries' waiters, which the release script
 //! reads), and to the client's own grant channel, on which a release that
-//! gives the lock to this client's waiter says so; the grant is kept for the
-//! waiter to take ([`Subscription::take_grants`]).
+//! gives the lock to this client's waiter says so. A grant (a message that
+//! names a place, `…#…`, there or on a fair waiter's own channel) is kept
+//! for the waiter to take ([`Subscription::take_grants`]).
 //!
 //! The connection is split in two halves: the thread blocks reading replies and
 //! messages, while a waiter writes its own `SUBSCRIBE` on the shared socket
@@ -364,22 +365,30 @@ impl Notifier {
     /// none.
     pub(crate) fn resume_line(&self, key: &str) -> Option<Subscription> {
         let mut st = self.shared.state.lock();
+        let channel = st.lines.get(key)?.clone();
+        Self::resume_in(&self.shared, &mut st, &channel)
+    }
+
+    /// The subscription of `channel` when it is still confirmed (see
+    /// [`resume_line`](Self::resume_line)).
+    pub(crate) fn resume(&self, channel: &str) -> Option<Subscription> {
+        let mut st = self.shared.state.lock();
+        Self::resume_in(&self.shared, &mut st, channel)
+    }
+
+    fn resume_in(shared: &Arc<Shared>, st: &mut State, channel: &str) -> Option<Subscription> {
         if st.writer.is_none() {
             return None;
         }
-        let State {
-            channels, lines, ..
-        } = &mut *st;
-        let channel = lines.get(key)?;
-        let c = channels.get_mut(channel)?;
+        let c = st.channels.get_mut(channel)?;
         if !c.live || c.inflight > 0 {
             return None;
         }
         c.refs += 1;
         c.idle_since = None;
         Some(Subscription {
-            shared: Arc::clone(&self.shared),
-            channel: channel.clone(),
+            shared: Arc::clone(shared),
+            channel: channel.to_owned(),
             cv: Arc::clone(&c.cv),
         })
     }
@@ -686,9 +695,10 @@ impl Shared {
                 let Some(c) = st.channels.get_mut(&name) else {
                     return;
                 };
-                if kind == b"message" && c.grant.as_deref() == Some(wire) {
-                    // A grant: for the waiter to take (and check) when it
-                    // wakes; nobody waits → its place is gone already.
+                if kind == b"message" && payload.contains(&b'#') {
+                    // A grant (a plain lock's grant channel, a fair waiter's
+                    // own channel): for the waiter to take (and check) when
+                    // it wakes; nobody waits → its place is gone already.
                     if c.refs > 0 && c.grants.len() < GRANTS_MAX {
                         c.grants.push(payload.to_vec());
                         c.permits = (c.permits + 1).min(c.refs);

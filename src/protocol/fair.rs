@@ -11,14 +11,21 @@
 //! that while it waits. Every script first drops the places that expired, so
 //! a waiter that died costs the ones behind it at most one `QUEUE_LEASE`.
 //! Times are the server's (`TIME`), so client clocks do not matter.
+//!
+//! A leasehold waiter marks its queue entry as its own in a hash beside the
+//! queue (`leasehold_fair:{<name>}`: owner → its place), so the release
+//! grants it the lock directly — set to it, told on its channel — and it
+//! needs no acquire round trip. Redisson's waiters (no mark) are woken with
+//! the unlock message as Redisson's release wakes them: a Redisson client
+//! that found the lock already set to its owner would count a second hold.
 
 use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::millis;
-use super::plain::{mint_fn, UNLOCK_MESSAGE};
-use crate::names::{channel_name, queue_key, timeout_key, token_key};
+use super::plain::{mint_fn, GRANT_LEASE, UNLOCK_MESSAGE};
+use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 
 /// How long a waiter's place in the queue lasts without being confirmed.
 pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
@@ -34,20 +41,33 @@ for i = 1, #dead do
 end
 "#;
 
-/// Acquire: KEYS lock, queue, timeouts; ARGV lease, owner, queue lease.
-/// Ours already → one more hold, nil. Free and (no queue or we are first) →
-/// ours, out of the queue, nil. Otherwise take (or confirm) our place at the
-/// end of the queue and return how long to wait: the holder's PTTL, or when
-/// the lock is free but another waiter is first, until that waiter's place
-/// expires; -1 when the holder has no expiry.
+/// Acquire: KEYS lock, queue, timeouts, leasehold marks (, token counter);
+/// ARGV lease, owner, queue lease, place (`''`: a single try).
+/// Ours already → one more hold, nil — or, when the lock was granted to this
+/// wait's place (the mark says `<place>!`), the first hold: a grant whose
+/// message was lost or that must be taken as asked. Free and (no queue or we
+/// are first) → ours, out of the queue, nil. Otherwise take (or confirm) our
+/// place at the end of the queue — marking it leasehold's with its place, so
+/// a release may grant it the lock directly — and return how long to wait:
+/// the holder's PTTL, or when the lock is free but another waiter is first,
+/// until that waiter's place expires; -1 when the holder has no expiry.
 ///
-/// Fenced (a token counter in `KEYS[4]`): a first hold returns `{token}`, a
+/// Fenced (a token counter in `KEYS[5]`): a first hold returns `{token}`, a
 /// reentrant one `{-1}` (it keeps the token of the outer hold).
 const ACQUIRE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    if ARGV[4] ~= '' and redis.call('hget', KEYS[4], ARGV[2]) == ARGV[4] .. '!' then
+        redis.call('hdel', KEYS[4], ARGV[2])
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        if KEYS[5] then
+            return {mint(KEYS[5])}
+        end
+        return nil
+    end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    if KEYS[4] then
+    if KEYS[5] then
         return {-1}
     end
     return nil
@@ -56,17 +76,24 @@ local first = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and ((not first) or first == ARGV[2]) then
     if first then
         redis.call('lpop', KEYS[2])
+        redis.call('zrem', KEYS[3], ARGV[2])
+        redis.call('hdel', KEYS[4], ARGV[2])
     end
-    redis.call('zrem', KEYS[3], ARGV[2])
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    if KEYS[4] then
-        return {mint(KEYS[4])}
+    if KEYS[5] then
+        return {mint(KEYS[5])}
     end
     return nil
 end
 if redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), ARGV[2]) == 1 then
     redis.call('rpush', KEYS[2], ARGV[2])
+    if ARGV[4] ~= '' then
+        redis.call('hset', KEYS[4], ARGV[2], ARGV[4])
+        redis.call('pexpire', KEYS[4], 60000)
+    else
+        redis.call('hdel', KEYS[4], ARGV[2])
+    end
 end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
@@ -76,9 +103,14 @@ end
 return ttl
 "#;
 
-/// Release: KEYS lock, queue, timeouts, channel; ARGV message, lease, owner.
-/// Not ours → nil; more holds → count − 1, 0; the last → delete, wake the
-/// first live waiter on its own channel, 1.
+/// Release: KEYS lock, queue, timeouts, channel, leasehold marks, token
+/// counter; ARGV message, lease, owner, grant lease. Not ours → nil; more
+/// holds → count − 1, 0; the last → delete, and the first live waiter is
+/// woken on its own channel, 1: a leasehold waiter (its mark names its
+/// place) by a **grant** — the lock set to it with the short grant lease, its
+/// place gone, the message its place (and a token minted for it when the
+/// place ends in `f`), so it needs no round trip — any other (Redisson's) by
+/// the unlock message, as Redisson's own release does.
 const RELEASE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
@@ -90,25 +122,42 @@ end
 redis.call('del', KEYS[1])
 local next = redis.call('lindex', KEYS[2], 0)
 if next then
+    local place = redis.call('hget', KEYS[5], next)
+    if place and string.sub(place, -1) ~= '!' then
+        redis.call('hset', KEYS[1], next, 1)
+        redis.call('pexpire', KEYS[1], ARGV[4])
+        redis.call('lpop', KEYS[2])
+        redis.call('zrem', KEYS[3], next)
+        redis.call('hset', KEYS[5], next, place .. '!')
+        local msg = place
+        if string.sub(place, -1) == 'f' then
+            msg = place .. ' ' .. string.format('%.0f', mint(KEYS[6]))
+        end
+        redis.call('publish', KEYS[4] .. ':' .. next, msg)
+        return 1
+    end
     redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
 end
 return 1
 "#;
 
-/// Cancel: KEYS lock, queue, timeouts, channel; ARGV message, owner. Leaves
-/// the queue; if we were first and the lock is free, wakes the next waiter so
-/// it does not wait for our place to expire.
+/// Cancel: KEYS lock, queue, timeouts, channel, leasehold marks; ARGV
+/// message, owner. Leaves the queue; if we were first and the lock is free,
+/// wakes the next waiter so it does not wait for our place to expire.
+/// Returns 1 when the lock is set to the owner: a grant that came while its
+/// waiter gave up (the caller releases it).
 const CANCEL: &str = r#"
 local first = redis.call('lindex', KEYS[2], 0)
 redis.call('lrem', KEYS[2], 0, ARGV[2])
 redis.call('zrem', KEYS[3], ARGV[2])
+redis.call('hdel', KEYS[5], ARGV[2])
 if first == ARGV[2] and redis.call('exists', KEYS[1]) == 0 then
     local next = redis.call('lindex', KEYS[2], 0)
     if next then
         redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
     end
 end
-return 1
+return redis.call('hexists', KEYS[1], ARGV[2])
 "#;
 
 /// What a fair acquire attempt found.
@@ -132,7 +181,7 @@ impl FairScripts {
     pub(crate) fn new() -> Self {
         FairScripts {
             acquire: Script::new(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
-            release: Script::new(&format!("{PURGE}{RELEASE}")),
+            release: Script::new(&format!("{PURGE}{}{RELEASE}", mint_fn!())),
             cancel: Script::new(CANCEL),
         }
     }
@@ -144,9 +193,13 @@ impl FairScripts {
         owner: &str,
         lease: Duration,
         fenced: bool,
+        place: Option<&str>,
     ) -> RedisResult<FairAcquire> {
         let mut invocation = self.acquire.key(key);
-        invocation.key(queue_key(key)).key(timeout_key(key));
+        invocation
+            .key(queue_key(key))
+            .key(timeout_key(key))
+            .key(fair_marks_key(key));
         if fenced {
             invocation.key(token_key(key));
         }
@@ -154,6 +207,7 @@ impl FairScripts {
             .arg(millis(lease))
             .arg(owner)
             .arg(millis(QUEUE_LEASE))
+            .arg(place.unwrap_or(""))
             .invoke(con)?;
         Ok(match reply {
             Value::Nil => FairAcquire::Acquired(None),
@@ -183,26 +237,34 @@ impl FairScripts {
             .key(queue_key(key))
             .key(timeout_key(key))
             .key(channel_name(key))
+            .key(fair_marks_key(key))
+            .key(token_key(key))
             .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(owner)
+            .arg(millis(GRANT_LEASE))
             .invoke(con)?;
         Ok(freed.map(|n| n == 1))
     }
 
+    /// Leaves the queue; true when the lock was granted to `owner`
+    /// meanwhile (release it).
     pub(crate) fn cancel(
         &self,
         con: &mut dyn ConnectionLike,
         key: &str,
         owner: &str,
-    ) -> RedisResult<()> {
-        self.cancel
+    ) -> RedisResult<bool> {
+        let held: i64 = self
+            .cancel
             .key(key)
             .key(queue_key(key))
             .key(timeout_key(key))
             .key(channel_name(key))
+            .key(fair_marks_key(key))
             .arg(UNLOCK_MESSAGE)
             .arg(owner)
-            .invoke(con)
+            .invoke(con)?;
+        Ok(held == 1)
     }
 }

@@ -39,9 +39,10 @@ pub(crate) struct Request<'a> {
     pub(crate) fresh: bool,
     /// Plain and fair: whether (and how) to deal in fencing tokens.
     pub(crate) fence: Fence,
-    /// Plain: the waiter's place in the line of waiting clients
-    /// (`<owner>#<n>`, see [`place_of`]), taken or confirmed when the lock is
-    /// held elsewhere; `None` for a single try, which leaves no place.
+    /// Plain: the waiter's place in the line of waiting clients (see
+    /// [`place_of`]), taken or confirmed when the lock is held elsewhere;
+    /// fair: the mark of its queue entry. `None` for a single try (plain:
+    /// no place; fair: no grant).
     pub(crate) place: Option<&'a str>,
 }
 
@@ -167,10 +168,14 @@ impl Scripts {
                 plain::Acquire::HeldElsewhere { ttl } => Attempt::Wait(ttl),
             },
             Kind::Fair => {
-                match self
-                    .fair
-                    .acquire(con, key, owner, lease, req.fence != Fence::None)?
-                {
+                match self.fair.acquire(
+                    con,
+                    key,
+                    owner,
+                    lease,
+                    req.fence != Fence::None,
+                    req.place,
+                )? {
                     fair::FairAcquire::Acquired(minted) => Attempt::Acquired {
                         minted: minted.flatten(),
                     },
@@ -227,7 +232,7 @@ impl Scripts {
     ) -> RedisResult<bool> {
         match (kind, place) {
             (Kind::Plain, Some(place)) => self.plain.leave(con, key, owner, place),
-            (Kind::Fair, _) => self.fair.cancel(con, key, owner).map(|()| false),
+            (Kind::Fair, _) => self.fair.cancel(con, key, owner),
             (Kind::Write, _) => self.rw.cancel_writer(con, key, owner).map(|()| false),
             _ => Ok(false),
         }
