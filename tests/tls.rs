@@ -49,7 +49,7 @@ mod with_tls {
             .waiters_parked
             == 1));
         assert_eq!(
-            support::listening_clients(&server, "tls:job"),
+            super::support::listening_clients(&server, "tls:job"),
             1,
             "subscribed over TLS"
         );

@@ -377,9 +377,7 @@ impl Notifier {
     }
 
     fn resume_in(shared: &Arc<Shared>, st: &mut State, channel: &str) -> Option<Subscription> {
-        if st.writer.is_none() {
-            return None;
-        }
+        st.writer.as_ref()?; // disconnected: nothing is confirmed
         let c = st.channels.get_mut(channel)?;
         if !c.live || c.inflight > 0 {
             return None;
