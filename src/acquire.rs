@@ -60,6 +60,7 @@ pub(crate) fn acquire(
             Fence::None
         },
         place: None,
+        join: false,
         watchdog: want.lease.is_none(),
     };
     if want.kind == Kind::Plain {
@@ -166,8 +167,11 @@ fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<O
         (true, None) => Fence::Mint,
     };
     // A waiter takes a place in the line of waiting clients; a single try
-    // leaves none.
-    if deadline.is_none_or(|d| d > Instant::now()) {
+    // leaves none. Already subscribed (a busy name), the first attempt takes
+    // it; otherwise the attempt after subscribing does (the loop retries
+    // then anyway), so an uncontended lock makes no place at all.
+    at.join = deadline.is_none_or(|d| d > Instant::now());
+    if at.join && sub.is_some() {
         at.place = Some(shared.next_place(owner, want.fenced));
     }
     let name = at.name;
@@ -242,8 +246,11 @@ struct AtRedis<'a> {
     /// Plain: no guard of this owner is alive in the client.
     fresh: bool,
     fence: Fence,
-    /// Plain: this wait's place in the line of waiting clients.
+    /// Plain, fair: this wait's place in the line of waiting clients (the
+    /// mark of its fair queue entry).
     place: Option<String>,
+    /// Plain: the wait takes a place in line once the lock is found held.
+    join: bool,
     /// The watchdog renews the lease (no explicit lease).
     watchdog: bool,
 }
@@ -265,6 +272,13 @@ impl LockKind for AtRedis<'_> {
         match self.shared.attempt(self.name, &req)? {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
             Attempt::Wait(hint) => {
+                if self.join && self.place.is_none() {
+                    // Plain: the next attempt takes a place in line.
+                    self.place = Some(
+                        self.shared
+                            .next_place(self.owner, self.fence != Fence::None),
+                    );
+                }
                 // A holder that died without unlocking costs at most its
                 // lease: wake when it would have expired (+1 ms for PTTL's
                 // rounding) — or earlier, to confirm a waiting place.

@@ -76,13 +76,10 @@ pub(crate) fn w1(url: &str, secs: f64) -> Uncontended {
             let held: Option<i64> = acquire
                 .key("w1-protocol")
                 .key("leasehold_line:{w1-protocol}")
-                .key("leasehold_line_yield:{w1-protocol}")
                 .arg(30_000)
                 .arg(owner)
                 .arg("1")
-                .arg("0")
                 .arg("")
-                .arg(3_000)
                 .invoke(&mut raw.con)
                 .unwrap();
             assert!(held.is_none(), "protocol floor: the key was free");
@@ -90,18 +87,9 @@ pub(crate) fn w1(url: &str, secs: f64) -> Uncontended {
                 .key("w1-protocol")
                 .key("redisson_lock__channel:{w1-protocol}")
                 .key("leasehold_line:{w1-protocol}")
-                .key("leasehold_line_yield:{w1-protocol}")
-                .key("redisson_lock_token:{w1-protocol}")
-                .arg("0")
                 .arg(30_000)
                 .arg(owner)
                 .arg("1")
-                .arg(3_000)
-                .arg("leasehold_grant:{w1-protocol}:")
-                .arg("")
-                .arg("0")
-                .arg(0)
-                .arg("0")
                 .invoke(&mut raw.con)
                 .unwrap();
             assert_eq!(freed, 1);

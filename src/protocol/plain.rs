@@ -17,20 +17,48 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{evalsha, millis, run, token, unexpected, Released};
-use crate::names::{channel_name, grant_prefix, line_key, line_yield_key, token_key};
+use crate::names::{channel_name, line_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 /// How long a waiting client's place in the line lasts unless its waiter
-/// confirms it (every third of this, by attempting again).
+/// confirms it (every third of this, by attempting again). In the scripts
+/// as [`place_lease_ms!`].
 pub(crate) const PLACE_LEASE: Duration = Duration::from_secs(3);
+macro_rules! place_lease_ms {
+    () => {
+        "3000"
+    };
+}
 
 /// The lease a release sets when it gives the lock to the first waiter in
 /// line: short, so a waiter that died after its place was last confirmed
 /// costs the others this much, never a whole watchdog lease. The grantee's
-/// renewal lengthens it to its own lease within a third of this.
+/// renewal lengthens it to its own lease within a third of this. In the
+/// scripts as [`grant_lease_ms!`].
 pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(3);
+macro_rules! grant_lease_ms {
+    () => {
+        "3000"
+    };
+}
+
+/// The Lua helper `companion(prefix)`: a companion name of the lock whose
+/// unlock channel is `KEYS[2]` (`redisson_lock__channel:{<key>}`), with
+/// `prefix` instead of the channel's — e.g. the token counter
+/// `redisson_lock_token:{<key>}`, or `leasehold_grant:{<key>}`. Derived in
+/// Lua so the release sends two keys fewer; `names.rs` is the reference
+/// (a test checks that both agree).
+macro_rules! companion_fn {
+    () => {
+        r#"
+local function companion(prefix)
+    return prefix .. string.sub(KEYS[2], 23)
+end
+"#
+    };
+}
 
 /// The Lua helper of the line (acquire and release share it):
 /// `head(line, first)` — the first live place of the line `line` whose first
@@ -58,21 +86,21 @@ end
 }
 
 /// The acquire logic both acquire scripts share, around `$then` (what to
-/// return once the hold is taken). KEYS: lock, line, yield marker (, token
-/// counter). ARGV: lease, owner, fresh, mint, place, place lease.
+/// return once the hold is taken). KEYS: lock, line (, token counter). ARGV:
+/// lease, owner, fresh, place (, mint). The yield marker is `<line>:yield`.
 ///
 /// Free, or already ours → one more hold and the lease `ARGV[1]`;
 /// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
 /// the first hold whatever count Redis still shows for the owner — a stale
 /// count from a lost lease, an unconfirmed handoff or a grant nobody heard
-/// must not outlive it. Our place in the line (`ARGV[5]`, see
+/// must not outlive it. Our place in the line (`ARGV[4]`, see
 /// `protocol::place_of`), if first, goes. But a free lock is not taken while
 /// another live place is first in line (it is that waiter's turn: wait until
 /// its place would expire) or while the lock is left to other libraries'
 /// waiters (the yield marker): then the reply is how long to wait.
 ///
 /// Held by someone else → its PTTL (-1 when it has no expiry), after taking
-/// or confirming our place at the end of the line when `ARGV[5]` is not
+/// or confirming our place at the end of the line when `ARGV[4]` is not
 /// empty (a waiter; a single try leaves no place).
 macro_rules! acquire_script {
     ($($then:expr),+) => {
@@ -80,30 +108,37 @@ macro_rules! acquire_script {
             line_fns!(),
             r#"
 local function join()
-    if ARGV[5] == '' then
+    if ARGV[4] == '' then
         return
     end
-    local place = KEYS[2] .. ':' .. ARGV[5]
-    if redis.call('pexpire', place, ARGV[6]) == 0 then
-        redis.call('psetex', place, ARGV[6], 1)
-        redis.call('rpush', KEYS[2], ARGV[5])
+    local place = KEYS[2] .. ':' .. ARGV[4]
+    if redis.call('pexpire', place, '"#, place_lease_ms!(), r#"') == 0 then
+        redis.call('psetex', place, '"#, place_lease_ms!(), r#"', 1)
+        redis.call('rpush', KEYS[2], ARGV[4])
     end
 end
-local free = redis.call('exists', KEYS[1]) == 0
-local first = nil
-if free then
+-- One call on the uncontended path: neither the lock nor a line exists.
+local found = redis.call('exists', KEYS[1], KEYS[2])
+local first = false
+local free = found == 0
+if found == 1 then
+    -- Exactly one of them exists: the lock is free if it is the line (a
+    -- missing list's LINDEX is false in Lua).
     first = redis.call('lindex', KEYS[2], 0)
-    if first and first ~= ARGV[5] then
+    free = first ~= false
+end
+if free then
+    if first and first ~= ARGV[4] then
         local wait
         first, wait = head(KEYS[2], first)
-        if first and first ~= ARGV[5] then
+        if first and first ~= ARGV[4] then
             join()
             return wait
         end
     end
-    if first and redis.call('get', KEYS[3]) == 'y' then
+    if first and redis.call('get', KEYS[2] .. ':yield') == 'y' then
         join()
-        return math.max(redis.call('pttl', KEYS[3]), 1)
+        return math.max(redis.call('pttl', KEYS[2] .. ':yield'), 1)
     end
 end
 if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
@@ -153,107 +188,114 @@ pub(crate) use mint_fn;
 /// Acquire (see [`acquire_script!`]): taken → nil.
 pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
 
-/// Fenced acquire: taken → `{token}` — a new token from `KEYS[4]`
-/// (`redisson_lock_token:{<key>}`) when `ARGV[4] == "1"` or the lock was
+/// Fenced acquire: taken → `{token}` — a new token from `KEYS[3]`
+/// (`redisson_lock_token:{<key>}`) when `ARGV[5] == "1"` or the lock was
 /// free, else `{-1}` (a reentrant hold keeps its token). Held elsewhere →
 /// PTTL.
 pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
-    "    if ARGV[4] ~= '1' and not free then\n        return {-1}\n    end\n",
+    "    if ARGV[5] ~= '1' and not free then\n        return {-1}\n    end\n",
     mint_fn!(),
-    "    return {mint(KEYS[4])}\n"
+    "    return {mint(KEYS[3])}\n"
 );
 
-/// Release. KEYS: lock, unlock channel, line, yield marker, token counter. ARGV: unlock message, lease, owner, last, grant lease,
-/// grant channel prefix, successor, force, successor lease, successor fenced.
+/// Release. KEYS: lock, unlock channel, line. ARGV: lease, owner, last (,
+/// successor, force, successor lease, successor fenced). The yield marker
+/// is `<line>:yield`; the token counter and the grant channels are named
+/// after the unlock channel (see [`companion_fn!`]).
 ///
-/// Not ours → nil. With `ARGV[4] == "1"` this is the owner's last hold in its
+/// Not ours → nil. With `ARGV[3] == "1"` this is the owner's last hold in its
 /// client: its field goes (`HDEL`, and the hash with it — a lock hash has one
 /// owner field). Otherwise counted: more holds in Redis → count − 1, refresh
-/// the lease `ARGV[2]`, return 0; the last → delete. Then, the lock being
+/// the lease `ARGV[1]`, return 0; the last → delete. Then, the lock being
 /// free, the first of these that applies:
-/// - a successor in `ARGV[7]` (a thread of the same client queued for it),
-///   and either `ARGV[8] == "1"` (the client's run of handoffs is short) or
+/// - a successor in `ARGV[4]` (a thread of the same client queued for it),
+///   and either `ARGV[5] == "1"` (the client's run of handoffs is short) or
 ///   nobody else waits (no live place in the line, nobody subscribed to the
 ///   unlock channel — leasehold listens by pattern, so `PUBSUB NUMSUB` counts
 ///   other libraries' waiters only) → the lock passes to it with its lease
-///   `ARGV[9]`, return 2 — or `{2, token}` with a token minted for a fenced
-///   successor;
+///   `ARGV[6]`, return 2 — or `{2, token}` with a token minted for a fenced
+///   successor (`ARGV[7] == "1"`);
 /// - a live place first in line, and no other library's waiter, or fewer than
 ///   two grants in a row while one waits → **grant**: the lock is set to that
-///   place's owner with the short lease `ARGV[5]`, the place goes, and its
-///   client alone hears it on its grant channel (`ARGV[6]` + its client id):
-///   the message is the place, then a token minted for it when the place
-///   asked for one (it ends in `f`), so a fenced grantee needs no round trip
-///   either. Return 4.
-///   After two grants in a row while other libraries' waiters are subscribed,
-///   the lock is left to them instead: for 20 ms (the yield marker) no
-///   leasehold acquire takes it;
+///   place's owner with the short [`GRANT_LEASE`], the place goes, and its
+///   client alone hears it on its grant channel
+///   (`leasehold_grant:{<key>}:<client id>`): the message is the place, then
+///   a token minted for it when the place asked for one (it ends in `f`), so
+///   a fenced grantee needs no round trip either. Return 4. After two grants
+///   in a row while other libraries' waiters are subscribed, the lock is left
+///   to them instead: for 20 ms (the yield marker) no leasehold acquire
+///   takes it;
 /// - otherwise publish the unlock message (`0`, Redisson's), return 1 — or 3
 ///   when a successor was named but others wait (so it should let them go
 ///   first).
 pub(crate) const RELEASE: &str = concat!(
     line_fns!(),
     mint_fn!(),
+    companion_fn!(),
     r#"
-if ARGV[4] == '1' then
-    if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
+if ARGV[3] == '1' then
+    if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
         return nil
     end
 else
-    local count = redis.call('hget', KEYS[1], ARGV[3])
+    local count = redis.call('hget', KEYS[1], ARGV[2])
     if not count then
         return nil
     end
     if tonumber(count) > 1 then
-        redis.call('hincrby', KEYS[1], ARGV[3], -1)
-        redis.call('pexpire', KEYS[1], ARGV[2])
+        redis.call('hincrby', KEYS[1], ARGV[2], -1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
         return 0
     end
     redis.call('del', KEYS[1])
 end
-local first = head(KEYS[3], redis.call('lindex', KEYS[3], 0))
-local subscribed = nil
-local function others()
-    if subscribed == nil then
-        subscribed = redis.call('pubsub', 'numsub', KEYS[2])[2]
-    end
-    return subscribed
+local first = redis.call('lindex', KEYS[3], 0)
+if first then
+    first = head(KEYS[3], first)
 end
-if ARGV[7] ~= '' and (ARGV[8] == '1' or ((not first) and others() == 0)) then
-    redis.call('hset', KEYS[1], ARGV[7], 1)
-    redis.call('pexpire', KEYS[1], ARGV[9])
-    if ARGV[10] == '1' then
-        return {2, mint(KEYS[5])}
+-- Other libraries' waiters (leasehold listens by pattern, not counted).
+local others = 0
+if ARGV[4] or first then
+    others = redis.call('pubsub', 'numsub', KEYS[2])[2]
+end
+if ARGV[4] and (ARGV[5] == '1' or ((not first) and others == 0)) then
+    redis.call('hset', KEYS[1], ARGV[4], 1)
+    redis.call('pexpire', KEYS[1], ARGV[6])
+    if ARGV[7] == '1' then
+        return {2, mint(companion('redisson_lock_token'))}
     end
     return 2
 end
 if first then
+    local yield = KEYS[3] .. ':yield'
     local streak = nil
     local granted = 0
-    if others() > 0 then
-        streak = redis.call('get', KEYS[4])
+    if others > 0 then
+        streak = redis.call('get', yield)
         granted = tonumber(streak) or 0
     end
-    if others() == 0 or (streak ~= 'y' and granted < 2) then
+    if others == 0 or (streak ~= 'y' and granted < 2) then
         local owner = string.match(first, '^(.*)#')
         redis.call('hset', KEYS[1], owner, 1)
-        redis.call('pexpire', KEYS[1], ARGV[5])
+        redis.call('pexpire', KEYS[1], "#,
+    grant_lease_ms!(),
+    r#")
         redis.call('lpop', KEYS[3])
         redis.call('del', KEYS[3] .. ':' .. first)
-        if others() > 0 then
-            redis.call('psetex', KEYS[4], 60000, granted + 1)
+        if others > 0 then
+            redis.call('psetex', yield, 60000, granted + 1)
         end
         local msg = first
         if string.sub(first, -1) == 'f' then
-            msg = first .. ' ' .. string.format('%.0f', mint(KEYS[5]))
+            msg = first .. ' ' .. string.format('%.0f', mint(companion('redisson_lock_token')))
         end
-        redis.call('publish', ARGV[6] .. string.match(owner, '^(.*):'), msg)
+        redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(owner, '^(.*):'), msg)
         return 4
     end
-    redis.call('psetex', KEYS[4], 20, 'y')
+    redis.call('psetex', yield, 20, 'y')
 end
-redis.call('publish', KEYS[2], ARGV[1])
-if ARGV[7] ~= '' then
+redis.call('publish', KEYS[2], '0')
+if ARGV[4] then
     return 3
 end
 return 1
@@ -370,17 +412,18 @@ impl PlainScripts {
         } else {
             &self.acquire
         };
-        let mut cmd = evalsha(script, if fenced { 4 } else { 3 });
-        cmd.arg(key).arg(line_key(key)).arg(line_yield_key(key));
+        let mut cmd = evalsha(script, if fenced { 3 } else { 2 });
+        cmd.arg(key).arg(line_key(key));
         if fenced {
             cmd.arg(token_key(key));
         }
         cmd.arg(millis(lease))
             .arg(owner)
             .arg(if fresh { "1" } else { "0" })
-            .arg(if fence == Fence::Mint { "1" } else { "0" })
-            .arg(place.unwrap_or(""))
-            .arg(millis(PLACE_LEASE));
+            .arg(place.unwrap_or(""));
+        if fenced {
+            cmd.arg(if fence == Fence::Mint { "1" } else { "0" });
+        }
         let reply: Value = run(con, script, &cmd)?;
         Ok(match reply {
             Value::Nil => Acquire::Acquired { fence: None },
@@ -407,26 +450,19 @@ impl PlainScripts {
         last: bool,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Released> {
-        let mut cmd = evalsha(&self.release, 5);
+        let mut cmd = evalsha(&self.release, 3);
         cmd.arg(key)
             .arg(channel_name(key))
             .arg(line_key(key))
-            .arg(line_yield_key(key))
-            .arg(token_key(key))
-            .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(owner)
-            .arg(if last { "1" } else { "0" })
-            .arg(millis(GRANT_LEASE))
-            .arg(grant_prefix(key));
-        match &successor {
-            Some(next) => cmd
-                .arg(next.owner)
+            .arg(if last { "1" } else { "0" });
+        if let Some(next) = &successor {
+            cmd.arg(next.owner)
                 .arg(if next.force { "1" } else { "0" })
                 .arg(millis(next.lease))
-                .arg(if next.fenced { "1" } else { "0" }),
-            None => cmd.arg("").arg("0").arg(0).arg("0"),
-        };
+                .arg(if next.fenced { "1" } else { "0" });
+        }
         let reply: Value = run(con, &self.release, &cmd)?;
         Ok(match reply {
             Value::Nil => Released::NotHeld,
@@ -473,6 +509,20 @@ pub(crate) fn parse_grant(payload: &[u8]) -> Option<(&str, Option<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{grant_prefix, line_yield_key};
+
+    #[test]
+    fn the_scripts_constants_and_derived_names_agree_with_rust() {
+        assert_eq!(place_lease_ms!(), millis(PLACE_LEASE).to_string());
+        assert_eq!(grant_lease_ms!(), millis(GRANT_LEASE).to_string());
+        for key in ["job", "a{t}b", "{user:7}:cart", "x:y"] {
+            // `companion(prefix)`: prefix .. string.sub(channel, 23)
+            let tail = &channel_name(key)[22..];
+            assert_eq!(format!("redisson_lock_token{tail}"), token_key(key));
+            assert_eq!(format!("leasehold_grant{tail}:"), grant_prefix(key));
+            assert_eq!(format!("{}:yield", line_key(key)), line_yield_key(key));
+        }
+    }
 
     #[test]
     fn grants_name_their_place_and_token() {
