@@ -225,3 +225,65 @@ fn a_single_try_takes_no_place_and_a_waiter_that_gives_up_leaves_at_once() {
     let exists: bool = server.connection().exists(name).unwrap();
     assert!(!exists);
 }
+
+#[test]
+fn a_granted_hold_is_lengthened_to_its_watchdog_lease_by_renewal() {
+    let server = RedisServer::start();
+    let name = "line:granted";
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap(); // 30 s watchdog lease
+    let guard = holder.lock(name).unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        thread::spawn(move || waiter.lock(name).unwrap())
+    };
+    assert!(eventually(Duration::from_secs(5), || line_len(
+        &server, name
+    ) == 1));
+    guard.unlock().unwrap();
+    let granted = t.join().unwrap();
+    let pttl: i64 = server.connection().pttl(name).unwrap();
+    assert!(
+        pttl <= 3_000,
+        "granted with the short grant lease, not the watchdog's: {pttl}"
+    );
+    // Past the grant lease: renewal has lengthened it to the watchdog lease.
+    thread::sleep(Duration::from_millis(3_500));
+    assert!(granted.is_held());
+    let pttl: i64 = server.connection().pttl(name).unwrap();
+    assert!(pttl > 20_000, "renewed to the 30 s watchdog lease: {pttl}");
+    assert!(waiter.stats().renewals_sent >= 1);
+    granted.unlock().unwrap();
+}
+
+#[test]
+fn a_waiter_with_an_explicit_lease_takes_a_grant_with_that_lease() {
+    let server = RedisServer::start();
+    let name = "line:explicit";
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let guard = holder.lock(name).unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        thread::spawn(move || {
+            let opts = leasehold::LockOptions::new().lease(Duration::from_secs(20));
+            waiter.lock_with(name, opts).unwrap()
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || line_len(
+        &server, name
+    ) == 1));
+    guard.unlock().unwrap();
+    let granted = t.join().unwrap();
+    let pttl: i64 = server.connection().pttl(name).unwrap();
+    assert!(
+        pttl > 15_000,
+        "the grant was taken by an attempt with the waiter's own 20 s lease: {pttl}"
+    );
+    let fields: Vec<(String, i64)> = server.connection().hgetall(name).unwrap();
+    assert_eq!(fields.len(), 1);
+    assert_eq!(fields[0].1, 1, "one hold, not a grant plus a hold");
+    granted.unlock().unwrap();
+    let exists: bool = server.connection().exists(name).unwrap();
+    assert!(!exists);
+}
