@@ -28,24 +28,41 @@
 //! check happens inside Redis: no guard can release a lock it does not hold.
 //!
 //! # Waiting
-//! A waiter subscribes to the lock's channel (one subscriber connection per
-//! client, shared and reference-counted), retries once, then parks until the
-//! unlock message or the holder's remaining lease — a holder that crashed
-//! costs a waiter at most its lease, and no one polls.
+//! Waiting clients stand in a line in Redis, one place per client and lock
+//! name (`leasehold_line:{<key>}`, each place expiring 3 s after its waiter
+//! last confirmed it). A release gives the lock to the first live place
+//! directly — the owner and a short grant lease are set in the release
+//! script, and only that client hears it, on its own grant channel — so a
+//! handoff between processes wakes one waiter and costs it no round trip:
+//! an acquire and a release, two commands per critical section. A granted
+//! waiter that died costs the next one the grant lease (3 s), never a
+//! watchdog lease; the grantee's renewal lengthens it. With no leasehold
+//! waiter in line, the release publishes `0` on the unlock channel exactly as
+//! Redisson's does, and leasehold waiters hear that too, so a Redisson holder
+//! wakes them. While other libraries' waiters are subscribed, at most two
+//! grants go out in a row before the lock is left to them.
+//!
+//! A waiter parks until its grant, an unlock message or the holder's
+//! remaining lease — a holder that crashed costs a waiter at most its lease,
+//! and no one polls. Subscriptions (one subscriber connection per client,
+//! shared and reference-counted) linger a second after the last waiter, so a
+//! busy name is not resubscribed for every wait.
 //!
 //! Threads of one client never race each other at Redis: one thread per lock
-//! name talks to Redis, the others queue in the client in arrival order, and
-//! a release hands the lock to the next of them inside the release script
-//! (one round trip, the owner field replaced atomically). While other
-//! processes wait for the same lock, a client hands it over at most twice in
-//! a row, then releases it publicly and lets them go first.
+//! name talks to Redis (and holds the client's place in line), the others
+//! queue in the client in arrival order, and a release hands the lock to the
+//! next of them inside the release script (one round trip, the owner field
+//! replaced atomically). While other clients wait in line, a client hands it
+//! over at most twice in a row, then grants it to the first of them.
 //!
 //! # Fencing and fair locks
 //! [`LockOptions::fenced`] adds a fencing token minted in the acquire script
 //! ([`LockGuard::fence`]) for the resource to check ([`FencedStore`]) — the
 //! one protection against a holder paused past its lease.
 //! [`LockOptions::fair`] (or [`LockClient::fair_lock`]) serves waiters of all
-//! clients in the order they asked, each woken on its own channel.
+//! clients in the order they asked; a release grants the lock to the next
+//! leasehold waiter directly (Redisson's waiters in the same queue are woken
+//! with Redisson's message instead).
 //!
 //! # Read/write locks
 //! [`LockClient::read_lock`] and [`LockClient::write_lock`] (or
@@ -81,11 +98,13 @@
 //   protocol    protocol/ scripts and replies per kind (plain, fair, rwlock), one
 //                         dispatch on Kind; no threads, no pools
 //   conn        conn/     pools, targets (fixed, Sentinel), cluster routing, `run`
-//   machinery   notify    the shared pub/sub subscriber
+//   machinery   notify/   the shared pub/sub subscriber: lingering subscriptions,
+//                         unlock messages heard by pattern, grants kept per waiter
 //               renewal/  the watchdog thread: lease state, wheel, worker
 //               local/    the in-process queue and handoff
 //   shared      shared    what a client and its guards share; the release path
-//   wait        wait      the one acquire/wait loop, behind two seams (tests: fakes)
+//   wait        wait      the one acquire/wait loop (attempt, park, grant, leave),
+//                         behind two seams (tests: fakes)
 //   top         acquire   input checks, the local turn, the kind adapter → wait
 //               guard     LockGuard (calls Shared::release)
 //               client    LockClient and its ladder
@@ -128,9 +147,10 @@ pub use stats::Stats;
 /// them). Not a stable API.
 #[doc(hidden)]
 pub mod scripts {
-    /// The acquire script: `KEYS[1]` lock; `ARGV` lease ms, owner, fresh flag.
+    /// The acquire script: `KEYS` lock, line; `ARGV` lease ms, owner, fresh
+    /// flag, place (empty: none).
     pub const ACQUIRE: &str = crate::protocol::ACQUIRE;
-    /// The release script: `KEYS[1]` lock, `KEYS[2]` channel; `ARGV` unlock
-    /// message, lease ms, owner, last-hold flag, then an optional successor.
+    /// The release script: `KEYS` lock, unlock channel, line; `ARGV` lease
+    /// ms, owner, last-hold flag, then an optional successor.
     pub const RELEASE: &str = crate::protocol::RELEASE;
 }

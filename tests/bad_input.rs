@@ -235,6 +235,7 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
         "+lpop",
         "+rpush",
         "+lrem",
+        "+psetex",
     ] {
         acl.arg(cmd);
     }
@@ -249,6 +250,29 @@ fn an_acl_user_limited_to_the_key_prefix_works() {
         .unwrap();
     assert!(g.fence().is_some());
     g.unlock().unwrap();
+    // A plain waiter of another client under the same grants: it stands in
+    // line and is granted the lock on the holder's release.
+    let held = client.lock("invoice:8").unwrap();
+    let other = LockClient::builder(&url)
+        .key_prefix("billing:")
+        .build()
+        .unwrap();
+    let waiter = {
+        let other = other.clone();
+        std::thread::spawn(move || other.lock("invoice:8").map(|g| g.unlock()))
+    };
+    assert!(eventually(Duration::from_secs(5), || other
+        .stats()
+        .waiters_parked
+        == 1));
+    let released = std::time::Instant::now();
+    held.unlock().unwrap();
+    assert!(matches!(waiter.join().unwrap(), Ok(Ok(()))));
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "granted, not left to the 30 s lease: {:?}",
+        released.elapsed()
+    );
     // A read/write lock under the same grants: two readers, then a writer
     // that waits for them (writer set, channel) and gets in.
     let r1 = client.read_lock("report").unwrap();
