@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leasehold::LockClient;
+use leasehold::{LockClient, LockOptions};
 use redis::Commands;
 use support::{
     child_command, child_done, eventually, listening_clients, ChildProcess, RedisServer,
@@ -45,6 +45,27 @@ fn hammers(url: &str, name: &str, n: usize, millis: u64) -> Vec<std::process::Ch
                 .expect("start a hammer child")
         })
         .collect()
+}
+
+/// `holder` takes `name`, `waiter` waits for it in line with `opts`, the
+/// holder releases: the waiter's guard.
+fn granted_after_waiting(
+    server: &RedisServer,
+    holder: &LockClient,
+    waiter: &LockClient,
+    name: &'static str,
+    opts: LockOptions,
+) -> leasehold::LockGuard {
+    let guard = holder.lock(name).unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        thread::spawn(move || waiter.lock_with(name, opts).unwrap())
+    };
+    assert!(eventually(Duration::from_secs(5), || line_len(
+        server, name
+    ) == 1));
+    guard.unlock().unwrap();
+    t.join().unwrap()
 }
 
 fn sections(children: Vec<std::process::Child>) -> Vec<u64> {
@@ -232,16 +253,7 @@ fn a_granted_hold_is_lengthened_to_its_watchdog_lease_by_renewal() {
     let name = "line:granted";
     let holder = LockClient::new(&server.url()).unwrap();
     let waiter = LockClient::new(&server.url()).unwrap(); // 30 s watchdog lease
-    let guard = holder.lock(name).unwrap();
-    let t = {
-        let waiter = waiter.clone();
-        thread::spawn(move || waiter.lock(name).unwrap())
-    };
-    assert!(eventually(Duration::from_secs(5), || line_len(
-        &server, name
-    ) == 1));
-    guard.unlock().unwrap();
-    let granted = t.join().unwrap();
+    let granted = granted_after_waiting(&server, &holder, &waiter, name, LockOptions::new());
     let pttl: i64 = server.connection().pttl(name).unwrap();
     assert!(
         pttl <= 3_000,
@@ -262,19 +274,8 @@ fn a_waiter_with_an_explicit_lease_takes_a_grant_with_that_lease() {
     let name = "line:explicit";
     let holder = LockClient::new(&server.url()).unwrap();
     let waiter = LockClient::new(&server.url()).unwrap();
-    let guard = holder.lock(name).unwrap();
-    let t = {
-        let waiter = waiter.clone();
-        thread::spawn(move || {
-            let opts = leasehold::LockOptions::new().lease(Duration::from_secs(20));
-            waiter.lock_with(name, opts).unwrap()
-        })
-    };
-    assert!(eventually(Duration::from_secs(5), || line_len(
-        &server, name
-    ) == 1));
-    guard.unlock().unwrap();
-    let granted = t.join().unwrap();
+    let opts = LockOptions::new().lease(Duration::from_secs(20));
+    let granted = granted_after_waiting(&server, &holder, &waiter, name, opts);
     let pttl: i64 = server.connection().pttl(name).unwrap();
     assert!(
         pttl > 15_000,

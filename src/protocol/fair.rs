@@ -55,15 +55,18 @@ end
 /// Fenced (a token counter in `KEYS[5]`): a first hold returns `{token}`, a
 /// reentrant one `{-1}` (it keeps the token of the outer hold).
 const ACQUIRE: &str = r#"
+local function first_hold()
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    if KEYS[5] then
+        return {mint(KEYS[5])}
+    end
+    return nil
+end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if ARGV[4] ~= '' and redis.call('hget', KEYS[4], ARGV[2]) == ARGV[4] .. '!' then
         redis.call('hdel', KEYS[4], ARGV[2])
-        redis.call('hset', KEYS[1], ARGV[2], 1)
-        redis.call('pexpire', KEYS[1], ARGV[1])
-        if KEYS[5] then
-            return {mint(KEYS[5])}
-        end
-        return nil
+        return first_hold()
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -79,12 +82,7 @@ if redis.call('exists', KEYS[1]) == 0 and ((not first) or first == ARGV[2]) then
         redis.call('zrem', KEYS[3], ARGV[2])
         redis.call('hdel', KEYS[4], ARGV[2])
     end
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    if KEYS[5] then
-        return {mint(KEYS[5])}
-    end
-    return nil
+    return first_hold()
 end
 if redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), ARGV[2]) == 1 then
     redis.call('rpush', KEYS[2], ARGV[2])
