@@ -345,6 +345,7 @@ pub(crate) fn w2c(kind: Kind, url: &str, secs: f64) -> Contended {
 /// command counters around `work` (which returns the workers' tallies and
 /// the in-process handoffs), then the summary.
 fn measured(
+    kind: Kind,
     tag: &str,
     url: &str,
     secs: f64,
@@ -360,7 +361,7 @@ fn measured(
     summarize(
         &tallies,
         secs,
-        command_delta(&before, &after),
+        command_delta(&before, &after, kind == Kind::Raw),
         counter,
         handoffs,
     )
@@ -368,7 +369,7 @@ fn measured(
 
 fn threads(kind: Kind, url: &str, secs: f64, client_each: bool) -> Contended {
     let tag = format!("w2{}-{}", if client_each { "c" } else { "" }, kind.arg());
-    measured(&tag, url, secs, |path| {
+    measured(kind, &tag, url, secs, |path| {
         let start = Instant::now() + Duration::from_millis(100);
         let until = start + Duration::from_secs_f64(secs);
         contend(kind, url, &tag, 8, client_each, 0, path, (start, until))
@@ -388,7 +389,7 @@ pub(crate) fn w2pp(kind: Kind, url: &str, secs: f64) -> Contended {
 fn processes(kind: Kind, url: &str, secs: f64, procs: u64, threads: u64) -> Contended {
     let tag = format!("w2p{procs}x{threads}-{}", kind.arg());
     let exe = std::env::current_exe().unwrap();
-    measured(&tag, url, secs, |path| {
+    measured(kind, &tag, url, secs, |path| {
         let start_at = now_ns() + 500_000_000; // children start together
         let children: Vec<_> = (0..procs)
             .map(|p| {

@@ -66,10 +66,13 @@ pub(crate) fn commandstats(url: &str) -> HashMap<String, (u64, u64)> {
 /// Between two snapshots, leaving out the bench's own `INFO` calls:
 /// (client-sent commands, all commands incl. script calls, microseconds
 /// Redis spent in the client-sent ones — a script's time includes the calls
-/// inside it, so only those are summed).
+/// inside it, so only those are summed). `client_sets`: the clients send
+/// `SET` themselves (the raw floor); leasehold's clients never do, so a
+/// `SET` then ran inside a script.
 pub(crate) fn command_delta(
     before: &HashMap<String, (u64, u64)>,
     after: &HashMap<String, (u64, u64)>,
+    client_sets: bool,
 ) -> (u64, u64, u64) {
     let (mut client, mut all, mut usec) = (0, 0, 0);
     for (name, (n, us)) in after {
@@ -78,7 +81,7 @@ pub(crate) fn command_delta(
         }
         let (n0, us0) = before.get(name).copied().unwrap_or((0, 0));
         all += n - n0;
-        if CLIENT_COMMANDS.contains(&name.as_str()) {
+        if CLIENT_COMMANDS.contains(&name.as_str()) && (client_sets || name != "set") {
             client += n - n0;
             usec += us - us0;
         }

@@ -72,7 +72,7 @@ pub(crate) fn w5(url: &str, secs: f64, exclusive: bool) -> (f64, usize, f64) {
         })
         .collect();
     let done: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
-    let (client_cmds, _, _) = command_delta(&before, &commandstats(url));
+    let (client_cmds, _, _) = command_delta(&before, &commandstats(url), false);
     (
         done as f64 / secs,
         most.load(Ordering::SeqCst),

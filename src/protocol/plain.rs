@@ -112,9 +112,10 @@ local function join()
         return
     end
     local place = KEYS[2] .. ':' .. ARGV[4]
-    if redis.call('pexpire', place, '"#, place_lease_ms!(), r#"') == 0 then
-        redis.call('psetex', place, '"#, place_lease_ms!(), r#"', 1)
+    if redis.call('set', place, 1, 'px', '"#, place_lease_ms!(), r#"', 'nx') then
         redis.call('rpush', KEYS[2], ARGV[4])
+    else
+        redis.call('pexpire', place, '"#, place_lease_ms!(), r#"')
     end
 end
 -- One call on the uncontended path: neither the lock nor a line exists.
@@ -229,7 +230,6 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 ///   when a successor was named but others wait (so it should let them go
 ///   first).
 pub(crate) const RELEASE: &str = concat!(
-    line_fns!(),
     mint_fn!(),
     companion_fn!(),
     r#"
@@ -249,14 +249,22 @@ else
     end
     redis.call('del', KEYS[1])
 end
-local first = redis.call('lindex', KEYS[3], 0)
-if first then
-    first = head(KEYS[3], first)
-end
--- Other libraries' waiters (leasehold listens by pattern, not counted).
+-- A local successor with a short run of handoffs gets it whatever waits.
+-- Otherwise the first live place is taken out of the line: popped, its key
+-- deleted — DEL saying it existed is the liveness check (dead places at the
+-- head are dropped on the way). It goes back if it is not granted.
+local first = false
 local others = 0
-if ARGV[4] or first then
-    others = redis.call('pubsub', 'numsub', KEYS[2])[2]
+if not (ARGV[4] and ARGV[5] == '1') then
+    first = redis.call('lpop', KEYS[3])
+    while first and not (redis.call('del', KEYS[3] .. ':' .. first) == 1
+            and string.match(first, '^.+:.+#.+$')) do
+        first = redis.call('lpop', KEYS[3])
+    end
+    -- Other libraries' waiters (leasehold listens by pattern, not counted).
+    if ARGV[4] or first then
+        others = redis.call('pubsub', 'numsub', KEYS[2])[2]
+    end
 end
 if ARGV[4] and (ARGV[5] == '1' or ((not first) and others == 0)) then
     redis.call('hset', KEYS[1], ARGV[4], 1)
@@ -280,8 +288,6 @@ if first then
         redis.call('pexpire', KEYS[1], "#,
     grant_lease_ms!(),
     r#")
-        redis.call('lpop', KEYS[3])
-        redis.call('del', KEYS[3] .. ':' .. first)
         if others > 0 then
             redis.call('psetex', yield, 60000, granted + 1)
         end
@@ -292,6 +298,11 @@ if first then
         redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(owner, '^(.*):'), msg)
         return 4
     end
+    -- Left to other libraries' waiters: the place goes back, first.
+    redis.call('lpush', KEYS[3], first)
+    redis.call('psetex', KEYS[3] .. ':' .. first, "#,
+    place_lease_ms!(),
+    r#", 1)
     redis.call('psetex', yield, 20, 'y')
 end
 redis.call('publish', KEYS[2], '0')
