@@ -267,6 +267,9 @@ pub(crate) struct Contended {
     pub(crate) all_cmds_per_cs: f64,
     /// Microseconds Redis spent in the client-sent commands, per CS.
     pub(crate) redis_us_per_cs: f64,
+    /// The server's whole CPU time (`INFO cpu`, network included) per CS
+    /// (set by `measured`; 0 where not measured).
+    pub(crate) redis_cpu_us_per_cs: f64,
     pub(crate) least_share: f64,
     pub(crate) most_share: f64,
     pub(crate) same_worker: f64,
@@ -313,6 +316,7 @@ pub(crate) fn summarize(
         client_cmds_per_cs: cmds.0 as f64 / turns.max(1) as f64,
         all_cmds_per_cs: cmds.1 as f64 / turns.max(1) as f64,
         redis_us_per_cs: cmds.2 as f64 / turns.max(1) as f64,
+        redis_cpu_us_per_cs: 0.0,
         least_share: *shares.iter().min().unwrap_or(&0) as f64 / mean,
         most_share: *shares.iter().max().unwrap_or(&0) as f64 / mean,
         same_worker: tallies.iter().map(|t| t.same).sum::<u64>() as f64 / turns.max(1) as f64,
@@ -354,17 +358,21 @@ fn measured(
     let path = shared_path(tag);
     let shared = Shared::create(&path);
     let before = commandstats(url);
+    let cpu_before = redis_cpu_us(url);
     let (tallies, handoffs) = work(&path);
+    let cpu = redis_cpu_us(url) - cpu_before;
     let after = commandstats(url);
     let counter = shared.read()[0];
     let _ = std::fs::remove_file(&path);
-    summarize(
+    let mut c = summarize(
         &tallies,
         secs,
         command_delta(&before, &after, kind == Kind::Raw),
         counter,
         handoffs,
-    )
+    );
+    c.redis_cpu_us_per_cs = cpu / c.pairs_per_s.max(f64::MIN_POSITIVE) / secs;
+    c
 }
 
 fn threads(kind: Kind, url: &str, secs: f64, client_each: bool) -> Contended {

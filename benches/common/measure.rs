@@ -63,6 +63,18 @@ pub(crate) fn commandstats(url: &str) -> HashMap<String, (u64, u64)> {
         .collect()
 }
 
+/// The server process's CPU time so far, µs (`INFO cpu`: user + system, the
+/// main thread and its I/O — everything Redis spends, network included).
+pub(crate) fn redis_cpu_us(url: &str) -> f64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query(&mut con(url)).unwrap();
+    let field = |key: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (field("used_cpu_user:") + field("used_cpu_sys:")) * 1e6
+}
+
 /// Between two snapshots, leaving out the bench's own `INFO` calls:
 /// (client-sent commands, all commands incl. script calls, microseconds
 /// Redis spent in the client-sent ones — a script's time includes the calls

@@ -252,6 +252,18 @@ pub fn render(r: &Results) -> String {
             "< floor",
             Some(lh.redis_us_per_cs < raw.redis_us_per_cs),
         );
+        row(
+            w,
+            "redis CPU µs / CS (INFO cpu: user + sys, network included)",
+            format!("{:.1}", raw.redis_cpu_us_per_cs),
+            format!("{:.1}", lh.redis_cpu_us_per_cs),
+            format!(
+                "{:.2}",
+                lh.redis_cpu_us_per_cs / raw.redis_cpu_us_per_cs.max(f64::MIN_POSITIVE)
+            ),
+            "< floor",
+            Some(lh.redis_cpu_us_per_cs < raw.redis_cpu_us_per_cs),
+        );
         let p50_rtt = lh.handoff_p50_us / rtt;
         row(
             w,
@@ -362,7 +374,7 @@ pub fn render(r: &Results) -> String {
 /// One line for `BENCH_ONLY=w2c` / `w2P`.
 pub fn one_client_each_line(w: &str, raw: &Contended, lh: &Contended, rtt: f64) -> String {
     format!(
-        "{w}: raw {:.0}/s leasehold {:.0}/s ratio {:.2}; cmds/CS {:.2} (raw {:.1}); redis µs/CS {:.1} (raw {:.1}); handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs; least/most {:.2}/{:.2}; same worker {:.0} %",
+        "{w}: raw {:.0}/s leasehold {:.0}/s ratio {:.2}; cmds/CS {:.2} (raw {:.1}); redis µs/CS {:.1} (raw {:.1}); redis CPU µs/CS {:.1} (raw {:.1}); handoff p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs; least/most {:.2}/{:.2}; same worker {:.0} %",
         raw.pairs_per_s,
         lh.pairs_per_s,
         lh.pairs_per_s / raw.pairs_per_s,
@@ -370,6 +382,8 @@ pub fn one_client_each_line(w: &str, raw: &Contended, lh: &Contended, rtt: f64) 
         raw.client_cmds_per_cs,
         lh.redis_us_per_cs,
         raw.redis_us_per_cs,
+        lh.redis_cpu_us_per_cs,
+        raw.redis_cpu_us_per_cs,
         lh.handoff_p50_us,
         lh.handoff_p50_us / rtt,
         lh.handoff_p99_us,
