@@ -1,6 +1,7 @@
 //! The one acquire loop of every Redis lock kind — plain, fair, read, write:
 //! attempt → held / wait / refused; the reply that came after its lease;
-//! riding out an outage; the deadline; subscribe-then-retry; parking; a
+//! riding out an outage (a bounded wait up to its deadline, an unbounded one
+//! up to the outage limit); the deadline; subscribe-then-retry; parking; a
 //! grant (a release that gave the lock to this waiter directly: held with
 //! no round trip); and leaving a waiting place in Redis when the wait ends
 //! without the lock.
@@ -140,8 +141,11 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
     let wake = kind.wake();
     let mut place = Place { kind, armed: false };
     // Set once an attempt found the lock held: from then on we wait, and an
-    // outage shorter than the limit is ridden out.
+    // outage shorter than the limit is ridden out. A bounded wait (its
+    // deadline still ahead) rides an outage out from its first attempt, up
+    // to its deadline; a single attempt reports the error at once.
     let mut waiting = false;
+    let bounded = deadline.is_some_and(|d| d > Instant::now());
     let mut outage = Outage::default();
     let mut late = 0;
     loop {
@@ -162,7 +166,7 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
         // The lease counts from when the request was sent, not answered.
         let sent_at = Instant::now();
         let cap = match place.kind.attempt() {
-            Err(e) if waiting && e.is_transient() => {
+            Err(e) if (waiting || bounded) && e.is_transient() => {
                 outage.ride(env, name, e, deadline, sub.as_ref())?;
                 continue;
             }
@@ -258,8 +262,8 @@ struct Outage {
 
 impl Outage {
     /// After transient error `e` while waiting: pauses until the next retry,
-    /// or returns `e` when the outage lasted too long or the deadline comes
-    /// first.
+    /// or returns `e` when the deadline comes first or — without a deadline —
+    /// the outage lasted longer than the limit.
     fn ride<E: Env>(
         &mut self,
         env: &E,
@@ -272,7 +276,11 @@ impl Outage {
         let since = *self.since.get_or_insert(now);
         let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
         let retry_at = now + backoff;
-        if now - since >= env.outage_limit() || deadline.is_some_and(|d| d <= retry_at) {
+        let too_long = match deadline {
+            Some(d) => d <= retry_at,
+            None => now - since >= env.outage_limit(),
+        };
+        if too_long {
             return Err(e);
         }
         tracing::debug!(lock = %name, error = %e, "leasehold: redis unavailable while waiting; retrying");

@@ -252,3 +252,44 @@ fn a_process_killed_mid_run_costs_only_its_unfinished_section() {
         "at most one open section per killed thread: {unfinished}"
     );
 }
+
+#[test]
+fn a_bounded_wait_started_during_a_short_outage_rides_it_out() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    drop(client.lock("outage:warm").unwrap());
+    server.kill();
+    // One attempt still fails at once.
+    let started = Instant::now();
+    let e = client.try_lock("outage:job").unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A bounded wait rides the outage out, up to its deadline (not the
+    // 300 ms connect timeout): Redis is back after 1 s.
+    let c = client.clone();
+    let started = Instant::now();
+    let waiter = thread::spawn(move || {
+        c.try_lock_for("outage:job", Duration::from_secs(10))
+            .map(|g| g.is_some())
+    });
+    thread::sleep(Duration::from_secs(1));
+    server.restart();
+    let got = waiter.join().unwrap();
+    assert!(matches!(got, Ok(true)), "{got:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // A bounded wait whose deadline comes first gives up with the error.
+    server.kill();
+    let started = Instant::now();
+    let e = client
+        .try_lock_for("outage:job2", Duration::from_millis(500))
+        .unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}

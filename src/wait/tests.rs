@@ -547,3 +547,26 @@ fn grants_received_before_an_attempt_are_stale_to_it() {
     assert_eq!(kind.attempts, 2, "the early grant did not end the wait");
     assert_eq!(got.map(|g| g.held), Some(99));
 }
+
+#[test]
+fn a_bounded_wait_rides_out_an_outage_from_its_first_attempt_up_to_its_deadline() {
+    // Refused from the start, back after a few tries: held.
+    let mut kind = Scripted::new(vec![
+        Step::Fail(io_error),
+        Step::Fail(loading),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = Fake {
+        outage_limit: Duration::from_millis(1), // a bounded wait ignores it
+        ..Fake::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert_eq!(run(&mut kind, &env, Some(deadline)).unwrap(), Some(3));
+    // A single attempt (deadline now) reports the error at once.
+    let mut kind = Scripted::new(vec![Step::Fail(io_error)]);
+    let e = run(&mut kind, &fake(), Some(Instant::now())).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert_eq!(kind.attempts, 1);
+}
