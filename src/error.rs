@@ -137,7 +137,7 @@ pub enum Error {
     },
 
     /// The Redis user may not run the commands a lock needs (`NOPERM`).
-    #[error("the redis user may not run the lock commands (NOPERM): grant it +evalsha +script|load +subscribe +unsubscribe +psubscribe +punsubscribe +publish +pubsub|numsub (and the commands the scripts call), keys ~<prefix>* ~redisson_lock_token:{{<prefix>* ~redisson_lock__channel:{{<prefix>* ~leasehold_line*{{<prefix>* (fair locks also ~redisson_lock_queue:{{<prefix>* ~redisson_lock_timeout:{{<prefix>*; read/write locks ~{{<prefix>* ~redisson_rwlock:{{<prefix>*) and channels &redisson_lock__channel:{{<prefix>* &leasehold_grant:{{<prefix>* (&redisson_rwlock:{{<prefix>*); {source}")]
+    #[error("the redis user may not run the lock commands (NOPERM): grant it +evalsha +script|load +subscribe +unsubscribe +psubscribe +punsubscribe +publish +pubsub|numsub (and the commands the scripts call), keys ~<prefix>* ~redisson_lock_token:{{<prefix>* ~redisson_lock__channel:{{<prefix>* ~leasehold_line*{{<prefix>* (fair locks also ~redisson_lock_queue:{{<prefix>* ~redisson_lock_timeout:{{<prefix>* ~leasehold_fair:{{<prefix>*; read/write locks ~{{<prefix>* ~redisson_rwlock:{{<prefix>*) and channels &redisson_lock__channel:{{<prefix>* &leasehold_grant:{{<prefix>* (&redisson_rwlock:{{<prefix>*); {source}")]
     NoPermission {
         /// The server's error.
         #[source]
