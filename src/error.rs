@@ -11,7 +11,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong when taking or releasing a lock.
 ///
 /// Each message says what went wrong and what to do about it; the underlying
-/// `redis` or `r2d2` error, where there is one, is kept as [`source()`].
+/// `redis` or I/O error, where there is one, is kept as [`source()`] and not
+/// repeated in the message, so a printed chain shows every cause once. The
+/// `Debug` form is the message followed by its causes
+/// (`fn main() -> Result<(), Box<dyn std::error::Error>>` prints that).
 /// Callers usually decide with the predicates ([`is_not_held`],
 /// [`is_timeout`], [`is_connection`], …) rather than by matching variants.
 ///
@@ -19,7 +22,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// [`is_not_held`]: Error::is_not_held
 /// [`is_timeout`]: Error::is_timeout
 /// [`is_connection`]: Error::is_connection
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An argument was rejected before anything was sent to Redis.
@@ -137,7 +140,7 @@ pub enum Error {
     },
 
     /// The Redis user may not run the commands a lock needs (`NOPERM`).
-    #[error("the redis user may not run the lock commands (NOPERM): grant it +evalsha +script|load +subscribe +unsubscribe +psubscribe +punsubscribe +publish +pubsub|numsub (and the commands the scripts call), keys ~<prefix>* ~redisson_lock_token:{{<prefix>* ~redisson_lock__channel:{{<prefix>* ~leasehold_line*{{<prefix>* (fair locks also ~redisson_lock_queue:{{<prefix>* ~redisson_lock_timeout:{{<prefix>* ~leasehold_fair:{{<prefix>*; read/write locks ~{{<prefix>* ~redisson_rwlock:{{<prefix>*) and channels &redisson_lock__channel:{{<prefix>* &leasehold_grant:{{<prefix>* (&redisson_rwlock:{{<prefix>*); {source}")]
+    #[error("the redis user may not run the lock commands (NOPERM): grant it +evalsha +script|load +subscribe +unsubscribe +psubscribe +punsubscribe +publish +pubsub|numsub (and the commands the scripts call), keys ~<prefix>* ~redisson_lock_token:{{<prefix>* ~redisson_lock__channel:{{<prefix>* ~leasehold_line*{{<prefix>* (fair locks also ~redisson_lock_queue:{{<prefix>* ~redisson_lock_timeout:{{<prefix>* ~leasehold_fair:{{<prefix>*; read/write locks ~{{<prefix>* ~redisson_rwlock:{{<prefix>*) and channels &redisson_lock__channel:{{<prefix>* &leasehold_grant:{{<prefix>* (&redisson_rwlock:{{<prefix>*)")]
     NoPermission {
         /// The server's error.
         #[source]
@@ -145,7 +148,7 @@ pub enum Error {
     },
 
     /// The server is a read-only replica (`READONLY`).
-    #[error("the redis server is a read-only replica: point leasehold at the primary; {source}")]
+    #[error("the redis server is a read-only replica: point leasehold at the primary")]
     ReadOnlyReplica {
         /// The server's error.
         #[source]
@@ -153,7 +156,7 @@ pub enum Error {
     },
 
     /// Redis is at `maxmemory` and refuses writes (`OOM`).
-    #[error("redis is out of memory (maxmemory reached, no eviction) and refuses to write the lock; free memory or raise maxmemory; {source}")]
+    #[error("redis is out of memory (maxmemory reached, no eviction) and refuses to write the lock; free memory or raise maxmemory")]
     OutOfMemory {
         /// The server's error.
         #[source]
@@ -169,8 +172,18 @@ pub enum Error {
         timeout: std::time::Duration,
     },
 
+    /// Redis did not answer within the socket timeout.
+    #[error("redis did not answer within the socket timeout of {timeout:?}: it is overloaded, paused or unreachable; check it, or raise LockClientBuilder::socket_timeout")]
+    TimedOut {
+        /// The socket timeout that ran out.
+        timeout: std::time::Duration,
+        /// The I/O error from the `redis` crate.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// Connecting to Redis, or talking to it, failed.
-    #[error("redis connection failed: {source}; check that redis is running and reachable")]
+    #[error("redis connection failed; check that redis is running and reachable")]
     Connection {
         /// The I/O error from the `redis` crate.
         #[source]
@@ -178,7 +191,7 @@ pub enum Error {
     },
 
     /// A background thread (renewal) could not be started.
-    #[error("could not start a leasehold background thread: {source}; the process may be out of threads or memory")]
+    #[error("could not start a leasehold background thread; the process may be out of threads or memory")]
     Thread {
         /// The operating system's error.
         #[source]
@@ -186,7 +199,7 @@ pub enum Error {
     },
 
     /// Redis answered with an error leasehold does not classify further.
-    #[error("redis error: {source}")]
+    #[error("redis answered the lock command with an error")]
     Redis {
         /// The error from the `redis` crate.
         #[source]
@@ -206,21 +219,30 @@ impl Error {
         matches!(self, Error::WaitTimedOut { .. })
     }
 
-    /// True when Redis did not answer in time (socket timeout), no pooled
-    /// connection could be had in time, or the acquire replies kept arriving
-    /// after the lease had run out.
+    /// True for every kind of running out of time: Redis did not answer
+    /// within the socket timeout ([`Error::TimedOut`]), no pooled connection
+    /// could be had in time, the acquire replies kept arriving after the
+    /// lease had run out, or the lock stayed held for a whole bounded wait
+    /// ([`Error::WaitTimedOut`]; [`is_wait_timeout`](Self::is_wait_timeout)
+    /// tells that one apart).
     pub fn is_timeout(&self) -> bool {
         match self {
-            Error::Pool { .. } | Error::LeaseExpiredOnArrival { .. } => true,
+            Error::TimedOut { .. }
+            | Error::Pool { .. }
+            | Error::LeaseExpiredOnArrival { .. }
+            | Error::WaitTimedOut { .. } => true,
             Error::Connection { source } | Error::Redis { source } => source.is_timeout(),
             _ => false,
         }
     }
 
-    /// True when Redis could not be reached or the connection broke; retrying
-    /// later may succeed.
+    /// True when Redis could not be reached, did not answer in time, or the
+    /// connection broke; retrying later may succeed.
     pub fn is_connection(&self) -> bool {
-        matches!(self, Error::Pool { .. } | Error::Connection { .. })
+        matches!(
+            self,
+            Error::Pool { .. } | Error::Connection { .. } | Error::TimedOut { .. }
+        )
     }
 
     /// True when the caller passed something leasehold refuses (empty name,
@@ -258,6 +280,7 @@ impl Error {
         match self {
             Error::Pool { .. } => Retry::Reconnect,
             Error::Connection { source }
+            | Error::TimedOut { source, .. }
             | Error::Redis { source }
             | Error::ReadOnlyReplica { source } => Retry::of(source),
             _ => Retry::No,
@@ -275,6 +298,17 @@ impl Error {
         }
     }
 
+    /// A connection error that was the socket timeout running out, told as
+    /// such with its length.
+    pub(crate) fn with_socket_timeout(self, timeout: std::time::Duration) -> Self {
+        match self {
+            Error::Connection { source } if source.is_timeout() => {
+                Error::TimedOut { timeout, source }
+            }
+            other => other,
+        }
+    }
+
     /// Classifies an error of the `redis` crate met while working on `key`.
     pub(crate) fn from_redis(err: redis::RedisError, key: &str) -> Self {
         if is_wrongtype(&err) {
@@ -284,6 +318,26 @@ impl Error {
             };
         }
         Error::from(err)
+    }
+}
+
+/// The message, then each cause in the chain once: what
+/// `fn main() -> Result<(), Box<dyn std::error::Error>>` prints. (The
+/// `redis` crate's I/O errors name their cause and return it again as their
+/// source; a cause already said is not said twice.)
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut said = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !said.contains(&text) {
+                said.push_str(": ");
+                said.push_str(&text);
+            }
+            cause = c.source();
+        }
+        f.write_str(&said)
     }
 }
 

@@ -130,7 +130,7 @@ impl Drop for LockGuard {
         // Wait for a pooled connection no longer than one reply may take.
         let pool_wait = Some(self.shared.socket_timeout);
         if let Err(e) = self.shared.release(&self.hold, pool_wait) {
-            tracing::warn!(lock = %self.hold.name, error = %e, "leasehold: releasing a lock on drop failed");
+            tracing::warn!(lock = %self.hold.name, error = ?e, "leasehold: releasing a lock on drop failed");
         }
     }
 }

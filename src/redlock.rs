@@ -608,7 +608,7 @@ impl Drop for RedlockGuard {
         }
         self.released = true;
         if let Err(e) = self.release() {
-            tracing::warn!(lock = %self.name, error = %e, "leasehold: releasing a Redlock on drop failed");
+            tracing::warn!(lock = %self.name, error = ?e, "leasehold: releasing a Redlock on drop failed");
         }
     }
 }

@@ -191,7 +191,7 @@ impl Shared {
             self.scripts.leave(con, kind, key, owner, place)
         });
         left.unwrap_or_else(|e| {
-            tracing::debug!(key = %key, error = %e, "leasehold: leaving a waiters' place failed; it expires by itself");
+            tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; it expires by itself");
             false
         })
     }

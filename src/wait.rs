@@ -283,7 +283,7 @@ impl Outage {
         if too_long {
             return Err(e);
         }
-        tracing::debug!(lock = %name, error = %e, "leasehold: redis unavailable while waiting; retrying");
+        tracing::debug!(lock = %name, error = ?e, "leasehold: redis unavailable while waiting; retrying");
         env.pause(sub, retry_at);
         Ok(())
     }

@@ -33,6 +33,8 @@ pub(crate) struct Connections {
     pool: NodePool,
     /// Redis Cluster: the slot router and a pool per primary.
     cluster: Option<ClusterPools>,
+    /// How long a reply may take (named in a timeout error).
+    socket_timeout: Duration,
 }
 
 impl Connections {
@@ -57,6 +59,7 @@ impl Connections {
         Connections {
             pool: NodePool::new(target, pool_size, connect_timeout, socket_timeout),
             cluster,
+            socket_timeout,
         }
     }
 
@@ -71,7 +74,18 @@ impl Connections {
     /// (default: the connect timeout). A pooled connection that died idle
     /// (Redis was restarted, a proxy dropped it) fails on first use; the
     /// script is then sent again on another connection, a few times at most.
+    /// A socket timeout is reported as [`Error::TimedOut`] with its length.
     pub(crate) fn run<T>(
+        &self,
+        key: &str,
+        pool_wait: Option<Duration>,
+        script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.send(key, pool_wait, script)
+            .map_err(|e| e.with_socket_timeout(self.socket_timeout))
+    }
+
+    fn send<T>(
         &self,
         key: &str,
         pool_wait: Option<Duration>,

@@ -1,0 +1,143 @@
+//! What a user reads when something goes wrong: for each kind of failure,
+//! the message (`Display`), the `Debug` form (what `main` prints when it
+//! returns the error) and the `source()` chain — every cause printed once,
+//! timeouts naming their length, the predicates answering as documented.
+
+mod support;
+
+use std::error::Error as _;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use leasehold::{Error, LockClient, LockOptions};
+use redis::Commands;
+use support::RedisServer;
+
+/// The causes under `e`, outermost first.
+fn causes(e: &Error) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push(c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// Every cause once: not repeated in the message, and `Debug` is the
+/// message followed by the causes (one the `redis` crate repeats as its own
+/// source is said once).
+fn check(what: &str, e: &Error) -> String {
+    let message = e.to_string();
+    let chain = causes(e);
+    for c in &chain {
+        assert!(
+            !message.contains(c.as_str()),
+            "{what}: the cause {c:?} is repeated in the message {message:?}"
+        );
+    }
+    let mut expected = message.clone();
+    for c in &chain {
+        if !expected.contains(c.as_str()) {
+            expected.push_str(": ");
+            expected.push_str(c);
+        }
+    }
+    assert_eq!(
+        format!("{e:?}"),
+        expected,
+        "{what}: Debug is the message and its causes"
+    );
+    assert!(
+        !format!("{e:?}").contains(" { "),
+        "{what}: Debug is not the variant dump"
+    );
+    message
+}
+
+#[test]
+fn each_failure_reads_once_with_its_causes_and_timeouts_name_their_length() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+
+    // A socket timeout: Redis paused.
+    let client = LockClient::builder(&server.url())
+        .socket_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    drop(client.lock("errors:warm").unwrap());
+    server.signal("STOP");
+    let e = client.try_lock("errors:paused").unwrap_err();
+    server.signal("CONT");
+    let text = check("socket timeout", &e);
+    assert!(matches!(e, Error::TimedOut { .. }), "{e:?}");
+    assert!(
+        text.contains("300ms") && text.contains("socket timeout"),
+        "{text}"
+    );
+    assert!(e.is_timeout() && e.is_connection(), "{e:?}");
+
+    // A refused connection: nothing listens on the port.
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let nowhere = LockClient::builder(&format!("redis://127.0.0.1:{port}/"))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let e = nowhere.try_lock("errors:nowhere").unwrap_err();
+    let text = check("refused connection", &e);
+    assert!(e.is_connection(), "{e:?}");
+    assert!(text.contains("300ms") || !causes(&e).is_empty(), "{text}");
+    assert_eq!(
+        format!("{e:?}").matches("refused").count(),
+        1,
+        "the refusal is said once: {e:?}"
+    );
+
+    // NOPERM: a user without the lock commands.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("reader")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+get")
+        .arg("+ping")
+        .query(&mut con)
+        .unwrap();
+    let reader =
+        LockClient::new(&format!("redis://reader:pw@127.0.0.1:{}/", server.port())).unwrap();
+    let e = reader.try_lock("errors:acl").unwrap_err();
+    check("NOPERM", &e);
+    assert!(e.is_refused(), "{e:?}");
+    assert_eq!(format!("{e:?}").matches("NOPERM").count(), 1, "{e:?}");
+
+    // WRONGTYPE: the key is not a lock.
+    let _: () = con.set("errors:string", "x").unwrap();
+    let e = client.try_lock("errors:string").unwrap_err();
+    check("WRONGTYPE", &e);
+    assert!(e.is_wrong_type(), "{e:?}");
+
+    // A bounded wait that timed out.
+    let held = client.lock("errors:held").unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let e = other
+        .lock_with(
+            "errors:held",
+            LockOptions::new().wait(Duration::from_millis(100)),
+        )
+        .unwrap_err();
+    let text = check("wait timeout", &e);
+    assert!(e.is_wait_timeout() && e.is_timeout(), "{e:?}");
+    assert!(text.contains("ms"), "names how long it waited: {text}");
+    drop(held);
+
+    // An upgrade refused.
+    let read = client.read_lock("errors:rw").unwrap();
+    let e = client.write_lock("errors:rw").unwrap_err();
+    check("upgrade", &e);
+    assert!(matches!(e, Error::UpgradeWouldDeadlock { .. }), "{e:?}");
+    drop(read);
+}
