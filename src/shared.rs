@@ -338,6 +338,7 @@ impl Shared {
         stats.waiters_queued = self.local.queued.load(Ordering::Relaxed);
         stats.waiters_parked += stats.waiters_queued;
         stats.handoffs = self.local.handoffs.load(Ordering::Relaxed);
+        (stats.subscriber_connected, stats.subscriber_connects) = self.notifier.health();
         stats
     }
 }

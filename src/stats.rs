@@ -26,6 +26,13 @@ pub struct Stats {
     /// Locks passed directly from one thread of this client to another by a
     /// release, since the client was built (one round trip each).
     pub handoffs: u64,
+    /// The pub/sub subscriber is connected now (it connects when a waiter
+    /// first needs it, so `false` before any wait). While it is not, waiters
+    /// retry at least every second instead of being woken.
+    pub subscriber_connected: bool,
+    /// Times the subscriber connected since the client was built (more than
+    /// one: it reconnected).
+    pub subscriber_connects: u64,
 }
 
 /// The live atomics behind [`Stats`] (the in-process queue keeps its own).
@@ -46,9 +53,12 @@ impl Counters {
             renewal_round_trips: self.renewal_round_trips.load(Ordering::Relaxed),
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
             waiters_parked: self.waiters_parked.load(Ordering::Relaxed),
-            // Filled in by the client from its in-process queues.
+            // Filled in by the client from its in-process queues and its
+            // subscriber.
             waiters_queued: 0,
             handoffs: 0,
+            subscriber_connected: false,
+            subscriber_connects: 0,
         }
     }
 }

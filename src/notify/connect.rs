@@ -7,7 +7,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 #[cfg(unix)]
 use std::os::unix::net::UnixStream;
 
-use redis::{ConnectionAddr, Value};
+use redis::ConnectionAddr;
 
 use super::stream::Stream;
 use super::{Shared, SWEEP};
@@ -76,12 +76,16 @@ impl Shared {
             .arg(&self.client_name);
         stream.write_all(&handshake.get_packed_pipeline())?;
         let mut parser = redis::Parser::new();
-        for _ in 0..handshake.len() {
-            let reply = parser
-                .parse_value(&mut stream)
-                .and_then(Value::extract_error)
-                .map_err(io::Error::other)?;
-            drop(reply);
+        for i in 0..handshake.len() {
+            let reply = parser.parse_value(&mut stream).map_err(io::Error::other)?;
+            if let Err(e) = reply.extract_error() {
+                if i + 1 < handshake.len() {
+                    return Err(io::Error::other(e)); // AUTH refused
+                }
+                // The name only helps operators (CLIENT LIST): a user that may
+                // not set it (no `client|setname`) subscribes all the same.
+                tracing::debug!(error = %e, "leasehold: the subscriber's CLIENT SETNAME was refused; going on unnamed");
+            }
         }
         stream.set_read_timeout(Some(SWEEP))?;
         let writer = stream.try_clone()?;

@@ -32,6 +32,7 @@
 //! lost in between costs at most one retry, never a whole lease.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,6 +85,10 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the subscriber thread (new channel while disconnected, shutdown).
     thread_cv: Condvar,
+    /// The connection is up (for `stats()`).
+    connected: AtomicBool,
+    /// Times it connected since the client was built.
+    connects: AtomicU64,
 }
 
 /// What a waiter listens to.
@@ -281,6 +286,8 @@ impl Notifier {
                 target,
                 state: Mutex::new(State::default()),
                 thread_cv: Condvar::new(),
+                connected: AtomicBool::new(false),
+                connects: AtomicU64::new(0),
             }),
         }
     }
@@ -389,6 +396,15 @@ impl Notifier {
             channel: channel.to_owned(),
             cv: Arc::clone(&c.cv),
         })
+    }
+
+    /// Whether the subscriber connection is up now, and how many times it
+    /// connected so far.
+    pub(crate) fn health(&self) -> (bool, u64) {
+        (
+            self.shared.connected.load(Ordering::Relaxed),
+            self.shared.connects.load(Ordering::Relaxed),
+        )
     }
 
     /// Stops the subscriber thread: closes the socket it reads.
@@ -601,12 +617,15 @@ impl Shared {
             send(&mut writer, &bytes);
         }
         st.writer = Some(writer);
+        self.connected.store(true, Ordering::Relaxed);
+        self.connects.fetch_add(1, Ordering::Relaxed);
         true
     }
 
     /// Forgets the broken connection and wakes every waiter to retry at once.
     /// Returns false when the client is closed (the thread should exit).
     fn disconnected(&self) -> bool {
+        self.connected.store(false, Ordering::Relaxed);
         let mut st = self.state.lock();
         if let Some(w) = st.writer.take() {
             w.shutdown();
