@@ -163,19 +163,7 @@ fn keys_of_other_types_are_wrongtype_not_an_endless_wait() {
 #[test]
 fn an_acl_user_without_the_lock_commands_is_told_what_to_grant() {
     let server = RedisServer::start();
-    let mut admin = server.connection();
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("reader")
-        .arg("on")
-        .arg(">pw")
-        .arg("~*")
-        .arg("+get")
-        .arg("+ping")
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://reader:pw@127.0.0.1:{}/", server.port());
-    let client = LockClient::new(&url).unwrap();
+    let client = LockClient::new(&support::user_without_lock_commands(&server)).unwrap();
     let e = client.lock("acl").unwrap_err();
     assert!(e.is_refused(), "{e:?}");
     assert!(matches!(e, leasehold::Error::NoPermission { .. }), "{e:?}");

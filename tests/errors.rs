@@ -97,18 +97,7 @@ fn each_failure_reads_once_with_its_causes_and_timeouts_name_their_length() {
     );
 
     // NOPERM: a user without the lock commands.
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("reader")
-        .arg("on")
-        .arg(">pw")
-        .arg("~*")
-        .arg("+get")
-        .arg("+ping")
-        .query(&mut con)
-        .unwrap();
-    let reader =
-        LockClient::new(&format!("redis://reader:pw@127.0.0.1:{}/", server.port())).unwrap();
+    let reader = LockClient::new(&support::user_without_lock_commands(&server)).unwrap();
     let e = reader.try_lock("errors:acl").unwrap_err();
     check("NOPERM", &e);
     assert!(e.is_refused(), "{e:?}");

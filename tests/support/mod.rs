@@ -545,6 +545,23 @@ impl Monitor {
     }
 }
 
+/// A user of `server` that may read keys but not run the lock commands
+/// (`+get +ping` only); its URL.
+#[allow(dead_code)]
+pub fn user_without_lock_commands(server: &RedisServer) -> String {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("reader")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+get")
+        .arg("+ping")
+        .query(&mut server.connection())
+        .unwrap();
+    format!("redis://reader:pw@127.0.0.1:{}/", server.port())
+}
+
 /// How many leasehold clients listen for plain lock `key` (each waiting
 /// client subscribes to its own grant channel `leasehold_grant:{<key>}:<id>`;
 /// the unlock channel it hears by pattern, which `PUBSUB NUMSUB` does not
