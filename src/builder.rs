@@ -10,9 +10,10 @@ use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::client::LockClient;
 use crate::conn::{Connections, Router, Target};
+use crate::conn::{TlsConfig, Wire};
 use crate::error::{Error, Result};
 use crate::names::short_id;
-use crate::notify::{Notifier, SubscriberTls};
+use crate::notify::Notifier;
 use crate::options::check_lease;
 use crate::renewal::Renewer;
 use crate::shared::{Parts, Shared};
@@ -121,7 +122,7 @@ impl LockClientBuilder {
 
     /// The subscriber's TLS configuration for a `rediss://` URL; refuses TLS
     /// without the `tls` feature and `#insecure` (unverified) TLS.
-    fn tls(&self, info: &redis::ConnectionInfo) -> Result<SubscriberTls> {
+    fn tls(&self, info: &redis::ConnectionInfo) -> Result<TlsConfig> {
         let ConnectionAddr::TcpTls { insecure, .. } = info.addr() else {
             return Ok(None);
         };
@@ -140,25 +141,6 @@ impl LockClientBuilder {
             reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
             source: None,
         })
-    }
-
-    /// The `redis` crate client for pooled and renewal connections.
-    fn redis_client(&self, info: redis::ConnectionInfo) -> Result<redis::Client> {
-        let invalid = |e| Error::InvalidUrl {
-            reason: format!("cannot use {:?}", redact(&self.url)),
-            source: Some(e),
-        };
-        #[cfg(feature = "tls")]
-        if let Some(pem) = &self.tls_root_cert {
-            if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
-                let certs = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                };
-                return redis::Client::build_with_tls(info, certs).map_err(invalid);
-            }
-        }
-        redis::Client::open(info).map_err(invalid)
     }
 
     /// Checks the settings and builds the client. Nothing connects yet: the
@@ -243,7 +225,14 @@ impl LockClientBuilder {
                     self.socket_timeout,
                 )))
             }
-            (None, None) => Target::Fixed(self.redis_client(info.clone())?),
+            (None, None) => {
+                Target::Fixed(
+                    redis::Client::open(info.clone()).map_err(|e| Error::InvalidUrl {
+                        reason: format!("cannot use {:?}", redact(&self.url)),
+                        source: Some(e),
+                    })?,
+                )
+            }
             (Some((urls, master)), None) => {
                 if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
                     return Err(Error::InvalidUrl {
@@ -270,7 +259,7 @@ impl LockClientBuilder {
             format!("leasehold-notify-{}", short_id(&id)),
             self.connect_timeout,
             self.socket_timeout,
-            tls,
+            tls.clone(),
             matches!(*target, Target::Sentinel(_) | Target::Cluster(_))
                 .then(|| Arc::clone(&target)),
         );
@@ -282,13 +271,11 @@ impl LockClientBuilder {
                 Target::Cluster(router) => Some(Arc::clone(router)),
                 _ => None,
             };
-            let (target, socket) = (Arc::clone(&target), self.socket_timeout);
+            let (target, socket, tls) = (Arc::clone(&target), self.socket_timeout, tls.clone());
             let connect = self.connect_timeout.min(socket);
             let connector = Box::new(move || {
-                let con = target.client()?.get_connection_with_timeout(connect)?;
-                con.set_read_timeout(Some(socket))?;
-                con.set_write_timeout(Some(socket))?;
-                Ok(con)
+                let client = target.client()?;
+                Wire::connect(client.get_connection_info(), &tls, connect, socket)
             });
             // Renew up to a thirtieth of the lease early to batch more.
             Renewer::start(connector, self.watchdog_lease / 30, socket, router)
@@ -299,6 +286,7 @@ impl LockClientBuilder {
             self.pool_size,
             self.connect_timeout,
             self.socket_timeout,
+            tls,
         );
         let shared = Shared::new(Parts {
             id,

@@ -293,3 +293,33 @@ fn a_bounded_wait_started_during_a_short_outage_rides_it_out() {
     assert!(e.is_connection(), "{e:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+/// Issue 14 (4): a process stopped and continued while it waits for a reply
+/// (a debugger, a container freezer, `kill -STOP`) goes on as if nothing
+/// happened: a socket read with a timeout fails with `EINTR` after `SIGCONT`
+/// on Linux, and the call reads on instead of reporting it.
+#[test]
+fn a_process_paused_and_resumed_mid_call_fails_no_call() {
+    let server = RedisServer::start();
+    let mut child = ChildProcess::start(&["cycle", &server.url(), "paused"]);
+    assert_eq!(child.line(), "started");
+    for _ in 0..40 {
+        child.signal("STOP");
+        thread::sleep(Duration::from_millis(20));
+        child.signal("CONT");
+        thread::sleep(Duration::from_millis(30));
+    }
+    let done = child.ask("stop");
+    let mut words = done.split_whitespace();
+    let (sections, failed) = match (words.next(), words.next(), words.next(), words.next()) {
+        (Some("done"), Some(n), Some("failed"), Some(f)) => {
+            (n.parse::<u64>().unwrap(), f.parse::<u64>().unwrap())
+        }
+        _ => panic!("unexpected answer {done:?}"),
+    };
+    assert_eq!(
+        failed, 0,
+        "calls failed across pauses ({sections} sections)"
+    );
+    assert!(sections > 100, "the child barely ran: {sections} sections");
+}

@@ -7,7 +7,9 @@
 
 pub(crate) mod cluster;
 mod pool;
+pub(crate) mod stream;
 mod target;
+mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +19,9 @@ use parking_lot::Mutex;
 
 pub(crate) use cluster::Router;
 pub(crate) use pool::{NodePool, Pooled};
+pub(crate) use stream::TlsConfig;
 pub(crate) use target::Target;
+pub(crate) use wire::{handshake, Wire};
 
 use crate::error::{Error, Result, Retry};
 
@@ -45,6 +49,7 @@ impl Connections {
         pool_size: u32,
         connect_timeout: Duration,
         socket_timeout: Duration,
+        tls: TlsConfig,
     ) -> Self {
         let cluster = match &*target {
             Target::Cluster(router) => Some(ClusterPools {
@@ -57,7 +62,7 @@ impl Connections {
             _ => None,
         };
         Connections {
-            pool: NodePool::new(target, pool_size, connect_timeout, socket_timeout),
+            pool: NodePool::new(target, pool_size, connect_timeout, socket_timeout, tls),
             cluster,
             socket_timeout,
         }
@@ -218,6 +223,7 @@ impl ClusterPools {
             self.pool_size,
             self.connect_timeout,
             self.socket_timeout,
+            None, // a cluster has no TLS yet
         ));
         pools.insert(Arc::clone(node), Arc::clone(&pool));
         Ok(pool)

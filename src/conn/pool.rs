@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
+use super::stream::TlsConfig;
 use super::target::Target;
+use super::wire::Wire;
 use crate::error::{Error, Result, Retry};
 
 /// A pool of connections to one server, with the last connect error kept
@@ -24,10 +26,17 @@ pub(crate) struct NodePool {
 const POOL_POLL: Duration = Duration::from_millis(50);
 
 impl NodePool {
-    pub(crate) fn new(target: Arc<Target>, size: u32, connect: Duration, socket: Duration) -> Self {
+    pub(crate) fn new(
+        target: Arc<Target>,
+        size: u32,
+        connect: Duration,
+        socket: Duration,
+        tls: TlsConfig,
+    ) -> Self {
         let last_error = Arc::new(Mutex::new(None));
         let manager = Manager {
             target,
+            tls,
             connect_timeout: connect,
             socket_timeout: socket,
             last_error: Arc::clone(&last_error),
@@ -93,6 +102,7 @@ impl NodePool {
 /// error kept typed (r2d2 itself keeps only its text).
 pub(crate) struct Manager {
     target: Arc<Target>,
+    tls: TlsConfig,
     connect_timeout: Duration,
     socket_timeout: Duration,
     last_error: Arc<Mutex<Option<(Instant, redis::RedisError)>>>,
@@ -106,12 +116,11 @@ impl r2d2::ManageConnection for Manager {
         let result = self
             .target
             .client()
-            .and_then(|c| c.get_connection_with_timeout(self.connect_timeout))
-            .and_then(|con| {
-                con.set_read_timeout(Some(self.socket_timeout))?;
-                con.set_write_timeout(Some(self.socket_timeout))?;
-                Ok(Pooled { con, broken: false })
-            });
+            .and_then(|c| {
+                let info = c.get_connection_info();
+                Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)
+            })
+            .map(|con| Pooled { con, broken: false });
         *self.last_error.lock() = result.as_ref().err().map(|e| (Instant::now(), e.clone()));
         result
     }
@@ -130,7 +139,7 @@ impl r2d2::ManageConnection for Manager {
 /// or, when the request itself was lost, a reply it would wrongly skip as
 /// late — so it is never trusted again.
 pub(crate) struct Pooled {
-    con: redis::Connection,
+    con: Wire,
     broken: bool,
 }
 
@@ -138,7 +147,7 @@ impl Pooled {
     /// Whether the socket itself was found closed (a connection that died
     /// idle: nothing sent on it reached the server).
     pub(crate) fn closed(&self) -> bool {
-        !self.con.is_open()
+        self.con.closed()
     }
 
     fn note<T>(&mut self, result: &redis::RedisResult<T>) {

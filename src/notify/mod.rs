@@ -39,9 +39,19 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 mod connect;
-mod stream;
-use redis::{ConnectionAddr, ConnectionInfo, Value};
-use stream::{send, Stream};
+use crate::conn::stream::Stream;
+use crate::conn::TlsConfig;
+use redis::{ConnectionInfo, Value};
+
+/// Writes a command on the shared socket; on failure shuts it down so the
+/// reader notices, reconnects and resubscribes.
+fn send(w: &mut Stream, bytes: &[u8]) {
+    use std::io::Write;
+    if let Err(e) = w.write_all(bytes) {
+        tracing::debug!(error = %e, "leasehold: subscriber write failed; reconnecting");
+        w.shutdown();
+    }
+}
 
 /// How long the subscriber connection may stay silent before we PING it;
 /// a second silent period means it is dead and we reconnect.
@@ -59,27 +69,18 @@ const SWEEP: Duration = Duration::from_millis(250);
 const GRANTS_MAX: usize = 16;
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// The TLS configuration of the subscriber's socket (feature `tls`).
-#[cfg(feature = "tls")]
-pub(crate) type SubscriberTls = Option<Arc<rustls::ClientConfig>>;
-/// Without the `tls` feature there is none.
-#[cfg(not(feature = "tls"))]
-pub(crate) type SubscriberTls = Option<std::convert::Infallible>;
-
 /// The shared subscriber of one client.
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    addr: ConnectionAddr,
-    username: Option<String>,
-    password: Option<String>,
+    /// The configured server (its address, user and password).
+    info: ConnectionInfo,
     client_name: String,
     connect_timeout: Duration,
     io_timeout: Duration,
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    tls: SubscriberTls,
+    tls: TlsConfig,
     /// Where the primary is now (Sentinel); `addr` otherwise.
     target: Option<Arc<crate::conn::Target>>,
     state: Mutex<State>,
@@ -270,15 +271,12 @@ impl Notifier {
         client_name: String,
         connect_timeout: Duration,
         io_timeout: Duration,
-        tls: SubscriberTls,
+        tls: TlsConfig,
         target: Option<Arc<crate::conn::Target>>,
     ) -> Self {
-        let settings = info.redis_settings();
         Notifier {
             shared: Arc::new(Shared {
-                addr: info.addr().clone(),
-                username: settings.username().map(str::to_owned),
-                password: settings.password().map(str::to_owned),
+                info: info.clone(),
                 client_name,
                 connect_timeout,
                 io_timeout,
@@ -573,7 +571,7 @@ impl Shared {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, addr = %self.addr, "leasehold: subscriber could not connect; waiters retry when the holder's lease runs out");
+                    tracing::warn!(error = %e, addr = ?self.info.addr(), "leasehold: subscriber could not connect; waiters retry when the holder's lease runs out");
                 }
             }
             let mut st = self.state.lock();

@@ -16,7 +16,7 @@ use redis::{RedisResult, Value};
 use super::lease::{LeaseLost, LeaseState};
 use super::wheel::{Wheel, TICK};
 use super::{Pending, CHUNK};
-use crate::conn::{cluster, Router};
+use crate::conn::{cluster, Router, Wire};
 use crate::error::Retry;
 use crate::protocol::RENEW;
 use crate::stats::Counters;
@@ -39,17 +39,17 @@ pub(super) struct Entry {
 
 /// Opens the renewal thread's own connection (so renewal never queues
 /// behind busy pooled connections).
-pub(crate) type Connector = Box<dyn Fn() -> RedisResult<redis::Connection> + Send>;
+pub(crate) type Connector = Box<dyn Fn() -> RedisResult<Wire> + Send>;
 
 pub(super) struct Worker {
     pub(super) rx: Receiver<()>,
     pub(super) pending: Arc<Pending>,
     pub(super) connector: Connector,
-    pub(super) con: Option<redis::Connection>,
+    pub(super) con: Option<Wire>,
     /// A cluster's router: renewals go to the node serving each key.
     pub(super) router: Option<Arc<Router>>,
     /// Connections to cluster nodes, by `host:port`.
-    pub(super) node_cons: HashMap<Arc<str>, redis::Connection>,
+    pub(super) node_cons: HashMap<Arc<str>, Wire>,
     /// Connect and reply timeout of the node connections.
     pub(super) io_timeout: Duration,
     pub(super) coalesce: Duration,
@@ -281,10 +281,8 @@ impl Worker {
                     let info = router.info_for(node).ok_or_else(|| {
                         cluster::no_node(format!("bad cluster node address {node:?}"))
                     })?;
-                    let con =
-                        redis::Client::open(info)?.get_connection_with_timeout(self.io_timeout)?;
-                    con.set_read_timeout(Some(self.io_timeout))?;
-                    con.set_write_timeout(Some(self.io_timeout))?;
+                    // No TLS in a cluster yet.
+                    let con = Wire::connect(&info, &None, self.io_timeout, self.io_timeout)?;
                     self.node_cons.entry(Arc::clone(node)).or_insert(con)
                 }
             },

@@ -25,6 +25,11 @@
 //! or fair) in a loop for that long with its own client, one thread, and
 //! prints `done <sections>`.
 //!
+//! `cycle <url> <name>` takes and releases a plain, a fair, a read and a
+//! write lock (names `<name>:<kind>`), one thread each, in a loop until it
+//! reads `stop`; prints `started` once every thread has had a turn, then
+//! `done <sections> failed <n>` (and each failure's text on stderr).
+//!
 //! `fair <url> <name>` runs fair-lock waiters on
 //! command: `take <tag>` starts a thread that takes the fair lock and prints
 //! `got <tag>`; `release <tag>` makes it unlock. Each thread is its own waiter.
@@ -66,6 +71,9 @@ fn run(args: Vec<String>) {
     }
     if args.first().map(String::as_str) == Some("hammer") {
         return hammer(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("cycle") {
+        return cycle(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("rw") {
         return rw(&args[1..]);
@@ -196,6 +204,72 @@ fn hammer(args: &[String]) {
         guard.unlock().expect("unlock");
     }
     println!("done {sections}");
+}
+
+fn cycle(args: &[String]) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
+    let [url, name] = args else {
+        eprintln!("usage: child cycle <url> <name>");
+        std::process::exit(2);
+    };
+    let client = LockClient::new(url).expect("client");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sections, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let started = Arc::new(Barrier::new(5));
+    let threads: Vec<_> = ["plain", "fair", "read", "write"]
+        .into_iter()
+        .map(|kind| {
+            let (client, stop, sections, failed, started) = (
+                client.clone(),
+                stop.clone(),
+                sections.clone(),
+                failed.clone(),
+                started.clone(),
+            );
+            let name = format!("{name}:{kind}");
+            std::thread::spawn(move || {
+                let mut first = true;
+                while first || !stop.load(Ordering::Relaxed) {
+                    let guard = match kind {
+                        "plain" => client.lock(&name),
+                        "fair" => client.lock_with(&name, LockOptions::new().fair()),
+                        "read" => client.read_lock(&name),
+                        _ => client.write_lock(&name),
+                    };
+                    let result = guard.and_then(|g| g.unlock());
+                    match result {
+                        Ok(()) => sections.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => {
+                            eprintln!("{kind}: {e}");
+                            failed.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                    if first {
+                        first = false;
+                        started.wait();
+                    }
+                }
+            })
+        })
+        .collect();
+    started.wait();
+    println!("started");
+    let _ = std::io::stdout().flush();
+    for line in std::io::stdin().lock().lines() {
+        if line.map_or(true, |l| l.trim() == "stop") {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a cycling thread panicked");
+    }
+    println!(
+        "done {} failed {}",
+        sections.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed)
+    );
 }
 
 fn fair(args: &[String]) {

@@ -1,0 +1,169 @@
+//! A socket to Redis — TCP, Unix or TLS behind one type that splits into a
+//! reading and a writing half — and the one way to open one ([`open`]).
+//! Reads go on after `EINTR`: on Linux a socket read with a timeout fails
+//! with it when the process is stopped and continued (a debugger, a
+//! container freezer, `kill -STOP`), and the reply is still on its way.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+#[cfg(feature = "tls")]
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::ConnectionAddr;
+
+/// The TLS configuration for `rediss://` addresses (feature `tls`).
+#[cfg(feature = "tls")]
+pub(crate) type TlsConfig = Option<Arc<rustls::ClientConfig>>;
+/// Without the `tls` feature there is none.
+#[cfg(not(feature = "tls"))]
+pub(crate) type TlsConfig = Option<std::sync::Arc<std::convert::Infallible>>;
+
+/// Opens a socket to `addr`: the first of its addresses that answers within
+/// `connect`, with `io` as its read and write timeouts, TLS as `tls` says.
+pub(crate) fn open(
+    addr: &ConnectionAddr,
+    tls: &TlsConfig,
+    connect: Duration,
+    io: Duration,
+) -> io::Result<Stream> {
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
+    let stream = match addr {
+        ConnectionAddr::Tcp(host, port) => Stream::Tcp(tcp(host, *port, connect)?),
+        #[cfg(feature = "tls")]
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            let config = tls.as_ref().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::Unsupported, "no TLS configuration")
+            })?;
+            let tcp = tcp(host, *port, connect)?;
+            tcp.set_read_timeout(Some(io))?;
+            tcp.set_write_timeout(Some(io))?;
+            Stream::Tls(crate::tls::TlsSocket::connect(config, host, tcp)?)
+        }
+        #[cfg(unix)]
+        ConnectionAddr::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("leasehold cannot connect over {other:?}"),
+            ));
+        }
+    };
+    stream.set_write_timeout(Some(io))?;
+    stream.set_read_timeout(Some(io))?;
+    Ok(stream)
+}
+
+/// A TCP connection (no Nagle delay) to the first address of `host` that
+/// answers.
+fn tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("host resolved to no address")))
+}
+
+/// A socket we can split into a reading and a writing half.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+    #[cfg(feature = "tls")]
+    Tls(Arc<crate::tls::TlsSocket>),
+}
+
+impl Stream {
+    pub(crate) fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            #[cfg(unix)]
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => Stream::Tls(Arc::clone(s)),
+        })
+    }
+
+    /// Closes both directions; the reading half sees end-of-file at once.
+    pub(crate) fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.tcp().shutdown(Shutdown::Both),
+        };
+    }
+
+    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(d),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.set_read_timeout(d),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.tcp().set_read_timeout(d),
+        }
+    }
+
+    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(d),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.set_write_timeout(d),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.tcp().set_write_timeout(d),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let read = match self {
+                Stream::Tcp(s) => s.read(buf),
+                #[cfg(unix)]
+                Stream::Unix(s) => s.read(buf),
+                #[cfg(feature = "tls")]
+                Stream::Tls(s) => s.read(buf),
+            };
+            // Interrupted before anything was read (the process was stopped
+            // and continued): read on. Each stop interrupts one read, so this
+            // cannot spin; the socket's timeout bounds each read as before.
+            match read {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(_) => Ok(()), // every write is sent whole
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Our own command connection to Redis ([`Wire`]), for pooled and renewal
+//! connections, and the one handshake (`AUTH`, `SELECT`, `CLIENT SETNAME`)
+//! every connection of ours makes. Ours rather than the `redis` crate's
+//! because a reply must survive its read being interrupted: the crate
+//! reports `EINTR` (a process stopped and continued mid-call) as an error and
+//! then skips the reply as late — a script that ran in Redis would look like
+//! one that failed. [`Stream`] reads on instead. The `redis` crate still
+//! encodes commands, parses replies and runs scripts over it
+//! ([`redis::ConnectionLike`]).
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
+
+use super::stream::{self, Stream, TlsConfig};
+
+/// A connection for commands: send, then read the replies in order.
+pub(crate) struct Wire {
+    stream: Stream,
+    parser: redis::Parser,
+    db: i64,
+    /// False after any error that leaves a reply unread or the socket
+    /// unusable: the pool drops it.
+    open: bool,
+    /// The socket was found closed by the other end (end of file on a read,
+    /// a failed write): what was sent never ran, so it may be sent again on
+    /// another connection. A timeout is not that: the command may have run.
+    closed: bool,
+}
+
+impl Wire {
+    /// Connects to the server of `info` (within `connect`), with `io` as the
+    /// timeout of each read and write, and authenticates and selects its
+    /// database.
+    pub(crate) fn connect(
+        info: &ConnectionInfo,
+        tls: &TlsConfig,
+        connect: Duration,
+        io: Duration,
+    ) -> RedisResult<Wire> {
+        let mut stream = stream::open(info.addr(), tls, connect, io)?;
+        let mut parser = redis::Parser::new();
+        let settings = info.redis_settings();
+        handshake(&mut stream, &mut parser, settings, None, true)?;
+        Ok(Wire {
+            stream,
+            parser,
+            db: settings.db(),
+            open: true,
+            closed: false,
+        })
+    }
+
+    /// Whether the other end closed the socket (see the field).
+    pub(crate) fn closed(&self) -> bool {
+        self.closed
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> RedisResult<()> {
+        self.stream.write_all(bytes).map_err(|e| self.broke(e))
+    }
+
+    fn recv(&mut self) -> RedisResult<Value> {
+        let parsed = self.parser.parse_value(&mut self.stream);
+        if let Err(e) = &parsed {
+            // A timeout, a closed socket, bytes that are no reply: whatever
+            // follows on this socket cannot be trusted.
+            self.open = false;
+            self.closed |= e.is_connection_dropped();
+        }
+        parsed
+    }
+
+    fn broke(&mut self, e: io::Error) -> redis::RedisError {
+        self.open = false;
+        self.closed = true;
+        e.into()
+    }
+}
+
+/// Authenticates a new connection (`AUTH`), selects the database of
+/// `settings` when `select` (commands; a subscriber needs none), and names
+/// it (`CLIENT SETNAME`) if `name` is given — a name only helps operators, so
+/// a user that may not set one connects all the same. One round trip.
+pub(crate) fn handshake(
+    stream: &mut Stream,
+    parser: &mut redis::Parser,
+    settings: &RedisConnectionInfo,
+    name: Option<&str>,
+    select: bool,
+) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    if let Some(password) = settings.password() {
+        let auth = pipe.cmd("AUTH");
+        if let Some(user) = settings.username() {
+            auth.arg(user);
+        }
+        auth.arg(password);
+    }
+    if select && settings.db() != 0 {
+        pipe.cmd("SELECT").arg(settings.db());
+    }
+    let named = name.is_some();
+    if let Some(name) = name {
+        pipe.cmd("CLIENT").arg("SETNAME").arg(name);
+    }
+    if pipe.is_empty() {
+        return Ok(());
+    }
+    stream.write_all(&pipe.get_packed_pipeline())?;
+    for i in 0..pipe.len() {
+        let reply = parser.parse_value(&mut *stream)?;
+        if let Err(e) = reply.extract_error() {
+            if named && i + 1 == pipe.len() {
+                tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
+            } else {
+                return Err(e); // AUTH or SELECT refused
+            }
+        }
+    }
+    Ok(())
+}
+
+impl redis::ConnectionLike for Wire {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.send(cmd)?;
+        self.recv()
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.send(cmd)?;
+        let mut replies = Vec::with_capacity(count);
+        let mut skipped_error = None;
+        for i in 0..offset + count {
+            match self.recv()? {
+                // A reply we were told to skip (a transaction's `QUEUED`s)
+                // that is an error: the transaction was aborted.
+                Value::ServerError(e) if i < offset => skipped_error = Some(e),
+                _ if i < offset => {}
+                reply => replies.push(reply),
+            }
+        }
+        match skipped_error {
+            Some(e) => Err(e.into()),
+            None => Ok(replies),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+
+    fn check_connection(&mut self) -> bool {
+        redis::cmd("PING").query::<String>(self).is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+    }
+}
