@@ -24,16 +24,18 @@ pub(crate) struct Want {
     /// An explicit lease; `None`: the watchdog lease, renewed.
     pub(crate) lease: Option<Duration>,
     pub(crate) fenced: bool,
+    /// The hold gets an owner of its own (an owned guard), not the thread's.
+    pub(crate) owned: bool,
 }
 
 /// Takes lock `name` as `want` says, waiting until `deadline` (`None`: as
 /// long as it takes); `None` when the deadline passed first.
-pub(crate) fn acquire(
+pub(crate) fn acquire<O>(
     shared: &Arc<Shared>,
     name: &str,
     want: Want,
     deadline: Option<Instant>,
-) -> Result<Option<LockGuard>> {
+) -> Result<Option<LockGuard<O>>> {
     check_name(name)?;
     if let Some(lease) = want.lease {
         check_lease("lease", lease)?;
@@ -44,7 +46,11 @@ pub(crate) fn acquire(
         ));
     }
     let key = shared.key(name);
-    let owner = shared.owner();
+    let owner = if want.owned {
+        shared.unique_owner()
+    } else {
+        shared.owner()
+    };
     let lease = want.lease.unwrap_or(shared.watchdog_lease);
     let mut at = AtRedis {
         shared,
@@ -108,7 +114,11 @@ pub(crate) fn acquire(
 
 /// The plain lock: a turn in the in-process queue (or the lock handed over
 /// by a thread of this client), then Redis.
-fn plain(mut at: AtRedis<'_>, want: Want, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+fn plain<O>(
+    mut at: AtRedis<'_>,
+    want: Want,
+    deadline: Option<Instant>,
+) -> Result<Option<LockGuard<O>>> {
     let shared = at.shared;
     let (key, owner, lease) = (at.key, at.owner, at.lease);
     let watchdog = want.lease.is_none();
@@ -209,7 +219,7 @@ fn live(shared: &Shared) -> Live<'_> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn guard(
+fn guard<O>(
     shared: &Arc<Shared>,
     name: &str,
     key: String,
@@ -218,7 +228,7 @@ fn guard(
     want: Want,
     fence: Option<u64>,
     state: Arc<crate::renewal::LeaseState>,
-) -> LockGuard {
+) -> LockGuard<O> {
     LockGuard::new(
         Arc::clone(shared),
         Hold {

@@ -1,6 +1,6 @@
 //! `LockClient`: the handle users hold, and the ladder of ways to take a
 //! lock (`lock`, `try_lock`, `try_lock_for`, `lock_with`, fair and
-//! read/write variants). Each call states what it wants and hands it to the
+//! read/write variants, and owned guards that may change threads). Each call states what it wants and hands it to the
 //! acquire path; constructors live with the builder.
 
 use std::fmt;
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::acquire::{acquire, Want};
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, OwnedLockGuard};
 use crate::names::short_id;
 use crate::options::{deadline_after, LockOptions};
 use crate::shared::Shared;
@@ -20,7 +20,9 @@ use crate::stats::Stats;
 /// Cheap to clone (an `Arc` inside), `Send + Sync`: build one per process and
 /// share it. Each client has a random id; together with a small per-thread
 /// number it forms the owner of every lock the client takes, so the same thread
-/// can re-enter a lock it holds and no one else can release it.
+/// can re-enter a lock it holds and no one else can release it. Such a guard
+/// stays on its thread; [`lock_owned`](Self::lock_owned) gives one that can
+/// move (see "Threads, pools and async" in the README).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), leasehold::Error> {
@@ -163,7 +165,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(Instant::now()))
+        self.take(name, LockOptions::new(), Some(Instant::now()), false)
     }
 
     /// Waits up to `wait` for the lock; `None` if it stayed held.
@@ -171,7 +173,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(deadline_after(wait)))
+        self.take(name, LockOptions::new(), Some(deadline_after(wait)), false)
     }
 
     /// Waits until `deadline` for the lock; `None` if it stayed held. A
@@ -180,7 +182,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(deadline))
+        self.take(name, LockOptions::new(), Some(deadline), false)
     }
 
     /// Takes the lock with options: an explicit lease, a bounded wait.
@@ -207,8 +209,55 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and a zero lease.
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
+        self.take_waiting(name, options, false)
+    }
+
+    /// Takes the lock `name` for a guard that owns it on its own — not
+    /// reentrant, and `Send`: hand it to another thread, a pool, a blocking
+    /// task. The lock is free when the guard is dropped or unlocked, wherever
+    /// that happens. The thread that took it does not hold the lock: if it
+    /// asks for `name` again it waits like anyone else (and waits for itself
+    /// if it still keeps the guard).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn lock_owned(&self, name: &str) -> Result<OwnedLockGuard> {
+        self.lock_owned_with(name, LockOptions::new())
+    }
+
+    /// [`lock_owned`](Self::lock_owned) with options: any kind (fair, read,
+    /// write), fencing, an explicit lease, a bounded wait.
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with).
+    pub fn lock_owned_with(&self, name: &str, options: LockOptions) -> Result<OwnedLockGuard> {
+        self.take_waiting(name, options, true)
+    }
+
+    /// Like [`lock_owned_with`](Self::lock_owned_with) but returns `None`
+    /// when the wait runs out; without [`LockOptions::wait`] it makes one
+    /// attempt.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus a zero lease.
+    pub fn try_lock_owned_with(
+        &self,
+        name: &str,
+        options: LockOptions,
+    ) -> Result<Option<OwnedLockGuard>> {
+        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        self.take(name, options, Some(deadline), true)
+    }
+
+    /// Waits as `options` say; a wait that runs out is an error.
+    fn take_waiting<O>(
+        &self,
+        name: &str,
+        options: LockOptions,
+        owned: bool,
+    ) -> Result<LockGuard<O>> {
         let deadline = options.wait_value().map(deadline_after);
-        match self.take(name, options, deadline)? {
+        match self.take(name, options, deadline, owned)? {
             Some(guard) => Ok(guard),
             None => Err(Error::WaitTimedOut {
                 name: name.to_owned(),
@@ -224,7 +273,7 @@ impl LockClient {
     /// As [`lock`](Self::lock), plus a zero lease.
     pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
         let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.take(name, options, Some(deadline))
+        self.take(name, options, Some(deadline), false)
     }
 
     /// The lease of locks taken without an explicit lease.
@@ -241,17 +290,19 @@ impl LockClient {
     }
 
     /// The acquire path for `options`, waiting until `deadline` (`None`: as
-    /// long as it takes).
-    fn take(
+    /// long as it takes); `owned`: for an owner of its own.
+    fn take<O>(
         &self,
         name: &str,
         options: LockOptions,
         deadline: Option<Instant>,
-    ) -> Result<Option<LockGuard>> {
+        owned: bool,
+    ) -> Result<Option<LockGuard<O>>> {
         let want = Want {
             kind: options.kind_value(),
             lease: options.lease_value(),
             fenced: options.is_fenced(),
+            owned,
         };
         acquire(&self.shared, name, want, deadline)
     }

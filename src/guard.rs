@@ -1,8 +1,11 @@
 //! `LockGuard`: the RAII handle of one hold. It keeps the hold and hands it
-//! back through the shared client state's release (`Shared::release`).
+//! back through the shared client state's release (`Shared::release`). Its
+//! owner marker says who owns the hold — the thread that took it (reentrant,
+//! not `Send`) or the guard itself ([`OwnedLockGuard`], `Send`).
 
 use std::fmt;
-use std::sync::Arc;
+use std::marker::PhantomData;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
@@ -10,11 +13,56 @@ use crossbeam_channel::Receiver;
 use crate::error::Result;
 use crate::renewal::LeaseLost;
 use crate::shared::{Hold, Shared};
+/// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
+/// the other `lock*`/`try_*` calls: the thread that took it. The thread can
+/// re-enter the lock (a second `lock` on it returns at once), so the guard
+/// must stay on that thread: `LockGuard<ThisThread>` is not `Send`, as
+/// `std::sync::MutexGuard` is not. Use an [`OwnedLockGuard`] to move a hold
+/// between threads.
+pub struct ThisThread(PhantomData<MutexGuard<'static, ()>>);
+
+/// The owner of an [`OwnedLockGuard`]: the guard itself. Each acquisition has
+/// an owner of its own, so the guard can move to any thread, and no thread —
+/// not even the one that took it — can re-enter the lock through it.
+pub struct Owned(());
+
+/// A hold owned by the guard, not by a thread: `Send`, not reentrant. From
+/// [`LockClient::lock_owned`](crate::LockClient::lock_owned) and
+/// [`lock_owned_with`](crate::LockClient::lock_owned_with); for work that
+/// moves between threads (a thread pool, a blocking task of an async
+/// runtime, a channel).
+///
+/// ```no_run
+/// # fn main() -> Result<(), leasehold::Error> {
+/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+/// let guard = client.lock_owned("shard:7")?;
+/// let worker = std::thread::spawn(move || {
+///     // … the work, on another thread …
+///     guard.unlock()
+/// });
+/// // This thread does not hold "shard:7": its own `lock` would wait.
+/// assert!(client.try_lock("shard:7")?.is_none());
+/// worker.join().unwrap()?;
+/// # Ok(()) }
+/// ```
+pub type OwnedLockGuard = LockGuard<Owned>;
+
 /// One hold of a distributed lock; dropping it releases the hold.
 ///
 /// Holds an `Arc` to the client's internals, so it has no lifetime and can be
-/// moved into threads and structs, and dropped on another thread than the one
-/// that took it (it remembers its owner).
+/// kept in structs. The hold belongs to the thread that took it (the owner
+/// marker [`ThisThread`]): that thread can re-enter the lock, so the guard
+/// cannot be sent to another thread — the compiler refuses it:
+///
+/// ```compile_fail,E0277
+/// # fn main() -> Result<(), leasehold::Error> {
+/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+/// let guard = client.lock("job")?;
+/// std::thread::spawn(move || drop(guard)); // error: not `Send`
+/// # Ok(()) }
+/// ```
+///
+/// Take an [`OwnedLockGuard`] for a hold that must move.
 ///
 /// [`unlock`](Self::unlock) is the checked release; `Drop` does the same
 /// best-effort — it never panics, logs a failure through `tracing`, and is
@@ -32,19 +80,21 @@ use crate::shared::{Hold, Shared};
 /// ```
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
-pub struct LockGuard {
+pub struct LockGuard<O = ThisThread> {
     shared: Arc<Shared>,
     hold: Hold,
     /// Set by `unlock(self)` so that `Drop` does nothing more.
     released: bool,
+    owner: PhantomData<O>,
 }
 
-impl LockGuard {
+impl<O> LockGuard<O> {
     pub(crate) fn new(shared: Arc<Shared>, hold: Hold) -> Self {
         LockGuard {
             shared,
             hold,
             released: false,
+            owner: PhantomData,
         }
     }
 
@@ -121,7 +171,7 @@ impl LockGuard {
     }
 }
 
-impl Drop for LockGuard {
+impl<O> Drop for LockGuard<O> {
     fn drop(&mut self) {
         if self.released {
             return;
@@ -135,17 +185,18 @@ impl Drop for LockGuard {
     }
 }
 
-impl fmt::Debug for LockGuard {
+impl<O> fmt::Debug for LockGuard<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Only the thread part of the owner: the client id is not printed.
+        // Only the thread (or owned hold's) number of the owner: the client
+        // id is not printed.
         let field = &self.hold.field;
         let owner = field.strip_suffix(":write").unwrap_or(field);
-        let thread = owner.rsplit(':').next().unwrap_or("");
+        let number = owner.rsplit(':').next().unwrap_or("");
         f.debug_struct("LockGuard")
             .field("name", &self.hold.name)
             .field("key", &self.hold.key)
             .field("lease", &self.hold.lease)
-            .field("thread", &thread)
+            .field("owner", &number)
             .field("kind", &self.hold.kind)
             .finish_non_exhaustive()
     }
@@ -156,9 +207,11 @@ mod tests {
     use super::*;
 
     fn assert_send_sync<T: Send + Sync + 'static>() {}
+    fn assert_sync<T: Sync + 'static>() {}
 
     #[test]
-    fn guard_is_send_sync_static() {
-        assert_send_sync::<LockGuard>();
+    fn an_owned_guard_is_send_sync_static_and_a_thread_guard_sync() {
+        assert_send_sync::<OwnedLockGuard>();
+        assert_sync::<LockGuard>();
     }
 }

@@ -106,7 +106,7 @@
 //   wait        wait      the one acquire/wait loop (attempt, park, grant, leave),
 //                         behind two seams (tests: fakes)
 //   top         acquire   input checks, the local turn, the kind adapter → wait
-//               guard     LockGuard (calls Shared::release)
+//               guard     LockGuard, OwnedLockGuard (call Shared::release)
 //               client    LockClient and its ladder
 //               builder   LockClientBuilder and the constructors
 //               redlock   Redlock over independent masters
@@ -136,7 +136,7 @@ pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use error::{Error, Result};
 pub use fenced::FencedStore;
-pub use guard::LockGuard;
+pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
 pub use options::{LockOptions, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;

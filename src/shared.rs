@@ -100,9 +100,20 @@ impl Shared {
 
     /// `"<client-uuid>:<thread-n>"`, the hash field Redisson uses.
     pub(crate) fn owner(&self) -> String {
+        self.owner_numbered(thread_number())
+    }
+
+    /// An owner of its own for one acquisition (an owned guard): a number
+    /// drawn from the threads' sequence, so no thread ever has it, and the
+    /// same `<client id>:<number>` form as Redisson's owners.
+    pub(crate) fn unique_owner(&self) -> String {
+        self.owner_numbered(NEXT_THREAD.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn owner_numbered(&self, n: u64) -> String {
         let mut owner = String::with_capacity(self.owner_prefix.len() + 20);
         owner.push_str(&self.owner_prefix);
-        push_decimal(&mut owner, thread_number());
+        push_decimal(&mut owner, n);
         owner
     }
 

@@ -48,18 +48,19 @@ fn hammers(url: &str, name: &str, n: usize, millis: u64) -> Vec<std::process::Ch
 }
 
 /// `holder` takes `name`, `waiter` waits for it in line with `opts`, the
-/// holder releases: the waiter's guard.
+/// holder releases: the waiter's guard (owned, to come back from the
+/// waiting thread).
 fn granted_after_waiting(
     server: &RedisServer,
     holder: &LockClient,
     waiter: &LockClient,
     name: &'static str,
     opts: LockOptions,
-) -> leasehold::LockGuard {
+) -> leasehold::OwnedLockGuard {
     let guard = holder.lock(name).unwrap();
     let t = {
         let waiter = waiter.clone();
-        thread::spawn(move || waiter.lock_with(name, opts).unwrap())
+        thread::spawn(move || waiter.lock_owned_with(name, opts).unwrap())
     };
     assert!(eventually(Duration::from_secs(5), || line_len(
         server, name
@@ -229,13 +230,16 @@ fn a_single_try_takes_no_place_and_a_waiter_that_gives_up_leaves_at_once() {
     );
     let waiter = {
         let other = other.clone();
-        thread::spawn(move || other.try_lock_for(name, Duration::from_millis(300)))
+        thread::spawn(move || {
+            let got = other.try_lock_for(name, Duration::from_millis(300));
+            got.map(|g| g.is_some())
+        })
     };
     assert!(eventually(Duration::from_secs(5), || line_len(
         &server, name
     ) == 1));
     assert_eq!(listening_clients(&server, name), 1);
-    assert!(waiter.join().unwrap().unwrap().is_none());
+    assert!(!waiter.join().unwrap().unwrap());
     assert!(
         line_keys(&server, name).is_empty(),
         "the waiter left the line when it gave up: {:?}",

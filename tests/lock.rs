@@ -371,10 +371,10 @@ fn panic_in_critical_section_releases_the_lock() {
 }
 
 #[test]
-fn guard_moved_to_another_thread_releases_there() {
+fn an_owned_guard_moved_to_another_thread_releases_there() {
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
-    let guard = client.lock("moved").unwrap();
+    let guard = client.lock_owned("moved").unwrap();
     thread::spawn(move || guard.unlock().unwrap())
         .join()
         .unwrap();
