@@ -14,6 +14,9 @@ use crate::conn::{TlsConfig, Wire};
 use crate::error::{Error, Result};
 use crate::names::short_id;
 use crate::notify::Notifier;
+
+/// The socket timeout of a client whose watchdog lease is at least 9 s.
+const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
 use crate::options::check_lease;
 use crate::renewal::Renewer;
 use crate::shared::{Parts, Shared};
@@ -38,7 +41,9 @@ pub struct LockClientBuilder {
     key_prefix: String,
     watchdog_lease: Duration,
     connect_timeout: Duration,
-    socket_timeout: Duration,
+    /// `None`: [`DEFAULT_SOCKET_TIMEOUT`], or a third of the watchdog lease
+    /// if that is shorter.
+    socket_timeout: Option<Duration>,
     replicas: Option<(u32, Duration)>,
     /// Sentinel URLs and the master name, for a Sentinel-managed primary.
     sentinel: Option<(Vec<String>, String)>,
@@ -78,9 +83,11 @@ impl LockClientBuilder {
     ///
     /// A renewal that fails with less than two socket timeouts of the lease
     /// left makes the lease lost at once (the client could not learn in time
-    /// whether another try went through), so keep the lease well above twice
-    /// the [socket timeout](Self::socket_timeout): with the defaults, a
-    /// renewal may fail twice before anything is lost.
+    /// whether another try went through), so the lease must be longer than
+    /// twice the [socket timeout](Self::socket_timeout) — `build` refuses it
+    /// otherwise — and is best well above: with the defaults, a renewal may
+    /// fail twice before anything is lost. Without a socket timeout of its
+    /// own, a lease under 9 s gets one of a third of the lease.
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.watchdog_lease = lease;
         self
@@ -114,9 +121,11 @@ impl LockClientBuilder {
 
     /// How long one Redis reply may take before the call fails with a timeout
     /// error; it also bounds how long a guard's `Drop` can block when Redis is
-    /// unreachable. Defaults to 3 s.
+    /// unreachable. Defaults to 3 s, or a third of the
+    /// [watchdog lease](Self::watchdog_lease) if that is shorter; must be at
+    /// least 1 ms and below half the watchdog lease.
     pub fn socket_timeout(mut self, timeout: Duration) -> Self {
-        self.socket_timeout = timeout;
+        self.socket_timeout = Some(timeout);
         self
     }
 
@@ -150,19 +159,52 @@ impl LockClientBuilder {
     /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse, a
     /// `rediss://` (TLS) URL without the `tls` feature, or unverified TLS
     /// (`#insecure`);
-    /// [`Error::InvalidArgument`] for a zero pool size, lease or timeout, or
-    /// a watchdog lease above [`MAX_LEASE`](crate::MAX_LEASE).
-    pub fn build(self) -> Result<LockClient> {
+    /// [`Error::InvalidArgument`] for settings that cannot work, each saying
+    /// why: a zero pool size or lease, a timeout under 1 ms, a watchdog lease
+    /// above [`MAX_LEASE`](crate::MAX_LEASE) or not longer than twice the
+    /// socket timeout, a replica acknowledgement timeout not below the
+    /// socket timeout, a Sentinel setup without a master name.
+    pub fn build(mut self) -> Result<LockClient> {
+        self.check()?;
+        self.connect()
+    }
+
+    /// Refuses settings that cannot work, and fills in the socket timeout.
+    fn check(&mut self) -> Result<()> {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size must be at least 1"));
         }
+        if self.watchdog_lease.is_zero() {
+            return Err(Error::invalid("watchdog lease must be greater than zero"));
+        }
+        let lease = self.watchdog_lease;
+        let socket_timeout = *self
+            .socket_timeout
+            .get_or_insert_with(|| DEFAULT_SOCKET_TIMEOUT.min(lease / 3));
         for (what, d) in [
-            ("watchdog lease", self.watchdog_lease),
             ("connect timeout", self.connect_timeout),
-            ("socket timeout", self.socket_timeout),
+            ("socket timeout", socket_timeout),
         ] {
-            if d.is_zero() {
-                return Err(Error::invalid(format!("{what} must be greater than zero")));
+            if d < Duration::from_millis(1) {
+                return Err(Error::invalid(format_args!(
+                    "the {what} ({d:?}) must be at least 1 ms: no Redis reply comes faster"
+                )));
+            }
+        }
+        if self.watchdog_lease <= socket_timeout * 2 {
+            return Err(Error::invalid(format_args!(
+                "the watchdog lease ({:?}) must be longer than twice the socket timeout ({socket_timeout:?}): \
+                 one renewal may take two socket timeouts (a write and a read), so the lease could run out \
+                 before the client learns whether it was renewed; lower socket_timeout (a third of the lease \
+                 or less) or raise watchdog_lease",
+                self.watchdog_lease
+            )));
+        }
+        if let Some((_, master)) = &self.sentinel {
+            if master.is_empty() {
+                return Err(Error::invalid(
+                    "Sentinel needs the master name of the primary it watches (its `sentinel monitor` name)",
+                ));
             }
         }
         if let Some((n, timeout)) = self.replicas {
@@ -171,14 +213,18 @@ impl LockClientBuilder {
                     "replica acknowledgement needs at least 1 replica and a timeout above zero",
                 ));
             }
-            if timeout >= self.socket_timeout {
+            if timeout >= socket_timeout {
                 return Err(Error::invalid(format_args!(
-                    "the replica acknowledgement timeout ({timeout:?}) must be below the socket timeout ({:?}), or the WAIT reply times out first",
-                    self.socket_timeout
+                    "the replica acknowledgement timeout ({timeout:?}) must be below the socket timeout ({socket_timeout:?}), or the WAIT reply times out first"
                 )));
             }
         }
-        check_lease("watchdog lease", self.watchdog_lease)?;
+        check_lease("watchdog lease", self.watchdog_lease)
+    }
+
+    /// Builds the client from checked settings. Nothing connects yet.
+    fn connect(self) -> Result<LockClient> {
+        let socket_timeout = self.socket_timeout.unwrap_or(DEFAULT_SOCKET_TIMEOUT);
         #[cfg(not(feature = "tls"))]
         if self.url.starts_with("rediss://") {
             return Err(Error::InvalidUrl {
@@ -222,7 +268,7 @@ impl LockClientBuilder {
                 Target::Cluster(Arc::new(Router::new(
                     seeds,
                     self.connect_timeout,
-                    self.socket_timeout,
+                    socket_timeout,
                 )))
             }
             (None, None) => {
@@ -258,7 +304,7 @@ impl LockClientBuilder {
             &info,
             format!("leasehold-notify-{}", short_id(&id)),
             self.connect_timeout,
-            self.socket_timeout,
+            socket_timeout,
             tls.clone(),
             matches!(*target, Target::Sentinel(_) | Target::Cluster(_))
                 .then(|| Arc::clone(&target)),
@@ -271,7 +317,7 @@ impl LockClientBuilder {
                 Target::Cluster(router) => Some(Arc::clone(router)),
                 _ => None,
             };
-            let (target, socket, tls) = (Arc::clone(&target), self.socket_timeout, tls.clone());
+            let (target, socket, tls) = (Arc::clone(&target), socket_timeout, tls.clone());
             let connect = self.connect_timeout.min(socket);
             let connector = Box::new(move || {
                 let client = target.client()?;
@@ -285,7 +331,7 @@ impl LockClientBuilder {
             target,
             self.pool_size,
             self.connect_timeout,
-            self.socket_timeout,
+            socket_timeout,
             tls,
         );
         let shared = Shared::new(Parts {
@@ -293,7 +339,7 @@ impl LockClientBuilder {
             conns,
             key_prefix: self.key_prefix,
             watchdog_lease: self.watchdog_lease,
-            socket_timeout: self.socket_timeout,
+            socket_timeout,
             notifier,
             renewer,
             replicas: self.replicas,
@@ -321,7 +367,7 @@ impl LockClient {
             key_prefix: String::new(),
             watchdog_lease: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
-            socket_timeout: Duration::from_secs(3),
+            socket_timeout: None,
             replicas: None,
             sentinel: None,
             cluster: None,
@@ -438,6 +484,62 @@ mod tests {
                 .unwrap_err();
             assert!(e.is_invalid_argument(), "{e:?}");
         }
+    }
+
+    /// Settings that cannot work together are refused, and say why.
+    #[test]
+    fn settings_that_cannot_work_are_typed_errors_that_say_why() {
+        let refused = |b: LockClientBuilder, words: &[&str]| {
+            let e = b.build().unwrap_err();
+            assert!(e.is_invalid_argument(), "{e:?}");
+            let text = e.to_string();
+            for w in words {
+                assert!(text.contains(w), "{text:?} should say {w:?}");
+            }
+        };
+        let url = "redis://127.0.0.1/";
+        // A watchdog lease one renewal round trip could outlast.
+        refused(
+            LockClient::builder(url)
+                .watchdog_lease(Duration::from_millis(900))
+                .socket_timeout(Duration::from_millis(500)),
+            &["watchdog lease (900ms)", "socket timeout (500ms)", "twice"],
+        );
+        refused(
+            LockClient::builder(url)
+                .socket_timeout(Duration::from_secs(15))
+                .watchdog_lease(Duration::from_secs(30)),
+            &["watchdog lease (30s)", "socket timeout (15s)"],
+        );
+        // Timeouts no reply can meet.
+        refused(
+            LockClient::builder(url).socket_timeout(Duration::from_micros(200)),
+            &["socket timeout", "1 ms"],
+        );
+        refused(
+            LockClient::builder(url).connect_timeout(Duration::from_micros(200)),
+            &["connect timeout", "1 ms"],
+        );
+        // Sentinel needs the name of the primary it watches.
+        refused(
+            LockClient::sentinel_builder(&["redis://127.0.0.1:26379"], ""),
+            &["master name"],
+        );
+        // What works: a short watchdog lease without a socket timeout of its
+        // own gets one that fits (a third of the lease), and explicit
+        // settings just inside the rule.
+        let short = LockClient::builder(url)
+            .watchdog_lease(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        assert_eq!(short.shared.socket_timeout, Duration::from_millis(100));
+        let default = LockClient::new(url).unwrap();
+        assert_eq!(default.shared.socket_timeout, Duration::from_secs(3));
+        LockClient::builder(url)
+            .watchdog_lease(Duration::from_millis(1_001))
+            .socket_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
     }
 
     #[test]

@@ -12,7 +12,6 @@ use support::{eventually, RedisServer};
 fn client_with_lease(server: &RedisServer, lease_ms: u64) -> LockClient {
     LockClient::builder(&server.url())
         .watchdog_lease(Duration::from_millis(lease_ms))
-        .socket_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(500))
         .build()
         .unwrap()
