@@ -13,6 +13,7 @@ use crate::local::{self, Enter};
 use crate::names::{channel_name, timeout_prefix};
 use crate::notify::Listen;
 use crate::options::{check_lease, check_name, deadline_min, Kind};
+use crate::orphans::Orphan;
 use crate::protocol::{self, Attempt, Fence, Release, Request};
 use crate::shared::{Hold, Shared};
 use crate::wait::{self, Answer, Channels, Granted, Live, LockKind, Wake};
@@ -51,6 +52,9 @@ pub(crate) fn acquire<O>(
     } else {
         shared.owner()
     };
+    // What a lost reply of this owner left here is undone first — also
+    // before a hold handed over in-process, which sends no attempt.
+    shared.settle(&key, &owner)?;
     let lease = want.lease.unwrap_or(shared.watchdog_lease);
     let mut at = AtRedis {
         shared,
@@ -59,7 +63,10 @@ pub(crate) fn acquire<O>(
         key: &key,
         owner: &owner,
         lease,
-        fresh: true,
+        // Plain: set from the in-process queue below.
+        fresh: !shared
+            .holds
+            .holds(&key, &protocol::hold_field(want.kind, &owner)),
         fence: if want.fenced {
             Fence::Mint
         } else {
@@ -98,6 +105,7 @@ pub(crate) fn acquire<O>(
         _ => None,
     };
     let watchdog = want.lease.is_none();
+    shared.holds.add(&key, &field);
     let state = shared.lease_state(
         &key,
         &field,
@@ -270,6 +278,8 @@ impl LockKind for AtRedis<'_> {
     type Held = Option<u64>;
 
     fn attempt(&mut self) -> Result<Answer<Option<u64>>> {
+        // A retry after a lost reply undoes what that one may have done.
+        self.shared.settle(self.key, self.owner)?;
         let req = Request {
             kind: self.kind,
             key: self.key,
@@ -279,7 +289,29 @@ impl LockKind for AtRedis<'_> {
             fence: self.fence,
             place: self.place.as_deref(),
         };
-        match self.shared.attempt(self.name, &req)? {
+        let sent_at = Instant::now();
+        let attempt = match self.shared.attempt(self.name, &req) {
+            Err(e)
+                if self.fresh && matches!(e, Error::TimedOut { .. } | Error::Connection { .. }) =>
+            {
+                // It may have run: a first hold is undone once Redis answers
+                // (a reentrant one keeps the owner's real hold; its stale count
+                // goes with the last release).
+                self.shared.orphaned(Orphan {
+                    kind: self.kind,
+                    key: self.key.to_owned(),
+                    owner: self.owner.to_owned(),
+                    lease: self.lease,
+                    place: self.place.clone(),
+                    until: sent_at
+                        + self.lease.max(protocol::LONGEST_PLACE)
+                        + Duration::from_secs(1),
+                });
+                return Err(e);
+            }
+            other => other?,
+        };
+        match attempt {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
             Attempt::Wait(hint) => {
                 if self.join && self.place.is_none() {

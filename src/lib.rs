@@ -102,6 +102,8 @@
 //                         unlock messages heard by pattern, grants kept per waiter
 //               renewal/  the watchdog thread: lease state, wheel, worker
 //               local/    the in-process queue and handoff
+//               orphans   acquires whose reply was lost, undone once Redis
+//                         answers; live fair/read/write holds
 //   shared      shared    what a client and its guards share; the release path
 //   wait        wait      the one acquire/wait loop (attempt, park, grant, leave),
 //                         behind two seams (tests: fakes)
@@ -123,6 +125,7 @@ mod local;
 mod names;
 mod notify;
 mod options;
+mod orphans;
 mod protocol;
 mod redlock;
 mod renewal;

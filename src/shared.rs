@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::local::{LocalLocks, Outcome};
 use crate::notify::Notifier;
 use crate::options::Kind;
+use crate::orphans::{Holds, Orphan, Orphans};
 use crate::protocol::{self, Attempt, Release, Released, Request, Scripts};
 use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Stats;
@@ -42,7 +43,16 @@ pub(crate) struct Shared {
     fair_fences: Mutex<HashMap<String, (u64, u32)>>,
     /// Waits that took a place in a line so far (numbers the places).
     waits: AtomicU64,
+    /// Acquires whose reply was lost, to undo (see `orphans`).
+    orphans: Orphans,
+    /// Whether the thread that undoes them runs.
+    undoing: Mutex<bool>,
+    /// Live fair, read and write holds: whether an acquire is a first hold.
+    pub(crate) holds: Holds,
 }
+
+/// How often the background undo of lost acquires tries again.
+const UNDO_RETRY: Duration = Duration::from_millis(100);
 
 /// The settings and parts a [`Shared`] is made of (see the builder).
 pub(crate) struct Parts {
@@ -95,6 +105,9 @@ impl Shared {
             replicas: parts.replicas,
             fair_fences: Mutex::new(HashMap::new()),
             waits: AtomicU64::new(0),
+            orphans: Orphans::default(),
+            undoing: Mutex::new(false),
+            holds: Holds::default(),
         }
     }
 
@@ -207,6 +220,66 @@ impl Shared {
         })
     }
 
+    /// Before an acquire of `owner` on `key`: undoes what a lost reply of
+    /// its own there may have left (see `orphans`). Nothing to do — the usual
+    /// case — costs one atomic load.
+    pub(crate) fn settle(&self, key: &str, owner: &str) -> Result<()> {
+        self.orphans.settle(key, owner, |o| self.undo(o))
+    }
+
+    /// An acquire whose reply was lost: undone in the background as soon as
+    /// Redis answers (and before the owner's next acquire of the key).
+    pub(crate) fn orphaned(self: &Arc<Self>, orphan: Orphan) {
+        tracing::debug!(key = %orphan.key, "leasehold: an acquire's reply was lost; undoing it once redis answers");
+        self.orphans.add(orphan);
+        let mut undoing = self.undoing.lock();
+        if *undoing {
+            return;
+        }
+        let shared = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("leasehold-undo".into())
+            .spawn(move || loop {
+                std::thread::sleep(UNDO_RETRY);
+                if !shared.orphans.pass(|o| shared.undo(o)) {
+                    let mut undoing = shared.undoing.lock();
+                    if !shared.orphans.any() {
+                        *undoing = false;
+                        return;
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => *undoing = true,
+            // The owner's next acquire still undoes it; otherwise it expires.
+            Err(e) => {
+                tracing::warn!(error = %e, "leasehold: cannot start the thread that undoes lost acquires")
+            }
+        }
+    }
+
+    /// One owner-checked undo of a lost acquire: leave its waiting place,
+    /// release whatever hold it took (all of the owner's: it had none).
+    fn undo(&self, o: &Orphan) -> Result<()> {
+        let wait = Some(self.socket_timeout);
+        let granted = self.conns.run(&o.key, wait, |con| {
+            self.scripts
+                .leave(con, o.kind, &o.key, &o.owner, o.place.as_deref())
+        })?;
+        let field = protocol::hold_field(o.kind, &o.owner);
+        let rel = Release {
+            kind: o.kind,
+            key: &o.key,
+            field: &field,
+            lease: o.lease,
+            last: true,
+            successor: None,
+        };
+        let released = self.release_script(&rel, wait)?;
+        tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid an acquire whose reply was lost");
+        Ok(())
+    }
+
     /// A new place in a plain lock's line for `owner`'s next wait.
     pub(crate) fn next_place(&self, owner: &str, fenced: bool) -> String {
         let n = self.waits.fetch_add(1, Ordering::Relaxed);
@@ -308,6 +381,7 @@ impl Shared {
             successor: None,
         };
         if hold.kind != Kind::Plain {
+            self.holds.remove(&hold.key, &hold.field);
             if hold.kind == Kind::Fair && hold.fence.is_some() {
                 self.fair_fence_release(&hold.key, &hold.field);
             }

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("notify", 3),
     ("renewal", 3),
     ("local", 3),
+    ("orphans", 3),
     ("shared", 4),
     ("wait", 5),
     ("acquire", 6),

@@ -135,6 +135,18 @@ pub(crate) fn waiting_place(kind: Kind) -> Option<Duration> {
     }
 }
 
+/// The longest any waiting place lives unconfirmed (the line's, the fair
+/// queue's, the waiting writers').
+pub(crate) const LONGEST_PLACE: Duration = {
+    let (a, b, c) = (plain::PLACE_LEASE, fair::QUEUE_LEASE, rwlock::WRITER_INTENT);
+    let ab = if a.as_millis() > b.as_millis() { a } else { b };
+    if ab.as_millis() > c.as_millis() {
+        ab
+    } else {
+        c
+    }
+};
+
 /// Every kind's scripts, hashed once per client.
 pub(crate) struct Scripts {
     plain: plain::PlainScripts,

@@ -1,0 +1,135 @@
+//! Lost replies (issue 14, items 3 and 5): an acquire that ran in Redis but
+//! whose reply never came back (Redis paused past the socket timeout) must
+//! not leave a hold nobody owns, nor a stale count that the same owner's
+//! next lock + unlock leaves behind.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockOptions};
+use redis::Commands;
+use support::{eventually, RedisServer};
+
+const SOCKET_TIMEOUT: Duration = Duration::from_millis(400);
+
+fn client(server: &RedisServer) -> LockClient {
+    LockClient::builder(&server.url())
+        .socket_timeout(SOCKET_TIMEOUT)
+        .connect_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap()
+}
+
+/// Pauses Redis across one `try_lock_with(name, opts)` (which times out),
+/// then resumes it; returns when Redis answers again.
+fn lose_an_acquire_reply(server: &RedisServer, client: &LockClient, name: &str, opts: LockOptions) {
+    // Connections and scripts are warm, so the attempt is one EVALSHA.
+    drop(client.try_lock_with(&format!("{name}:warm"), opts).unwrap());
+    server.signal("STOP");
+    let started = Instant::now();
+    let e = client.try_lock_with(name, opts).unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    server.signal("CONT");
+}
+
+fn kinds() -> [(&'static str, LockOptions); 4] {
+    [
+        ("plain", LockOptions::new()),
+        ("fair", LockOptions::new().fair()),
+        ("read", LockOptions::new().read()),
+        ("write", LockOptions::new().write()),
+    ]
+}
+
+#[test]
+fn a_timed_out_acquire_leaves_no_hold_behind_once_redis_answers() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mut con = server.connection();
+    for (kind, opts) in kinds() {
+        let name = format!("orphan:{kind}");
+        lose_an_acquire_reply(&server, &client, &name, opts);
+        let resumed = Instant::now();
+        assert!(
+            eventually(Duration::from_secs(3), || !con
+                .exists::<_, bool>(&name)
+                .unwrap()),
+            "{kind}: the hold of the lost reply is still there (PTTL {:?} ms)",
+            con.pttl::<_, i64>(&name)
+        );
+        let took = resumed.elapsed();
+        assert!(
+            took < Duration::from_millis(1_500),
+            "{kind}: undone after {took:?}"
+        );
+        // The waiting places of fair and write acquires are gone too.
+        let other: Vec<String> = con.keys(format!("*{name}*")).unwrap();
+        assert!(other.is_empty(), "{kind}: left behind: {other:?}");
+    }
+}
+
+#[test]
+fn after_a_lost_reply_the_same_threads_lock_and_unlock_leave_the_lock_free() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let other = LockClient::new(&server.url()).unwrap();
+    for (kind, opts) in kinds() {
+        let name = format!("stale:{kind}");
+        lose_an_acquire_reply(&server, &client, &name, opts);
+        // At once, before anything else could tidy up: the same thread
+        // locks and unlocks.
+        let g = client
+            .lock_with(&name, opts.wait(Duration::from_secs(5)))
+            .unwrap();
+        g.unlock().unwrap();
+        // (A reader would share a stale read hold: a writer asks.)
+        let probe = if kind == "read" {
+            LockOptions::new().write()
+        } else {
+            opts
+        };
+        let got = other
+            .try_lock_with(&name, probe.wait(Duration::from_secs(1)))
+            .unwrap();
+        assert!(got.is_some(), "{kind}: another client is shut out");
+    }
+}
+
+/// A thread's lost reply must never be undone after that thread holds the
+/// lock again — here handed over in-process by another holder of the
+/// client, which sends no attempt of its own: the undo runs before the
+/// thread even queues (or in the background before that).
+#[test]
+fn an_undo_never_releases_a_later_hold_of_the_same_thread() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mut con = server.connection();
+    let name = "orphan:handoff";
+    lose_an_acquire_reply(&server, &client, name, LockOptions::new());
+    let holder = {
+        let client = client.clone();
+        thread::spawn(move || client.lock_owned(name).unwrap())
+    }
+    .join()
+    .unwrap();
+    let release = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(100));
+        drop(holder); // hands over to this test's thread, queued meanwhile
+    });
+    let g = client.lock(name).unwrap();
+    release.join().unwrap();
+    thread::sleep(Duration::from_millis(1_500));
+    assert!(g.is_held());
+    assert!(
+        con.exists::<_, bool>(name).unwrap(),
+        "the later hold was undone"
+    );
+    g.unlock().expect("still ours");
+}
