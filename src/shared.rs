@@ -382,6 +382,7 @@ impl Shared {
         };
         if hold.kind != Kind::Plain {
             self.holds.remove(&hold.key, &hold.field);
+            rel.last = !self.holds.holds(&hold.key, &hold.field);
             if hold.kind == Kind::Fair && hold.fence.is_some() {
                 self.fair_fence_release(&hold.key, &hold.field);
             }

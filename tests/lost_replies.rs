@@ -133,3 +133,29 @@ fn an_undo_never_releases_a_later_hold_of_the_same_thread() {
     );
     g.unlock().expect("still ours");
 }
+
+/// A reentrant acquire whose reply was lost may have counted one hold more
+/// in Redis; the owner's last release still frees the lock (fair, read and
+/// write locks count holds in Redis, as the plain lock does).
+#[test]
+fn the_last_release_frees_the_lock_after_a_lost_reentrant_reply() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let other = LockClient::new(&server.url()).unwrap();
+    for (kind, opts) in kinds() {
+        let name = format!("reentrant:{kind}");
+        let outer = client.lock_with(&name, opts).unwrap();
+        lose_an_acquire_reply(&server, &client, &name, opts);
+        thread::sleep(Duration::from_millis(200)); // Redis ran it meanwhile
+        outer.unlock().unwrap();
+        let probe = if kind == "read" {
+            LockOptions::new().write()
+        } else {
+            opts
+        };
+        let got = other
+            .try_lock_with(&name, probe.wait(Duration::from_secs(1)))
+            .unwrap();
+        assert!(got.is_some(), "{kind}: a stale count shuts others out");
+    }
+}

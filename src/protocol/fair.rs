@@ -102,8 +102,10 @@ return ttl
 "#;
 
 /// Release: KEYS lock, queue, timeouts, channel, leasehold marks, token
-/// counter; ARGV message, lease, owner, grant lease. Not ours → nil; more
-/// holds → count − 1, 0; the last → delete, and the first live waiter is
+/// counter; ARGV message, lease, owner, grant lease, last (`1`: the owner's
+/// last hold in its client — a count above 1 is stale, from a reply that was
+/// lost). Not ours → nil; more holds (and not the last) → count − 1, 0; the
+/// last → delete, and the first live waiter is
 /// woken on its own channel, 1: a leasehold waiter (its mark names its
 /// place) by a **grant** — the lock set to it with the short grant lease, its
 /// place gone, the message its place (and a token minted for it when the
@@ -113,7 +115,7 @@ const RELEASE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
-if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+if ARGV[5] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0
 end
@@ -228,6 +230,7 @@ impl FairScripts {
         key: &str,
         owner: &str,
         lease: Duration,
+        last: bool,
     ) -> RedisResult<Option<bool>> {
         let freed: Option<i64> = self
             .release
@@ -241,6 +244,7 @@ impl FairScripts {
             .arg(millis(lease))
             .arg(owner)
             .arg(millis(GRANT_LEASE))
+            .arg(if last { "1" } else { "0" })
             .invoke(con)?;
         Ok(freed.map(|n| n == 1))
     }

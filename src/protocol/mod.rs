@@ -69,7 +69,8 @@ pub(crate) struct Release<'a> {
     pub(crate) field: &'a str,
     /// What remaining reentrant holds keep (plain, fair).
     pub(crate) lease: Duration,
-    /// Plain: no other guard of this owner is alive in the client.
+    /// No other guard of this owner (hold field) is alive in the client: a
+    /// count Redis shows beyond this hold is stale, and all of it goes.
     pub(crate) last: bool,
     /// Plain: a thread of this client the lock may pass to directly.
     pub(crate) successor: Option<Successor<'a>>,
@@ -225,9 +226,12 @@ impl Scripts {
                 self.plain
                     .release(con, rel.key, rel.field, rel.lease, rel.last, rel.successor)?
             }
-            Kind::Fair => counted(self.fair.release(con, rel.key, rel.field, rel.lease)?),
-            Kind::Read => counted(self.rw.read_release(con, rel.key, rel.field)?),
-            Kind::Write => counted(self.rw.write_release(con, rel.key, rel.field)?),
+            Kind::Fair => counted(
+                self.fair
+                    .release(con, rel.key, rel.field, rel.lease, rel.last)?,
+            ),
+            Kind::Read => counted(self.rw.read_release(con, rel.key, rel.field, rel.last)?),
+            Kind::Write => counted(self.rw.write_release(con, rel.key, rel.field, rel.last)?),
         })
     }
 

@@ -108,7 +108,9 @@ return redis.call('pttl', KEYS[1])
 "#;
 
 /// Read release: KEYS hash, channel, own timeout prefix, timeout key prefix,
-/// writer set; ARGV owner. nil: not ours; 0: still held (by us or others);
+/// writer set; ARGV owner, wake-all, wake-one message, last (`1`: the owner's
+/// last read hold in its client — every read hold of it goes, a count above
+/// 1 being stale from a lost reply). nil: not ours; 0: still held (by us or others);
 /// 1: freed. The hash then lives as long as the longest remaining read
 /// hold; holds whose timeout keys expired (crashed readers) count for
 /// nothing, so the last live reader frees the lock.
@@ -117,6 +119,12 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return nil
 end
 local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if ARGV[4] == '1' then
+    for i = n + 1, 2, -1 do
+        redis.call('del', KEYS[3] .. ':' .. i)
+    end
+    n = 0
+end
 if n == 0 then
     redis.call('hdel', KEYS[1], ARGV[1])
 end
@@ -151,14 +159,15 @@ end
 return 1
 "#;
 
-/// Write release: KEYS hash, channel; ARGV write field, message. nil: not
-/// ours; 0: more write holds; 1: the write hold ended (the lock is free, or
+/// Write release: KEYS hash, channel; ARGV write field, message, last (`1`:
+/// the owner's last write hold in its client — a count above 1 is stale).
+/// nil: not ours; 0: more write holds; 1: the write hold ended (the lock is free, or
 /// the owner's read holds remain and it is a read lock now).
 const WRITE_RELEASE: &str = r#"
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return nil
 end
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+if ARGV[3] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
     return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])
@@ -264,6 +273,7 @@ impl RwScripts {
         con: &mut dyn ConnectionLike,
         key: &str,
         owner: &str,
+        last: bool,
     ) -> RedisResult<Option<bool>> {
         let mut others = String::with_capacity(key.len() + 2);
         push_tagged(&mut others, key);
@@ -277,6 +287,7 @@ impl RwScripts {
             .arg(owner)
             .arg(WAKE_ALL)
             .arg(WAKE_ONE)
+            .arg(if last { "1" } else { "0" })
             .invoke(con)?;
         Ok(freed.map(|n| n == 1))
     }
@@ -287,6 +298,7 @@ impl RwScripts {
         con: &mut dyn ConnectionLike,
         key: &str,
         field: &str,
+        last: bool,
     ) -> RedisResult<Option<bool>> {
         let freed: Option<i64> = self
             .write_release
@@ -294,6 +306,7 @@ impl RwScripts {
             .key(channel(key))
             .arg(field)
             .arg(WAKE_ALL)
+            .arg(if last { "1" } else { "0" })
             .invoke(con)?;
         Ok(freed.map(|n| n == 1))
     }
