@@ -333,6 +333,11 @@ impl LockClientBuilder {
             self.connect_timeout,
             socket_timeout,
             tls,
+            crate::names::acl_rules(
+                &self.key_prefix,
+                self.replicas.is_some(),
+                self.cluster.is_some(),
+            ),
         );
         let shared = Shared::new(Parts {
             id,

@@ -289,6 +289,27 @@ impl LockClient {
         self.shared.stats()
     }
 
+    /// The ACL rules a Redis user needs for this client: every command its
+    /// locks send (directly and inside their scripts), the keys of every lock
+    /// kind under its key prefix, and their channels — plus `WAIT` with
+    /// [`replicas`](crate::LockClientBuilder::replicas) and the cluster
+    /// commands for a cluster. What a [`Error::NoPermission`] lists. Pass them
+    /// after `ACL SETUSER <user> on ><password>`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::builder("redis://127.0.0.1/")
+    ///     .key_prefix("billing:")
+    ///     .build()?;
+    /// let rules = client.acl_rules();
+    /// assert!(rules.iter().any(|r| r == "~billing:*"));
+    /// assert!(rules.iter().any(|r| r == "+evalsha"));
+    /// # Ok(()) }
+    /// ```
+    pub fn acl_rules(&self) -> Vec<String> {
+        self.shared.acl_rules().to_vec()
+    }
+
     /// The acquire path for `options`, waiting until `deadline` (`None`: as
     /// long as it takes); `owned`: for an owner of its own.
     fn take<O>(

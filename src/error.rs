@@ -140,8 +140,11 @@ pub enum Error {
     },
 
     /// The Redis user may not run the commands a lock needs (`NOPERM`).
-    #[error("the redis user may not run the lock commands (NOPERM): grant it +evalsha +script|load +subscribe +unsubscribe +psubscribe +punsubscribe +publish +pubsub|numsub (and the commands the scripts call), keys ~<prefix>* ~redisson_lock_token:{{<prefix>* ~redisson_lock__channel:{{<prefix>* ~leasehold_line*{{<prefix>* (fair locks also ~redisson_lock_queue:{{<prefix>* ~redisson_lock_timeout:{{<prefix>* ~leasehold_fair:{{<prefix>*; read/write locks ~{{<prefix>* ~redisson_rwlock:{{<prefix>*) and channels &redisson_lock__channel:{{<prefix>* &leasehold_grant:{{<prefix>* (&redisson_rwlock:{{<prefix>*)")]
+    #[error("the redis user may not run the lock commands or use their keys and channels (NOPERM); grant it (ACL SETUSER <user> …): {rules}")]
     NoPermission {
+        /// The ACL rules leasehold needs, space-separated, for this client's
+        /// key prefix (the same as [`LockClient::acl_rules`](crate::LockClient::acl_rules)).
+        rules: String,
         /// The server's error.
         #[source]
         source: redis::RedisError,
@@ -309,6 +312,17 @@ impl Error {
         }
     }
 
+    /// A `NOPERM` names the ACL rules this client needs.
+    pub(crate) fn with_acl_rules(self, rules: &[String]) -> Self {
+        match self {
+            Error::NoPermission { source, .. } => Error::NoPermission {
+                rules: rules.join(" "),
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// Classifies an error of the `redis` crate met while working on `key`.
     pub(crate) fn from_redis(err: redis::RedisError, key: &str) -> Self {
         if is_wrongtype(&err) {
@@ -345,8 +359,11 @@ impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
         if is_auth_failure(&err) {
             Error::Auth { source: err }
-        } else if has_code(&err, "NOPERM") {
-            Error::NoPermission { source: err }
+        } else if has_code(&err, "NOPERM") || is_script_acl_refusal(&err) {
+            Error::NoPermission {
+                rules: "the rules LockClient::acl_rules() lists".into(),
+                source: err,
+            }
         } else if has_code(&err, "READONLY") {
             Error::ReadOnlyReplica { source: err }
         } else if has_code(&err, "OOM") {
@@ -412,6 +429,15 @@ fn is_wrongtype(err: &redis::RedisError) -> bool {
     // Inside a script Redis 7 keeps the original code ("WRONGTYPE … script: …");
     // older servers wrap it in an ERR whose text still names it.
     err.code() == Some("WRONGTYPE") || err.detail().is_some_and(|d| d.contains("WRONGTYPE"))
+}
+
+/// An ACL refusal of a command a script ran (Redis 7 words it without the
+/// NOPERM code: "The user executing the script can't publish to the channel
+/// …", "… can't access at least one of the keys …", "… can't run this
+/// command …").
+fn is_script_acl_refusal(err: &redis::RedisError) -> bool {
+    let said = |s: &str| s.contains("user executing the script can't");
+    err.detail().is_some_and(said) || said(&err.to_string())
 }
 
 /// The error's code, also when a script wrapped it (`ERR … NOPERM …` on

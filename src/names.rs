@@ -151,6 +151,91 @@ pub(crate) fn exact_pattern(channel: &str) -> String {
     s
 }
 
+/// Every command the lock path sends, directly or inside its scripts.
+const ACL_COMMANDS: &[&str] = &[
+    "+evalsha",
+    "+script|load",
+    "+ping",
+    "+subscribe",
+    "+unsubscribe",
+    "+psubscribe",
+    "+punsubscribe",
+    "+publish",
+    "+pubsub|numsub",
+    "+time",
+    "+exists",
+    "+get",
+    "+set",
+    "+psetex",
+    "+del",
+    "+pexpire",
+    "+pttl",
+    "+hexists",
+    "+hget",
+    "+hset",
+    "+hdel",
+    "+hincrby",
+    "+hlen",
+    "+hkeys",
+    "+lindex",
+    "+lpop",
+    "+lpush",
+    "+rpush",
+    "+lrem",
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    "+zcard",
+    "+zscore",
+];
+
+/// The ACL rules (`ACL SETUSER <user> on ><password> <rules…>`) a Redis user
+/// needs for every lock kind under `key_prefix`: the commands, the keys of
+/// each layout (lock, tokens, line, fair queue, read/write companions) and
+/// the channels. Both forms of each companion name are covered: `{<key>}`,
+/// and the key's own hash tag when it has braces. `replicas`: `WAIT` too;
+/// `cluster`: `CLUSTER SLOTS` and `ASKING`.
+pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<String> {
+    let p = key_prefix;
+    let mut rules: Vec<String> = ACL_COMMANDS.iter().map(|c| (*c).to_owned()).collect();
+    if replicas {
+        rules.push("+wait".into());
+    }
+    if cluster {
+        rules.extend(["+cluster|slots".into(), "+asking".into()]);
+    }
+    // Lock keys; read/write companions `{<key>}:…` (own tag: `<key>:…`).
+    rules.push(format!("~{p}*"));
+    rules.push(format!("~{{{p}*"));
+    let mut companion = |kind: char, name: &str| {
+        rules.push(format!("{kind}{name}:{{{p}*"));
+        if !p.is_empty() {
+            rules.push(format!("{kind}{name}:{p}*"));
+        }
+    };
+    for key in [
+        "redisson_lock__channel", // named among a release script's keys
+        "redisson_lock_token",
+        "leasehold_line",
+        "redisson_lock_queue",
+        "redisson_lock_timeout",
+        "leasehold_fair",
+        "redisson_rwlock",
+    ] {
+        companion('~', key);
+    }
+    for channel in [
+        "redisson_lock__channel",
+        "leasehold_grant",
+        "redisson_rwlock",
+    ] {
+        companion('&', channel);
+    }
+    rules
+}
+
 /// The first 8 hex digits of a client id: enough to tell clients apart in
 /// logs, not enough to forge an owner.
 pub(crate) fn short_id(id: &uuid::Uuid) -> String {
@@ -198,6 +283,66 @@ mod tests {
         assert_eq!(line_key("job"), "leasehold_line:{job}");
         assert_eq!(line_yield_key("a{t}b"), "leasehold_line:a{t}b:yield");
         assert_eq!(grant_channel("job", "9f1c"), "leasehold_grant:{job}:9f1c");
+    }
+
+    /// `*`-only glob, as Redis matches ACL key and channel patterns here.
+    fn glob(pattern: &str, s: &str) -> bool {
+        match pattern.split_once('*') {
+            None => pattern == s,
+            Some((head, rest)) => {
+                s.starts_with(head)
+                    && (0..=s.len() - head.len()).any(|i| {
+                        s.is_char_boundary(head.len() + i) && glob(rest, &s[head.len() + i..])
+                    })
+            }
+        }
+    }
+
+    #[test]
+    fn the_acl_rules_cover_every_key_and_channel_of_every_kind() {
+        for (prefix, name) in [
+            ("billing:", "inv:7"),
+            ("billing:", "{user:1}:cart"),
+            ("", "job"),
+        ] {
+            let rules = acl_rules(prefix, false, false);
+            let covered = |kind: char, s: &str| {
+                rules
+                    .iter()
+                    .any(|r| r.starts_with(kind) && glob(&r[1..], s))
+            };
+            let key = format!("{prefix}{name}");
+            let keys = [
+                key.clone(),
+                token_key(&key),
+                channel_name(&key),
+                line_key(&key),
+                format!("{}:u:1#3", line_key(&key)),
+                format!("{}:yield", line_key(&key)),
+                queue_key(&key),
+                timeout_key(&key),
+                fair_marks_key(&key),
+                rw_channel(&key),
+                format!("{}:1", timeout_prefix(&key, "u:1")),
+                writers_key(&key),
+            ];
+            for k in &keys {
+                assert!(covered('~', k), "key {k:?} not covered by {rules:?}");
+            }
+            for c in [
+                channel_name(&key),
+                waiter_channel(&key, "u:1"),
+                grant_channel(&key, "9f1c"),
+                rw_channel(&key),
+            ] {
+                assert!(covered('&', &c), "channel {c:?} not covered");
+            }
+            // And nothing outside the prefix.
+            if !prefix.is_empty() {
+                assert!(!covered('~', "other:x"));
+                assert!(!covered('~', &channel_name("other:x")));
+            }
+        }
     }
 
     #[test]

@@ -220,6 +220,11 @@ impl Shared {
         })
     }
 
+    /// The ACL rules this client needs.
+    pub(crate) fn acl_rules(&self) -> &[String] {
+        self.conns.acl_rules()
+    }
+
     /// Before an acquire of `owner` on `key`: undoes what a lost reply of
     /// its own there may have left (see `orphans`). Nothing to do — the usual
     /// case — costs one atomic load.
@@ -424,7 +429,11 @@ impl Shared {
         stats.waiters_queued = self.local.queued.load(Ordering::Relaxed);
         stats.waiters_parked += stats.waiters_queued;
         stats.handoffs = self.local.handoffs.load(Ordering::Relaxed);
-        (stats.subscriber_connected, stats.subscriber_connects) = self.notifier.health();
+        (
+            stats.subscriber_connected,
+            stats.subscriber_connects,
+            stats.subscriber_error,
+        ) = self.notifier.health();
         stats
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A snapshot of a client's counters, from
 /// [`LockClient::stats`](crate::LockClient::stats), for export to metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
     /// Watchdog leases being renewed now (reentrant holds count once).
@@ -33,6 +33,10 @@ pub struct Stats {
     /// Times the subscriber connected since the client was built (more than
     /// one: it reconnected).
     pub subscriber_connects: u64,
+    /// Why the subscriber last failed — to connect (until it connects), or to
+    /// subscribe (e.g. a `NOPERM` for the channels, until it reconnects). One
+    /// WARN is logged per outage, not per retry.
+    pub subscriber_error: Option<String>,
 }
 
 /// The live atomics behind [`Stats`] (the in-process queue keeps its own).
@@ -59,6 +63,7 @@ impl Counters {
             handoffs: 0,
             subscriber_connected: false,
             subscriber_connects: 0,
+            subscriber_error: None,
         }
     }
 }

@@ -119,12 +119,20 @@ pub(crate) trait Env {
     fn broadcasts(&self, sub: &Self::Sub) -> u64;
     /// Parks until woken by the rule, or `until`.
     fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
+    /// Whether Redis confirmed the subscription (the subscriber is
+    /// connected): only then does an unlock message reach the waiter.
+    fn listening(&self, sub: &Self::Sub) -> bool;
     /// Pauses during an outage until `until` (on `sub` when there is one, so
     /// a reconnect wakes it early).
     fn pause(&self, sub: Option<&Self::Sub>, until: Instant);
     /// How long continuous failure is ridden out before giving up.
     fn outage_limit(&self) -> Duration;
 }
+
+/// A waiter that cannot hear unlock messages retries after this long at
+/// first, doubling up to [`DEAF_RETRY_MAX`].
+const DEAF_RETRY_MIN: Duration = Duration::from_millis(100);
+const DEAF_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Waits for the lock `name` of `kind` until `deadline` (`None`: as long as
 /// it takes). `sub` is the subscription to start with (kept between waits by
@@ -148,6 +156,8 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
     let bounded = deadline.is_some_and(|d| d > Instant::now());
     let mut outage = Outage::default();
     let mut late = 0;
+    // While unlock messages cannot reach us, retry this often (growing).
+    let mut deaf = DEAF_RETRY_MIN;
     loop {
         // Wake-ups from here on are news to this attempt.
         let seen = match (sub.as_ref(), wake) {
@@ -205,14 +215,25 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
         if deadline.is_some_and(|d| d <= now) {
             return Ok(None); // `place` leaves a waiting place
         }
-        let wake_at = deadline_min(deadline, now.checked_add(cap).unwrap_or(now));
+        let mut wake_at = deadline_min(deadline, now.checked_add(cap).unwrap_or(now));
         let Some(s) = sub.as_ref() else {
             // Subscribe first, then retry: an unlock published (or a grant
             // made) between the attempt and the confirmation is caught by
-            // the retry.
-            *sub = Some(env.subscribe(&place.kind.channels(), wake_at));
+            // the retry. A subscriber that cannot connect holds us up no
+            // longer than a deaf waiter's retry.
+            let confirm_by = wake_at.min(now + DEAF_RETRY_MAX);
+            *sub = Some(env.subscribe(&place.kind.channels(), confirm_by));
             continue;
         };
+        if env.listening(s) {
+            deaf = DEAF_RETRY_MIN;
+        } else {
+            // No unlock message can wake us (the subscriber is not
+            // connected: an ACL, the network): retry at growing intervals,
+            // never a whole lease.
+            wake_at = wake_at.min(now + deaf);
+            deaf = (deaf * 2).min(DEAF_RETRY_MAX);
+        }
         env.park(s, wake, seen, wake_at);
         for grant in env.take_grants(s) {
             match place.kind.granted(&grant) {
@@ -338,6 +359,10 @@ impl Env for Live<'_> {
             Wake::OneOrAll => sub.wait_until_or_broadcast(seen, until),
         };
         parked.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn listening(&self, sub: &Subscription) -> bool {
+        sub.confirmed()
     }
 
     fn pause(&self, sub: Option<&Subscription>, until: Instant) {

@@ -170,118 +170,150 @@ fn an_acl_user_without_the_lock_commands_is_told_what_to_grant() {
     assert!(e.to_string().contains("+evalsha"), "{e}");
 }
 
-#[test]
-fn an_acl_user_limited_to_the_key_prefix_works() {
-    let server = RedisServer::start();
-    let mut admin = server.connection();
-    // Keys: the locks, their token counters, and their channels (the
-    // release script names the channel among its keys, as Redisson does).
+/// An ACL user for `prefix` with exactly the rules the client lists (what
+/// its `NOPERM` error names), without `client|setname`; its URL.
+fn acl_user(server: &RedisServer, name: &str, rules: &[String]) -> String {
     let mut acl = redis::cmd("ACL");
-    acl.arg("SETUSER").arg("billing").arg("on").arg(">pw");
-    acl.arg("~billing:*")
-        .arg("~redisson_lock_token:{billing:*")
-        .arg("~redisson_lock__channel:{billing:*")
-        .arg("&redisson_lock__channel:{billing:*")
-        // The line of waiting clients (three keys) and the grant channels.
-        .arg("~leasehold_line*{billing:*")
-        .arg("&leasehold_grant:{billing:*")
-        // Read/write locks: timeout keys and writer set, and their channel.
-        .arg("~{billing:*")
-        .arg("~redisson_rwlock:{billing:*")
-        .arg("&redisson_rwlock:{billing:*");
-    for cmd in [
-        "+evalsha",
-        "+script|load",
-        "+subscribe",
-        "+unsubscribe",
-        "+psubscribe",
-        "+punsubscribe",
-        "+publish",
-        "+pubsub|numsub",
-        "+ping",
-        "+exists",
-        "+hexists",
-        "+hset",
-        "+hincrby",
-        "+hget",
-        "+hdel",
-        "+pexpire",
-        "+pttl",
-        "+del",
-        "+get",
-        "+set",
-        "+time",
-        "+hlen",
-        "+hkeys",
-        "+zadd",
-        "+zrem",
-        "+zrange",
-        "+zremrangebyscore",
-        "+zcard",
-        "+zscore",
-        "+lindex",
-        "+lpop",
-        "+rpush",
-        "+lrem",
-        "+psetex",
-    ] {
-        acl.arg(cmd);
+    acl.arg("SETUSER")
+        .arg(name)
+        .arg("reset")
+        .arg("on")
+        .arg(">pw");
+    for rule in rules {
+        acl.arg(rule);
     }
-    let _: () = acl.query(&mut admin).unwrap();
-    let url = format!("redis://billing:pw@127.0.0.1:{}/", server.port());
-    let client = LockClient::builder(&url)
+    let _: () = acl.query(&mut server.connection()).unwrap();
+    format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
+}
+
+fn prefixed(url: &str) -> LockClient {
+    LockClient::builder(url)
         .key_prefix("billing:")
         .build()
-        .unwrap();
-    let g = client
-        .lock_with("invoice:7", LockOptions::new().fenced())
-        .unwrap();
-    assert!(g.fence().is_some());
-    g.unlock().unwrap();
-    // A plain waiter of another client under the same grants: it stands in
-    // line and is granted the lock on the holder's release.
-    let held = client.lock("invoice:8").unwrap();
-    let other = LockClient::builder(&url)
-        .key_prefix("billing:")
-        .build()
+        .unwrap()
+}
+
+#[test]
+fn an_acl_user_with_exactly_the_listed_rules_runs_every_lock_kind() {
+    let server = RedisServer::start();
+    let rules = prefixed(&server.url()).acl_rules();
+    let url = acl_user(&server, "billing", &rules);
+    let client = prefixed(&url);
+    let other = prefixed(&url);
+    // Every kind, taken by one client while a waiter of another client parks,
+    // then released: the waiter is woken at once (not after a retry or the
+    // lease), and nothing was refused on the way.
+    for (name, opts) in [
+        ("plain", LockOptions::new()),
+        ("fenced", LockOptions::new().fenced()),
+        ("fair", LockOptions::new().fair()),
+        ("fenced-fair", LockOptions::new().fair().fenced()),
+        ("write", LockOptions::new().write()),
+        ("read-then-write", LockOptions::new().read()),
+    ] {
+        let held = client.lock_with(name, opts).unwrap();
+        let waiting = if name == "read-then-write" {
+            LockOptions::new().write()
+        } else {
+            opts
+        };
+        let parked = other.stats().waiters_parked;
+        let waiter = {
+            let other = other.clone();
+            std::thread::spawn(move || {
+                let g = other.lock_with(name, waiting)?;
+                let fenced = g.fence().is_some();
+                g.unlock().map(|()| fenced)
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || other.stats().waiters_parked
+                > parked),
+            "{name}: the waiter parks"
+        );
+        let stats = other.stats();
+        assert!(stats.subscriber_connected, "{name}: {stats:?}");
+        assert_eq!(
+            stats.subscriber_error, None,
+            "{name}: something was refused"
+        );
+        let released = std::time::Instant::now();
+        held.unlock().unwrap();
+        let fenced = waiter.join().unwrap().unwrap();
+        assert_eq!(fenced, opts.is_fenced(), "{name}");
+        assert!(
+            released.elapsed() < Duration::from_millis(500),
+            "{name}: woken at once, not at a retry or the lease: {:?}",
+            released.elapsed()
+        );
+    }
+    let outside = LockClient::new(&url).unwrap();
+    let e = outside.lock("elsewhere").unwrap_err();
+    assert!(e.is_refused(), "a key outside the prefix is refused: {e:?}");
+    // The refusal names the rules of that client (no prefix: every key).
+    assert!(
+        e.to_string().contains(&outside.acl_rules().join(" ")),
+        "{e}"
+    );
+}
+
+/// A waiter whose subscriber cannot connect (here: Redis refuses new
+/// connections, `maxclients` reached) cannot be woken: it retries within a
+/// second instead of sleeping out the holder's lease, and `stats()` says why.
+#[test]
+fn waiters_whose_subscriber_cannot_connect_retry_within_a_second_not_a_lease() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let held = client.lock("deaf").unwrap();
+    // `other` opens its pooled connection; then no new connection is let in.
+    assert!(other.try_lock("deaf").unwrap().is_none());
+    let mut admin = server.connection();
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(clients.lines().count())
+        .query(&mut admin)
         .unwrap();
     let waiter = {
         let other = other.clone();
-        std::thread::spawn(move || other.lock("invoice:8").map(|g| g.unlock()))
+        std::thread::spawn(move || other.lock("deaf").map(|g| g.unlock()))
     };
-    assert!(eventually(Duration::from_secs(5), || other
-        .stats()
-        .waiters_parked
-        == 1));
-    // Its subscriber connected although the user may not CLIENT SETNAME.
-    assert!(other.stats().subscriber_connected, "{:?}", other.stats());
+    assert!(
+        eventually(Duration::from_secs(5), || other
+            .stats()
+            .subscriber_error
+            .is_some()),
+        "{:?}",
+        other.stats()
+    );
+    assert!(!other.stats().subscriber_connected);
+    std::thread::sleep(Duration::from_millis(1_500));
     let released = std::time::Instant::now();
     held.unlock().unwrap();
     assert!(matches!(waiter.join().unwrap(), Ok(Ok(()))));
     assert!(
-        released.elapsed() < Duration::from_millis(500),
-        "granted and woken at once, not at the next confirmation or the 30 s lease: {:?}",
+        released.elapsed() < Duration::from_millis(1_500),
+        "retried within a second, not after the 30 s lease: {:?}",
         released.elapsed()
     );
-    // A read/write lock under the same grants: two readers, then a writer
-    // that waits for them (writer set, channel) and gets in.
-    let r1 = client.read_lock("report").unwrap();
-    let r2 = LockClient::builder(&url)
-        .key_prefix("billing:")
-        .build()
-        .unwrap()
-        .read_lock("report")
-        .unwrap();
-    let writer = {
-        let client = client.clone();
-        std::thread::spawn(move || client.write_lock("report").map(drop))
-    };
-    std::thread::sleep(Duration::from_millis(100));
-    drop((r1, r2));
-    writer.join().unwrap().unwrap();
-    let outside = LockClient::new(&url).unwrap();
-    let e = outside.lock("elsewhere").unwrap_err();
-    assert!(e.is_refused(), "a key outside the prefix is refused: {e:?}");
+}
+
+/// A script's ACL refusal (a channel it may not publish to) is the same
+/// typed NOPERM error as a refused command.
+#[test]
+fn a_script_refused_by_the_acl_is_no_permission() {
+    let server = RedisServer::start();
+    let rules: Vec<String> = prefixed(&server.url())
+        .acl_rules()
+        .into_iter()
+        .filter(|r| !r.starts_with('&'))
+        .collect();
+    let client = prefixed(&acl_user(&server, "mute", &rules));
+    let g = client.lock("x").unwrap();
+    let e = g.unlock().unwrap_err();
+    assert!(matches!(e, leasehold::Error::NoPermission { .. }), "{e:?}");
 }
 
 #[test]

@@ -39,6 +39,8 @@ pub(crate) struct Connections {
     cluster: Option<ClusterPools>,
     /// How long a reply may take (named in a timeout error).
     socket_timeout: Duration,
+    /// The ACL rules the client needs (named in a `NOPERM` error).
+    acl_rules: Vec<String>,
 }
 
 impl Connections {
@@ -50,6 +52,7 @@ impl Connections {
         connect_timeout: Duration,
         socket_timeout: Duration,
         tls: TlsConfig,
+        acl_rules: Vec<String>,
     ) -> Self {
         let cluster = match &*target {
             Target::Cluster(router) => Some(ClusterPools {
@@ -65,7 +68,13 @@ impl Connections {
             pool: NodePool::new(target, pool_size, connect_timeout, socket_timeout, tls),
             cluster,
             socket_timeout,
+            acl_rules,
         }
+    }
+
+    /// The ACL rules the client needs (see `names::acl_rules`).
+    pub(crate) fn acl_rules(&self) -> &[String] {
+        &self.acl_rules
     }
 
     /// How long a new connection may take: the longest a waiter rides out
@@ -86,8 +95,10 @@ impl Connections {
         pool_wait: Option<Duration>,
         script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        self.send(key, pool_wait, script)
-            .map_err(|e| e.with_socket_timeout(self.socket_timeout))
+        self.send(key, pool_wait, script).map_err(|e| {
+            e.with_socket_timeout(self.socket_timeout)
+                .with_acl_rules(&self.acl_rules)
+        })
     }
 
     fn send<T>(

@@ -112,11 +112,13 @@ pub(crate) fn handshake(
     for i in 0..pipe.len() {
         let reply = parser.parse_value(&mut *stream)?;
         if let Err(e) = reply.extract_error() {
-            if named && i + 1 == pipe.len() {
-                tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
-            } else {
-                return Err(e); // AUTH or SELECT refused
+            // Only an ACL refusal of the name is harmless; anything else
+            // (AUTH or SELECT refused, a full server) fails the connection.
+            let refused_name = named && i + 1 == pipe.len() && e.code() == Some("NOPERM");
+            if !refused_name {
+                return Err(e);
             }
+            tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
         }
     }
     Ok(())

@@ -30,6 +30,17 @@
 //! When the connection drops, every waiter gets a permit (retry now), and once
 //! the channels are subscribed again on the new connection, again: a message
 //! lost in between costs at most one retry, never a whole lease.
+//!
+//! An ACL user may use only the channel patterns granted literally, so an
+//! exact pattern is refused unless it has `&*`: then unlock channels are
+//! subscribed directly (`PUBSUB NUMSUB` counts this client's waiters as other
+//! libraries', and releases yield to them now and then). A subscription
+//! Redis refuses otherwise is never confirmed; its waiters retry on their own
+//! (the wait loop), and `stats()` shows why.
+//!
+//! Files: this one keeps the book of channels and the waiters' side;
+//! `reader.rs` is the thread (connect, resubscribe, read, route); `connect.rs`
+//! opens its connection.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,9 +50,10 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 mod connect;
+mod reader;
 use crate::conn::stream::Stream;
 use crate::conn::TlsConfig;
-use redis::{ConnectionInfo, Value};
+use redis::ConnectionInfo;
 
 /// Writes a command on the shared socket; on failure shuts it down so the
 /// reader notices, reconnects and resubscribes.
@@ -90,6 +102,8 @@ struct Shared {
     connected: AtomicBool,
     /// Times it connected since the client was built.
     connects: AtomicU64,
+    /// Why it last failed to connect (cleared when it connects).
+    last_error: Mutex<Option<String>>,
 }
 
 /// What a waiter listens to.
@@ -124,13 +138,29 @@ struct State {
     lines: HashMap<String, String>,
     /// Write half of the live connection; `None` while disconnected.
     writer: Option<Stream>,
+    /// The (un)subscribe commands sent on it and not yet answered, in order:
+    /// what a refusal (an error reply) refers to.
+    sent: Sent,
+    /// Redis refused an exact `PSUBSCRIBE` pattern (an ACL user without
+    /// `&*` may use no pattern but the literal ones granted): unlock
+    /// channels are subscribed directly from then on.
+    no_patterns: bool,
     thread_started: bool,
     closed: bool,
 }
 
+/// (Un)subscribe commands in flight: the channel each serves, and whether it
+/// was a `PSUBSCRIBE`.
+type Sent = std::collections::VecDeque<(String, bool)>;
+
 struct Channel {
     /// The pattern that stands for the channel (a plain lock's).
     pattern: Option<String>,
+    /// The unlock channel is subscribed by its pattern (not directly).
+    by_pattern: bool,
+    /// Redis refused a subscription of it (NOPERM): nothing it waits for can
+    /// come, so it is never confirmed.
+    refused: bool,
     /// The plain lock key it serves.
     key: Option<String>,
     /// The client's grant channel (a plain lock's).
@@ -175,6 +205,8 @@ impl Channel {
         };
         Channel {
             pattern,
+            by_pattern: false,
+            refused: false,
             key,
             grant,
             refs: 0,
@@ -196,34 +228,65 @@ impl Channel {
     }
 
     /// Appends the commands that (un)subscribe everything this channel
-    /// listens to; returns how many acknowledgements they bring.
-    fn commands(&self, name: &str, subscribe: bool, out: &mut Vec<u8>) -> u32 {
+    /// listens to, recording them in `sent`; returns how many
+    /// acknowledgements they bring. `patterns`: an unlock channel may be
+    /// subscribed by its exact pattern.
+    fn commands(
+        &mut self,
+        name: &str,
+        subscribe: bool,
+        patterns: bool,
+        out: &mut Vec<u8>,
+        sent: &mut Sent,
+    ) -> u32 {
         let (sub, psub) = if subscribe {
             ("SUBSCRIBE", "PSUBSCRIBE")
         } else {
             ("UNSUBSCRIBE", "PUNSUBSCRIBE")
         };
+        if subscribe {
+            self.refused = false;
+        }
+        let mut one = |cmd: &str, arg: &str, pattern: bool| {
+            redis::cmd(cmd).arg(arg).write_packed_command(out);
+            sent.push_back((name.to_owned(), pattern));
+        };
         match (&self.pattern, &self.grant) {
             (Some(pattern), Some(grant)) => {
-                redis::cmd(psub).arg(pattern).write_packed_command(out);
-                redis::cmd(sub).arg(grant).write_packed_command(out);
+                if subscribe {
+                    self.by_pattern = patterns;
+                }
+                if self.by_pattern {
+                    one(psub, pattern, true);
+                } else {
+                    one(sub, name, false);
+                }
+                one(sub, grant, false);
                 2
             }
             _ => {
-                redis::cmd(sub).arg(name).write_packed_command(out);
+                one(sub, name, false);
                 1
             }
         }
     }
 }
 
+/// The live connection's writing side: the socket, the commands in flight,
+/// whether exact patterns may be used.
+struct Link<'a> {
+    w: &'a mut Stream,
+    sent: &'a mut Sent,
+    patterns: bool,
+}
+
 /// Sends the commands that (un)subscribe channel `name`, counting the
 /// acknowledgements they bring.
-fn toggle(w: &mut Stream, name: &str, c: &mut Channel, subscribe: bool) {
+fn toggle(link: Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
     let mut bytes = Vec::new();
-    c.inflight += c.commands(name, subscribe, &mut bytes);
+    c.inflight += c.commands(name, subscribe, link.patterns, &mut bytes, link.sent);
     c.live = subscribe;
-    send(w, &bytes);
+    send(link.w, &bytes);
 }
 
 impl State {
@@ -250,14 +313,23 @@ impl State {
     /// Ends lingering subscriptions idle since before `cutoff`.
     fn sweep(&mut self, cutoff: Instant) {
         let State {
-            channels, writer, ..
+            channels,
+            writer,
+            sent,
+            no_patterns,
+            ..
         } = self;
         let Some(w) = writer else {
             return;
         };
         for (name, c) in channels.iter_mut() {
             if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
-                toggle(w, name, c, false);
+                let link = Link {
+                    w,
+                    sent,
+                    patterns: !*no_patterns,
+                };
+                toggle(link, name, c, false);
             }
         }
     }
@@ -286,6 +358,7 @@ impl Notifier {
                 thread_cv: Condvar::new(),
                 connected: AtomicBool::new(false),
                 connects: AtomicU64::new(0),
+                last_error: Mutex::new(None),
             }),
         }
     }
@@ -322,7 +395,11 @@ impl Notifier {
             st.channels.insert(channel.to_owned(), c);
         }
         let State {
-            channels, writer, ..
+            channels,
+            writer,
+            sent,
+            no_patterns,
+            ..
         } = &mut *st;
         let entry = channels
             .entry(channel.to_owned())
@@ -332,7 +409,14 @@ impl Notifier {
         let cv = Arc::clone(&entry.cv);
         if !entry.live {
             match writer {
-                Some(w) => toggle(w, channel, entry, true),
+                Some(w) => {
+                    let link = Link {
+                        w,
+                        sent,
+                        patterns: !*no_patterns,
+                    };
+                    toggle(link, channel, entry, true)
+                }
                 // The thread subscribes every registered channel when it connects.
                 None => {
                     entry.live = true;
@@ -398,10 +482,11 @@ impl Notifier {
 
     /// Whether the subscriber connection is up now, and how many times it
     /// connected so far.
-    pub(crate) fn health(&self) -> (bool, u64) {
+    pub(crate) fn health(&self) -> (bool, u64, Option<String>) {
         (
             self.shared.connected.load(Ordering::Relaxed),
             self.shared.connects.load(Ordering::Relaxed),
+            self.shared.last_error.lock().clone(),
         )
     }
 
@@ -432,7 +517,7 @@ impl Subscription {
             && st
                 .channels
                 .get(&self.channel)
-                .is_some_and(|c| c.refs > 0 && c.inflight == 0)
+                .is_some_and(|c| c.refs > 0 && c.inflight == 0 && !c.refused)
     }
 
     /// Unlock messages this client received on the channel so far.
@@ -530,7 +615,11 @@ impl Drop for Subscription {
             .filter(|c| c.refs == 0 && c.live)
             .count();
         let State {
-            channels, writer, ..
+            channels,
+            writer,
+            sent,
+            no_patterns,
+            ..
         } = &mut *st;
         let Some(c) = channels.get_mut(&self.channel) else {
             return;
@@ -544,220 +633,18 @@ impl Drop for Subscription {
         match writer {
             // Linger: the next waiter finds it subscribed.
             Some(_) if lingering < LINGER_MAX => c.idle_since = Some(Instant::now()),
-            Some(w) => toggle(w, &self.channel, c, false),
+            Some(w) => {
+                let link = Link {
+                    w,
+                    sent,
+                    patterns: !*no_patterns,
+                };
+                toggle(link, &self.channel, c, false)
+            }
             None => c.live = false,
         }
         if !c.live && c.inflight == 0 {
             st.remove(&self.channel);
         }
-    }
-}
-
-impl Shared {
-    /// The subscriber thread: connect, resubscribe, read until the connection
-    /// breaks, repeat with backoff; exit when the client is gone.
-    fn run(self: Arc<Self>) {
-        let mut backoff = BACKOFF_MIN;
-        loop {
-            match self.connect() {
-                Ok((reader, writer)) => {
-                    if !self.install(writer) {
-                        return;
-                    }
-                    backoff = BACKOFF_MIN;
-                    self.read_loop(reader);
-                    if !self.disconnected() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, addr = ?self.info.addr(), "leasehold: subscriber could not connect; waiters retry when the holder's lease runs out");
-                }
-            }
-            let mut st = self.state.lock();
-            if !st.closed {
-                self.thread_cv.wait_for(&mut st, backoff);
-            }
-            // Reconnect only while someone waits: an idle client keeps no retry loop.
-            while !st.closed && !st.channels.values().any(|c| c.refs > 0) {
-                self.thread_cv.wait(&mut st);
-            }
-            if st.closed {
-                return;
-            }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
-        }
-    }
-
-    /// Makes `writer` the live connection and subscribes every channel that has
-    /// waiters. Returns false when the client was closed meanwhile.
-    fn install(&self, mut writer: Stream) -> bool {
-        let mut st = self.state.lock();
-        if st.closed {
-            writer.shutdown();
-            return false;
-        }
-        let idle: Vec<String> = st
-            .channels
-            .iter()
-            .filter(|(_, c)| c.refs == 0)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in idle {
-            st.remove(&name);
-        }
-        let mut bytes = Vec::new();
-        for (name, c) in st.channels.iter_mut() {
-            c.inflight = c.commands(name, true, &mut bytes);
-            c.live = true;
-        }
-        if !bytes.is_empty() {
-            send(&mut writer, &bytes);
-        }
-        st.writer = Some(writer);
-        self.connected.store(true, Ordering::Relaxed);
-        self.connects.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
-    /// Forgets the broken connection and wakes every waiter to retry at once.
-    /// Returns false when the client is closed (the thread should exit).
-    fn disconnected(&self) -> bool {
-        self.connected.store(false, Ordering::Relaxed);
-        let mut st = self.state.lock();
-        if let Some(w) = st.writer.take() {
-            w.shutdown();
-        }
-        for c in st.channels.values_mut() {
-            c.inflight = 0;
-            c.live = false;
-            // Retry now, and again once subscribed on the next connection:
-            // messages published in between are lost.
-            c.resync = true;
-            c.wake_all();
-        }
-        let idle: Vec<String> = st
-            .channels
-            .iter()
-            .filter(|(_, c)| c.refs == 0)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in idle {
-            st.remove(&name);
-        }
-        !st.closed
-    }
-
-    fn read_loop(&self, mut reader: Stream) {
-        let mut parser = redis::Parser::new();
-        let mut heard = Instant::now();
-        let mut pinged = false;
-        loop {
-            match parser.parse_value(&mut reader) {
-                Ok(value) => {
-                    heard = Instant::now();
-                    pinged = false;
-                    self.handle(value);
-                }
-                Err(e) if e.is_timeout() => {
-                    let now = Instant::now();
-                    let mut st = self.state.lock();
-                    st.sweep(now.checked_sub(LINGER).unwrap_or(now));
-                    if now.duration_since(heard) < KEEPALIVE {
-                        continue;
-                    }
-                    if pinged {
-                        return; // a second silent period: dead
-                    }
-                    match st.writer.as_mut() {
-                        Some(w) => send(w, &redis::cmd("PING").get_packed_command()),
-                        None => return,
-                    }
-                    heard = now;
-                    pinged = true;
-                }
-                Err(e) => {
-                    if !self.state.lock().closed {
-                        tracing::debug!(error = %e, "leasehold: subscriber connection lost; reconnecting");
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    fn handle(&self, value: Value) {
-        let items = match value {
-            Value::Array(items) => items,
-            Value::Push { data, .. } => data,
-            _ => return,
-        };
-        let (Some(kind), Some(wire)) = (items.first(), items.get(1)) else {
-            return;
-        };
-        let (Some(kind), Some(wire)) = (as_bytes(kind), as_bytes(wire)) else {
-            return;
-        };
-        let Ok(wire) = std::str::from_utf8(wire) else {
-            return;
-        };
-        let mut st = self.state.lock();
-        let name = st.route(wire).to_owned();
-        match kind {
-            b"message" | b"pmessage" => {
-                let payload = items.get(if kind == b"pmessage" { 3 } else { 2 });
-                let payload = payload.and_then(as_bytes).unwrap_or_default();
-                let Some(c) = st.channels.get_mut(&name) else {
-                    return;
-                };
-                if kind == b"message" && payload.contains(&b'#') {
-                    // A grant (a plain lock's grant channel, a fair waiter's
-                    // own channel): for the waiter to take (and check) when
-                    // it wakes; nobody waits → its place is gone already.
-                    if c.refs > 0 && c.grants.len() < GRANTS_MAX {
-                        c.grants.push(payload.to_vec());
-                        c.permits = (c.permits + 1).min(c.refs);
-                        c.cv.notify_all();
-                    }
-                    return;
-                }
-                // `1` (a write unlock of a read/write lock, Redisson's
-                // READ_UNLOCK_MESSAGE) wakes every waiter; anything else one.
-                c.messages += 1;
-                if payload == b"1" {
-                    c.broadcasts += 1;
-                    c.cv.notify_all();
-                } else if c.refs > 0 {
-                    c.permits = (c.permits + 1).min(c.refs);
-                    c.cv.notify_all();
-                }
-            }
-            b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" => {
-                let Some(c) = st.channels.get_mut(&name) else {
-                    return;
-                };
-                c.inflight = c.inflight.saturating_sub(1);
-                if c.inflight > 0 {
-                    return;
-                }
-                if c.refs == 0 && !c.live {
-                    st.remove(&name);
-                } else if c.resync && c.refs > 0 {
-                    c.resync = false;
-                    c.wake_all();
-                } else {
-                    c.cv.notify_all(); // the subscriber waiting for confirmation
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-fn as_bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
     }
 }

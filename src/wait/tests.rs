@@ -125,6 +125,8 @@ struct Fake {
     outage_limit: Duration,
     grants: RefCell<VecDeque<Vec<&'static [u8]>>>,
     delivered: RefCell<Vec<Vec<u8>>>,
+    /// The subscription is not confirmed (the subscriber cannot connect).
+    deaf: bool,
 }
 
 impl Fake {
@@ -170,6 +172,10 @@ impl Env for Fake {
                 .extend(grants.into_iter().map(<[u8]>::to_vec)),
             None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
         }
+    }
+
+    fn listening(&self, _sub: &()) -> bool {
+        !self.deaf
     }
 
     fn pause(&self, sub: Option<&()>, until: Instant) {
@@ -228,6 +234,48 @@ fn a_held_lock_subscribes_then_retries_then_parks_for_the_cap() {
         ],
         "subscribe before the retry, permits cleared before every attempt after"
     );
+}
+
+/// A waiter whose subscription is not confirmed (the subscriber cannot
+/// connect: an ACL, a network problem) would never hear the unlock: it
+/// retries at growing intervals from 100 ms up to 1 s instead of sleeping
+/// out the holder's lease.
+#[test]
+fn a_waiter_that_cannot_hear_unlocks_retries_within_a_second_not_a_lease() {
+    let long = Duration::from_secs(30);
+    let mut kind = Scripted::new(vec![
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = Fake {
+        deaf: true,
+        ..fake()
+    };
+    let started = Instant::now();
+    assert_eq!(run(&mut kind, &env, None).unwrap(), Some(7));
+    let parks: Vec<String> = env
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("park"))
+        .collect();
+    assert_eq!(
+        parks,
+        [
+            "park One seen 0 ~100 ms",
+            "park One seen 0 ~200 ms",
+            "park One seen 0 ~400 ms",
+            "park One seen 0 ~800 ms",
+            "park One seen 0 ~1000 ms",
+        ]
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
 }
 
 #[test]

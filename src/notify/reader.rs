@@ -1,0 +1,299 @@
+//! The subscriber thread: connects (with backoff, one WARN per outage),
+//! resubscribes every channel with waiters, reads messages and routes them
+//! to their channel's waiters (permits, wake-alls, grants), and handles
+//! Redis refusing a subscription (an exact pattern: subscribe the channel
+//! itself; anything else: its waiters retry on their own).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use redis::Value;
+
+use super::*;
+
+impl Shared {
+    /// The subscriber thread: connect, resubscribe, read until the connection
+    /// breaks, repeat with backoff; exit when the client is gone.
+    pub(super) fn run(self: Arc<Self>) {
+        let mut backoff = BACKOFF_MIN;
+        // One WARN per outage, not one per retry.
+        let mut warned = false;
+        loop {
+            match self.connect() {
+                Ok((reader, writer)) => {
+                    if !self.install(writer) {
+                        return;
+                    }
+                    *self.last_error.lock() = None;
+                    if std::mem::take(&mut warned) {
+                        tracing::info!(addr = ?self.info.addr(), "leasehold: subscriber connected again; waiters are woken by unlock messages");
+                    }
+                    let since = Instant::now();
+                    self.read_loop(reader);
+                    if !self.disconnected() {
+                        return;
+                    }
+                    // A connection that broke at once (the server closes it
+                    // right after the handshake) backs off like a failure.
+                    if since.elapsed() >= BACKOFF_MAX {
+                        backoff = BACKOFF_MIN;
+                    }
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut warned, true) {
+                        tracing::warn!(error = %e, addr = ?self.info.addr(), "leasehold: subscriber could not connect; waiters retry every second at most until it does (see stats())");
+                    } else {
+                        tracing::debug!(error = %e, "leasehold: subscriber still cannot connect");
+                    }
+                    *self.last_error.lock() = Some(e.to_string());
+                }
+            }
+            let mut st = self.state.lock();
+            if !st.closed {
+                self.thread_cv.wait_for(&mut st, backoff);
+            }
+            // Reconnect only while someone waits: an idle client keeps no retry loop.
+            while !st.closed && !st.channels.values().any(|c| c.refs > 0) {
+                self.thread_cv.wait(&mut st);
+            }
+            if st.closed {
+                return;
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// Makes `writer` the live connection and subscribes every channel that has
+    /// waiters. Returns false when the client was closed meanwhile.
+    fn install(&self, mut writer: Stream) -> bool {
+        let mut st = self.state.lock();
+        if st.closed {
+            writer.shutdown();
+            return false;
+        }
+        let idle: Vec<String> = st
+            .channels
+            .iter()
+            .filter(|(_, c)| c.refs == 0)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in idle {
+            st.remove(&name);
+        }
+        let mut bytes = Vec::new();
+        let State {
+            channels,
+            sent,
+            no_patterns,
+            ..
+        } = &mut *st;
+        sent.clear();
+        for (name, c) in channels.iter_mut() {
+            c.inflight = c.commands(name, true, !*no_patterns, &mut bytes, sent);
+            c.live = true;
+        }
+        if !bytes.is_empty() {
+            send(&mut writer, &bytes);
+        }
+        st.writer = Some(writer);
+        self.connected.store(true, Ordering::Relaxed);
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Forgets the broken connection and wakes every waiter to retry at once.
+    /// Returns false when the client is closed (the thread should exit).
+    fn disconnected(&self) -> bool {
+        self.connected.store(false, Ordering::Relaxed);
+        let mut st = self.state.lock();
+        if let Some(w) = st.writer.take() {
+            w.shutdown();
+        }
+        for c in st.channels.values_mut() {
+            c.inflight = 0;
+            c.live = false;
+            // Retry now, and again once subscribed on the next connection:
+            // messages published in between are lost.
+            c.resync = true;
+            c.wake_all();
+        }
+        let idle: Vec<String> = st
+            .channels
+            .iter()
+            .filter(|(_, c)| c.refs == 0)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in idle {
+            st.remove(&name);
+        }
+        !st.closed
+    }
+
+    /// Redis refused the (un)subscribe command `what` (channel, pattern?).
+    /// An exact pattern (an ACL user without `&*` may use only the patterns
+    /// granted literally): the unlock channel is subscribed directly instead,
+    /// from now on for every lock (`PUBSUB NUMSUB` then counts this client's
+    /// waiters as other libraries' — releases yield to them now and then, as
+    /// they would to Redisson's). Anything else (NOPERM for the channel):
+    /// its waiters are never confirmed and retry on their own; one WARN.
+    fn refused(&self, st: &mut State, what: Option<(String, bool)>, error: String) {
+        let State {
+            channels,
+            writer,
+            sent,
+            no_patterns,
+            ..
+        } = st;
+        match what {
+            Some((name, true)) => {
+                if !std::mem::replace(no_patterns, true) {
+                    tracing::info!(error = %error, "leasehold: redis refused an exact channel pattern (ACL); subscribing to unlock channels directly");
+                }
+                let (Some(c), Some(w)) = (channels.get_mut(&name), writer.as_mut()) else {
+                    return;
+                };
+                c.inflight = c.inflight.saturating_sub(1);
+                c.by_pattern = false;
+                if c.live {
+                    let mut bytes = Vec::new();
+                    redis::cmd("SUBSCRIBE")
+                        .arg(&name)
+                        .write_packed_command(&mut bytes);
+                    sent.push_back((name, false));
+                    c.inflight += 1;
+                    send(w, &bytes);
+                }
+            }
+            other => {
+                if let Some(c) = other.and_then(|(name, _)| channels.get_mut(&name)) {
+                    c.inflight = c.inflight.saturating_sub(1);
+                    c.refused = true;
+                }
+                if self.last_error.lock().replace(error.clone()).is_none() {
+                    tracing::warn!(error = %error, "leasehold: redis refused a subscription; its waiters retry every second at most (see stats())");
+                }
+            }
+        }
+    }
+
+    fn read_loop(&self, mut reader: Stream) {
+        let mut parser = redis::Parser::new();
+        let mut heard = Instant::now();
+        let mut pinged = false;
+        loop {
+            match parser.parse_value(&mut reader) {
+                Ok(value) => {
+                    heard = Instant::now();
+                    pinged = false;
+                    self.handle(value);
+                }
+                Err(e) if e.is_timeout() => {
+                    let now = Instant::now();
+                    let mut st = self.state.lock();
+                    st.sweep(now.checked_sub(LINGER).unwrap_or(now));
+                    if now.duration_since(heard) < KEEPALIVE {
+                        continue;
+                    }
+                    if pinged {
+                        return; // a second silent period: dead
+                    }
+                    match st.writer.as_mut() {
+                        Some(w) => send(w, &redis::cmd("PING").get_packed_command()),
+                        None => return,
+                    }
+                    heard = now;
+                    pinged = true;
+                }
+                Err(e) => {
+                    if !self.state.lock().closed {
+                        tracing::debug!(error = %e, "leasehold: subscriber connection lost; reconnecting");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle(&self, value: Value) {
+        let items = match value {
+            Value::Array(items) => items,
+            Value::Push { data, .. } => data,
+            Value::ServerError(e) => {
+                let mut st = self.state.lock();
+                let refused = st.sent.pop_front();
+                self.refused(&mut st, refused, redis::RedisError::from(e).to_string());
+                return;
+            }
+            _ => return,
+        };
+        let (Some(kind), Some(wire)) = (items.first(), items.get(1)) else {
+            return;
+        };
+        let (Some(kind), Some(wire)) = (as_bytes(kind), as_bytes(wire)) else {
+            return;
+        };
+        let Ok(wire) = std::str::from_utf8(wire) else {
+            return;
+        };
+        let mut st = self.state.lock();
+        let name = st.route(wire).to_owned();
+        match kind {
+            b"message" | b"pmessage" => {
+                let payload = items.get(if kind == b"pmessage" { 3 } else { 2 });
+                let payload = payload.and_then(as_bytes).unwrap_or_default();
+                let Some(c) = st.channels.get_mut(&name) else {
+                    return;
+                };
+                if kind == b"message" && payload.contains(&b'#') {
+                    // A grant (a plain lock's grant channel, a fair waiter's
+                    // own channel): for the waiter to take (and check) when
+                    // it wakes; nobody waits → its place is gone already.
+                    if c.refs > 0 && c.grants.len() < GRANTS_MAX {
+                        c.grants.push(payload.to_vec());
+                        c.permits = (c.permits + 1).min(c.refs);
+                        c.cv.notify_all();
+                    }
+                    return;
+                }
+                // `1` (a write unlock of a read/write lock, Redisson's
+                // READ_UNLOCK_MESSAGE) wakes every waiter; anything else one.
+                c.messages += 1;
+                if payload == b"1" {
+                    c.broadcasts += 1;
+                    c.cv.notify_all();
+                } else if c.refs > 0 {
+                    c.permits = (c.permits + 1).min(c.refs);
+                    c.cv.notify_all();
+                }
+            }
+            b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" => {
+                st.sent.pop_front();
+                let Some(c) = st.channels.get_mut(&name) else {
+                    return;
+                };
+                c.inflight = c.inflight.saturating_sub(1);
+                if c.inflight > 0 {
+                    return;
+                }
+                if c.refs == 0 && !c.live {
+                    st.remove(&name);
+                } else if c.resync && c.refs > 0 {
+                    c.resync = false;
+                    c.wake_all();
+                } else {
+                    c.cv.notify_all(); // the subscriber waiting for confirmation
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn as_bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
