@@ -97,7 +97,9 @@
 //               tls       rustls for the subscriber socket (feature `tls`)
 //   protocol    protocol/ scripts and replies per kind (plain, fair, rwlock), one
 //                         dispatch on Kind; no threads, no pools
-//   conn        conn/     pools, targets (fixed, Sentinel), cluster routing, `run`
+//   conn        conn/     pools, targets (fixed, Sentinel), cluster routing, `run`;
+//                         our socket (`stream`: reads on after EINTR) and command
+//                         connection (`wire`), one handshake for all
 //   machinery   notify/   the shared pub/sub subscriber: lingering subscriptions,
 //                         unlock messages heard by pattern, grants kept per waiter
 //               renewal/  the watchdog thread: lease state, wheel, worker

@@ -305,6 +305,20 @@ impl State {
         }
     }
 
+    /// Forgets the channels nobody waits on (lingering ones, on a new or
+    /// lost connection: nothing to resubscribe them for).
+    fn forget_idle(&mut self) {
+        let idle: Vec<String> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| c.refs == 0)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in idle {
+            self.remove(&name);
+        }
+    }
+
     /// The channel a wire name (channel, pattern, grant channel) serves.
     fn route<'a>(&'a self, wire: &'a str) -> &'a str {
         self.routes.get(wire).map_or(wire, String::as_str)

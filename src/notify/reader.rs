@@ -72,15 +72,7 @@ impl Shared {
             writer.shutdown();
             return false;
         }
-        let idle: Vec<String> = st
-            .channels
-            .iter()
-            .filter(|(_, c)| c.refs == 0)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in idle {
-            st.remove(&name);
-        }
+        st.forget_idle();
         let mut bytes = Vec::new();
         let State {
             channels,
@@ -118,15 +110,7 @@ impl Shared {
             c.resync = true;
             c.wake_all();
         }
-        let idle: Vec<String> = st
-            .channels
-            .iter()
-            .filter(|(_, c)| c.refs == 0)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in idle {
-            st.remove(&name);
-        }
+        st.forget_idle();
         !st.closed
     }
 
