@@ -20,13 +20,14 @@ use support::{eventually, RedisServer};
 fn a_moved_owned_guard_keeps_its_thread_out_for_a_hundred_rounds() {
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
-    let (to_keeper, kept) = mpsc::channel::<(OwnedLockGuard, mpsc::Sender<()>)>();
-    // The keeper holds each guard it receives until told to drop it.
+    type Handed = (OwnedLockGuard, mpsc::Sender<()>, mpsc::Receiver<()>);
+    let (to_keeper, kept) = mpsc::channel::<Handed>();
+    // The keeper holds each guard it receives until told to let it go.
     let keeper = thread::spawn(move || {
-        for (guard, release) in kept {
-            release.send(()).unwrap();
+        for (guard, held, go) in kept {
             assert!(guard.is_held());
-            thread::sleep(Duration::from_millis(2));
+            held.send(()).unwrap();
+            go.recv().unwrap();
             guard
                 .unlock()
                 .expect("the moved guard unlocks on its new thread");
@@ -35,7 +36,8 @@ fn a_moved_owned_guard_keeps_its_thread_out_for_a_hundred_rounds() {
     for round in 0..100 {
         let guard = client.lock_owned("job").unwrap();
         let (held_tx, held_rx) = mpsc::channel();
-        to_keeper.send((guard, held_tx)).unwrap();
+        let (go_tx, go_rx) = mpsc::channel();
+        to_keeper.send((guard, held_tx, go_rx)).unwrap();
         held_rx.recv().unwrap(); // the keeper has it now
                                  // The worker thread (this one) runs the next job on the same name.
         let again = match round % 3 {
@@ -54,6 +56,7 @@ fn a_moved_owned_guard_keeps_its_thread_out_for_a_hundred_rounds() {
             "round {round}: this thread got in while the moved guard held the lock"
         );
         // Once the keeper lets go, this thread gets it (waiting for that).
+        go_tx.send(()).unwrap();
         let next = client
             .lock_with("job", LockOptions::new().wait(Duration::from_secs(10)))
             .unwrap();
