@@ -79,7 +79,7 @@ fn a_timed_out_acquire_leaves_no_hold_behind_once_redis_answers() {
         let took = resumed.elapsed();
         eprintln!("{kind}: the lost hold was undone {took:?} after the resume");
         assert!(
-            took < Duration::from_millis(1_500),
+            took < Duration::from_secs(1),
             "{kind}: undone after {took:?}"
         );
         // The waiting places of fair and write acquires are gone too.
