@@ -133,37 +133,56 @@ impl Orphans {
 }
 
 /// Live holds of fair, read and write locks in this client, by key and hash
-/// field: whether an acquire is its owner's first hold.
+/// field: whether an acquire is its owner's first hold, and a release its
+/// last. Looked up without allocating (the acquire and release paths).
 #[derive(Default)]
 pub(crate) struct Holds {
-    map: Mutex<HashMap<(String, String), u32>>,
+    map: Mutex<HashMap<String, HashMap<String, u32>>>,
 }
 
 impl Holds {
     pub(crate) fn add(&self, key: &str, field: &str) {
-        *self
-            .map
-            .lock()
-            .entry((key.to_owned(), field.to_owned()))
-            .or_insert(0) += 1;
-    }
-
-    pub(crate) fn remove(&self, key: &str, field: &str) {
         let mut map = self.map.lock();
-        let id = (key.to_owned(), field.to_owned());
-        if let Some(n) = map.get_mut(&id) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&id);
+        let fields = match map.get_mut(key) {
+            Some(fields) => fields,
+            None => map.entry(key.to_owned()).or_default(),
+        };
+        match fields.get_mut(field) {
+            Some(n) => *n += 1,
+            None => {
+                fields.insert(field.to_owned(), 1);
             }
         }
+    }
+
+    /// One hold fewer; true when it was the field's last.
+    pub(crate) fn remove(&self, key: &str, field: &str) -> bool {
+        let mut map = self.map.lock();
+        let Some(fields) = map.get_mut(key) else {
+            return true;
+        };
+        let last = match fields.get_mut(field) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                fields.remove(field);
+                true
+            }
+        };
+        if fields.is_empty() {
+            map.remove(key);
+        }
+        last
     }
 
     /// Whether `field` holds `key` through a live guard of this client.
     pub(crate) fn holds(&self, key: &str, field: &str) -> bool {
         self.map
             .lock()
-            .contains_key(&(key.to_owned(), field.to_owned()))
+            .get(key)
+            .is_some_and(|fields| fields.contains_key(field))
     }
 }
 
@@ -247,10 +266,10 @@ mod tests {
         let holds = Holds::default();
         holds.add("k", "o");
         holds.add("k", "o");
-        holds.remove("k", "o");
+        assert!(!holds.remove("k", "o"), "one hold remains");
         assert!(holds.holds("k", "o"));
         assert!(!holds.holds("k", "o:write"));
-        holds.remove("k", "o");
+        assert!(holds.remove("k", "o"), "the last");
         assert!(!holds.holds("k", "o"));
     }
 }

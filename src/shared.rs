@@ -211,12 +211,16 @@ impl Shared {
     /// True when a plain lock was granted to `owner` meanwhile: the caller
     /// releases it.
     pub(crate) fn leave(&self, kind: Kind, key: &str, owner: &str, place: Option<&str>) -> bool {
-        let left = self.conns.run(key, Some(self.socket_timeout), |con| {
-            self.scripts.leave(con, kind, key, owner, place)
-        });
-        left.unwrap_or_else(|e| {
+        self.leave_place(kind, key, owner, place).unwrap_or_else(|e| {
             tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; it expires by itself");
             false
+        })
+    }
+
+    /// Leaves `owner`'s waiting place; the error when Redis did not answer.
+    fn leave_place(&self, kind: Kind, key: &str, owner: &str, place: Option<&str>) -> Result<bool> {
+        self.conns.run(key, Some(self.socket_timeout), |con| {
+            self.scripts.leave(con, kind, key, owner, place)
         })
     }
 
@@ -267,10 +271,7 @@ impl Shared {
     /// release whatever hold it took (all of the owner's: it had none).
     fn undo(&self, o: &Orphan) -> Result<()> {
         let wait = Some(self.socket_timeout);
-        let granted = self.conns.run(&o.key, wait, |con| {
-            self.scripts
-                .leave(con, o.kind, &o.key, &o.owner, o.place.as_deref())
-        })?;
+        let granted = self.leave_place(o.kind, &o.key, &o.owner, o.place.as_deref())?;
         let field = protocol::hold_field(o.kind, &o.owner);
         let rel = Release {
             kind: o.kind,
@@ -386,8 +387,7 @@ impl Shared {
             successor: None,
         };
         if hold.kind != Kind::Plain {
-            self.holds.remove(&hold.key, &hold.field);
-            rel.last = !self.holds.holds(&hold.key, &hold.field);
+            rel.last = self.holds.remove(&hold.key, &hold.field);
             if hold.kind == Kind::Fair && hold.fence.is_some() {
                 self.fair_fence_release(&hold.key, &hold.field);
             }
