@@ -17,7 +17,7 @@ use crate::notify::Notifier;
 
 /// The socket timeout of a client whose watchdog lease is at least 9 s.
 const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
-use crate::options::check_lease;
+use crate::options::{check_lease, ShardedPubSub};
 use crate::renewal::Renewer;
 use crate::shared::{Parts, Shared};
 
@@ -49,6 +49,7 @@ pub struct LockClientBuilder {
     sentinel: Option<(Vec<String>, String)>,
     /// Seed node URLs of a Redis Cluster.
     cluster: Option<Vec<String>>,
+    sharded_pubsub: ShardedPubSub,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
 }
@@ -60,6 +61,17 @@ impl LockClientBuilder {
     #[cfg(feature = "tls")]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_cert = Some(pem.into());
+        self
+    }
+
+    /// Cluster only: sharded or classic pub/sub for unlock messages (see
+    /// [`ShardedPubSub`]). Defaults to [`ShardedPubSub::Auto`], as
+    /// Redisson ≥ 3.22.0: sharded on Redis ≥ 7. Redisson clients on the same
+    /// names must use the same: [`ShardedPubSub::Off`] beside Redisson
+    /// < 3.22.0 or `ShardedSubscriptionMode.OFF`. Ignored elsewhere (a
+    /// single server and Sentinel use classic pub/sub).
+    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
+        self.sharded_pubsub = mode;
         self
     }
 
@@ -269,6 +281,7 @@ impl LockClientBuilder {
                     seeds,
                     self.connect_timeout,
                     socket_timeout,
+                    self.sharded_pubsub,
                 )))
             }
             (None, None) => {
@@ -376,6 +389,7 @@ impl LockClient {
             replicas: None,
             sentinel: None,
             cluster: None,
+            sharded_pubsub: ShardedPubSub::Auto,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         }
@@ -385,8 +399,11 @@ impl LockClient {
     /// (any of them; the rest are found with `CLUSTER SLOTS`). Every lock
     /// command goes to the primary serving the lock key's slot — all keys
     /// and channels of one lock share it — following `MOVED` and `ASK`
-    /// during resharding; the renewal thread sends one batch per node; the
-    /// subscriber listens on any node (classic pub/sub reaches all). After a
+    /// during resharding; the renewal thread sends one batch per node. Unlock
+    /// messages use sharded pub/sub on Redis ≥ 7 (a subscriber per node that
+    /// serves a waited-on name, following the slot when it moves), classic
+    /// otherwise (one subscriber on any node); see
+    /// [`sharded_pubsub`](LockClientBuilder::sharded_pubsub). After a
     /// primary fails over, commands go to the promoted replica, and holds it
     /// did not have are reported lost by the next renewal.
     ///

@@ -196,7 +196,8 @@ const ACL_COMMANDS: &[&str] = &[
 /// each layout (lock, tokens, line, fair queue, read/write companions) and
 /// the channels. Both forms of each companion name are covered: `{<key>}`,
 /// and the key's own hash tag when it has braces. `replicas`: `WAIT` too;
-/// `cluster`: `CLUSTER SLOTS` and `ASKING`.
+/// `cluster`: `CLUSTER SLOTS`, `ASKING` and sharded pub/sub (`SPUBLISH`,
+/// `SSUBSCRIBE`, `SUNSUBSCRIBE`, `PUBSUB SHARDNUMSUB`, Redis ≥ 7).
 pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<String> {
     let p = key_prefix;
     let mut rules: Vec<String> = ACL_COMMANDS.iter().map(|c| (*c).to_owned()).collect();
@@ -204,7 +205,14 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
         rules.push("+wait".into());
     }
     if cluster {
-        rules.extend(["+cluster|slots".into(), "+asking".into()]);
+        rules.extend([
+            "+cluster|slots".into(),
+            "+asking".into(),
+            "+spublish".into(),
+            "+ssubscribe".into(),
+            "+sunsubscribe".into(),
+            "+pubsub|shardnumsub".into(),
+        ]);
     }
     // Lock keys; read/write companions `{<key>}:…` (own tag: `<key>:…`).
     rules.push(format!("~{p}*"));

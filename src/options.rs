@@ -14,6 +14,25 @@ pub const MAX_NAME_BYTES: usize = 64 * 1024;
 /// millisecond clock; 100 years is far from that and from any real use).
 pub const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// Whether a Redis Cluster client publishes unlock messages with sharded
+/// pub/sub (`SPUBLISH`, waiters `SSUBSCRIBE` on the node of the channel's
+/// slot) or classic pub/sub (`PUBLISH`, broadcast to every node) — chosen
+/// as Redisson's `ClusterServersConfig.shardedSubscriptionMode` chooses, so
+/// both libraries hear each other on the same names. Only clusters use it:
+/// a single server and Sentinel always use classic pub/sub (as Redisson).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardedPubSub {
+    /// Sharded when the cluster has it (Redis ≥ 7: `PUBSUB SHARDNUMSUB`
+    /// answers), classic otherwise — Redisson's default since 3.22.0.
+    #[default]
+    Auto,
+    /// Always sharded (the cluster must run Redis ≥ 7).
+    On,
+    /// Always classic: for deployments whose Redisson is older than 3.22.0
+    /// or configured with `ShardedSubscriptionMode.OFF`.
+    Off,
+}
+
 /// Which lock a hold is of (which scripts it needs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Kind {

@@ -18,7 +18,7 @@ use crate::local::{LocalLocks, Outcome};
 use crate::notify::Notifier;
 use crate::options::Kind;
 use crate::orphans::{Holds, Orphan, Orphans};
-use crate::protocol::{self, Attempt, Release, Released, Request, Scripts};
+use crate::protocol::{self, Attempt, PubSub, Release, Released, Request, Scripts};
 use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Stats;
 
@@ -29,6 +29,8 @@ pub(crate) struct Shared {
     owner_prefix: String,
     conns: Connections,
     scripts: Scripts,
+    /// The same scripts publishing with `SPUBLISH` (a cluster only).
+    sharded_scripts: Option<Scripts>,
     pub(crate) key_prefix: String,
     pub(crate) watchdog_lease: Duration,
     pub(crate) socket_timeout: Duration,
@@ -91,11 +93,13 @@ impl Drop for Shared {
 
 impl Shared {
     pub(crate) fn new(parts: Parts) -> Self {
+        let cluster = parts.conns.is_cluster();
         Shared {
             id: parts.id,
             owner_prefix: format!("{}:", parts.id),
             conns: parts.conns,
-            scripts: Scripts::new(),
+            sharded_scripts: cluster.then(|| Scripts::new(PubSub::Sharded)),
+            scripts: Scripts::new(PubSub::Classic),
             key_prefix: parts.key_prefix,
             watchdog_lease: parts.watchdog_lease,
             socket_timeout: parts.socket_timeout,
@@ -108,6 +112,15 @@ impl Shared {
             orphans: Orphans::default(),
             undoing: Mutex::new(false),
             holds: Holds::default(),
+        }
+    }
+
+    /// The scripts for the pub/sub in use (decided by the cluster's first
+    /// table read, which every command's routing does first).
+    fn scripts(&self) -> &Scripts {
+        match (self.conns.pubsub(), &self.sharded_scripts) {
+            (PubSub::Sharded, Some(sharded)) => sharded,
+            _ => &self.scripts,
         }
     }
 
@@ -151,7 +164,7 @@ impl Shared {
     /// the last local release, a second token is larger.
     pub(crate) fn attempt(&self, name: &str, req: &Request<'_>) -> Result<Attempt> {
         let (answer, unacked) = self.conns.run(req.key, None, |con| {
-            let answer = self.scripts.acquire(con, req)?;
+            let answer = self.scripts().acquire(con, req)?;
             let unacked = match answer {
                 Attempt::Acquired { .. } => self.unreplicated(con)?,
                 _ => None,
@@ -203,7 +216,7 @@ impl Shared {
         pool_wait: Option<Duration>,
     ) -> Result<Released> {
         self.conns
-            .run(rel.key, pool_wait, |con| self.scripts.release(con, rel))
+            .run(rel.key, pool_wait, |con| self.scripts().release(con, rel))
     }
 
     /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
@@ -220,7 +233,7 @@ impl Shared {
     /// Leaves `owner`'s waiting place; the error when Redis did not answer.
     fn leave_place(&self, kind: Kind, key: &str, owner: &str, place: Option<&str>) -> Result<bool> {
         self.conns.run(key, Some(self.socket_timeout), |con| {
-            self.scripts.leave(con, kind, key, owner, place)
+            self.scripts().leave(con, kind, key, owner, place)
         })
     }
 

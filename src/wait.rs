@@ -122,6 +122,9 @@ pub(crate) trait Env {
     /// Whether Redis confirmed the subscription (the subscriber is
     /// connected): only then does an unlock message reach the waiter.
     fn listening(&self, sub: &Self::Sub) -> bool;
+    /// Sharded pub/sub: whether the subscription is on a node that no
+    /// longer serves the channel's slot (subscribe again).
+    fn moved(&self, sub: &Self::Sub) -> bool;
     /// Pauses during an outage until `until` (on `sub` when there is one, so
     /// a reconnect wakes it early).
     fn pause(&self, sub: Option<&Self::Sub>, until: Instant);
@@ -158,6 +161,8 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
     let mut late = 0;
     // While unlock messages cannot reach us, retry this often (growing).
     let mut deaf = DEAF_RETRY_MIN;
+    // A subscription was dropped because its channel's slot moved.
+    let mut moved = false;
     loop {
         // Wake-ups from here on are news to this attempt.
         let seen = match (sub.as_ref(), wake) {
@@ -225,8 +230,20 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
             *sub = Some(env.subscribe(&place.kind.channels(), confirm_by));
             continue;
         };
+        if env.moved(s) {
+            // Sharded pub/sub, and the slot moved (a reshard, a failover):
+            // subscribe again on the node serving it now, after an attempt.
+            // At once the first time; if it keeps moving, as a deaf waiter.
+            *sub = None;
+            if std::mem::replace(&mut moved, true) {
+                env.pause(None, wake_at.min(now + deaf));
+                deaf = (deaf * 2).min(DEAF_RETRY_MAX);
+            }
+            continue;
+        }
         if env.listening(s) {
             deaf = DEAF_RETRY_MIN;
+            moved = false;
         } else {
             // No unlock message can wake us (the subscriber is not
             // connected: an ACL, the network): retry at growing intervals,
@@ -363,6 +380,10 @@ impl Env for Live<'_> {
 
     fn listening(&self, sub: &Subscription) -> bool {
         sub.confirmed()
+    }
+
+    fn moved(&self, sub: &Subscription) -> bool {
+        sub.moved()
     }
 
     fn pause(&self, sub: Option<&Subscription>, until: Instant) {

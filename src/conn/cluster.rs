@@ -14,12 +14,15 @@
 //! holds `EVALSHA`s — neither of which a cluster pipeline can carry — and it
 //! must see `MOVED` per renewal to keep a lease through a reshard.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+
+use crate::options::ShardedPubSub;
+use crate::protocol::PubSub;
 
 /// Slots in a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -66,7 +69,15 @@ pub(crate) struct Router {
     last_refresh: Mutex<Option<Instant>>,
     /// Rotates the node the subscriber tries first.
     next_node: AtomicUsize,
+    /// The pub/sub in use: [`UNKNOWN`] until the first table read probes
+    /// the cluster (for [`ShardedPubSub::Auto`]), then [`CLASSIC`] or
+    /// [`SHARDED`] for good (as Redisson decides once).
+    pubsub: AtomicU8,
 }
+
+const UNKNOWN: u8 = 0;
+const CLASSIC: u8 = 1;
+const SHARDED: u8 = 2;
 
 /// A table refresh at most this often (a burst of errors refreshes once).
 const REFRESH_EVERY: Duration = Duration::from_millis(100);
@@ -76,6 +87,7 @@ impl Router {
         seeds: Vec<ConnectionInfo>,
         connect_timeout: Duration,
         socket_timeout: Duration,
+        pubsub: ShardedPubSub,
     ) -> Self {
         Router {
             seeds,
@@ -84,6 +96,43 @@ impl Router {
             table: RwLock::new(vec![None; SLOTS]),
             last_refresh: Mutex::new(None),
             next_node: AtomicUsize::new(0),
+            pubsub: AtomicU8::new(match pubsub {
+                ShardedPubSub::Auto => UNKNOWN,
+                ShardedPubSub::On => SHARDED,
+                ShardedPubSub::Off => CLASSIC,
+            }),
+        }
+    }
+
+    /// The pub/sub the cluster's locks use. Decided by the first table read
+    /// (every command routes first); classic until then.
+    pub(crate) fn pubsub(&self) -> PubSub {
+        match self.pubsub.load(Ordering::Relaxed) {
+            SHARDED => PubSub::Sharded,
+            _ => PubSub::Classic,
+        }
+    }
+
+    /// The primary serving `key`'s slot as last read, without asking the
+    /// cluster.
+    pub(crate) fn known_node(&self, key: &str) -> Option<Arc<str>> {
+        self.table.read()[usize::from(key_slot(key.as_bytes()))].clone()
+    }
+
+    /// Forgets which node serves `key`'s slot (it left the node we knew):
+    /// the next command that needs it reads the table again.
+    pub(crate) fn forget_slot_of(&self, key: &str) {
+        let slot = usize::from(key_slot(key.as_bytes()));
+        self.table.write()[slot] = None;
+    }
+
+    /// The slot `slot` is served by `addr` now (a `MOVED` reply seen where
+    /// no command can be retried, e.g. on the subscriber): noted without
+    /// asking the cluster; the next command that routes through the slot
+    /// corrects it if needed.
+    pub(crate) fn note_moved(&self, slot: u16, addr: &str) {
+        if let Some(entry) = self.table.write().get_mut(usize::from(slot)) {
+            *entry = Some(Arc::from(addr));
         }
     }
 
@@ -140,6 +189,22 @@ impl Router {
         con.set_read_timeout(Some(self.socket_timeout))?;
         con.set_write_timeout(Some(self.socket_timeout))?;
         let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
+        if self.pubsub.load(Ordering::Relaxed) == UNKNOWN {
+            // Redisson's probe: sharded pub/sub when the node knows
+            // `PUBSUB SHARDNUMSUB` (Redis ≥ 7); any refusal means classic.
+            let probe: RedisResult<Value> = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(0)
+                .query(&mut con);
+            if let Err(e) = &probe {
+                if e.is_io_error() || e.is_timeout() {
+                    return Err(probe.unwrap_err());
+                }
+                tracing::info!(error = %e, "leasehold: the cluster has no sharded pub/sub (PUBSUB SHARDNUMSUB refused); using classic PUBLISH/SUBSCRIBE");
+            }
+            let mode = if probe.is_ok() { SHARDED } else { CLASSIC };
+            self.pubsub.store(mode, Ordering::Relaxed);
+        }
         let mut table = vec![None; SLOTS];
         for range in ranges {
             let Value::Array(parts) = range else { continue };

@@ -72,6 +72,19 @@ impl Connections {
         }
     }
 
+    /// Whether the locks live in a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The pub/sub the lock scripts use now (see [`Router::pubsub`]).
+    pub(crate) fn pubsub(&self) -> crate::protocol::PubSub {
+        match &self.cluster {
+            Some(c) => c.router.pubsub(),
+            None => crate::protocol::PubSub::Classic,
+        }
+    }
+
     /// The ACL rules the client needs (see `names::acl_rules`).
     pub(crate) fn acl_rules(&self) -> &[String] {
         &self.acl_rules

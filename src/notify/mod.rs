@@ -52,7 +52,8 @@ use parking_lot::{Condvar, Mutex};
 mod connect;
 mod reader;
 use crate::conn::stream::Stream;
-use crate::conn::TlsConfig;
+use crate::conn::{Router, Target, TlsConfig};
+use crate::protocol::PubSub;
 use redis::ConnectionInfo;
 
 /// Writes a command on the shared socket; on failure shuts it down so the
@@ -81,11 +82,21 @@ const SWEEP: Duration = Duration::from_millis(250);
 const GRANTS_MAX: usize = 16;
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// The shared subscriber of one client.
+/// The shared subscriber of one client: one connection (classic pub/sub),
+/// or one per cluster node that serves a waited-on channel (sharded).
 pub(crate) struct Notifier {
+    /// The classic subscriber (unused while a cluster shards).
     shared: Arc<Shared>,
+    /// A cluster: its router, and the sharded subscribers by node.
+    shards: Option<Shards>,
 }
 
+struct Shards {
+    router: Arc<Router>,
+    nodes: Mutex<HashMap<Arc<str>, Arc<Shared>>>,
+}
+
+/// One subscriber connection and its thread.
 struct Shared {
     /// The configured server (its address, user and password).
     info: ConnectionInfo,
@@ -104,6 +115,9 @@ struct Shared {
     connects: AtomicU64,
     /// Why it last failed to connect (cleared when it connects).
     last_error: Mutex<Option<String>>,
+    /// Sharded pub/sub: the cluster node this subscriber serves (it
+    /// `SSUBSCRIBE`s there) and the router told of a `MOVED` reply.
+    shard: Option<(Arc<str>, Arc<Router>)>,
 }
 
 /// What a waiter listens to.
@@ -145,6 +159,8 @@ struct State {
     /// `&*` may use no pattern but the literal ones granted): unlock
     /// channels are subscribed directly from then on.
     no_patterns: bool,
+    /// Sharded pub/sub (`SSUBSCRIBE`; no patterns).
+    sharded: bool,
     thread_started: bool,
     closed: bool,
 }
@@ -161,6 +177,10 @@ struct Channel {
     /// Redis refused a subscription of it (NOPERM): nothing it waits for can
     /// come, so it is never confirmed.
     refused: bool,
+    /// Sharded: its slot is served elsewhere now (`MOVED`, or Redis
+    /// unsubscribed it when the slot left): its waiters subscribe again on
+    /// the slot's node.
+    moved: bool,
     /// The plain lock key it serves.
     key: Option<String>,
     /// The client's grant channel (a plain lock's).
@@ -207,6 +227,7 @@ impl Channel {
             pattern,
             by_pattern: false,
             refused: false,
+            moved: false,
             key,
             grant,
             refs: 0,
@@ -227,6 +248,15 @@ impl Channel {
         self.cv.notify_all();
     }
 
+    /// Sharded: the slot is served by another node now; nothing of it comes
+    /// here any more. Its waiters wake and subscribe again (see
+    /// [`Subscription::moved`]).
+    fn slot_moved(&mut self) {
+        self.moved = true;
+        self.live = false;
+        self.wake_all();
+    }
+
     /// Appends the commands that (un)subscribe everything this channel
     /// listens to, recording them in `sent`; returns how many
     /// acknowledgements they bring. `patterns`: an unlock channel may be
@@ -235,15 +265,17 @@ impl Channel {
         &mut self,
         name: &str,
         subscribe: bool,
-        patterns: bool,
+        mode: Mode,
         out: &mut Vec<u8>,
         sent: &mut Sent,
     ) -> u32 {
-        let (sub, psub) = if subscribe {
-            ("SUBSCRIBE", "PSUBSCRIBE")
-        } else {
-            ("UNSUBSCRIBE", "PUNSUBSCRIBE")
+        let (sub, psub) = match (subscribe, mode.sharded) {
+            (true, false) => ("SUBSCRIBE", "PSUBSCRIBE"),
+            (false, false) => ("UNSUBSCRIBE", "PUNSUBSCRIBE"),
+            (true, true) => ("SSUBSCRIBE", ""),
+            (false, true) => ("SUNSUBSCRIBE", ""),
         };
+        let patterns = mode.patterns && !mode.sharded;
         if subscribe {
             self.refused = false;
         }
@@ -272,24 +304,39 @@ impl Channel {
     }
 }
 
+/// How a connection subscribes: whether exact patterns may be used, and
+/// whether it is a sharded subscriber.
+#[derive(Clone, Copy)]
+struct Mode {
+    patterns: bool,
+    sharded: bool,
+}
+
 /// The live connection's writing side: the socket, the commands in flight,
-/// whether exact patterns may be used.
+/// how it subscribes.
 struct Link<'a> {
     w: &'a mut Stream,
     sent: &'a mut Sent,
-    patterns: bool,
+    mode: Mode,
 }
 
 /// Sends the commands that (un)subscribe channel `name`, counting the
 /// acknowledgements they bring.
 fn toggle(link: Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
     let mut bytes = Vec::new();
-    c.inflight += c.commands(name, subscribe, link.patterns, &mut bytes, link.sent);
+    c.inflight += c.commands(name, subscribe, link.mode, &mut bytes, link.sent);
     c.live = subscribe;
     send(link.w, &bytes);
 }
 
 impl State {
+    fn mode(&self) -> Mode {
+        Mode {
+            patterns: !self.no_patterns,
+            sharded: self.sharded,
+        }
+    }
+
     /// Forgets channel `name` and the wire names that route to it.
     fn remove(&mut self, name: &str) {
         if let Some(c) = self.channels.remove(name) {
@@ -326,11 +373,11 @@ impl State {
 
     /// Ends lingering subscriptions idle since before `cutoff`.
     fn sweep(&mut self, cutoff: Instant) {
+        let mode = self.mode();
         let State {
             channels,
             writer,
             sent,
-            no_patterns,
             ..
         } = self;
         let Some(w) = writer else {
@@ -338,11 +385,7 @@ impl State {
         };
         for (name, c) in channels.iter_mut() {
             if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
-                let link = Link {
-                    w,
-                    sent,
-                    patterns: !*no_patterns,
-                };
+                let link = Link { w, sent, mode };
                 toggle(link, name, c, false);
             }
         }
@@ -351,30 +394,72 @@ impl State {
 
 impl Notifier {
     /// A notifier for the server of `info`; nothing connects until a waiter
-    /// subscribes. TLS addresses are refused by the caller beforehand.
+    /// subscribes. `target`: Sentinel's or a cluster's (where to connect;
+    /// a cluster also decides between classic and sharded pub/sub).
     pub(crate) fn new(
         info: &ConnectionInfo,
         client_name: String,
         connect_timeout: Duration,
         io_timeout: Duration,
         tls: TlsConfig,
-        target: Option<Arc<crate::conn::Target>>,
+        target: Option<Arc<Target>>,
     ) -> Self {
+        let shards = match target.as_deref() {
+            Some(Target::Cluster(router)) => Some(Shards {
+                router: Arc::clone(router),
+                nodes: Mutex::new(HashMap::new()),
+            }),
+            _ => None,
+        };
         Notifier {
-            shared: Arc::new(Shared {
-                info: info.clone(),
+            shared: Shared::new(
+                info.clone(),
                 client_name,
-                connect_timeout,
-                io_timeout,
+                (connect_timeout, io_timeout),
                 tls,
                 target,
-                state: Mutex::new(State::default()),
-                thread_cv: Condvar::new(),
-                connected: AtomicBool::new(false),
-                connects: AtomicU64::new(0),
-                last_error: Mutex::new(None),
-            }),
+                None,
+            ),
+            shards,
         }
+    }
+
+    /// The subscriber for `channel`: the classic one, or (a cluster with
+    /// sharded pub/sub) the one of the node serving its slot, started on
+    /// first use. `None`: sharded, and no node is known for the slot.
+    fn subscriber(&self, channel: &str) -> Option<Arc<Shared>> {
+        let Some(shards) = &self.shards else {
+            return Some(Arc::clone(&self.shared));
+        };
+        if shards.router.pubsub() != PubSub::Sharded {
+            return Some(Arc::clone(&self.shared));
+        }
+        let node = shards.router.node_for(channel).ok()?;
+        let mut nodes = shards.nodes.lock();
+        if let Some(s) = nodes.get(&node) {
+            return Some(Arc::clone(s));
+        }
+        let info = shards.router.info_for(&node)?;
+        let base = &self.shared;
+        let shared = Shared::new(
+            info,
+            base.client_name.clone(),
+            (base.connect_timeout, base.io_timeout),
+            base.tls.clone(),
+            None,
+            Some((Arc::clone(&node), Arc::clone(&shards.router))),
+        );
+        nodes.insert(node, Arc::clone(&shared));
+        Some(shared)
+    }
+
+    /// Every subscriber started so far.
+    fn all(&self) -> Vec<Arc<Shared>> {
+        let mut all = vec![Arc::clone(&self.shared)];
+        if let Some(shards) = &self.shards {
+            all.extend(shards.nodes.lock().values().cloned());
+        }
+        all
     }
 
     /// Registers interest in `listen` and waits until Redis has confirmed the
@@ -382,7 +467,108 @@ impl Notifier {
     /// capped by the holder's lease, so nothing hangs). A lingering
     /// subscription is confirmed already: no round trip.
     pub(crate) fn subscribe(&self, listen: Listen<'_>, confirm_by: Instant) -> Subscription {
-        let shared = &self.shared;
+        match self.subscriber(listen.channel()) {
+            Some(shared) => shared.subscribe(listen, confirm_by),
+            // Sharded, and the slot's node unknown (the cluster is down):
+            // a subscription that hears nothing and says so, so its waiter
+            // retries and subscribes again once the slot is served.
+            None => Subscription {
+                shared: Arc::clone(&self.shared),
+                channel: listen.channel().to_owned(),
+                cv: Arc::new(Condvar::new()),
+                stale: true,
+            },
+        }
+    }
+
+    /// The subscription of plain lock `key`'s waiters when it is still
+    /// confirmed (it lingers, or other waiters hold it): a waiter that takes
+    /// it before its first attempt hears everything after that attempt, so
+    /// it parks at once when the lock is held. No allocation when there is
+    /// none (classic pub/sub).
+    pub(crate) fn resume_line(&self, key: &str) -> Option<Subscription> {
+        let shared = match &self.shards {
+            Some(s) if s.router.pubsub() == PubSub::Sharded => {
+                self.subscriber(&crate::names::channel_name(key))?
+            }
+            _ => Arc::clone(&self.shared),
+        };
+        let mut st = shared.state.lock();
+        let channel = st.lines.get(key)?.clone();
+        Shared::resume_in(&shared, &mut st, &channel)
+    }
+
+    /// The subscription of `channel` when it is still confirmed (see
+    /// [`resume_line`](Self::resume_line)).
+    pub(crate) fn resume(&self, channel: &str) -> Option<Subscription> {
+        let shared = self.subscriber(channel)?;
+        let mut st = shared.state.lock();
+        Shared::resume_in(&shared, &mut st, channel)
+    }
+
+    /// Whether every subscriber with waiters is connected now, how many
+    /// times they connected so far, and why one last failed to.
+    pub(crate) fn health(&self) -> (bool, u64, Option<String>) {
+        let mut health = (true, 0, None);
+        for (i, s) in self.all().iter().enumerate() {
+            let connected = s.connected.load(Ordering::Relaxed);
+            let in_use = i == 0 || s.state.lock().channels.values().any(|c| c.refs > 0);
+            if in_use && !connected {
+                health.0 = false;
+            }
+            health.1 += s.connects.load(Ordering::Relaxed);
+            if health.2.is_none() {
+                health.2 = s.last_error.lock().clone();
+            }
+        }
+        health
+    }
+
+    /// Stops the subscriber threads: closes the sockets they read.
+    pub(crate) fn close(&self) {
+        for shared in self.all() {
+            let mut st = shared.state.lock();
+            st.closed = true;
+            if let Some(w) = st.writer.take() {
+                w.shutdown();
+            }
+            shared.thread_cv.notify_all();
+        }
+    }
+}
+
+impl Shared {
+    fn new(
+        info: ConnectionInfo,
+        client_name: String,
+        (connect_timeout, io_timeout): (Duration, Duration),
+        tls: TlsConfig,
+        target: Option<Arc<Target>>,
+        shard: Option<(Arc<str>, Arc<Router>)>,
+    ) -> Arc<Self> {
+        let state = State {
+            sharded: shard.is_some(),
+            ..State::default()
+        };
+        Arc::new(Shared {
+            info,
+            client_name,
+            connect_timeout,
+            io_timeout,
+            tls,
+            target,
+            state: Mutex::new(state),
+            thread_cv: Condvar::new(),
+            connected: AtomicBool::new(false),
+            connects: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            shard,
+        })
+    }
+
+    /// See [`Notifier::subscribe`].
+    fn subscribe(self: &Arc<Self>, listen: Listen<'_>, confirm_by: Instant) -> Subscription {
+        let shared = self;
         let channel = listen.channel();
         let mut st = shared.state.lock();
         if !st.thread_started && !st.closed {
@@ -408,11 +594,11 @@ impl Notifier {
             }
             st.channels.insert(channel.to_owned(), c);
         }
+        let mode = st.mode();
         let State {
             channels,
             writer,
             sent,
-            no_patterns,
             ..
         } = &mut *st;
         let entry = channels
@@ -422,15 +608,9 @@ impl Notifier {
         entry.idle_since = None;
         let cv = Arc::clone(&entry.cv);
         if !entry.live {
+            entry.moved = false;
             match writer {
-                Some(w) => {
-                    let link = Link {
-                        w,
-                        sent,
-                        patterns: !*no_patterns,
-                    };
-                    toggle(link, channel, entry, true)
-                }
+                Some(w) => toggle(Link { w, sent, mode }, channel, entry, true),
                 // The thread subscribes every registered channel when it connects.
                 None => {
                     entry.live = true;
@@ -458,25 +638,8 @@ impl Notifier {
             shared: Arc::clone(shared),
             channel: channel.to_owned(),
             cv,
+            stale: false,
         }
-    }
-
-    /// The subscription of plain lock `key`'s waiters when it is still
-    /// confirmed (it lingers, or other waiters hold it): a waiter that takes
-    /// it before its first attempt hears everything after that attempt, so
-    /// it parks at once when the lock is held. No allocation when there is
-    /// none.
-    pub(crate) fn resume_line(&self, key: &str) -> Option<Subscription> {
-        let mut st = self.shared.state.lock();
-        let channel = st.lines.get(key)?.clone();
-        Self::resume_in(&self.shared, &mut st, &channel)
-    }
-
-    /// The subscription of `channel` when it is still confirmed (see
-    /// [`resume_line`](Self::resume_line)).
-    pub(crate) fn resume(&self, channel: &str) -> Option<Subscription> {
-        let mut st = self.shared.state.lock();
-        Self::resume_in(&self.shared, &mut st, channel)
     }
 
     fn resume_in(shared: &Arc<Shared>, st: &mut State, channel: &str) -> Option<Subscription> {
@@ -491,27 +654,8 @@ impl Notifier {
             shared: Arc::clone(shared),
             channel: channel.to_owned(),
             cv: Arc::clone(&c.cv),
+            stale: false,
         })
-    }
-
-    /// Whether the subscriber connection is up now, and how many times it
-    /// connected so far.
-    pub(crate) fn health(&self) -> (bool, u64, Option<String>) {
-        (
-            self.shared.connected.load(Ordering::Relaxed),
-            self.shared.connects.load(Ordering::Relaxed),
-            self.shared.last_error.lock().clone(),
-        )
-    }
-
-    /// Stops the subscriber thread: closes the socket it reads.
-    pub(crate) fn close(&self) {
-        let mut st = self.shared.state.lock();
-        st.closed = true;
-        if let Some(w) = st.writer.take() {
-            w.shutdown();
-        }
-        self.shared.thread_cv.notify_all();
     }
 }
 
@@ -520,18 +664,43 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     cv: Arc<Condvar>,
+    /// Made without a subscriber (sharded, no node known for the slot).
+    stale: bool,
 }
 
 impl Subscription {
     /// Whether Redis has acknowledged this channel's subscription on the live
     /// connection (so it counts in `PUBSUB NUMSUB`).
     pub(crate) fn confirmed(&self) -> bool {
+        if self.moved() {
+            return false;
+        }
         let st = self.shared.state.lock();
         st.writer.is_some()
             && st
                 .channels
                 .get(&self.channel)
                 .is_some_and(|c| c.refs > 0 && c.inflight == 0 && !c.refused)
+    }
+
+    /// Sharded pub/sub: the channel's slot is served by another node now
+    /// (or was unknown when subscribing), so nothing published for it can
+    /// reach this subscription: its waiter should subscribe again.
+    pub(crate) fn moved(&self) -> bool {
+        if self.stale {
+            return true;
+        }
+        let Some((node, router)) = &self.shared.shard else {
+            return false;
+        };
+        let moved = self
+            .shared
+            .state
+            .lock()
+            .channels
+            .get(&self.channel)
+            .is_some_and(|c| c.moved);
+        moved || router.known_node(&self.channel).as_ref() != Some(node)
     }
 
     /// Unlock messages this client received on the channel so far.
@@ -622,17 +791,20 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if self.stale {
+            return;
+        }
         let mut st = self.shared.state.lock();
         let lingering = st
             .channels
             .values()
             .filter(|c| c.refs == 0 && c.live)
             .count();
+        let mode = st.mode();
         let State {
             channels,
             writer,
             sent,
-            no_patterns,
             ..
         } = &mut *st;
         let Some(c) = channels.get_mut(&self.channel) else {
@@ -646,15 +818,9 @@ impl Drop for Subscription {
         c.grants.clear();
         match writer {
             // Linger: the next waiter finds it subscribed.
-            Some(_) if lingering < LINGER_MAX => c.idle_since = Some(Instant::now()),
-            Some(w) => {
-                let link = Link {
-                    w,
-                    sent,
-                    patterns: !*no_patterns,
-                };
-                toggle(link, &self.channel, c, false)
-            }
+            Some(_) if lingering < LINGER_MAX && !c.moved => c.idle_since = Some(Instant::now()),
+            Some(_) if c.moved => c.live = false, // Redis dropped it already
+            Some(w) => toggle(Link { w, sent, mode }, &self.channel, c, false),
             None => c.live = false,
         }
         if !c.live && c.inflight == 0 {

@@ -74,15 +74,14 @@ impl Shared {
         }
         st.forget_idle();
         let mut bytes = Vec::new();
-        let State {
-            channels,
-            sent,
-            no_patterns,
-            ..
-        } = &mut *st;
+        let mode = st.mode();
+        let State { channels, sent, .. } = &mut *st;
         sent.clear();
         for (name, c) in channels.iter_mut() {
-            c.inflight = c.commands(name, true, !*no_patterns, &mut bytes, sent);
+            if c.moved {
+                continue; // its waiters subscribe on the slot's node
+            }
+            c.inflight = c.commands(name, true, mode, &mut bytes, sent);
             c.live = true;
         }
         if !bytes.is_empty() {
@@ -122,6 +121,23 @@ impl Shared {
     /// they would to Redisson's). Anything else (NOPERM for the channel):
     /// its waiters are never confirmed and retry on their own; one WARN.
     fn refused(&self, st: &mut State, what: Option<(String, bool)>, error: String) {
+        if let (Some((name, _)), Some((_, router))) = (&what, &self.shard) {
+            // `MOVED <slot> <host:port>` (sharded): the slot is served
+            // elsewhere; its waiters subscribe again there.
+            let mut words = error.split_whitespace();
+            let moved = words.position(|w| w == "MOVED").and_then(|_| {
+                let slot = words.next()?.parse::<u16>().ok()?;
+                Some((slot, words.next()?.to_owned()))
+            });
+            if let Some((slot, addr)) = moved {
+                router.note_moved(slot, &addr);
+                if let Some(c) = st.channels.get_mut(name) {
+                    c.inflight = c.inflight.saturating_sub(1);
+                    c.slot_moved();
+                }
+                return;
+            }
+        }
         let State {
             channels,
             writer,
@@ -223,13 +239,13 @@ impl Shared {
         let mut st = self.state.lock();
         let name = st.route(wire).to_owned();
         match kind {
-            b"message" | b"pmessage" => {
+            b"message" | b"pmessage" | b"smessage" => {
                 let payload = items.get(if kind == b"pmessage" { 3 } else { 2 });
                 let payload = payload.and_then(as_bytes).unwrap_or_default();
                 let Some(c) = st.channels.get_mut(&name) else {
                     return;
                 };
-                if kind == b"message" && payload.contains(&b'#') {
+                if kind != b"pmessage" && payload.contains(&b'#') {
                     // A grant (a plain lock's grant channel, a fair waiter's
                     // own channel): for the waiter to take (and check) when
                     // it wakes; nobody waits → its place is gone already.
@@ -251,7 +267,18 @@ impl Shared {
                     c.cv.notify_all();
                 }
             }
-            b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" => {
+            b"sunsubscribe" if st.channels.get(&name).is_none_or(|c| c.inflight == 0) => {
+                // Not asked for: the slot left this node (a reshard, a
+                // failover); its waiters subscribe again where it went.
+                if let Some(c) = st.channels.get_mut(&name) {
+                    c.slot_moved();
+                }
+                if let Some((_, router)) = &self.shard {
+                    router.forget_slot_of(&name);
+                }
+            }
+            b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" | b"ssubscribe"
+            | b"sunsubscribe" => {
                 st.sent.pop_front();
                 let Some(c) = st.channels.get_mut(&name) else {
                     return;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::millis;
+use super::{millis, PubSub};
 use super::plain::{mint_fn, GRANT_LEASE, UNLOCK_MESSAGE};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 
@@ -31,7 +31,7 @@ use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_k
 pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
 
 /// The server time in ms as `now`, and the places that expired dropped.
-const PURGE: &str = r#"
+pub(super) const PURGE: &str = r#"
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
@@ -54,7 +54,7 @@ end
 ///
 /// Fenced (a token counter in `KEYS[5]`): a first hold returns `{token}`, a
 /// reentrant one `{-1}` (it keeps the token of the outer hold).
-const ACQUIRE: &str = r#"
+pub(super) const ACQUIRE: &str = r#"
 local function first_hold()
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -111,7 +111,7 @@ return ttl
 /// place gone, the message its place (and a token minted for it when the
 /// place ends in `f`), so it needs no round trip — any other (Redisson's) by
 /// the unlock message, as Redisson's own release does.
-const RELEASE: &str = r#"
+pub(super) const RELEASE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
@@ -146,7 +146,7 @@ return 1
 /// wakes the next waiter so it does not wait for our place to expire.
 /// Returns 1 when the lock is set to the owner: a grant that came while its
 /// waiter gave up (the caller releases it).
-const CANCEL: &str = r#"
+pub(super) const CANCEL: &str = r#"
 local first = redis.call('lindex', KEYS[2], 0)
 redis.call('lrem', KEYS[2], 0, ARGV[2])
 redis.call('zrem', KEYS[3], ARGV[2])
@@ -178,11 +178,11 @@ pub(crate) struct FairScripts {
 }
 
 impl FairScripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(pubsub: PubSub) -> Self {
         FairScripts {
-            acquire: Script::new(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
-            release: Script::new(&format!("{PURGE}{}{RELEASE}", mint_fn!())),
-            cancel: Script::new(CANCEL),
+            acquire: pubsub.script(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
+            release: pubsub.script(&format!("{PURGE}{}{RELEASE}", mint_fn!())),
+            cancel: pubsub.script(CANCEL),
         }
     }
 

@@ -148,6 +148,37 @@ pub(crate) const LONGEST_PLACE: Duration = {
     }
 };
 
+/// How the scripts publish, and how waiters listen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PubSub {
+    /// `PUBLISH` / `SUBSCRIBE` (a single server, Sentinel, a cluster before
+    /// Redis 7 or with sharded pub/sub turned off).
+    Classic,
+    /// `SPUBLISH` / `SSUBSCRIBE` (a Redis 7 cluster, as Redisson ≥ 3.22 does
+    /// there): a message goes to the node of the channel's slot only, and
+    /// `PUBSUB SHARDNUMSUB` counts the waiters there.
+    Sharded,
+}
+
+impl PubSub {
+    /// The script `source` as this mode runs it. The sources are written
+    /// once, for classic pub/sub; the sharded variant is derived from them
+    /// (every `'publish'` becomes `'spublish'`, every `'numsub'` becomes
+    /// `'shardnumsub'`; a unit test checks that nothing else publishes).
+    pub(crate) fn script(self, source: &str) -> Script {
+        match self {
+            PubSub::Classic => Script::new(source),
+            PubSub::Sharded => Script::new(&Self::sharded(source)),
+        }
+    }
+
+    fn sharded(source: &str) -> String {
+        source
+            .replace("'publish'", "'spublish'")
+            .replace("'numsub'", "'shardnumsub'")
+    }
+}
+
 /// Every kind's scripts, hashed once per client.
 pub(crate) struct Scripts {
     plain: plain::PlainScripts,
@@ -156,11 +187,11 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(pubsub: PubSub) -> Self {
         Scripts {
-            plain: plain::PlainScripts::new(),
-            fair: fair::FairScripts::new(),
-            rw: rwlock::RwScripts::new(),
+            plain: plain::PlainScripts::new(pubsub),
+            fair: fair::FairScripts::new(pubsub),
+            rw: rwlock::RwScripts::new(pubsub),
         }
     }
 
@@ -309,6 +340,44 @@ mod tests {
         assert_eq!(millis(Duration::from_micros(10)), 1);
         assert_eq!(millis(Duration::from_secs(30)), 30_000);
         assert_eq!(millis(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn sharded_scripts_publish_and_count_only_sharded() {
+        let sources = [
+            plain::ACQUIRE,
+            plain::ACQUIRE_FENCED,
+            plain::RELEASE,
+            plain::LEAVE,
+            fair::PURGE,
+            fair::ACQUIRE,
+            fair::RELEASE,
+            fair::CANCEL,
+            rwlock::NOW,
+            rwlock::READ_ACQUIRE,
+            rwlock::WRITE_ACQUIRE,
+            rwlock::READ_RELEASE,
+            rwlock::WRITE_RELEASE,
+            rwlock::CANCEL_WRITER,
+        ];
+        let mut published = 0;
+        for source in sources {
+            let sharded = PubSub::sharded(source);
+            published += sharded.matches("'spublish'").count();
+            // No other way to publish or count subscribers is left behind.
+            let lower = sharded.to_lowercase();
+            assert_eq!(
+                lower.matches("publish").count(),
+                lower.matches("spublish").count(),
+                "{source}"
+            );
+            assert_eq!(
+                lower.matches("numsub").count(),
+                lower.matches("shardnumsub").count(),
+                "{source}"
+            );
+        }
+        assert!(published >= 8, "every release publishes: {published}");
     }
 
     #[test]

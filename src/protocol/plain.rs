@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::{evalsha, millis, run, token, unexpected, Released};
+use super::{evalsha, millis, run, token, unexpected, PubSub, Released};
 use crate::names::{channel_name, line_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
@@ -394,12 +394,12 @@ pub(crate) struct PlainScripts {
 }
 
 impl PlainScripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(pubsub: PubSub) -> Self {
         PlainScripts {
-            acquire: Script::new(ACQUIRE),
-            acquire_fenced: Script::new(ACQUIRE_FENCED),
-            release: Script::new(RELEASE),
-            leave: Script::new(LEAVE),
+            acquire: pubsub.script(ACQUIRE),
+            acquire_fenced: pubsub.script(ACQUIRE_FENCED),
+            release: pubsub.script(RELEASE),
+            leave: pubsub.script(LEAVE),
         }
     }
 

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::millis;
+use super::{millis, PubSub};
 use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
 
 /// How long a waiting writer's place in the writer set lasts without being
@@ -52,7 +52,7 @@ const WAKE_ONE: &str = "0";
 pub(crate) const WAKE_ALL: &str = "1";
 
 /// The server time in ms as `now`.
-const NOW: &str = r#"
+pub(super) const NOW: &str = r#"
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 "#;
@@ -60,7 +60,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 /// Read acquire: KEYS hash, own timeout prefix, writer set; ARGV lease,
 /// owner, owner's write field. nil when held; otherwise how long to wait at
 /// most (ms; -1: no expiry known).
-const READ_ACQUIRE: &str = r#"
+pub(super) const READ_ACQUIRE: &str = r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return redis.call('pttl', KEYS[1])
@@ -85,7 +85,7 @@ return nil
 /// Write acquire: KEYS hash, writer set; ARGV lease, write field, owner,
 /// writer intent ms. nil when held; -3 when the owner holds a read lock
 /// (an upgrade would wait for itself); otherwise how long to wait at most.
-const WRITE_ACQUIRE: &str = r#"
+pub(super) const WRITE_ACQUIRE: &str = r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
@@ -114,7 +114,7 @@ return redis.call('pttl', KEYS[1])
 /// 1: freed. The hash then lives as long as the longest remaining read
 /// hold; holds whose timeout keys expired (crashed readers) count for
 /// nothing, so the last live reader frees the lock.
-const READ_RELEASE: &str = r#"
+pub(super) const READ_RELEASE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return nil
 end
@@ -163,7 +163,7 @@ return 1
 /// the owner's last write hold in its client — a count above 1 is stale).
 /// nil: not ours; 0: more write holds; 1: the write hold ended (the lock is free, or
 /// the owner's read holds remain and it is a read lock now).
-const WRITE_RELEASE: &str = r#"
+pub(super) const WRITE_RELEASE: &str = r#"
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return nil
 end
@@ -183,7 +183,7 @@ return 1
 /// Cancel a writer's wait: KEYS hash, writer set, channel; ARGV write field.
 /// When no live writer waits any more and no writer holds, wake everyone:
 /// readers held back for the writer may go.
-const CANCEL_WRITER: &str = r#"
+pub(super) const CANCEL_WRITER: &str = r#"
 redis.call('zrem', KEYS[2], ARGV[1])
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 if redis.call('zcard', KEYS[2]) == 0 and redis.call('hget', KEYS[1], 'mode') ~= 'write' then
@@ -212,13 +212,13 @@ pub(crate) struct RwScripts {
 }
 
 impl RwScripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(pubsub: PubSub) -> Self {
         RwScripts {
-            read_acquire: Script::new(&format!("{NOW}{READ_ACQUIRE}")),
-            write_acquire: Script::new(&format!("{NOW}{WRITE_ACQUIRE}")),
-            read_release: Script::new(&format!("{NOW}{READ_RELEASE}")),
-            write_release: Script::new(WRITE_RELEASE),
-            cancel_writer: Script::new(&format!("{NOW}{CANCEL_WRITER}")),
+            read_acquire: pubsub.script(&format!("{NOW}{READ_ACQUIRE}")),
+            write_acquire: pubsub.script(&format!("{NOW}{WRITE_ACQUIRE}")),
+            read_release: pubsub.script(&format!("{NOW}{READ_RELEASE}")),
+            write_release: pubsub.script(WRITE_RELEASE),
+            cancel_writer: pubsub.script(&format!("{NOW}{CANCEL_WRITER}")),
         }
     }
 

@@ -2,7 +2,7 @@
 //! environment: no Redis, no notifier. Compiled only under #[cfg(test)] (see
 //! `wait.rs`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
 use super::*;
@@ -127,6 +127,9 @@ struct Fake {
     delivered: RefCell<Vec<Vec<u8>>>,
     /// The subscription is not confirmed (the subscriber cannot connect).
     deaf: bool,
+    /// How many of the subscriptions made are (sharded) on a node that no
+    /// longer serves the channel's slot, counted from the first.
+    moved: Cell<u32>,
 }
 
 impl Fake {
@@ -142,6 +145,10 @@ impl Env for Fake {
         self.log
             .borrow_mut()
             .push(format!("subscribe {}", channels.channel));
+        // Each new subscription after a move lands on the right node.
+        if self.moved.get() > 0 {
+            self.moved.set(self.moved.get() - 1);
+        }
     }
 
     fn take_grants(&self, _sub: &()) -> Vec<Vec<u8>> {
@@ -174,8 +181,12 @@ impl Env for Fake {
         }
     }
 
-    fn listening(&self, _sub: &()) -> bool {
-        !self.deaf
+    fn listening(&self, sub: &()) -> bool {
+        !self.deaf && !self.moved(sub)
+    }
+
+    fn moved(&self, _sub: &()) -> bool {
+        self.moved.get() > 0
     }
 
     fn pause(&self, sub: Option<&()>, until: Instant) {
@@ -276,6 +287,45 @@ fn a_waiter_that_cannot_hear_unlocks_retries_within_a_second_not_a_lease() {
         ]
     );
     assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+/// Sharded pub/sub: a subscription on a node that no longer serves the
+/// channel's slot (a reshard, a failover) hears nothing: the waiter drops
+/// it, attempts again and subscribes on the slot's node at once — and if
+/// that one moved too, again after a growing pause, never a lease.
+#[test]
+fn a_waiter_whose_channel_moved_subscribes_again_where_it_is_now() {
+    let long = Duration::from_secs(30);
+    let mut kind = Scripted::new(vec![
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Wait(long),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = fake();
+    // The first subscription is on the old node, and so is the next.
+    env.moved.set(3);
+    let started = Instant::now();
+    assert_eq!(run(&mut kind, &env, None).unwrap(), Some(6));
+    assert_eq!(
+        env.log(),
+        [
+            "subscribe chan",
+            "clear",
+            // moved: dropped, attempted again at once, subscribed again
+            "subscribe chan",
+            "clear",
+            // moved again: a pause first
+            "pause subscribed=false",
+            "subscribe chan",
+            "clear",
+        ]
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
 }
 
 #[test]
