@@ -510,9 +510,14 @@ impl Notifier {
     /// times they connected so far, and why one last failed to.
     pub(crate) fn health(&self) -> (bool, u64, Option<String>) {
         let mut health = (true, 0, None);
+        let classic = self
+            .shards
+            .as_ref()
+            .is_none_or(|s| s.router.pubsub() == PubSub::Classic);
         for (i, s) in self.all().iter().enumerate() {
             let connected = s.connected.load(Ordering::Relaxed);
-            let in_use = i == 0 || s.state.lock().channels.values().any(|c| c.refs > 0);
+            let in_use =
+                (i == 0 && classic) || s.state.lock().channels.values().any(|c| c.refs > 0);
             if in_use && !connected {
                 health.0 = false;
             }

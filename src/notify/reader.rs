@@ -272,6 +272,9 @@ impl Shared {
                 // failover); its waiters subscribe again where it went.
                 if let Some(c) = st.channels.get_mut(&name) {
                     c.slot_moved();
+                    if c.refs == 0 {
+                        st.remove(&name); // it lingered: nobody to tell
+                    }
                 }
                 if let Some((_, router)) = &self.shard {
                     router.forget_slot_of(&name);

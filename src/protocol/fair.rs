@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::{millis, PubSub};
 use super::plain::{mint_fn, GRANT_LEASE, UNLOCK_MESSAGE};
+use super::{millis, PubSub};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 
 /// How long a waiter's place in the queue lasts without being confirmed.

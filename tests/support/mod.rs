@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod redisson;
 
 use std::collections::HashMap;
 use std::net::TcpListener;

@@ -1,0 +1,235 @@
+//! Leasehold and Redisson on the same names (Redisson played on the wire by
+//! `support::redisson`): in a 3-primary Redis 7 cluster each side wakes the
+//! other's waiters by its unlock message — sharded pub/sub (`SPUBLISH` /
+//! `SSUBSCRIBE`, Redisson's default there since 3.22.0) and classic when
+//! forced — and the sharded subscription follows its slot through a
+//! reshard and a failover.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, ShardedPubSub};
+use support::redisson::{prefix_name, Redisson};
+use support::{eventually, RedisCluster};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn count_subscribers(url: &str, channel: &str, sharded: bool) -> i64 {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let sub = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg(sub)
+        .arg(channel)
+        .query::<Vec<(String, i64)>>(&mut con)
+        .unwrap()
+        .remove(0);
+    n
+}
+
+/// The middle of three delays.
+fn median(mut d: Vec<Duration>) -> Duration {
+    d.sort();
+    d[d.len() / 2]
+}
+
+#[test]
+fn cluster_wake_ups_cross_both_ways_with_sharded_and_with_forced_classic_pubsub() {
+    let cluster = RedisCluster::start(3, 0);
+    for (mode, sharded) in [(ShardedPubSub::Auto, true), (ShardedPubSub::Off, false)] {
+        let client = LockClient::cluster_builder(&cluster.urls())
+            .sharded_pubsub(mode)
+            .build()
+            .unwrap();
+        let (mut to_leasehold, mut to_redisson) = (Vec::new(), Vec::new());
+        for round in 0..3 {
+            let name = format!("mix:{sharded}:{round}");
+            let node = &cluster.nodes[cluster.primary_of_slot(cluster.keyslot(&name), 0)];
+            let channel = prefix_name("redisson_lock__channel", &name);
+            let mut java = Redisson::new(&node.url(), sharded);
+
+            // Redisson holds; a leasehold waiter parks; Redisson unlocks.
+            assert_eq!(java.try_lock(&name, LONG, 1), None);
+            let waiter = {
+                let (c, name) = (client.clone(), name.clone());
+                thread::spawn(move || {
+                    let g = c.lock(&name).unwrap();
+                    let at = Instant::now();
+                    drop(g);
+                    at
+                })
+            };
+            assert!(eventually(Duration::from_secs(5), || client
+                .stats()
+                .waiters_parked
+                == 1));
+            // Leasehold listens the way the mode says, on the slot's node.
+            assert_eq!(
+                count_subscribers(&node.url(), &channel, true),
+                i64::from(sharded),
+                "{mode:?}: SSUBSCRIBEd to the unlock channel"
+            );
+            thread::sleep(Duration::from_millis(30));
+            let unlocked = Instant::now();
+            assert_eq!(java.unlock(&name, 1), Some(true));
+            to_leasehold.push(waiter.join().unwrap() - unlocked);
+
+            // Leasehold holds; a Redisson waiter parks; leasehold unlocks.
+            let g = client.lock(&name).unwrap();
+            let java_waiter = {
+                let (url, name) = (node.url(), name.clone());
+                thread::spawn(move || {
+                    let mut java = Redisson::new(&url, sharded);
+                    let at = java.lock(&name, LONG, 2, Duration::from_secs(10));
+                    assert_eq!(java.unlock(&name, 2), Some(true));
+                    at.expect("the Redisson waiter got the lock")
+                })
+            };
+            assert!(eventually(Duration::from_secs(5), || count_subscribers(
+                &node.url(),
+                &channel,
+                sharded
+            ) >= 1));
+            thread::sleep(Duration::from_millis(30));
+            let unlocked = Instant::now();
+            g.unlock().unwrap();
+            to_redisson.push(java_waiter.join().unwrap() - unlocked);
+        }
+        // Woken by the message, not by a retry (a parked leasehold waiter
+        // retries every second to confirm its place; Redisson's after the
+        // holder's 30 s lease).
+        let (l, r) = (median(to_leasehold.clone()), median(to_redisson.clone()));
+        assert!(
+            l < Duration::from_millis(50),
+            "{mode:?}: leasehold woken {to_leasehold:?} after Redisson's unlock"
+        );
+        assert!(
+            r < Duration::from_millis(50),
+            "{mode:?}: Redisson woken {to_redisson:?} after leasehold's unlock"
+        );
+    }
+}
+
+/// A leasehold waiter parked on a Redisson-held name, in a sharded cluster:
+/// the slot moves (`redis-cli --cluster reshard`; Redis unsubscribes the
+/// channel's shard subscribers), then its primary dies (the replica takes
+/// over). Each time the waiter subscribes again where the slot is now and
+/// is woken by Redisson's `SPUBLISH` there — not by a retry, not a lease.
+#[test]
+fn a_sharded_waiter_follows_its_slot_through_a_reshard_and_a_failover() {
+    let cluster = RedisCluster::start(3, 1);
+    let primaries = cluster.primaries();
+    let (from, to) = (primaries[0], primaries[1]);
+    let slot = cluster.first_slot_of(from);
+    let name = (0..200_000)
+        .map(|i| format!("mix:moving:{i}"))
+        .find(|n| cluster.keyslot(n) == slot)
+        .unwrap();
+    let client = LockClient::cluster_builder(&cluster.urls())
+        .connect_timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    let park = |client: &LockClient| {
+        let (c, name) = (client.clone(), name.clone());
+        let waiter = thread::spawn(move || {
+            let g = c.lock(&name).unwrap();
+            let at = Instant::now();
+            drop(g);
+            at
+        });
+        assert!(eventually(Duration::from_secs(5), || client
+            .stats()
+            .waiters_parked
+            == 1));
+        waiter
+    };
+
+    // 1. Reshard the slot while the waiter is parked.
+    let mut java = Redisson::new(&cluster.nodes[from].url(), true);
+    assert_eq!(java.try_lock(&name, LONG, 1), None);
+    let waiter = park(&client);
+    let out = std::process::Command::new("redis-cli")
+        .args([
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{}", cluster.nodes[from].port()),
+        ])
+        .args(["--cluster-from", &cluster.node_id(from)])
+        .args(["--cluster-to", &cluster.node_id(to)])
+        .args(["--cluster-slots", "1", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "reshard failed");
+    assert!(eventually(Duration::from_secs(10), || cluster
+        .primary_of_slot(slot, from)
+        == to
+        && cluster.primary_of_slot(slot, to) == to));
+    let channel = prefix_name("redisson_lock__channel", &name);
+    assert!(
+        eventually(Duration::from_secs(3), || count_subscribers(
+            &cluster.nodes[to].url(),
+            &channel,
+            true
+        ) == 1),
+        "the waiter subscribed again on the slot's new node"
+    );
+    let mut java = Redisson::new(&cluster.nodes[to].url(), true);
+    thread::sleep(Duration::from_millis(100));
+    let unlocked = Instant::now();
+    assert_eq!(
+        java.unlock(&name, 1),
+        Some(true),
+        "the hold moved with its slot"
+    );
+    let woken = waiter.join().unwrap() - unlocked;
+    assert!(
+        woken < Duration::from_millis(200),
+        "after the reshard: woken {woken:?} after the unlock"
+    );
+
+    // 2. The slot's primary dies while the waiter is parked.
+    assert_eq!(java.try_lock(&name, LONG, 1), None);
+    let _: () = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2_000)
+        .query(&mut cluster.nodes[to].connection())
+        .unwrap();
+    let waiter = park(&client);
+    let replica = (0..cluster.nodes.len())
+        .find(|&i| {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut cluster.nodes[i].connection())
+                .unwrap();
+            info.contains("role:slave")
+                && info.contains(&format!("master_port:{}", cluster.nodes[to].port()))
+        })
+        .expect("the slot's primary's replica");
+    let mut cluster = cluster;
+    cluster.nodes[to].kill();
+    assert!(
+        eventually(Duration::from_secs(30), || cluster
+            .slot_ranges(replica)
+            .iter()
+            .any(|(a, b, n)| *n == replica && (*a..=*b).contains(&slot))),
+        "the replica was not promoted"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || count_subscribers(
+            &cluster.nodes[replica].url(),
+            &channel,
+            true
+        ) == 1),
+        "the waiter subscribed again on the promoted replica"
+    );
+    let mut java = Redisson::new(&cluster.nodes[replica].url(), true);
+    thread::sleep(Duration::from_millis(100));
+    let unlocked = Instant::now();
+    assert_eq!(java.unlock(&name, 1), Some(true), "the hold was replicated");
+    let woken = waiter.join().unwrap() - unlocked;
+    assert!(
+        woken < Duration::from_millis(200),
+        "after the failover: woken {woken:?} after the unlock"
+    );
+}
