@@ -100,8 +100,9 @@
 //   conn        conn/     pools, targets (fixed, Sentinel), cluster routing, `run`;
 //                         our socket (`stream`: reads on after EINTR) and command
 //                         connection (`wire`), one handshake for all
-//   machinery   notify/   the shared pub/sub subscriber: lingering subscriptions,
-//                         unlock messages heard by pattern, grants kept per waiter
+//   machinery   notify/   the shared pub/sub subscriber (per node when a cluster
+//                         shards): lingering subscriptions, unlock messages,
+//                         grants kept per waiter, slots that move
 //               renewal/  the watchdog thread: lease state, wheel, worker
 //               local/    the in-process queue and handoff
 //               orphans   acquires whose reply was lost, undone once Redis

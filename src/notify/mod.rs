@@ -1,7 +1,12 @@
 //! The shared pub/sub subscriber that wakes local waiters.
 //!
 //! One connection and one thread (`leasehold-sub`) per client, started the
-//! first time a waiter needs it. Waiters register a channel; subscriptions are
+//! first time a waiter needs it — or, in a cluster with sharded pub/sub
+//! (Redis ≥ 7, see `ShardedPubSub`), one per node that serves a waited-on
+//! channel's slot, which `SSUBSCRIBE`s there: a `MOVED` reply, a
+//! `sunsubscribe` nobody asked for (the slot left the node) or the router
+//! naming another node for the slot marks the subscription moved, and its
+//! waiters subscribe again where the slot is now (`Subscription::moved`). Waiters register a channel; subscriptions are
 //! reference-counted per channel, so a hundred threads waiting on one name
 //! cost one `SUBSCRIBE`. When the last one leaves, the subscription lingers
 //! for [`LINGER`] (at most [`LINGER_MAX`] of them) before the thread sends
@@ -38,9 +43,10 @@
 //! Redis refuses otherwise is never confirmed; its waiters retry on their own
 //! (the wait loop), and `stats()` shows why.
 //!
-//! Files: this one keeps the book of channels and the waiters' side;
-//! `reader.rs` is the thread (connect, resubscribe, read, route); `connect.rs`
-//! opens its connection.
+//! Files: this one keeps the book of channels and routes to the subscriber
+//! of a channel; `subscription.rs` is the waiters' side; `reader.rs` is the
+//! thread (connect, resubscribe, read, route); `connect.rs` opens its
+//! connection.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,10 +57,12 @@ use parking_lot::{Condvar, Mutex};
 
 mod connect;
 mod reader;
+mod subscription;
 use crate::conn::stream::Stream;
 use crate::conn::{Router, Target, TlsConfig};
 use crate::protocol::PubSub;
 use redis::ConnectionInfo;
+pub(crate) use subscription::Subscription;
 
 /// Writes a command on the shared socket; on failure shuts it down so the
 /// reader notices, reconnects and resubscribes.
@@ -661,175 +669,5 @@ impl Shared {
             cv: Arc::clone(&c.cv),
             stale: false,
         })
-    }
-}
-
-/// One waiter's interest in one channel; dropping it gives the interest back.
-pub(crate) struct Subscription {
-    shared: Arc<Shared>,
-    channel: String,
-    cv: Arc<Condvar>,
-    /// Made without a subscriber (sharded, no node known for the slot).
-    stale: bool,
-}
-
-impl Subscription {
-    /// Whether Redis has acknowledged this channel's subscription on the live
-    /// connection (so it counts in `PUBSUB NUMSUB`).
-    pub(crate) fn confirmed(&self) -> bool {
-        if self.moved() {
-            return false;
-        }
-        let st = self.shared.state.lock();
-        st.writer.is_some()
-            && st
-                .channels
-                .get(&self.channel)
-                .is_some_and(|c| c.refs > 0 && c.inflight == 0 && !c.refused)
-    }
-
-    /// Sharded pub/sub: the channel's slot is served by another node now
-    /// (or was unknown when subscribing), so nothing published for it can
-    /// reach this subscription: its waiter should subscribe again.
-    pub(crate) fn moved(&self) -> bool {
-        if self.stale {
-            return true;
-        }
-        let Some((node, router)) = &self.shared.shard else {
-            return false;
-        };
-        let moved = self
-            .shared
-            .state
-            .lock()
-            .channels
-            .get(&self.channel)
-            .is_some_and(|c| c.moved);
-        moved || router.known_node(&self.channel).as_ref() != Some(node)
-    }
-
-    /// Unlock messages this client received on the channel so far.
-    pub(crate) fn messages(&self) -> u64 {
-        let st = self.shared.state.lock();
-        st.channels.get(&self.channel).map_or(0, |c| c.messages)
-    }
-
-    /// Parks until the channel has received more than `seen` messages, the
-    /// connection drops, or `until`. Returns whether a message came.
-    pub(crate) fn wait_for_message_after(&self, seen: u64, until: Instant) -> bool {
-        let mut st = self.shared.state.lock();
-        loop {
-            match st.channels.get(&self.channel) {
-                Some(c) if c.messages > seen => return true,
-                Some(_) if st.writer.is_some() => {}
-                _ => return false, // disconnected: nothing will count
-            }
-            if self.cv.wait_until(&mut st, until).timed_out() {
-                return false;
-            }
-        }
-    }
-
-    /// Wake-all messages this client received on the channel so far.
-    pub(crate) fn broadcasts(&self) -> u64 {
-        let st = self.shared.state.lock();
-        st.channels.get(&self.channel).map_or(0, |c| c.broadcasts)
-    }
-
-    /// Parks until a wake-up permit (taken), a wake-all message after the
-    /// first `seen`, or `until`. Returns whether it was woken.
-    pub(crate) fn wait_until_or_broadcast(&self, seen: u64, until: Instant) -> bool {
-        let mut st = self.shared.state.lock();
-        loop {
-            if let Some(c) = st.channels.get_mut(&self.channel) {
-                if c.broadcasts > seen {
-                    return true;
-                }
-                if c.permits > 0 {
-                    c.permits -= 1;
-                    return true;
-                }
-            }
-            if self.cv.wait_until(&mut st, until).timed_out() {
-                return false;
-            }
-        }
-    }
-
-    /// Forgets wake-ups granted so far: called right before an attempt, which
-    /// sees everything those messages announced.
-    pub(crate) fn clear_permits(&self) {
-        if let Some(c) = self.shared.state.lock().channels.get_mut(&self.channel) {
-            c.permits = 0;
-        }
-    }
-
-    /// Takes the grants received so far (a plain lock's grant channel): the
-    /// messages, for the waiter to check that one names its place.
-    pub(crate) fn take_grants(&self) -> Vec<Vec<u8>> {
-        self.shared
-            .state
-            .lock()
-            .channels
-            .get_mut(&self.channel)
-            .map(|c| std::mem::take(&mut c.grants))
-            .unwrap_or_default()
-    }
-
-    /// Parks until an unlock message (or a reconnect) grants this waiter a
-    /// wake-up, or until `until`. Returns whether it was woken.
-    pub(crate) fn wait_until(&self, until: Instant) -> bool {
-        let mut st = self.shared.state.lock();
-        loop {
-            if let Some(c) = st.channels.get_mut(&self.channel) {
-                if c.permits > 0 {
-                    c.permits -= 1;
-                    return true;
-                }
-            }
-            if self.cv.wait_until(&mut st, until).timed_out() {
-                return false;
-            }
-        }
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if self.stale {
-            return;
-        }
-        let mut st = self.shared.state.lock();
-        let lingering = st
-            .channels
-            .values()
-            .filter(|c| c.refs == 0 && c.live)
-            .count();
-        let mode = st.mode();
-        let State {
-            channels,
-            writer,
-            sent,
-            ..
-        } = &mut *st;
-        let Some(c) = channels.get_mut(&self.channel) else {
-            return;
-        };
-        c.refs = c.refs.saturating_sub(1);
-        c.permits = c.permits.min(c.refs);
-        if c.refs > 0 {
-            return;
-        }
-        c.grants.clear();
-        match writer {
-            // Linger: the next waiter finds it subscribed.
-            Some(_) if lingering < LINGER_MAX && !c.moved => c.idle_since = Some(Instant::now()),
-            Some(_) if c.moved => c.live = false, // Redis dropped it already
-            Some(w) => toggle(Link { w, sent, mode }, &self.channel, c, false),
-            None => c.live = false,
-        }
-        if !c.live && c.inflight == 0 {
-            st.remove(&self.channel);
-        }
     }
 }

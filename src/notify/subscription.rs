@@ -1,0 +1,180 @@
+//! A waiter's side of a subscription: its interest in one channel (given
+//! back on drop, lingering), and how it parks, takes wake-ups and grants,
+//! and learns that its channel's slot moved (sharded pub/sub).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Condvar;
+
+use super::{toggle, Link, Shared, State, LINGER_MAX};
+
+/// One waiter's interest in one channel; dropping it gives the interest back.
+pub(crate) struct Subscription {
+    pub(super) shared: Arc<Shared>,
+    pub(super) channel: String,
+    pub(super) cv: Arc<Condvar>,
+    /// Made without a subscriber (sharded, no node known for the slot).
+    pub(super) stale: bool,
+}
+
+impl Subscription {
+    /// Whether Redis has acknowledged this channel's subscription on the live
+    /// connection (so it counts in `PUBSUB NUMSUB`).
+    pub(crate) fn confirmed(&self) -> bool {
+        if self.moved() {
+            return false;
+        }
+        let st = self.shared.state.lock();
+        st.writer.is_some()
+            && st
+                .channels
+                .get(&self.channel)
+                .is_some_and(|c| c.refs > 0 && c.inflight == 0 && !c.refused)
+    }
+
+    /// Sharded pub/sub: the channel's slot is served by another node now
+    /// (or was unknown when subscribing), so nothing published for it can
+    /// reach this subscription: its waiter should subscribe again.
+    pub(crate) fn moved(&self) -> bool {
+        if self.stale {
+            return true;
+        }
+        let Some((node, router)) = &self.shared.shard else {
+            return false;
+        };
+        let moved = self
+            .shared
+            .state
+            .lock()
+            .channels
+            .get(&self.channel)
+            .is_some_and(|c| c.moved);
+        moved || router.known_node(&self.channel).as_ref() != Some(node)
+    }
+
+    /// Unlock messages this client received on the channel so far.
+    pub(crate) fn messages(&self) -> u64 {
+        let st = self.shared.state.lock();
+        st.channels.get(&self.channel).map_or(0, |c| c.messages)
+    }
+
+    /// Parks until the channel has received more than `seen` messages, the
+    /// connection drops, or `until`. Returns whether a message came.
+    pub(crate) fn wait_for_message_after(&self, seen: u64, until: Instant) -> bool {
+        let mut st = self.shared.state.lock();
+        loop {
+            match st.channels.get(&self.channel) {
+                Some(c) if c.messages > seen => return true,
+                Some(_) if st.writer.is_some() => {}
+                _ => return false, // disconnected: nothing will count
+            }
+            if self.cv.wait_until(&mut st, until).timed_out() {
+                return false;
+            }
+        }
+    }
+
+    /// Wake-all messages this client received on the channel so far.
+    pub(crate) fn broadcasts(&self) -> u64 {
+        let st = self.shared.state.lock();
+        st.channels.get(&self.channel).map_or(0, |c| c.broadcasts)
+    }
+
+    /// Parks until a wake-up permit (taken), a wake-all message after the
+    /// first `seen`, or `until`. Returns whether it was woken.
+    pub(crate) fn wait_until_or_broadcast(&self, seen: u64, until: Instant) -> bool {
+        let mut st = self.shared.state.lock();
+        loop {
+            if let Some(c) = st.channels.get_mut(&self.channel) {
+                if c.broadcasts > seen {
+                    return true;
+                }
+                if c.permits > 0 {
+                    c.permits -= 1;
+                    return true;
+                }
+            }
+            if self.cv.wait_until(&mut st, until).timed_out() {
+                return false;
+            }
+        }
+    }
+
+    /// Forgets wake-ups granted so far: called right before an attempt, which
+    /// sees everything those messages announced.
+    pub(crate) fn clear_permits(&self) {
+        if let Some(c) = self.shared.state.lock().channels.get_mut(&self.channel) {
+            c.permits = 0;
+        }
+    }
+
+    /// Takes the grants received so far (a plain lock's grant channel): the
+    /// messages, for the waiter to check that one names its place.
+    pub(crate) fn take_grants(&self) -> Vec<Vec<u8>> {
+        self.shared
+            .state
+            .lock()
+            .channels
+            .get_mut(&self.channel)
+            .map(|c| std::mem::take(&mut c.grants))
+            .unwrap_or_default()
+    }
+
+    /// Parks until an unlock message (or a reconnect) grants this waiter a
+    /// wake-up, or until `until`. Returns whether it was woken.
+    pub(crate) fn wait_until(&self, until: Instant) -> bool {
+        let mut st = self.shared.state.lock();
+        loop {
+            if let Some(c) = st.channels.get_mut(&self.channel) {
+                if c.permits > 0 {
+                    c.permits -= 1;
+                    return true;
+                }
+            }
+            if self.cv.wait_until(&mut st, until).timed_out() {
+                return false;
+            }
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.stale {
+            return;
+        }
+        let mut st = self.shared.state.lock();
+        let lingering = st
+            .channels
+            .values()
+            .filter(|c| c.refs == 0 && c.live)
+            .count();
+        let mode = st.mode();
+        let State {
+            channels,
+            writer,
+            sent,
+            ..
+        } = &mut *st;
+        let Some(c) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        c.refs = c.refs.saturating_sub(1);
+        c.permits = c.permits.min(c.refs);
+        if c.refs > 0 {
+            return;
+        }
+        c.grants.clear();
+        match writer {
+            // Linger: the next waiter finds it subscribed.
+            Some(_) if lingering < LINGER_MAX && !c.moved => c.idle_since = Some(Instant::now()),
+            Some(_) if c.moved => c.live = false, // Redis dropped it already
+            Some(w) => toggle(Link { w, sent, mode }, &self.channel, c, false),
+            None => c.live = false,
+        }
+        if !c.live && c.inflight == 0 {
+            st.remove(&self.channel);
+        }
+    }
+}
