@@ -312,7 +312,8 @@ impl Shared {
 
     /// The lease state of a hold whose request was sent at `sent_at` and
     /// for which Redis set `set` (the lease, or a grant's shorter one):
-    /// registered with the watchdog, or expiring with its explicit lease.
+    /// registered with the watchdog, or expiring with its explicit lease
+    /// (a read hold's kept alive in Redis until then, see `Renewer::keep`).
     /// `timeouts`: a read hold's timeout key prefix.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lease_state(
@@ -325,11 +326,13 @@ impl Shared {
         set: Duration,
         timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
-        if watchdog {
-            self.renewer
-                .register(key, field, lease, sent_at, set, timeouts)
-        } else {
-            LeaseState::new(sent_at + set)
+        match timeouts {
+            _ if watchdog => self
+                .renewer
+                .register(key, field, lease, sent_at, set, timeouts),
+            // A read hold keeps the shared hash alive to its own end.
+            Some(timeouts) => self.renewer.keep(key, field, sent_at, set, timeouts),
+            None => LeaseState::new(sent_at + set),
         }
     }
 
@@ -390,6 +393,8 @@ impl Shared {
         if hold.renewed {
             // Stops renewal (when this is the last hold) before the release.
             self.stop_renewing(&hold.key, &hold.field, &hold.state);
+        } else if hold.kind == Kind::Read {
+            self.renewer.stop_keeping(&hold.state);
         }
         let mut rel = Release {
             kind: hold.kind,

@@ -3,16 +3,18 @@
 //! other's waiters by its unlock message — sharded pub/sub (`SPUBLISH` /
 //! `SSUBSCRIBE`, Redisson's default there since 3.22.0) and classic when
 //! forced — and the sharded subscription follows its slot through a
-//! reshard and a failover.
+//! reshard and a failover; a Redisson read renewal that shortens the shared
+//! read hash cannot let a writer in under a leasehold reader.
 
 mod support;
 
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leasehold::{LockClient, ShardedPubSub};
+use leasehold::{LockClient, LockOptions, ShardedPubSub};
+use redis::Commands;
 use support::redisson::{prefix_name, Redisson};
-use support::{eventually, RedisCluster};
+use support::{eventually, RedisCluster, RedisServer};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -232,4 +234,49 @@ fn a_sharded_waiter_follows_its_slot_through_a_reshard_and_a_failover() {
         woken < Duration::from_millis(200),
         "after the failover: woken {woken:?} after the unlock"
     );
+}
+
+/// Redisson ≥ 4.4 renews a read hold by setting the shared hash's expiry to
+/// its own lease, even when that shortens it. A leasehold reader with a long
+/// explicit lease keeps the hash alive to its own end (it checks every
+/// second), so when that Redisson instance dies a Redisson writer still
+/// cannot get in while the leasehold guard says it holds.
+#[test]
+fn a_redisson_read_renewal_cannot_cut_a_leasehold_read_hold_short() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let name = "mix:rw:cut";
+    for options in [
+        LockOptions::new().read().lease(Duration::from_secs(20)),
+        LockOptions::new().read(), // the watchdog's 30 s lease
+    ] {
+        let guard = client.lock_with(name, options).unwrap();
+        let mut reader = Redisson::new(&server.url(), false);
+        assert_eq!(reader.try_read(name, Duration::from_millis(1_500), 1), None);
+        assert!(reader.renew_read(name, Duration::from_millis(1_500), 1));
+        let ttl: i64 = server.connection().pttl(name).unwrap();
+        assert!(ttl <= 1_500, "Redisson's renewal cut the hash to {ttl} ms");
+        // That Redisson instance dies now. A Redisson writer tries for 3 s.
+        let mut writer = Redisson::new(&server.url(), false);
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let held_before = guard.is_held();
+            if writer.try_write(name, LONG, 9).is_none() {
+                assert!(
+                    !held_before,
+                    "{options:?}: a writer got in while the leasehold reader held"
+                );
+                panic!("{options:?}: the leasehold read hold was lost to a shortened hash");
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+        assert!(guard.is_held());
+        let ttl: i64 = server.connection().pttl(name).unwrap();
+        assert!(
+            ttl > 10_000,
+            "{options:?}: the hash lives to the reader's end: {ttl} ms"
+        );
+        guard.unlock().unwrap();
+        let _: () = server.connection().del(name).unwrap();
+    }
 }

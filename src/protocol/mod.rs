@@ -26,6 +26,7 @@ use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
 use crate::options::Kind;
 
 pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, GRANT_LEASE, RELEASE, RENEW};
+pub(crate) use rwlock::READ_KEEPALIVE;
 
 /// One acquire attempt of any kind.
 pub(crate) struct Request<'a> {

@@ -22,7 +22,10 @@
 //! - **Each reader renews only its own holds** (Redisson's renewal extends
 //!   every reader's timeout keys, so a crashed reader's hold lives as long as
 //!   any other reader renews — and then one lease more). The hash's expiry is
-//!   never shortened by a renewal.
+//!   never shortened by a renewal, and every read hold (also one with an
+//!   explicit lease, which is not extended) re-asserts it at least every
+//!   [`READ_KEEPALIVE`]: Redisson ≥ 4.4's read renewal sets it to its own
+//!   lease even when that shortens it.
 //! - **Upgrading is refused** (a reader asking for the write lock would wait
 //!   for itself forever in Redisson): the acquire answers at once and the
 //!   client returns [`Error::UpgradeWouldDeadlock`](crate::Error).
@@ -40,6 +43,15 @@ use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{millis, PubSub};
 use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
+
+/// How often a read hold re-asserts the shared hash's expiry at least (its
+/// renewal, or for an explicit lease a keep-alive that extends nothing of
+/// its own): another library's reader may set the hash's expiry shorter
+/// (Redisson ≥ 4.4's read renewal sets it to its own lease), and when that
+/// reader dies the hash must not run out under a live leasehold reader.
+/// Holds as long as the other library's lease is longer than this (plus a
+/// round trip); Redisson's default watchdog is 30 s.
+pub(crate) const READ_KEEPALIVE: Duration = Duration::from_secs(1);
 
 /// How long a waiting writer's place in the writer set lasts without being
 /// confirmed; a waiting writer confirms it at least every third of that.

@@ -167,13 +167,21 @@ impl Renewer {
             // A lost entry replaced by a fresh hold: the thread drops it.
             r.state.cancelled.store(true, Ordering::Release);
             self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
-            let state = self.enqueue(key, Arc::clone(&r.owner), lease, sent_at, set, timeouts);
+            let state = self.enqueue(
+                Arc::clone(&key),
+                Arc::clone(&r.owner),
+                lease,
+                sent_at,
+                set,
+                timeouts,
+                None,
+            );
             r.refs = 1;
             r.state = Arc::clone(&state);
             return state;
         }
         let owner: Arc<str> = Arc::from(owner);
-        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at, set, timeouts);
+        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at, set, timeouts, None);
         holders.push(Registered {
             owner,
             refs: 1,
@@ -182,9 +190,43 @@ impl Renewer {
         state
     }
 
+    /// A read hold with an explicit lease (`set`, from `sent_at`): not
+    /// renewed, but until it ends the thread keeps the shared hash alive as
+    /// long as it (see [`READ_KEEPALIVE`](crate::protocol::READ_KEEPALIVE)).
+    /// Each such hold has an entry of its own (its own end); give it back
+    /// with [`stop_keeping`](Self::stop_keeping).
+    pub(crate) fn keep(
+        &self,
+        key: &str,
+        owner: &str,
+        sent_at: Instant,
+        set: Duration,
+        timeouts: &str,
+    ) -> Arc<LeaseState> {
+        let until = sent_at + set;
+        self.enqueue(
+            Arc::from(key),
+            Arc::from(owner),
+            set,
+            sent_at,
+            set,
+            Some(timeouts),
+            Some(until),
+        )
+    }
+
+    /// A kept read hold ends: the thread sends nothing more for it once
+    /// this returns.
+    pub(crate) fn stop_keeping(&self, state: &Arc<LeaseState>) {
+        state.cancelled.store(true, Ordering::Release);
+        drop(self.gate.lock()); // wait out a batch in flight
+    }
+
     /// A new lease for the renewal thread: queued, waking the thread only when
     /// it has no timer armed, the queue is long, or the lease comes due
-    /// before the armed timer (a grant's short one).
+    /// before the armed timer (a grant's short lease, a read hold's
+    /// keep-alive).
+    #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
         key: Arc<str>,
@@ -193,26 +235,33 @@ impl Renewer {
         sent_at: Instant,
         set: Duration,
         timeouts: Option<&str>,
+        until: Option<Instant>,
     ) -> Arc<LeaseState> {
         let state = LeaseState::new(sent_at + set);
-        let due = sent_at + set / 3;
+        let mut entry = Entry {
+            key,
+            owner,
+            lease: set,
+            state: Arc::clone(&state),
+            due: sent_at,
+            timeouts: timeouts.map(Box::from),
+            until,
+        };
+        entry.due = sent_at + entry.period();
+        entry.lease = lease;
+        let due = entry.due;
         let queued = {
             let mut queue = self.pending.queue.lock();
-            queue.push(Entry {
-                key,
-                owner,
-                lease,
-                state: Arc::clone(&state),
-                due,
-                timeouts: timeouts.map(Box::from),
-            });
+            queue.push(entry);
             queue.len()
         };
-        let early = set < lease && self.pending.armed_until.lock().is_some_and(|at| due < at);
+        let early = self.pending.armed_until.lock().is_some_and(|at| due < at);
         if queued >= QUEUE_WAKE || early || !self.pending.armed.load(Ordering::SeqCst) {
             let _ = self.wake.send(());
         }
-        self.counters.live_leases.fetch_add(1, Ordering::Relaxed);
+        if until.is_none() {
+            self.counters.live_leases.fetch_add(1, Ordering::Relaxed);
+        }
         state
     }
 

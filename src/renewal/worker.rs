@@ -18,7 +18,7 @@ use super::wheel::{Wheel, TICK};
 use super::{Pending, CHUNK};
 use crate::conn::{cluster, Router, Wire};
 use crate::error::Retry;
-use crate::protocol::RENEW;
+use crate::protocol::{READ_KEEPALIVE, RENEW};
 use crate::stats::Counters;
 
 /// An error in one renewal's answer that says nothing about the lease (the
@@ -35,6 +35,21 @@ pub(super) struct Entry {
     pub(super) due: Instant,
     /// A read hold's timeout key prefix (renewed with the hash).
     pub(super) timeouts: Option<Box<str>>,
+    /// A read hold with an explicit lease: it ends then, and until then
+    /// the thread only keeps the shared hash alive (see `RENEW`'s keep).
+    pub(super) until: Option<Instant>,
+}
+
+impl Entry {
+    /// How long after a renewal the next is due: a third of the lease, and
+    /// for a read hold at most [`READ_KEEPALIVE`].
+    pub(super) fn period(&self) -> Duration {
+        let third = self.lease / 3;
+        match self.timeouts {
+            Some(_) => third.min(READ_KEEPALIVE),
+            None => third,
+        }
+    }
 }
 
 /// Opens the renewal thread's own connection (so renewal never queues
@@ -107,12 +122,16 @@ impl Worker {
     }
 
     fn tick(&mut self) {
-        let horizon = Instant::now() + self.coalesce;
+        let now = Instant::now();
+        let horizon = now + self.coalesce;
         let mut due = Vec::new();
         for id in self.wheel.take_due(horizon) {
             match self.entries.get(&id) {
-                Some(e) if e.state.cancelled.load(Ordering::Acquire) => {
-                    self.entries.remove(&id); // unlocked since
+                Some(e)
+                    if e.state.cancelled.load(Ordering::Acquire)
+                        || e.until.is_some_and(|u| u <= now) =>
+                {
+                    self.entries.remove(&id); // unlocked since, or its lease ended
                 }
                 Some(e) if e.due <= horizon => due.push(id),
                 Some(e) => self.wheel.insert(id, e.due), // a later turn
@@ -199,7 +218,16 @@ impl Worker {
                     None => cmd.arg(1).arg(&*e.key),
                     Some(prefix) => cmd.arg(2).arg(&*e.key).arg(&**prefix),
                 };
-                cmd.arg(e.lease.as_millis().max(1) as u64).arg(&*e.owner);
+                match e.until {
+                    None => cmd.arg(e.lease.as_millis().max(1) as u64).arg(&*e.owner),
+                    // Keep: what is left of the explicit lease.
+                    Some(until) => {
+                        let left = until.saturating_duration_since(Instant::now());
+                        cmd.arg(left.as_millis().max(1) as u64)
+                            .arg(&*e.owner)
+                            .arg("k")
+                    }
+                };
             }
         }
         let sent_at = Instant::now();
@@ -301,8 +329,10 @@ impl Worker {
     fn settle(&mut self, id: u64, renewed: bool, sent_at: Instant) {
         if renewed {
             if let Some(e) = self.entries.get_mut(&id) {
-                *e.state.valid_until.lock() = sent_at + e.lease;
-                e.due = sent_at + e.lease / 3;
+                if e.until.is_none() {
+                    *e.state.valid_until.lock() = sent_at + e.lease;
+                }
+                e.due = sent_at + e.period();
                 self.wheel.insert(id, e.due);
             }
         } else if let Some(e) = self.entries.remove(&id) {

@@ -47,6 +47,78 @@ else
 end;
 "#;
 
+/// Redisson's read lock acquire (`RedissonReadLock.tryLockInnerAsync`).
+/// KEYS: hash, the thread's timeout prefix. ARGV: lease ms, owner, owner's
+/// write field.
+pub const READ_ACQUIRE: &str = r#"
+local mode = redis.call('hget', KEYS[1], 'mode');
+if (mode == false) then
+    redis.call('hset', KEYS[1], 'mode', 'read');
+    redis.call('hset', KEYS[1], ARGV[2], 1);
+    redis.call('set', KEYS[2] .. ':1', 1);
+    redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+    local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1);
+    local key = KEYS[2] .. ':' .. ind;
+    redis.call('set', key, 1);
+    redis.call('pexpire', key, ARGV[1]);
+    local remainTime = redis.call('pttl', KEYS[1]);
+    redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1]));
+    return nil;
+end;
+return redis.call('pttl', KEYS[1]);
+"#;
+
+/// Redisson ≥ 4.4's read lock renewal (`renewal.ReadLockTask`), for one
+/// lock and one thread: every hold's timeout key of the thread, and the
+/// hash set to the lease — also when that shortens it. KEYS: hash, the
+/// lock's timeout prefix base (`{<name>}`). ARGV: lease ms, 1, owner.
+pub const READ_RENEW: &str = r#"
+local counter = redis.call('hget', KEYS[1], ARGV[3]);
+if (counter ~= false) then
+    for c=counter, 1, -1 do
+        redis.call('pexpire', KEYS[2] .. ':' .. ARGV[3] .. ':rwlock_timeout:' .. c, ARGV[1]);
+    end;
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return 1;
+end;
+return 0;
+"#;
+
+/// Redisson's write lock acquire (`RedissonWriteLock.tryLockInnerAsync`).
+/// KEYS: hash. ARGV: lease ms, the thread's write field.
+pub const WRITE_ACQUIRE: &str = r#"
+local mode = redis.call('hget', KEYS[1], 'mode');
+if (mode == false) then
+    redis.call('hset', KEYS[1], 'mode', 'write');
+    redis.call('hset', KEYS[1], ARGV[2], 1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+if (mode == 'write') then
+    if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+        redis.call('hincrby', KEYS[1], ARGV[2], 1);
+        local currentExpire = redis.call('pttl', KEYS[1]);
+        redis.call('pexpire', KEYS[1], currentExpire + ARGV[1]);
+        return nil;
+    end;
+end;
+return redis.call('pttl', KEYS[1]);
+"#;
+
+/// Redisson's `suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when
+/// the name has a hash tag of its own.
+pub fn suffix_name(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
 /// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when
 /// the name has a hash tag of its own.
 pub fn prefix_name(prefix: &str, name: &str) -> String {
@@ -115,6 +187,47 @@ impl Redisson {
             .invoke(&mut self.con)
             .unwrap();
         r.map(|n| n == 1)
+    }
+
+    /// One read acquire: `None` when held now, else the PTTL to wait.
+    pub fn try_read(&mut self, name: &str, lease: Duration, thread: u64) -> Option<i64> {
+        let owner = self.owner(thread);
+        redis::Script::new(READ_ACQUIRE)
+            .key(name)
+            .key(suffix_name(name, &format!("{owner}:rwlock_timeout")))
+            .arg(lease.as_millis() as u64)
+            .arg(&owner)
+            .arg(format!("{owner}:write"))
+            .invoke(&mut self.con)
+            .unwrap()
+    }
+
+    /// One read renewal as Redisson ≥ 4.4 sends it. True when renewed.
+    pub fn renew_read(&mut self, name: &str, lease: Duration, thread: u64) -> bool {
+        let base = if name.contains('{') {
+            name.to_owned()
+        } else {
+            format!("{{{name}}}")
+        };
+        let r: i64 = redis::Script::new(READ_RENEW)
+            .key(name)
+            .key(base)
+            .arg(lease.as_millis() as u64)
+            .arg(1)
+            .arg(self.owner(thread))
+            .invoke(&mut self.con)
+            .unwrap();
+        r == 1
+    }
+
+    /// One write acquire: `None` when held now, else the PTTL to wait.
+    pub fn try_write(&mut self, name: &str, lease: Duration, thread: u64) -> Option<i64> {
+        redis::Script::new(WRITE_ACQUIRE)
+            .key(name)
+            .arg(lease.as_millis() as u64)
+            .arg(format!("{}:write", self.owner(thread)))
+            .invoke(&mut self.con)
+            .unwrap()
     }
 
     /// `RLock.lock(lease)` as Redisson waits: subscribe to the unlock
