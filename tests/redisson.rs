@@ -3,7 +3,8 @@
 //! other's waiters by its unlock message — sharded pub/sub (`SPUBLISH` /
 //! `SSUBSCRIBE`, Redisson's default there since 3.22.0) and classic when
 //! forced — and the sharded subscription follows its slot through a
-//! reshard and a failover; a Redisson read renewal that shortens the shared
+//! reshard and a failover; a mixed fair queue is served in arrival order;
+//! a Redisson read renewal that shortens the shared
 //! read hash cannot let a writer in under a leasehold reader.
 
 mod support;
@@ -278,5 +279,71 @@ fn a_redisson_read_renewal_cannot_cut_a_leasehold_read_hold_short() {
         );
         guard.unlock().unwrap();
         let _: () = server.connection().del(name).unwrap();
+    }
+}
+
+/// A fair queue of leasehold and Redisson waiters (L1 R2 L3 R4, each in the
+/// queue before the next arrives) is served in that order, round after
+/// round: Redisson's acquire takes its `threadWaitTime` (300 s) off every
+/// queued timeout, and leasehold's places are chained as Redisson's are, so
+/// neither side's purge drops the other's live places.
+#[test]
+fn a_mixed_fair_queue_is_served_in_arrival_order() {
+    use std::sync::{Arc, Mutex};
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = "mix:fair";
+    let queue = prefix_name("redisson_lock_queue", name);
+    let holder = LockClient::new(&url).unwrap();
+    let (a, b) = (
+        LockClient::new(&url).unwrap(),
+        LockClient::new(&url).unwrap(),
+    );
+    for round in 0..10 {
+        let held = holder.fair_lock(name).unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for (i, label) in ["L1", "R2", "L3", "R4"].into_iter().enumerate() {
+            let order = Arc::clone(&order);
+            waiters.push(match label {
+                "L1" | "L3" => {
+                    let c = if label == "L1" { a.clone() } else { b.clone() };
+                    thread::spawn(move || {
+                        let g = c.fair_lock(name).unwrap();
+                        order.lock().unwrap().push(label);
+                        thread::sleep(Duration::from_millis(5));
+                        g.unlock().unwrap();
+                    })
+                }
+                _ => {
+                    let url = url.clone();
+                    thread::spawn(move || {
+                        let mut java = Redisson::new(&url, false);
+                        let thread = i as u64 + 1;
+                        java.fair_lock(name, LONG, thread, Duration::from_secs(20))
+                            .expect("the Redisson waiter got the lock");
+                        order.lock().unwrap().push(label);
+                        thread::sleep(Duration::from_millis(5));
+                        assert_eq!(java.fair_unlock(name, thread), Some(true));
+                    })
+                }
+            });
+            assert!(
+                eventually(Duration::from_secs(5), || {
+                    let n: usize = server.connection().llen(&queue).unwrap();
+                    n == i + 1
+                }),
+                "{label} queued"
+            );
+        }
+        held.unlock().unwrap();
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["L1", "R2", "L3", "R4"],
+            "round {round}"
+        );
     }
 }

@@ -4,13 +4,14 @@
 //! `redisson_lock__channel:{<name>}:<owner>` so a release wakes exactly the
 //! next waiter.
 //!
-//! Unlike Redisson, a waiter's place does not inherit the timeouts of the
-//! waiters ahead of it (the chain behind its queue hangs, redisson #3004,
-//! #2883, #3730, #1353): each place expires [`QUEUE_LEASE`] after its waiter
-//! last confirmed it, and every waiter confirms it at least every third of
-//! that while it waits. Every script first drops the places that expired, so
-//! a waiter that died costs the ones behind it at most one `QUEUE_LEASE`.
-//! Times are the server's (`TIME`), so client clocks do not matter.
+//! Queue timeouts follow Redisson's chain (see [`PURGE`]), so a queue of
+//! Redisson and leasehold waiters is served in arrival order by both. But
+//! a leasehold place does not live by its timeout (a chain of dead waiters
+//! hangs the queue behind it for minutes, redisson #3004, #2883, #3730,
+//! #1353): it lives while its waiter confirms it, at least every third of
+//! [`QUEUE_LEASE`]. Every script first drops the dead places at the head of
+//! the queue, so a leasehold waiter that died costs the ones behind it at
+//! most one `QUEUE_LEASE`. Times are the server's (`TIME`).
 //!
 //! A leasehold waiter marks its queue entry as its own in a hash beside the
 //! queue (`leasehold_fair:{<name>}`: owner → its place), so the release
@@ -30,14 +31,56 @@ use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_k
 /// How long a waiter's place in the queue lasts without being confirmed.
 pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
 
-/// The server time in ms as `now`, and the places that expired dropped.
+/// Redisson's `threadWaitTime` (its fair lock's default, 5 minutes): the
+/// step of the chain of queue timeouts, and what each of Redisson's
+/// acquires takes off every one of them. In the scripts as `WAIT` (a unit test pins the literal).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const REDISSON_THREAD_WAIT: Duration = Duration::from_secs(300);
+
+/// The helpers every fair script shares: `now` (the server time in ms),
+/// `WAIT` ([`REDISSON_THREAD_WAIT`]) and `purge(marks)`, which drops the
+/// dead waiters at the head of the queue.
+///
+/// Queue timeouts follow Redisson's chain: a new waiter's is the last one's
+/// plus `WAIT` (or the lock's PTTL plus `WAIT` from now), and Redisson's
+/// acquire takes `WAIT` off every one. So Redisson's own purge — the head,
+/// when its timeout passed on the Redisson host's clock — keeps leasehold's
+/// places as it keeps its own (a place at the head lives about `WAIT` after
+/// it was queued, as Redisson's), and a mixed queue is served in arrival
+/// order. Leasehold's acquires take nothing off (that would cost a command
+/// per queued waiter per critical section); a new place's timeout is capped
+/// at what a fresh chain would give (`WAIT` per place from the lock's
+/// expiry), so timeouts never grow without bound. Liveness of leasehold's
+/// places is leasehold's own: a key `<marks>:<owner>` its waiter confirms
+/// ([`QUEUE_LEASE`]); a marked place whose key is gone is dead. An unmarked
+/// place (Redisson's) is dead when its timeout passed — a Redisson waiter
+/// that died costs those behind it up to `WAIT` per place, as in Redisson.
 pub(super) const PURGE: &str = r#"
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
-for i = 1, #dead do
-    redis.call('lrem', KEYS[2], 0, dead[i])
-    redis.call('zrem', KEYS[3], dead[i])
+local WAIT = 300000
+local function purge(marks)
+    while true do
+        local first = redis.call('lindex', KEYS[2], 0)
+        if not first then
+            return
+        end
+        if redis.call('exists', marks .. ':' .. first) == 0 then
+            local dead = redis.call('hexists', marks, first) == 1
+            if not dead then
+                local timeout = redis.call('zscore', KEYS[3], first)
+                dead = timeout ~= false and tonumber(timeout) <= now
+            end
+            if not dead then
+                return
+            end
+            redis.call('lpop', KEYS[2])
+            redis.call('zrem', KEYS[3], first)
+            redis.call('hdel', marks, first)
+        else
+            return
+        end
+    end
 end
 "#;
 
@@ -46,15 +89,19 @@ end
 /// Ours already → one more hold, nil — or, when the lock was granted to this
 /// wait's place (the mark says `<place>!`), the first hold: a grant whose
 /// message was lost or that must be taken as asked. Free and (no queue or we
-/// are first) → ours, out of the queue, nil. Otherwise take (or confirm) our
-/// place at the end of the queue — marking it leasehold's with its place, so
-/// a release may grant it the lock directly — and return how long to wait:
-/// the holder's PTTL, or when the lock is free but another waiter is first,
-/// until that waiter's place expires; -1 when the holder has no expiry.
+/// are first) → ours, out of the queue, nil. Otherwise take our place at the end of
+/// the queue (timeout chained after the last, as Redisson's) or keep it,
+/// confirm it (`<marks>:<owner>` for the queue lease), mark it leasehold's
+/// with its place (`-` for a single try) so a release may grant it the lock
+/// directly, and return how long to wait: the holder's PTTL, or when the
+/// lock is free but another waiter is first, until that waiter's place
+/// would be dropped (at most the queue lease); -1 when the holder has no
+/// expiry.
 ///
 /// Fenced (a token counter in `KEYS[5]`): a first hold returns `{token}`, a
 /// reentrant one `{-1}` (it keeps the token of the outer hold).
 pub(super) const ACQUIRE: &str = r#"
+purge(KEYS[4])
 local function first_hold()
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -81,22 +128,39 @@ if redis.call('exists', KEYS[1]) == 0 and ((not first) or first == ARGV[2]) then
         redis.call('lpop', KEYS[2])
         redis.call('zrem', KEYS[3], ARGV[2])
         redis.call('hdel', KEYS[4], ARGV[2])
+        redis.call('del', KEYS[4] .. ':' .. ARGV[2])
     end
     return first_hold()
 end
-if redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), ARGV[2]) == 1 then
-    redis.call('rpush', KEYS[2], ARGV[2])
-    if ARGV[4] ~= '' then
-        redis.call('hset', KEYS[4], ARGV[2], ARGV[4])
-        redis.call('pexpire', KEYS[4], 60000)
+if redis.call('zscore', KEYS[3], ARGV[2]) == false then
+    local fresh = now + math.max(redis.call('pttl', KEYS[1]), 0)
+        + WAIT * (redis.call('llen', KEYS[2]) + 1)
+    local last = redis.call('lindex', KEYS[2], -1)
+    local timeout = last and redis.call('zscore', KEYS[3], last)
+    if timeout then
+        timeout = math.min(tonumber(timeout) + WAIT, fresh)
     else
-        redis.call('hdel', KEYS[4], ARGV[2])
+        timeout = fresh
     end
+    redis.call('zadd', KEYS[3], timeout, ARGV[2])
+    redis.call('lrem', KEYS[2], 0, ARGV[2])
+    redis.call('rpush', KEYS[2], ARGV[2])
 end
+local mark = ARGV[4]
+if mark == '' then
+    mark = '-'
+end
+redis.call('hset', KEYS[4], ARGV[2], mark)
+redis.call('pexpire', KEYS[4], 60000)
+redis.call('set', KEYS[4] .. ':' .. ARGV[2], 1, 'px', ARGV[3])
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
     first = redis.call('lindex', KEYS[2], 0)
-    return math.max(tonumber(redis.call('zscore', KEYS[3], first)) - now, 0)
+    local left = redis.call('pttl', KEYS[4] .. ':' .. first)
+    if left < 0 then
+        left = tonumber(redis.call('zscore', KEYS[3], first) or now) - now
+    end
+    return math.max(math.min(left, tonumber(ARGV[3])), 0)
 end
 return ttl
 "#;
@@ -108,9 +172,9 @@ return ttl
 /// last → delete, and the first live waiter is
 /// woken on its own channel, 1: a leasehold waiter (its mark names its
 /// place) by a **grant** — the lock set to it with the short grant lease, its
-/// place gone, the message its place (and a token minted for it when the
-/// place ends in `f`), so it needs no round trip — any other (Redisson's) by
-/// the unlock message, as Redisson's own release does.
+/// place gone, the message its place (and a token minted for it when the place ends in
+/// `f`), so it needs no round trip — any other (Redisson's, a single try)
+/// by the unlock message, as Redisson's own release does.
 pub(super) const RELEASE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
@@ -120,14 +184,16 @@ if ARGV[5] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     return 0
 end
 redis.call('del', KEYS[1])
+purge(KEYS[5])
 local next = redis.call('lindex', KEYS[2], 0)
 if next then
     local place = redis.call('hget', KEYS[5], next)
-    if place and string.sub(place, -1) ~= '!' then
+    if place and place ~= '-' and string.sub(place, -1) ~= '!' then
         redis.call('hset', KEYS[1], next, 1)
         redis.call('pexpire', KEYS[1], ARGV[4])
         redis.call('lpop', KEYS[2])
         redis.call('zrem', KEYS[3], next)
+        redis.call('del', KEYS[5] .. ':' .. next)
         redis.call('hset', KEYS[5], next, place .. '!')
         local msg = place
         if string.sub(place, -1) == 'f' then
@@ -151,6 +217,7 @@ local first = redis.call('lindex', KEYS[2], 0)
 redis.call('lrem', KEYS[2], 0, ARGV[2])
 redis.call('zrem', KEYS[3], ARGV[2])
 redis.call('hdel', KEYS[5], ARGV[2])
+redis.call('del', KEYS[5] .. ':' .. ARGV[2])
 if first == ARGV[2] and redis.call('exists', KEYS[1]) == 0 then
     local next = redis.call('lindex', KEYS[2], 0)
     if next then
@@ -268,5 +335,16 @@ impl FairScripts {
             .arg(owner)
             .invoke(con)?;
         Ok(held == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scripts_chain_timeouts_in_redissons_step() {
+        let step = format!("local WAIT = {}\n", millis(REDISSON_THREAD_WAIT));
+        assert!(PURGE.contains(&step), "{PURGE}");
     }
 }

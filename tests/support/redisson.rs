@@ -109,6 +109,115 @@ end;
 return redis.call('pttl', KEYS[1]);
 "#;
 
+/// Redisson's fair lock acquire (`RedissonFairLock.tryLockInnerAsync`,
+/// the waiting form). KEYS: lock, queue, timeouts. ARGV: lease ms, owner,
+/// thread wait ms (300000 by default), the client's current time ms.
+pub const FAIR_ACQUIRE: &str = r#"
+while true do
+    local firstThreadId2 = redis.call('lindex', KEYS[2], 0);
+    if firstThreadId2 == false then
+        break;
+    end;
+    local timeout = redis.call('zscore', KEYS[3], firstThreadId2);
+    if timeout ~= false and tonumber(timeout) <= tonumber(ARGV[4]) then
+        redis.call('zrem', KEYS[3], firstThreadId2);
+        redis.call('lpop', KEYS[2]);
+    else
+        break;
+    end;
+end;
+if (redis.call('exists', KEYS[1]) == 0)
+    and ((redis.call('exists', KEYS[2]) == 0)
+        or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then
+    redis.call('lpop', KEYS[2]);
+    redis.call('zrem', KEYS[3], ARGV[2]);
+    local keys = redis.call('zrange', KEYS[3], 0, -1);
+    for i = 1, #keys, 1 do
+        redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]);
+    end;
+    redis.call('hset', KEYS[1], ARGV[2], 1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2],1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+local timeout = redis.call('zscore', KEYS[3], ARGV[2]);
+if timeout ~= false then
+    local ttl = redis.call('pttl', KEYS[1]);
+    return math.max(0, ttl);
+end;
+local lastThreadId = redis.call('lindex', KEYS[2], -1);
+local ttl;
+if lastThreadId ~= false and lastThreadId ~= ARGV[2] and redis.call('zscore', KEYS[3], lastThreadId) ~= false then
+    ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);
+else
+    ttl = redis.call('pttl', KEYS[1]);
+end;
+local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);
+if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then
+    redis.call('rpush', KEYS[2], ARGV[2]);
+end;
+return ttl;
+"#;
+
+/// Redisson's fair lock release (`RedissonFairLock.unlockInnerAsync`).
+/// KEYS: lock, queue, timeouts, channel, unlock latch. ARGV: message, lease
+/// ms, owner, current time ms, publish command, latch ms.
+pub const FAIR_RELEASE: &str = r#"
+local val = redis.call('get', KEYS[5]);
+if val ~= false then
+    return tonumber(val);
+end;
+while true do
+    local firstThreadId2 = redis.call('lindex', KEYS[2], 0);
+    if firstThreadId2 == false then
+        break;
+    end;
+    local timeout = redis.call('zscore', KEYS[3], firstThreadId2);
+    if timeout ~= false and tonumber(timeout) <= tonumber(ARGV[4]) then
+        redis.call('zrem', KEYS[3], firstThreadId2);
+        redis.call('lpop', KEYS[2]);
+    else
+        break;
+    end;
+end;
+if (redis.call('exists', KEYS[1]) == 0) then
+    local nextThreadId = redis.call('lindex', KEYS[2], 0);
+    if nextThreadId ~= false then
+        redis.call(ARGV[5], KEYS[4] .. ':' .. nextThreadId, ARGV[1]);
+    end;
+    redis.call('set', KEYS[5], 1, 'px', ARGV[6]);
+    return 1;
+end;
+if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
+    return nil;
+end;
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
+if (counter > 0) then
+    redis.call('pexpire', KEYS[1], ARGV[2]);
+    redis.call('set', KEYS[5], 0, 'px', ARGV[6]);
+    return 0;
+end;
+redis.call('del', KEYS[1]);
+redis.call('set', KEYS[5], 1, 'px', ARGV[6]);
+local nextThreadId = redis.call('lindex', KEYS[2], 0);
+if nextThreadId ~= false then
+    redis.call(ARGV[5], KEYS[4] .. ':' .. nextThreadId, ARGV[1]);
+end;
+return 1;
+"#;
+
+/// The client's clock in ms, as Redisson sends `System.currentTimeMillis()`.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 /// Redisson's `suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when
 /// the name has a hash tag of its own.
 pub fn suffix_name(name: &str, suffix: &str) -> String {
@@ -228,6 +337,74 @@ impl Redisson {
             .arg(format!("{}:write", self.owner(thread)))
             .invoke(&mut self.con)
             .unwrap()
+    }
+
+    /// One fair acquire (waiting form): `None` when held now, else the PTTL.
+    pub fn try_fair(&mut self, name: &str, lease: Duration, thread: u64) -> Option<i64> {
+        redis::Script::new(FAIR_ACQUIRE)
+            .key(name)
+            .key(prefix_name("redisson_lock_queue", name))
+            .key(prefix_name("redisson_lock_timeout", name))
+            .arg(lease.as_millis() as u64)
+            .arg(self.owner(thread))
+            .arg(300_000)
+            .arg(now_ms())
+            .invoke(&mut self.con)
+            .unwrap()
+    }
+
+    /// `RFairLock.lock(lease)` as Redisson waits: on the thread's own
+    /// channel, retrying on each message or the holder's PTTL. Returns when
+    /// it was held, or `None` after `within`.
+    pub fn fair_lock(
+        &mut self,
+        name: &str,
+        lease: Duration,
+        thread: u64,
+        within: Duration,
+    ) -> Option<Instant> {
+        let channel = format!(
+            "{}:{}",
+            prefix_name("redisson_lock__channel", name),
+            self.owner(thread)
+        );
+        let mut sub = self.listen(&channel);
+        let until = Instant::now() + within;
+        loop {
+            let Some(ttl) = self.try_fair(name, lease, thread) else {
+                return Some(Instant::now());
+            };
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            let wait = Duration::from_millis(ttl.max(1) as u64).min(until - now);
+            let _ = sub.next(wait);
+        }
+    }
+
+    /// One fair release: `Some(true)` freed (the next waiter told).
+    pub fn fair_unlock(&mut self, name: &str, thread: u64) -> Option<bool> {
+        let latch = format!(
+            "{}:{}",
+            prefix_name("redisson_unlock_latch", name),
+            request_id(thread)
+        );
+        let r: Option<i64> = redis::Script::new(FAIR_RELEASE)
+            .key(name)
+            .key(prefix_name("redisson_lock_queue", name))
+            .key(prefix_name("redisson_lock_timeout", name))
+            .key(prefix_name("redisson_lock__channel", name))
+            .key(latch)
+            .arg(0)
+            .arg(30_000)
+            .arg(self.owner(thread))
+            .arg(now_ms())
+            .arg(self.publish)
+            .arg(3_000)
+            .invoke(&mut self.con)
+            .unwrap();
+        r.map(|n| n == 1)
     }
 
     /// `RLock.lock(lease)` as Redisson waits: subscribe to the unlock
