@@ -31,6 +31,164 @@ fn count_subscribers(url: &str, channel: &str, sharded: bool) -> i64 {
     n
 }
 
+/// The URL of the primary serving a name's slot.
+fn node_url_for(cluster: &RedisCluster) -> impl Fn(&str) -> String + '_ {
+    move |name| cluster.nodes[cluster.primary_of_slot(cluster.keyslot(name), 0)].url()
+}
+
+/// Lock kinds that both sides contend for in [`mixed_contention`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mixed {
+    Plain,
+    /// Leasehold fenced, Redisson's plain `RLock` (one layout).
+    Fenced,
+    Fair,
+    Write,
+}
+
+impl Mixed {
+    const ALL: [Mixed; 4] = [Mixed::Plain, Mixed::Fenced, Mixed::Fair, Mixed::Write];
+}
+
+/// Two leasehold threads (of one client) and two Redisson threads contend for one name of
+/// `kind` for a while; each critical section reads a counter and writes it
+/// back one higher (a lost update if two were inside at once). The counter
+/// must equal the sections of both sides, and both sides get in.
+fn mixed_contention(
+    client: &LockClient,
+    url_for: &dyn Fn(&str) -> String,
+    sharded: bool,
+    kind: Mixed,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let name = format!("mix:contend:{kind:?}:{sharded}");
+    let url = url_for(&name);
+    let counter = format!("{{{name}}}:counter");
+    let stop = Arc::new(AtomicBool::new(false));
+    let section = |con: &mut redis::Connection, counter: &str| {
+        let n: i64 = con.get(counter).unwrap_or(0);
+        thread::sleep(Duration::from_micros(300));
+        let _: () = con.set(counter, n + 1).unwrap();
+    };
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let (c, name, url, counter, stop) = (
+            client.clone(),
+            name.clone(),
+            url.clone(),
+            counter.clone(),
+            Arc::clone(&stop),
+        );
+        workers.push(thread::spawn(move || {
+            let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let options = match kind {
+                Mixed::Plain => LockOptions::new(),
+                Mixed::Fenced => LockOptions::new().fenced(),
+                Mixed::Fair => LockOptions::new().fair(),
+                Mixed::Write => LockOptions::new().write(),
+            };
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let g = c.lock_with(&name, options).unwrap();
+                section(&mut con, &counter);
+                g.unlock().unwrap();
+                n += 1;
+            }
+            (n, 0u64)
+        }));
+    }
+    for thread_id in [11u64, 12] {
+        let (name, url, counter, stop) = (
+            name.clone(),
+            url.clone(),
+            counter.clone(),
+            Arc::clone(&stop),
+        );
+        workers.push(thread::spawn(move || {
+            let mut java = Redisson::new(&url, sharded);
+            let mut con = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let channel = match kind {
+                Mixed::Fair => format!(
+                    "{}:{}",
+                    prefix_name("redisson_lock__channel", &name),
+                    java.owner(thread_id)
+                ),
+                Mixed::Write => prefix_name("redisson_rwlock", &name),
+                _ => prefix_name("redisson_lock__channel", &name),
+            };
+            let mut sub = java.listen(&channel);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let ttl = match kind {
+                    Mixed::Fair => java.try_fair(&name, LONG, thread_id),
+                    Mixed::Write => java.try_write(&name, LONG, thread_id),
+                    _ => java.try_lock(&name, LONG, thread_id),
+                };
+                if let Some(ttl) = ttl {
+                    let _ = sub.next(Duration::from_millis(ttl.clamp(1, 100) as u64));
+                    continue;
+                }
+                section(&mut con, &counter);
+                let freed = match kind {
+                    Mixed::Fair => java.fair_unlock(&name, thread_id),
+                    Mixed::Write => java.write_unlock(&name, thread_id),
+                    _ => java.unlock(&name, thread_id),
+                };
+                assert_eq!(freed, Some(true));
+                n += 1;
+            }
+            // A Redisson waiter that stops leaves its fair place behind;
+            // drop it, as its timeout would.
+            if kind == Mixed::Fair {
+                let owner = java.owner(thread_id);
+                let _: () = redis::pipe()
+                    .lrem(prefix_name("redisson_lock_queue", &name), 0, &owner)
+                    .zrem(prefix_name("redisson_lock_timeout", &name), &owner)
+                    .query(&mut con)
+                    .unwrap();
+            }
+            (0u64, n)
+        }));
+    }
+    thread::sleep(Duration::from_millis(600));
+    stop.store(true, Ordering::Relaxed);
+    let (mut ours, mut theirs) = (0, 0);
+    for w in workers {
+        let (a, b) = w.join().unwrap();
+        ours += a;
+        theirs += b;
+    }
+    let total: i64 = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+        .get(&counter)
+        .unwrap();
+    assert_eq!(
+        total as u64,
+        ours + theirs,
+        "{kind:?} sharded={sharded}: a lost update means two holders at once"
+    );
+    assert!(
+        ours > 0 && theirs > 0,
+        "{kind:?} sharded={sharded}: both sides got in (leasehold {ours}, Redisson {theirs})"
+    );
+}
+
+#[test]
+fn leasehold_and_redisson_exclude_each_other_on_one_server() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let url = server.url();
+    for kind in Mixed::ALL {
+        mixed_contention(&client, &|_: &str| url.clone(), false, kind);
+    }
+}
+
 /// The middle of three delays.
 fn median(mut d: Vec<Duration>) -> Duration {
     d.sort();
@@ -98,6 +256,9 @@ fn cluster_wake_ups_cross_both_ways_with_sharded_and_with_forced_classic_pubsub(
             let unlocked = Instant::now();
             g.unlock().unwrap();
             to_redisson.push(java_waiter.join().unwrap() - unlocked);
+        }
+        for kind in Mixed::ALL {
+            mixed_contention(&client, &node_url_for(&cluster), sharded, kind);
         }
         // Woken by the message, not by a retry (a parked leasehold waiter
         // retries every second to confirm its place; Redisson's after the

@@ -218,6 +218,46 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// Redisson's write lock release (`RedissonWriteLock.unlockInnerAsync`).
+/// KEYS: hash, channel, unlock latch. ARGV: message (`1`), lease ms, write
+/// field, publish command, latch ms.
+pub const WRITE_RELEASE: &str = r#"
+local val = redis.call('get', KEYS[3]);
+if val ~= false then
+    return tonumber(val);
+end;
+local mode = redis.call('hget', KEYS[1], 'mode');
+if (mode == false) then
+    redis.call(ARGV[4], KEYS[2], ARGV[1]);
+    redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
+    return nil;
+end;
+if (mode == 'write') then
+    local lockExists = redis.call('hexists', KEYS[1], ARGV[3]);
+    if (lockExists == 0) then
+        return nil;
+    else
+        local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
+        if (counter > 0) then
+            redis.call('pexpire', KEYS[1], ARGV[2]);
+            redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
+            return 0;
+        else
+            redis.call('hdel', KEYS[1], ARGV[3]);
+            if (redis.call('hlen', KEYS[1]) == 1) then
+                redis.call('del', KEYS[1]);
+                redis.call(ARGV[4], KEYS[2], ARGV[1]);
+            else
+                redis.call('hset', KEYS[1], 'mode', 'read');
+            end;
+            redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
+            return 1;
+        end;
+    end;
+end;
+return nil;
+"#;
+
 /// Redisson's `suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when
 /// the name has a hash tag of its own.
 pub fn suffix_name(name: &str, suffix: &str) -> String {
@@ -400,6 +440,27 @@ impl Redisson {
             .arg(30_000)
             .arg(self.owner(thread))
             .arg(now_ms())
+            .arg(self.publish)
+            .arg(3_000)
+            .invoke(&mut self.con)
+            .unwrap();
+        r.map(|n| n == 1)
+    }
+
+    /// One write release: `Some(true)` freed.
+    pub fn write_unlock(&mut self, name: &str, thread: u64) -> Option<bool> {
+        let latch = format!(
+            "{}:{}",
+            prefix_name("redisson_unlock_latch", name),
+            request_id(thread)
+        );
+        let r: Option<i64> = redis::Script::new(WRITE_RELEASE)
+            .key(name)
+            .key(prefix_name("redisson_rwlock", name))
+            .key(latch)
+            .arg(1)
+            .arg(30_000)
+            .arg(format!("{}:write", self.owner(thread)))
             .arg(self.publish)
             .arg(3_000)
             .invoke(&mut self.con)
