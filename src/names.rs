@@ -178,6 +178,7 @@ const ACL_COMMANDS: &[&str] = &[
     "+hlen",
     "+hkeys",
     "+lindex",
+    "+llen",
     "+lpop",
     "+lpush",
     "+rpush",

@@ -343,13 +343,14 @@ mod tests {
         assert_eq!(millis(Duration::MAX), u64::MAX);
     }
 
-    #[test]
-    fn sharded_scripts_publish_and_count_only_sharded() {
-        let sources = [
+    /// Every script source the lock path sends.
+    fn all_sources() -> Vec<&'static str> {
+        vec![
             plain::ACQUIRE,
             plain::ACQUIRE_FENCED,
             plain::RELEASE,
             plain::LEAVE,
+            plain::RENEW,
             fair::PURGE,
             fair::ACQUIRE,
             fair::RELEASE,
@@ -360,7 +361,44 @@ mod tests {
             rwlock::READ_RELEASE,
             rwlock::WRITE_RELEASE,
             rwlock::CANCEL_WRITER,
-        ];
+        ]
+    }
+
+    /// The commands a script calls: `redis.call('cmd'` (with the
+    /// subcommand for `pubsub`), as ACL rules.
+    fn called(source: &str) -> Vec<String> {
+        source
+            .split("redis.call('")
+            .skip(1)
+            .map(|rest| {
+                let cmd = &rest[..rest.find('\'').unwrap()];
+                if cmd == "pubsub" {
+                    let sub = rest.split('\'').nth(2).unwrap();
+                    format!("+{cmd}|{sub}")
+                } else {
+                    format!("+{cmd}")
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_acl_rules_grant_every_command_of_every_script() {
+        let classic = crate::names::acl_rules("p:", false, false);
+        let cluster = crate::names::acl_rules("p:", false, true);
+        for source in all_sources() {
+            for cmd in called(source) {
+                assert!(classic.contains(&cmd), "{cmd} of {source}");
+            }
+            for cmd in called(&PubSub::sharded(source)) {
+                assert!(cluster.contains(&cmd), "sharded: {cmd} of {source}");
+            }
+        }
+    }
+
+    #[test]
+    fn sharded_scripts_publish_and_count_only_sharded() {
+        let sources = all_sources();
         let mut published = 0;
         for source in sources {
             let sharded = PubSub::sharded(source);
