@@ -119,6 +119,11 @@ impl Router {
         self.table.read()[usize::from(key_slot(key.as_bytes()))].clone()
     }
 
+    /// Whether the table (as last read) has `node` serve any slot.
+    pub(crate) fn serves(&self, node: &str) -> bool {
+        self.table.read().iter().any(|n| n.as_deref() == Some(node))
+    }
+
     /// Forgets which node serves `key`'s slot (it left the node we knew):
     /// the next command that needs it reads the table again.
     pub(crate) fn forget_slot_of(&self, key: &str) {

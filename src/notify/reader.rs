@@ -55,6 +55,15 @@ impl Shared {
             }
             // Reconnect only while someone waits: an idle client keeps no retry loop.
             while !st.closed && !st.channels.values().any(|c| c.refs > 0) {
+                if let Some((node, router)) = &self.shard {
+                    // A node that serves no slot any more (failed over,
+                    // removed): its thread ends; a waiter that needs the
+                    // node again starts a new one.
+                    if !router.serves(node) {
+                        st.thread_started = false;
+                        return;
+                    }
+                }
                 self.thread_cv.wait(&mut st);
             }
             if st.closed {
