@@ -11,7 +11,7 @@ use crate::acquire::{acquire, Want};
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnedLockGuard};
 use crate::names::short_id;
-use crate::options::{deadline_after, LockOptions};
+use crate::options::{check_name, deadline_after, LockOptions};
 use crate::shared::Shared;
 use crate::stats::Stats;
 
@@ -287,6 +287,37 @@ impl LockClient {
     /// never touches the network.
     pub fn stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// Whether anyone holds lock `name` (of any kind) now — Redisson's
+    /// `isLocked`. One round trip; the answer may be stale by the time it
+    /// arrives, so it is for operators and dashboards, not for deciding to
+    /// enter a critical section (take the lock for that).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error) for an empty or overlong name;
+    /// connection errors when Redis could not be reached.
+    pub fn is_locked(&self, name: &str) -> Result<bool> {
+        check_name(name)?;
+        self.shared.is_locked(&self.shared.key(name))
+    }
+
+    /// **An operator's tool**: releases lock `name` whoever holds it —
+    /// Redisson's `forceUnlock`. Deletes the lock of any kind (plain,
+    /// fenced, fair, read/write: every holder at once) and wakes its waiters
+    /// as that kind's release does, Redisson's included. The holders' guards
+    /// report [`LeaseLost::NotOurs`](crate::LeaseLost) at their next renewal
+    /// (an explicit lease is not renewed: its guard believes it holds until
+    /// its lease ends) and their `unlock()` says `NotHeld`. Mutual exclusion
+    /// is broken on purpose: use it for a lock whose holder is stuck, not
+    /// one that is working. Returns false when the lock was not held.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error) for an empty or overlong name;
+    /// connection errors when Redis could not be reached.
+    pub fn force_unlock(&self, name: &str) -> Result<bool> {
+        check_name(name)?;
+        self.shared.force_unlock(&self.shared.key(name))
     }
 
     /// The ACL rules a Redis user needs for this client: every command its

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -113,6 +113,24 @@ impl<O> LockGuard<O> {
     /// third of the lease) of the loss.
     pub fn is_held(&self) -> bool {
         self.hold.state.is_held()
+    }
+
+    /// Until when the lease is known to be ours, as this client knows it
+    /// (the last acquire or renewal sent, plus the lease); `None` once it is
+    /// not held (lost, or an explicit lease ran out). Never touches the
+    /// network.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let state = &self.hold.state;
+        state.is_held().then(|| state.valid_until())
+    }
+
+    /// How long the lease is known to last from now (see
+    /// [`valid_until`](Self::valid_until)); zero once it is not held. A
+    /// watchdog lease is renewed before this runs out.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
     }
 
     /// A channel that receives one [`LeaseLost`] when the watchdog finds this

@@ -219,6 +219,18 @@ impl Shared {
             .run(rel.key, pool_wait, |con| self.scripts().release(con, rel))
     }
 
+    /// Deletes lock `key` of any kind and wakes its waiters.
+    pub(crate) fn force_unlock(&self, key: &str) -> Result<bool> {
+        self.conns
+            .run(key, None, |con| self.scripts().force_unlock(con, key))
+    }
+
+    /// Whether lock `key` (any kind) is held by anyone.
+    pub(crate) fn is_locked(&self, key: &str) -> Result<bool> {
+        self.conns
+            .run(key, None, |con| redis::cmd("EXISTS").arg(key).query(con))
+    }
+
     /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
     /// waiting writers), best effort: a place left behind expires by itself.
     /// True when a plain lock was granted to `owner` meanwhile: the caller

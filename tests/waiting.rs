@@ -1,5 +1,6 @@
 //! Waiting without polling: pub/sub wake-ups, the subscribe/unlock race, one
-//! shared subscriber per client, crashed holders, deadlines.
+//! shared subscriber per client, crashed holders, deadlines; an operator's
+//! `force_unlock` waking the waiters of every kind.
 
 mod support;
 
@@ -296,4 +297,120 @@ fn waiters_survive_a_killed_subscriber_connection() {
     );
     let exists: bool = server.connection().exists("resub").unwrap();
     assert!(!exists);
+}
+
+/// An operator's `force_unlock` of a stuck lock of each kind: `is_locked`
+/// says so before and not after, a waiter of that kind (another client)
+/// parked on it gets in within 100 ms, and the old holder's guard learns the
+/// loss at its next renewal and cannot unlock.
+#[test]
+fn force_unlock_frees_every_kind_wakes_its_waiter_and_the_holder_learns_it() {
+    let server = RedisServer::start();
+    let holder = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let operator = LockClient::new(&server.url()).unwrap();
+    for (name, options, waiting) in [
+        ("stuck:plain", LockOptions::new(), LockOptions::new()),
+        (
+            "stuck:fenced",
+            LockOptions::new().fenced(),
+            LockOptions::new().fenced(),
+        ),
+        (
+            "stuck:fair",
+            LockOptions::new().fair(),
+            LockOptions::new().fair(),
+        ),
+        (
+            "stuck:write",
+            LockOptions::new().write(),
+            LockOptions::new().read(),
+        ),
+        (
+            "stuck:read",
+            LockOptions::new().read(),
+            LockOptions::new().write(),
+        ),
+    ] {
+        assert!(!operator.is_locked(name).unwrap(), "{name}");
+        assert!(
+            !operator.force_unlock(name).unwrap(),
+            "{name}: nothing to free"
+        );
+        let guard = holder.lock_with(name, options).unwrap();
+        let lost = guard.lost();
+        assert!(operator.is_locked(name).unwrap(), "{name}");
+        let parked = waiter.stats().waiters_parked;
+        let got = {
+            let (c, name) = (waiter.clone(), name.to_owned());
+            thread::spawn(move || {
+                let g = c.lock_with(&name, waiting).unwrap();
+                let at = Instant::now();
+                g.unlock().unwrap();
+                at
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || waiter.stats().waiters_parked
+                > parked),
+            "{name}: the waiter parks"
+        );
+        thread::sleep(Duration::from_millis(50));
+        let forced = Instant::now();
+        assert!(operator.force_unlock(name).unwrap(), "{name}");
+        let woken = got.join().unwrap() - forced;
+        assert!(
+            woken < Duration::from_millis(100),
+            "{name}: the waiter got in {woken:?} after force_unlock"
+        );
+        assert!(!operator.is_locked(name).unwrap(), "{name}");
+        let why = lost
+            .recv_timeout(Duration::from_secs(3))
+            .unwrap_or_else(|_| panic!("{name}: the holder learns the loss"));
+        assert_eq!(why, leasehold::LeaseLost::NotOurs, "{name}");
+        assert!(!guard.is_held(), "{name}");
+        assert!(
+            guard.unlock().is_err(),
+            "{name}: not ours to unlock any more"
+        );
+    }
+}
+
+/// The guard's own view of its lease, without a round trip.
+#[test]
+fn a_guard_says_until_when_it_holds() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let g = client
+        .lock_with("view", LockOptions::new().lease(Duration::from_secs(5)))
+        .unwrap();
+    let left = g.remaining();
+    assert!(
+        left > Duration::from_secs(4) && left <= Duration::from_secs(5),
+        "{left:?}"
+    );
+    let until = g.valid_until().expect("held");
+    assert!(until > Instant::now() + Duration::from_secs(4));
+    let short = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let w = short.lock("view:watchdog").unwrap();
+    assert!(
+        w.remaining() > Duration::from_millis(300),
+        "{:?}",
+        w.remaining()
+    );
+    // Renewed past its first lease.
+    thread::sleep(Duration::from_millis(1_200));
+    assert!(w.remaining() > Duration::ZERO);
+    assert!(client.force_unlock("view:watchdog").unwrap());
+    assert!(eventually(Duration::from_secs(3), || w
+        .valid_until()
+        .is_none()));
+    assert_eq!(w.remaining(), Duration::ZERO);
+    drop(g);
 }

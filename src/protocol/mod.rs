@@ -6,11 +6,13 @@
 //!
 //! - `plain` — Redisson's `RLock` (and its fenced variant), the renew script;
 //! - `fair` — Redisson's `RedissonFairLock` layout, with expiring places;
-//! - `rwlock` — Redisson's `RReadWriteLock` layout, writers first.
+//! - `rwlock` — Redisson's `RReadWriteLock` layout, writers first;
+//! - `admin` — an operator's forced release of any kind.
 //!
 //! Every owner check happens inside the scripts; names and owners travel only
 //! as `KEYS[]`/`ARGV[]`, never inside Lua source.
 
+pub(crate) mod admin;
 pub(crate) mod fair;
 pub(crate) mod plain;
 pub(crate) mod rwlock;
@@ -185,6 +187,7 @@ pub(crate) struct Scripts {
     plain: plain::PlainScripts,
     fair: fair::FairScripts,
     rw: rwlock::RwScripts,
+    admin: admin::AdminScripts,
 }
 
 impl Scripts {
@@ -193,7 +196,18 @@ impl Scripts {
             plain: plain::PlainScripts::new(pubsub),
             fair: fair::FairScripts::new(pubsub),
             rw: rwlock::RwScripts::new(pubsub),
+            admin: admin::AdminScripts::new(pubsub),
         }
+    }
+
+    /// Deletes lock `key` of any kind and wakes its waiters (an operator's
+    /// tool); false when there was no lock.
+    pub(crate) fn force_unlock(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+    ) -> RedisResult<bool> {
+        self.admin.force_unlock(con, key)
     }
 
     /// One acquire script (one `EVALSHA`, plus `SCRIPT LOAD` and a retry
@@ -361,6 +375,7 @@ mod tests {
             rwlock::READ_RELEASE,
             rwlock::WRITE_RELEASE,
             rwlock::CANCEL_WRITER,
+            admin::FORCE_UNLOCK,
         ]
     }
 
