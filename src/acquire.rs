@@ -12,14 +12,14 @@ use crate::guard::LockGuard;
 use crate::local::{self, Enter};
 use crate::names::{channel_name, timeout_prefix};
 use crate::notify::Listen;
-use crate::options::{check_lease, check_name, deadline_min, Kind};
+use crate::options::{check_lease, check_name, deadline_min, Cancel, Kind};
 use crate::orphans::Orphan;
 use crate::protocol::{self, Attempt, Fence, Release, Request};
 use crate::shared::{Hold, Shared};
 use crate::wait::{self, Answer, Channels, Granted, Live, LockKind, Wake};
 
 /// What the caller asked for.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Want {
     pub(crate) kind: Kind,
     /// An explicit lease; `None`: the watchdog lease, renewed.
@@ -27,11 +27,36 @@ pub(crate) struct Want {
     pub(crate) fenced: bool,
     /// The hold gets an owner of its own (an owned guard), not the thread's.
     pub(crate) owned: bool,
+    /// Another thread may cancel the wait.
+    pub(crate) cancel: Option<Cancel>,
 }
 
 /// Takes lock `name` as `want` says, waiting until `deadline` (`None`: as
-/// long as it takes); `None` when the deadline passed first.
+/// long as it takes); `None` when the deadline passed first,
+/// [`Error::Cancelled`] when the wait was cancelled (a wait that ends
+/// without the lock, like a deadline).
 pub(crate) fn acquire<O>(
+    shared: &Arc<Shared>,
+    name: &str,
+    want: Want,
+    deadline: Option<Instant>,
+) -> Result<Option<LockGuard<O>>> {
+    let cancel = want.cancel.clone();
+    let cancelled = || cancel.as_ref().is_some_and(Cancel::is_cancelled);
+    if cancelled() {
+        return Err(Error::Cancelled {
+            name: name.to_owned(),
+        });
+    }
+    match take(shared, name, want, deadline)? {
+        None if cancelled() => Err(Error::Cancelled {
+            name: name.to_owned(),
+        }),
+        got => Ok(got),
+    }
+}
+
+fn take<O>(
     shared: &Arc<Shared>,
     name: &str,
     want: Want,
@@ -91,7 +116,14 @@ pub(crate) fn acquire<O>(
     if want.kind == Kind::Fair && deadline.is_none_or(|d| d > Instant::now()) {
         at.place = Some(shared.next_place(&owner, want.fenced));
     }
-    let Some(got) = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline)? else {
+    let Some(got) = wait::wait_for(
+        &mut at,
+        &live(shared, want.cancel.as_ref()),
+        &mut sub,
+        name,
+        deadline,
+    )?
+    else {
         return Ok(None);
     };
     let minted = got.held;
@@ -130,7 +162,14 @@ fn plain<O>(
     let shared = at.shared;
     let (key, owner, lease) = (at.key, at.owner, at.lease);
     let watchdog = want.lease.is_none();
-    let mut turn = match shared.local.enter(key, owner, lease, want.fenced, deadline) {
+    let mut turn = match shared.local.enter(
+        key,
+        owner,
+        lease,
+        want.fenced,
+        deadline,
+        want.cancel.as_ref(),
+    ) {
         Enter::Turn(turn) => turn,
         Enter::Granted(sent_at, fence) => {
             let state = shared.lease_state(key, owner, lease, watchdog, sent_at, lease, None);
@@ -193,7 +232,13 @@ fn plain<O>(
         at.place = Some(shared.next_place(owner, want.fenced));
     }
     let name = at.name;
-    let got = wait::wait_for(&mut at, &live(shared), &mut sub, name, deadline);
+    let got = wait::wait_for(
+        &mut at,
+        &live(shared, want.cancel.as_ref()),
+        &mut sub,
+        name,
+        deadline,
+    );
     turn.keep_subscription(sub);
     let Some(got) = got? else {
         return Ok(None);
@@ -216,13 +261,14 @@ fn plain<O>(
     Ok(Some(g))
 }
 
-/// The wait loop's view of this client: its notifier, counters and the
-/// pool's connect timeout.
-fn live(shared: &Shared) -> Live<'_> {
+/// The wait loop's view of this client: its notifier, counters, the pool's
+/// connect timeout, and the caller's cancel handle.
+fn live<'a>(shared: &'a Shared, cancel: Option<&'a Cancel>) -> Live<'a> {
     Live {
         notifier: &shared.notifier,
         counters: &shared.renewer.counters,
         outage_limit: shared.outage_limit(),
+        cancel,
     }
 }
 

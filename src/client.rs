@@ -256,12 +256,13 @@ impl LockClient {
         options: LockOptions,
         owned: bool,
     ) -> Result<LockGuard<O>> {
-        let deadline = options.wait_value().map(deadline_after);
+        let waited = options.wait_value();
+        let deadline = waited.map(deadline_after);
         match self.take(name, options, deadline, owned)? {
             Some(guard) => Ok(guard),
             None => Err(Error::WaitTimedOut {
                 name: name.to_owned(),
-                waited: options.wait_value().unwrap_or_default(),
+                waited: waited.unwrap_or_default(),
             }),
         }
     }
@@ -355,6 +356,7 @@ impl LockClient {
             lease: options.lease_value(),
             fenced: options.is_fenced(),
             owned,
+            cancel: options.cancel_value(),
         };
         acquire(&self.shared, name, want, deadline)
     }

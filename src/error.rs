@@ -53,6 +53,16 @@ pub enum Error {
         name: String,
     },
 
+    /// The wait was cancelled through the [`Cancel`](crate::Cancel) handle
+    /// given in its [`LockOptions`](crate::LockOptions): nothing is held, and
+    /// the waiter's places in Redis (the line, the fair queue, the waiting
+    /// writers) were left.
+    #[error("the wait for lock {name:?} was cancelled; nothing is held")]
+    Cancelled {
+        /// The lock name as the caller gave it.
+        name: String,
+    },
+
     /// The calling thread asked for the write side of a read/write lock
     /// while it holds the read side: the write lock waits for all readers,
     /// this thread included, so it would wait forever (Redisson hangs here).
@@ -214,6 +224,12 @@ impl Error {
     /// True when a guard tried to release or extend a lock it no longer held.
     pub fn is_not_held(&self) -> bool {
         matches!(self, Error::NotHeld { .. })
+    }
+
+    /// True when the wait was cancelled through its [`Cancel`](crate::Cancel)
+    /// handle.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled { .. })
     }
 
     /// True when `lock_with` gave up because the lock stayed held for the
@@ -475,6 +491,7 @@ mod tests {
         let errors = [
             Error::invalid("lock name must not be empty"),
             Error::NotHeld { name: "a".into() },
+            Error::Cancelled { name: "a".into() },
             Error::UpgradeWouldDeadlock { name: "a".into() },
             Error::NoQuorum {
                 name: "a".into(),

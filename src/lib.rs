@@ -143,7 +143,7 @@ pub use client::LockClient;
 pub use error::{Error, Result};
 pub use fenced::FencedStore;
 pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
-pub use options::{LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
+pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;
 pub use stats::Stats;

@@ -1,6 +1,11 @@
 //! Per-lock options, the lock kinds, and the input checks and deadline
 //! arithmetic that `LockClient` and `Redlock` share (one wording, one limit).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -110,7 +115,113 @@ pub struct LockOptions {
     wait: Option<Duration>,
     fenced: bool,
     kind: Kind,
+    /// The number of a [`Cancel`] handle (so the options stay `Copy`).
+    cancel: Option<u64>,
 }
+
+/// Cancels the waits it was given to, from another thread — Redisson's
+/// `lockInterruptibly`. Pass it with [`LockOptions::cancel_on`]; calling
+/// [`cancel`](Self::cancel) makes every wait holding it (now or later)
+/// return [`Error::Cancelled`] within [`Cancel::RESPONSE`], leaving no
+/// waiting place in Redis. A cancelled handle stays cancelled; make a new
+/// one for new waits. Clones share the state; keep one alive for as long as
+/// you may want to cancel (the options carry only its number, so they stay
+/// `Copy`).
+///
+/// ```no_run
+/// # fn main() -> Result<(), leasehold::Error> {
+/// use leasehold::{Cancel, LockOptions};
+/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+/// let stop = Cancel::new();
+/// let waiting = {
+///     let (client, stop) = (client.clone(), stop.clone());
+///     std::thread::spawn(move || {
+///         client.lock_with("batch:shard-7", LockOptions::new().cancel_on(&stop))
+///             .map(drop)
+///     })
+/// };
+/// stop.cancel(); // e.g. on shutdown
+/// assert!(waiting.join().unwrap().unwrap_err().is_cancelled());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Cancel {
+    inner: Arc<CancelInner>,
+}
+
+struct CancelInner {
+    id: u64,
+    cancelled: AtomicBool,
+}
+
+/// Live cancel handles by number: options carry the number (they are
+/// `Copy`), a wait looks its handle up once when it starts.
+static HANDLES: LazyLock<Mutex<HashMap<u64, Weak<CancelInner>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for CancelInner {
+    fn drop(&mut self) {
+        HANDLES.lock().remove(&self.id);
+    }
+}
+
+impl Default for Cancel {
+    fn default() -> Self {
+        let id = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+        let inner = Arc::new(CancelInner {
+            id,
+            cancelled: AtomicBool::new(false),
+        });
+        HANDLES.lock().insert(id, Arc::downgrade(&inner));
+        Cancel { inner }
+    }
+}
+
+impl Cancel {
+    /// How long a cancelled wait may take at most to notice (it looks this
+    /// often while it waits; no network traffic).
+    pub const RESPONSE: Duration = Duration::from_millis(20);
+
+    /// A handle not cancelled yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels every wait given this handle (or a clone).
+    pub fn cancel(&self) {
+        self.inner.cancelled.store(true, Ordering::Release);
+    }
+
+    /// Whether [`cancel`](Self::cancel) was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::Acquire)
+    }
+
+    /// The live handle numbered `id` (none once every clone was dropped:
+    /// then nobody can cancel).
+    pub(crate) fn find(id: u64) -> Option<Cancel> {
+        let inner = HANDLES.lock().get(&id)?.upgrade()?;
+        Some(Cancel { inner })
+    }
+}
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancel")
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+/// Handles are equal when they are clones of one another.
+impl PartialEq for Cancel {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for Cancel {}
 
 impl LockOptions {
     /// Defaults: the client's watchdog lease, and waiting as long as it takes
@@ -125,6 +236,19 @@ impl LockOptions {
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
+    }
+
+    /// Lets another thread cancel this wait (see [`Cancel`]): the call
+    /// returns [`Error::Cancelled`] within [`Cancel::RESPONSE`] of
+    /// [`Cancel::cancel`], holding nothing and leaving no waiting place.
+    pub fn cancel_on(mut self, cancel: &Cancel) -> Self {
+        self.cancel = Some(cancel.inner.id);
+        self
+    }
+
+    /// The cancel handle, if one was given and any clone of it is alive.
+    pub fn cancel_value(&self) -> Option<Cancel> {
+        Cancel::find(self.cancel?)
     }
 
     /// The longest to wait for the lock. Defaults to unbounded for

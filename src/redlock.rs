@@ -238,14 +238,19 @@ impl Redlock {
     /// With options: an explicit lease (not renewed; the guard's validity is
     /// what is left of it after the attempt) and a bounded wait
     /// ([`Error::WaitTimedOut`] when it runs out). Fencing, fair and
-    /// read/write options are refused.
+    /// read/write options and a cancel handle are refused.
     ///
     /// # Errors
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`].
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<RedlockGuard> {
-        if options.is_fenced() || options.is_fair() || options.is_read() || options.is_write() {
+        if options.is_fenced()
+            || options.is_fair()
+            || options.is_read()
+            || options.is_write()
+            || options.cancel_value().is_some()
+        {
             return Err(Error::invalid(
-                "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks",
+                "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks, no cancel handle",
             ));
         }
         let deadline = options.wait_value().map(deadline_after);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::notify::{Listen, Notifier, Subscription};
-use crate::options::deadline_min;
+use crate::options::{deadline_min, Cancel};
 use crate::stats::Counters;
 
 /// Acquire replies arriving after their lease ran out before we give up.
@@ -130,6 +130,10 @@ pub(crate) trait Env {
     fn pause(&self, sub: Option<&Self::Sub>, until: Instant);
     /// How long continuous failure is ridden out before giving up.
     fn outage_limit(&self) -> Duration;
+    /// Whether the caller cancelled the wait: it ends as at a deadline
+    /// (its waiting place left), checked before every attempt and after
+    /// every park.
+    fn cancelled(&self) -> bool;
 }
 
 /// A waiter that cannot hear unlock messages retries after this long at
@@ -164,6 +168,9 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
     // A subscription was dropped because its channel's slot moved.
     let mut moved = false;
     loop {
+        if env.cancelled() {
+            return Ok(None); // `place` leaves a waiting place
+        }
         // Wake-ups from here on are news to this attempt.
         let seen = match (sub.as_ref(), wake) {
             (Some(s), Wake::One) => {
@@ -217,7 +224,7 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
         waiting = true;
         place.armed = place.kind.holds_place();
         let now = Instant::now();
-        if deadline.is_some_and(|d| d <= now) {
+        if deadline.is_some_and(|d| d <= now) || env.cancelled() {
             return Ok(None); // `place` leaves a waiting place
         }
         let mut wake_at = deadline_min(deadline, now.checked_add(cap).unwrap_or(now));
@@ -338,6 +345,26 @@ pub(crate) struct Live<'a> {
     pub(crate) notifier: &'a Notifier,
     pub(crate) counters: &'a Counters,
     pub(crate) outage_limit: Duration,
+    /// Parks and pauses look at it every [`Cancel::RESPONSE`].
+    pub(crate) cancel: Option<&'a Cancel>,
+}
+
+impl Live<'_> {
+    /// Waits with `wait` until `until` (it returns whether it was woken), in
+    /// slices of [`Cancel::RESPONSE`] while a cancel handle is given, so a
+    /// cancel is noticed in time.
+    fn sliced(&self, until: Instant, mut wait: impl FnMut(Instant) -> bool) {
+        let Some(cancel) = self.cancel else {
+            wait(until);
+            return;
+        };
+        loop {
+            let slice = until.min(Instant::now() + Cancel::RESPONSE);
+            if wait(slice) || slice >= until || cancel.is_cancelled() {
+                return;
+            }
+        }
+    }
 }
 
 impl Env for Live<'_> {
@@ -371,10 +398,10 @@ impl Env for Live<'_> {
         use std::sync::atomic::Ordering;
         let parked = &self.counters.waiters_parked;
         parked.fetch_add(1, Ordering::Relaxed);
-        match wake {
+        self.sliced(until, |until| match wake {
             Wake::One => sub.wait_until(until),
             Wake::OneOrAll => sub.wait_until_or_broadcast(seen, until),
-        };
+        });
         parked.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -387,12 +414,17 @@ impl Env for Live<'_> {
     }
 
     fn pause(&self, sub: Option<&Subscription>, until: Instant) {
-        match sub {
-            Some(sub) => {
-                sub.wait_until(until);
+        self.sliced(until, |until| match sub {
+            Some(sub) => sub.wait_until(until),
+            None => {
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                false
             }
-            None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
-        }
+        });
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(Cancel::is_cancelled)
     }
 
     fn outage_limit(&self) -> Duration {

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leasehold::{LockClient, LockOptions};
+use leasehold::{Cancel, LockClient, LockOptions};
 use redis::Commands;
 use support::{eventually, listening_clients, RedisServer};
 
@@ -413,4 +413,90 @@ fn a_guard_says_until_when_it_holds() {
         .is_none()));
     assert_eq!(w.remaining(), Duration::ZERO);
     drop(g);
+}
+
+/// Another thread cancels blocking waits (Redisson's `lockInterruptibly`):
+/// a plain waiter talking to Redis and one queued behind it in the same
+/// client, a fair waiter and a waiting writer each return `Cancelled`
+/// within 50 ms, and nothing of them is left in Redis: no place in the
+/// line, the fair queue or the waiting writers, and (once subscriptions
+/// stop lingering) no subscription.
+#[test]
+fn cancelled_waits_return_at_once_and_leave_nothing_behind() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let cases: [(&str, LockOptions, LockOptions, usize); 3] = [
+        ("cancel:plain", LockOptions::new(), LockOptions::new(), 2),
+        (
+            "cancel:fair",
+            LockOptions::new().fair(),
+            LockOptions::new().fair(),
+            1,
+        ),
+        (
+            "cancel:rw",
+            LockOptions::new().read(),
+            LockOptions::new().write(),
+            1,
+        ),
+    ];
+    for (name, held_as, waiting, threads) in cases {
+        let guard = holder.lock_with(name, held_as).unwrap();
+        let cancel = Cancel::new();
+        let parked = waiter.stats().waiters_parked;
+        let queued = waiter.stats().waiters_queued;
+        let waits: Vec<_> = (0..threads)
+            .map(|_| {
+                let (c, options) = (waiter.clone(), waiting.cancel_on(&cancel));
+                thread::spawn(move || {
+                    let r = c.lock_with(name, options).map(drop);
+                    (r, Instant::now())
+                })
+            })
+            .collect();
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                let s = waiter.stats();
+                s.waiters_parked > parked && s.waiters_queued + 1 >= queued + threads as u64
+            }),
+            "{name}: waiting"
+        );
+        thread::sleep(Duration::from_millis(50));
+        let cancelled = Instant::now();
+        cancel.cancel();
+        for w in waits {
+            let (r, at) = w.join().unwrap();
+            assert!(r.as_ref().unwrap_err().is_cancelled(), "{name}: {r:?}");
+            assert!(
+                at - cancelled < Duration::from_millis(50),
+                "{name}: returned {:?} after the cancel",
+                at - cancelled
+            );
+        }
+        let line: usize = con.llen(format!("leasehold_line:{{{name}}}")).unwrap();
+        let queue: usize = con.llen(format!("redisson_lock_queue:{{{name}}}")).unwrap();
+        let timeouts: usize = con
+            .zcard(format!("redisson_lock_timeout:{{{name}}}"))
+            .unwrap();
+        let writers: usize = con
+            .zcard(format!("{{{name}}}:rwlock_write_waiters"))
+            .unwrap();
+        assert_eq!(
+            (line, queue, timeouts, writers),
+            (0, 0, 0, 0),
+            "{name}: places left"
+        );
+        assert!(guard.is_held(), "{name}: the holder kept it");
+        guard.unlock().unwrap();
+        // A cancelled handle cancels at once, without an attempt.
+        let again = waiter.lock_with(name, waiting.cancel_on(&cancel));
+        assert!(again.unwrap_err().is_cancelled());
+    }
+    assert!(
+        eventually(Duration::from_secs(3), || lock_channels(&server).is_empty()),
+        "subscriptions left: {:?}",
+        lock_channels(&server)
+    );
 }

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::notify::Subscription;
+use crate::options::Cancel;
 use crate::protocol::Successor;
 use crate::renewal::LeaseState;
 
@@ -167,6 +168,7 @@ impl LocalLocks {
         lease: Duration,
         fenced: bool,
         deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
     ) -> Enter<'a> {
         let waiter = {
             let mut slots = self.slots.lock();
@@ -213,7 +215,7 @@ impl LocalLocks {
             waiter
         };
         self.queued.fetch_add(1, Ordering::Relaxed);
-        let entered = self.wait_in_queue(key, &waiter, deadline);
+        let entered = self.wait_in_queue(key, &waiter, deadline, cancel);
         self.queued.fetch_sub(1, Ordering::Relaxed);
         entered
     }
@@ -223,13 +225,22 @@ impl LocalLocks {
         key: &str,
         waiter: &Arc<Waiter>,
         deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
     ) -> Enter<'a> {
         loop {
             // The first in the queue also watches the holder's lease.
             let lease_end = self.holder_lease_end(key, waiter);
-            let wake_at = match (deadline, lease_end) {
+            let due = match (deadline, lease_end) {
                 (Some(d), Some(l)) => Some(d.min(l)),
                 (d, l) => d.or(l),
+            };
+            // A cancellable wait looks at its handle every so often.
+            let wake_at = match cancel {
+                Some(_) => {
+                    let slice = Instant::now() + Cancel::RESPONSE;
+                    Some(due.map_or(slice, |d| d.min(slice)))
+                }
+                None => due,
             };
             let mut state = waiter.state.lock();
             let timed_out = match *state {
@@ -255,7 +266,11 @@ impl LocalLocks {
                 continue;
             }
             drop(state);
-            if deadline.is_some_and(|d| d <= Instant::now()) {
+            let cancelled = cancel.is_some_and(Cancel::is_cancelled);
+            if !cancelled && due.is_none_or(|d| d > Instant::now()) {
+                continue; // a slice ended, nothing else
+            }
+            if cancelled || deadline.is_some_and(|d| d <= Instant::now()) {
                 if self.leave_queue(key, waiter) {
                     return Enter::TimedOut;
                 }

@@ -22,7 +22,7 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 #[test]
 fn release_hands_over_to_the_first_queued_thread() {
     let locks = LocalLocks::default();
-    let Enter::Turn(turn) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(turn) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!("a free slot is ours at once");
     };
     assert!(turn.fresh());
@@ -30,7 +30,7 @@ fn release_hands_over_to_the_first_queued_thread() {
     std::thread::scope(|s| {
         let b = s.spawn(|| {
             matches!(
-                locks.enter("k", "b", Duration::from_secs(1), false, None),
+                locks.enter("k", "b", Duration::from_secs(1), false, None, None),
                 Enter::Granted(..)
             )
         });
@@ -54,11 +54,11 @@ fn release_hands_over_to_the_first_queued_thread() {
 #[test]
 fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let locks = LocalLocks::default();
-    let Enter::Turn(t1) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(t1) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     t1.acquired(&lease(Duration::from_secs(30)), None);
-    let Enter::Turn(t2) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(t2) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!("reentry is not queued")
     };
     assert!(!t2.fresh(), "a hold of this owner is alive");
@@ -75,26 +75,28 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
 #[test]
 fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
     let locks = LocalLocks::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     t.acquired(&lease(Duration::from_millis(50)), None);
     // a re-enters (its attempt is in flight) …
-    let Enter::Turn(reentry) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(reentry) = locks.enter("k", "a", Duration::from_secs(1), false, None, None)
+    else {
         panic!()
     };
     std::thread::scope(|s| {
         // … while b, first in the queue, sees a's lease run out.
-        let b = s.spawn(
-            || match locks.enter("k", "b", Duration::from_secs(1), false, None) {
-                Enter::Turn(turn) => {
-                    assert!(turn.fresh());
-                    std::mem::forget(turn); // b keeps its turn for the checks below
-                    true
-                }
-                _ => false,
-            },
-        );
+        let b =
+            s.spawn(
+                || match locks.enter("k", "b", Duration::from_secs(1), false, None, None) {
+                    Enter::Turn(turn) => {
+                        assert!(turn.fresh());
+                        std::mem::forget(turn); // b keeps its turn for the checks below
+                        true
+                    }
+                    _ => false,
+                },
+            );
         assert!(b.join().unwrap(), "b took over after a's lease ran out");
     });
     drop(reentry); // a's attempt ends (failed) after the takeover
@@ -108,7 +110,7 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
 #[test]
 fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
     let locks = LocalLocks::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     t.acquired(&lease(Duration::from_secs(30)), None);
@@ -117,16 +119,17 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
     assert!(handover.last() && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
-        let again = s.spawn(
-            || match locks.enter("k", "a", Duration::from_secs(1), false, None) {
-                Enter::Turn(turn) => {
-                    let fresh = turn.fresh();
-                    drop(turn);
-                    Some(fresh)
-                }
-                _ => None,
-            },
-        );
+        let again =
+            s.spawn(
+                || match locks.enter("k", "a", Duration::from_secs(1), false, None, None) {
+                    Enter::Turn(turn) => {
+                        let fresh = turn.fresh();
+                        drop(turn);
+                        Some(fresh)
+                    }
+                    _ => None,
+                },
+            );
         wait_until(|| queued(&locks) == 1);
         handover.finish(Outcome::Other);
         assert_eq!(
@@ -140,13 +143,20 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
 #[test]
 fn a_queued_thread_leaves_at_its_deadline() {
     let locks = LocalLocks::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     t.acquired(&lease(Duration::from_secs(30)), None);
     let deadline = Instant::now() + Duration::from_millis(50);
     assert!(matches!(
-        locks.enter("k", "b", Duration::from_secs(1), false, Some(deadline)),
+        locks.enter(
+            "k",
+            "b",
+            Duration::from_secs(1),
+            false,
+            Some(deadline),
+            None
+        ),
         Enter::TimedOut
     ));
     assert!(Instant::now() >= deadline);
@@ -157,26 +167,58 @@ fn a_queued_thread_leaves_at_its_deadline() {
             "c",
             Duration::from_secs(1),
             false,
-            Some(Instant::now())
+            Some(Instant::now()),
+            None
         ),
         Enter::TimedOut
     ));
 }
 
+/// A queued thread whose wait is cancelled leaves the queue within a few
+/// slices of the cancel, with no deadline of its own.
+#[test]
+fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
+    let locks = LocalLocks::default();
+    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+        panic!()
+    };
+    t.acquired(&lease(Duration::from_secs(30)), None);
+    let cancel = Cancel::new();
+    std::thread::scope(|s| {
+        let b = s.spawn(|| {
+            let entered = locks.enter("k", "b", Duration::from_secs(1), false, None, Some(&cancel));
+            (matches!(entered, Enter::TimedOut), Instant::now())
+        });
+        wait_until(|| queued(&locks) == 1);
+        std::thread::sleep(Duration::from_millis(60));
+        let cancelled = Instant::now();
+        cancel.cancel();
+        let (left, at) = b.join().unwrap();
+        assert!(left, "the cancelled thread left without the lock");
+        assert!(
+            at - cancelled < Duration::from_millis(200),
+            "{:?}",
+            at - cancelled
+        );
+    });
+    assert!(locks.slots.lock()["k"].queue.is_empty());
+}
+
 #[test]
 fn a_public_release_for_others_promotes_with_a_yield() {
     let locks = LocalLocks::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None) else {
+    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     t.acquired(&lease(Duration::from_secs(30)), None);
     std::thread::scope(|s| {
-        let b = s.spawn(
-            || match locks.enter("k", "b", Duration::from_secs(1), false, None) {
-                Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
-                _ => None,
-            },
-        );
+        let b =
+            s.spawn(
+                || match locks.enter("k", "b", Duration::from_secs(1), false, None, None) {
+                    Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
+                    _ => None,
+                },
+            );
         wait_until(|| queued(&locks) == 1);
         let handover = locks.release("k", "a");
         assert!(handover.successor().is_some());

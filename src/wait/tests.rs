@@ -130,6 +130,8 @@ struct Fake {
     /// How many of the subscriptions made are (sharded) on a node that no
     /// longer serves the channel's slot, counted from the first.
     moved: Cell<u32>,
+    /// The wait is cancelled once it parked this many times.
+    cancel_after_parks: Cell<Option<usize>>,
 }
 
 impl Fake {
@@ -198,6 +200,17 @@ impl Env for Fake {
 
     fn outage_limit(&self) -> Duration {
         self.outage_limit
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel_after_parks.get().is_some_and(|n| {
+            self.log
+                .borrow()
+                .iter()
+                .filter(|l| l.starts_with("park"))
+                .count()
+                >= n
+        })
     }
 }
 
@@ -326,6 +339,30 @@ fn a_waiter_whose_channel_moved_subscribes_again_where_it_is_now() {
         ]
     );
     assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// A cancelled wait ends like one whose deadline passed: no attempt after
+/// the cancel, the waiting place left.
+#[test]
+fn a_cancelled_wait_ends_without_another_attempt_and_leaves_its_place() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(10)),
+        Step::Wait(Duration::from_millis(10)),
+        Step::Wait(Duration::from_millis(10)),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    kind.place = true;
+    let env = fake();
+    env.cancel_after_parks.set(Some(1));
+    assert_eq!(run(&mut kind, &env, None).unwrap(), None);
+    assert_eq!(kind.left, 1, "the waiting place was left");
+    assert_eq!(
+        env.log(),
+        ["subscribe chan", "clear", "park One seen 0 ~10 ms"],
+        "no attempt after the cancel"
+    );
 }
 
 #[test]
