@@ -4,6 +4,7 @@
 //! [`AtRedis`] — the one adapter that gives the loop any kind's attempt,
 //! undo, channel, wake rule and waiting place — and finally the guard.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,14 +42,34 @@ pub(crate) fn acquire<O>(
     want: Want,
     deadline: Option<Instant>,
 ) -> Result<Option<LockGuard<O>>> {
+    let started = Instant::now();
+    let counters = &shared.renewer.counters;
     let cancel = want.cancel.clone();
     let cancelled = || cancel.as_ref().is_some_and(Cancel::is_cancelled);
-    if cancelled() {
-        return Err(Error::Cancelled {
-            name: name.to_owned(),
-        });
-    }
-    match take(shared, name, want, deadline)? {
+    let kind = want.kind;
+    let got = if cancelled() {
+        None
+    } else {
+        take(shared, name, want, deadline)?
+    };
+    let waited = started.elapsed();
+    let outcome = match &got {
+        Some(_) => {
+            counters.acquired(waited);
+            "acquired"
+        }
+        None if cancelled() => {
+            counters.waits_cancelled.fetch_add(1, Ordering::Relaxed);
+            "cancelled"
+        }
+        None => {
+            counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+            "timed out"
+        }
+    };
+    // Debug level, no owner: names and timings only.
+    tracing::debug!(lock = %name, ?kind, waited_us = waited.as_micros() as u64, outcome, "leasehold: acquire");
+    match got {
         None if cancelled() => Err(Error::Cancelled {
             name: name.to_owned(),
         }),

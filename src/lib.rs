@@ -146,7 +146,7 @@ pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
 pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;
-pub use stats::Stats;
+pub use stats::{Stats, WAIT_BUCKETS_MS};
 
 /// The Lua sources of the lock protocol, for the benches' protocol floor
 /// (the same scripts on a plain connection, without this library around

@@ -399,6 +399,13 @@ impl Shared {
     /// errors when Redis could not be reached (the lock then expires with
     /// its lease).
     pub(crate) fn release(&self, hold: &Hold, pool_wait: Option<Duration>) -> Result<()> {
+        let result = self.release_hold(hold, pool_wait);
+        // Debug level, no owner: names and the outcome only.
+        tracing::debug!(lock = %hold.name, kind = ?hold.kind, ok = result.is_ok(), "leasehold: release");
+        result
+    }
+
+    fn release_hold(&self, hold: &Hold, pool_wait: Option<Duration>) -> Result<()> {
         let not_held = || Error::NotHeld {
             name: hold.name.clone(),
         };

@@ -3,6 +3,7 @@
 //! wait loop and the in-process queue. Atomics only; nothing here blocks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A snapshot of a client's counters, from
 /// [`LockClient::stats`](crate::LockClient::stats), for export to metrics.
@@ -37,7 +38,24 @@ pub struct Stats {
     /// subscribe (e.g. a `NOPERM` for the channels, until it reconnects). One
     /// WARN is logged per outage, not per retry.
     pub subscriber_error: Option<String>,
+    /// Locks taken since the client was built (every kind; a reentrant hold
+    /// counts too).
+    pub acquisitions: u64,
+    /// Bounded waits (`try_lock_for`, `lock_with` with a wait, …) that ran
+    /// out without the lock, single tries that found it held included.
+    pub wait_timeouts: u64,
+    /// Waits cancelled through a [`Cancel`](crate::Cancel) handle.
+    pub waits_cancelled: u64,
+    /// How long the acquisitions took (call to guard), counted in buckets:
+    /// `wait_time[i]` counts those up to [`WAIT_BUCKETS_MS`]`[i]` ms (and
+    /// above the bucket before), the last one those above 60 s. Cumulative
+    /// sums give a histogram's `le` buckets; p50/p99 can be read off them.
+    pub wait_time: [u64; WAIT_BUCKETS_MS.len() + 1],
 }
+
+/// The upper bounds (ms) of the [`Stats::wait_time`] buckets; the last bucket
+/// holds everything above the last bound.
+pub const WAIT_BUCKETS_MS: [u64; 6] = [1, 10, 100, 1_000, 10_000, 60_000];
 
 /// The live atomics behind [`Stats`] (the in-process queue keeps its own).
 #[derive(Debug, Default)]
@@ -47,6 +65,10 @@ pub(crate) struct Counters {
     pub(crate) renewal_round_trips: AtomicU64,
     pub(crate) leases_lost: AtomicU64,
     pub(crate) waiters_parked: AtomicU64,
+    pub(crate) acquisitions: AtomicU64,
+    pub(crate) wait_timeouts: AtomicU64,
+    pub(crate) waits_cancelled: AtomicU64,
+    pub(crate) wait_time: [AtomicU64; WAIT_BUCKETS_MS.len() + 1],
 }
 
 impl Counters {
@@ -64,6 +86,37 @@ impl Counters {
             subscriber_connected: false,
             subscriber_connects: 0,
             subscriber_error: None,
+            acquisitions: self.acquisitions.load(Ordering::Relaxed),
+            wait_timeouts: self.wait_timeouts.load(Ordering::Relaxed),
+            waits_cancelled: self.waits_cancelled.load(Ordering::Relaxed),
+            wait_time: std::array::from_fn(|i| self.wait_time[i].load(Ordering::Relaxed)),
         }
+    }
+
+    /// One acquisition that took `waited`.
+    pub(crate) fn acquired(&self, waited: Duration) {
+        self.acquisitions.fetch_add(1, Ordering::Relaxed);
+        let bucket = WAIT_BUCKETS_MS
+            .iter()
+            .position(|&bound| waited <= Duration::from_millis(bound))
+            .unwrap_or(WAIT_BUCKETS_MS.len());
+        self.wait_time[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_land_in_their_bucket() {
+        let c = Counters::default();
+        for ms in [0, 1, 5, 10, 99, 100, 250, 999, 5_000, 60_000, 61_000] {
+            c.acquired(Duration::from_millis(ms));
+        }
+        c.acquired(Duration::from_micros(1_500));
+        let s = c.snapshot();
+        assert_eq!(s.acquisitions, 12);
+        assert_eq!(s.wait_time, [2, 3, 2, 2, 1, 1, 1]);
     }
 }

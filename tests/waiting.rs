@@ -499,4 +499,44 @@ fn cancelled_waits_return_at_once_and_leave_nothing_behind() {
         "subscriptions left: {:?}",
         lock_channels(&server)
     );
+    // Four waits cancelled while waiting, three at once.
+    assert_eq!(waiter.stats().waits_cancelled, 7);
+    assert_eq!(waiter.stats().acquisitions, 0);
+}
+
+/// What an operator graphs: acquisitions with their wait times in buckets,
+/// bounded waits that ran out.
+#[test]
+fn stats_count_acquisitions_wait_times_and_timeouts() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    for _ in 0..3 {
+        client.lock("stats:a").unwrap().unlock().unwrap();
+    }
+    let held = other.lock("stats:b").unwrap();
+    assert!(client.try_lock("stats:b").unwrap().is_none());
+    assert!(client
+        .try_lock_for("stats:b", Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    let waiter = {
+        let c = client.clone();
+        thread::spawn(move || c.lock("stats:b").map(drop))
+    };
+    thread::sleep(Duration::from_millis(150));
+    held.unlock().unwrap();
+    waiter.join().unwrap().unwrap();
+    let s = client.stats();
+    assert_eq!(s.acquisitions, 4, "{s:?}");
+    assert_eq!(s.wait_timeouts, 2, "{s:?}");
+    assert_eq!(s.wait_time.iter().sum::<u64>(), 4, "{s:?}");
+    // The wait of ~150 ms lands above 100 ms.
+    let slow: u64 = s.wait_time[3..].iter().sum();
+    assert_eq!(
+        slow,
+        1,
+        "{s:?} ({:?} ms buckets)",
+        leasehold::WAIT_BUCKETS_MS
+    );
 }
