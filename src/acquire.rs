@@ -46,7 +46,7 @@ pub(crate) fn acquire<O>(
     let counters = &shared.renewer.counters;
     let cancel = want.cancel.clone();
     let cancelled = || cancel.as_ref().is_some_and(Cancel::is_cancelled);
-    let kind = want.kind;
+    let (kind, want_lease) = (want.kind, want.lease);
     let got = if cancelled() {
         None
     } else {
@@ -56,6 +56,8 @@ pub(crate) fn acquire<O>(
     let outcome = match &got {
         Some(_) => {
             counters.acquired(waited);
+            let lease = want_lease.unwrap_or(shared.watchdog_lease);
+            shared.renewer.touch(started + waited, lease);
             "acquired"
         }
         None if cancelled() => {

@@ -18,6 +18,7 @@ use crate::notify::Notifier;
 /// The socket timeout of a client whose watchdog lease is at least 9 s.
 const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
 use crate::options::{check_lease, ShardedPubSub};
+use crate::renewal::registration::Registration;
 use crate::renewal::Renewer;
 use crate::shared::{Parts, Shared};
 
@@ -50,6 +51,8 @@ pub struct LockClientBuilder {
     /// Seed node URLs of a Redis Cluster.
     cluster: Option<Vec<String>>,
     sharded_pubsub: ShardedPubSub,
+    /// Who this client is, for operators (`inspect`).
+    client_name: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
 }
@@ -72,6 +75,14 @@ impl LockClientBuilder {
     /// single server and Sentinel use classic pub/sub).
     pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
         self.sharded_pubsub = mode;
+        self
+    }
+
+    /// A name for this client that operators see: `inspect` shows it beside
+    /// the host and pid of every hold and wait of this client (e.g.
+    /// `"billing-worker-3"`). Unset by default (host and pid still show).
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
         self
     }
 
@@ -337,8 +348,16 @@ impl LockClientBuilder {
                 Wire::connect(client.get_connection_info(), &tls, connect, socket)
             });
             // Renew up to a thirtieth of the lease early to batch more.
-            Renewer::start(connector, self.watchdog_lease / 30, socket, router)
-                .map_err(|source| Error::Thread { source })?
+            let registration =
+                Registration::new(&self.key_prefix, &id, self.client_name.as_deref());
+            Renewer::start(
+                connector,
+                self.watchdog_lease / 30,
+                socket,
+                router,
+                registration,
+            )
+            .map_err(|source| Error::Thread { source })?
         };
         let conns = Connections::new(
             target,
@@ -390,6 +409,7 @@ impl LockClient {
             sentinel: None,
             cluster: None,
             sharded_pubsub: ShardedPubSub::Auto,
+            client_name: None,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         }

@@ -245,6 +245,13 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
     rules
 }
 
+/// The registration key of client `id` under `key_prefix`:
+/// `<prefix>leasehold_client:<id>` (see `renewal::registration`). Under the
+/// prefix, so a prefix-limited ACL user may write it.
+pub(crate) fn client_key(key_prefix: &str, id: &str) -> String {
+    format!("{key_prefix}leasehold_client:{id}")
+}
+
 /// The first 8 hex digits of a client id: enough to tell clients apart in
 /// logs, not enough to forge an owner.
 pub(crate) fn short_id(id: &uuid::Uuid) -> String {

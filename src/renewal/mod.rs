@@ -18,6 +18,7 @@
 //! control channel disconnects.
 
 mod lease;
+pub(crate) mod registration;
 mod wheel;
 mod worker;
 
@@ -74,6 +75,9 @@ pub(crate) struct Renewer {
     /// that no renewal of a cancelled lease is sent after unlock returns.
     gate: Arc<Mutex<()>>,
     pub(crate) counters: Arc<Counters>,
+    /// Until when the client's registration is written (see
+    /// `registration`).
+    activity: Arc<registration::Activity>,
 }
 
 struct Registered {
@@ -101,7 +105,9 @@ impl Renewer {
         coalesce: Duration,
         io_budget: Duration,
         router: Option<Arc<Router>>,
+        registration: registration::Registration,
     ) -> std::io::Result<Self> {
+        let activity = Arc::new(registration::Activity::new());
         let (wake, rx) = crossbeam_channel::unbounded();
         let gate = Arc::new(Mutex::new(()));
         let counters = Arc::new(Counters::default());
@@ -126,6 +132,8 @@ impl Renewer {
             gate: Arc::clone(&gate),
             counters: Arc::clone(&counters),
             sha: redis::Script::new(RENEW).get_hash().to_owned(),
+            registration,
+            activity: Arc::clone(&activity),
         };
         std::thread::Builder::new()
             .name("leasehold-renew".into())
@@ -136,7 +144,17 @@ impl Renewer {
             registry: Mutex::new(HashMap::new()),
             gate,
             counters,
+            activity,
         })
+    }
+
+    /// A lock was taken at `now` with `lease`: keeps the client's
+    /// registration written until then (waking the thread only when it is
+    /// due; two atomics otherwise).
+    pub(crate) fn touch(&self, now: Instant, lease: Duration) {
+        if self.activity.touch(now, lease) {
+            let _ = self.wake.send(());
+        }
     }
 
     /// Registers a watchdog lease (or joins the entry of a reentrant hold).

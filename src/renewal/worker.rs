@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use redis::{RedisResult, Value};
 
 use super::lease::{LeaseLost, LeaseState};
+use super::registration::{Activity, Registration};
 use super::wheel::{Wheel, TICK};
 use super::{Pending, CHUNK};
 use crate::conn::{cluster, Router, Wire};
@@ -76,6 +77,9 @@ pub(super) struct Worker {
     pub(super) gate: Arc<Mutex<()>>,
     pub(super) counters: Arc<Counters>,
     pub(super) sha: String,
+    /// The client's registration, written while it is active.
+    pub(super) registration: Registration,
+    pub(super) activity: Arc<Activity>,
 }
 
 impl Worker {
@@ -95,7 +99,13 @@ impl Worker {
                 *self.pending.armed_until.lock() = next;
                 self.pending.armed.store(true, Ordering::SeqCst);
             }
-            let timer = match next {
+            // The registration's next write, while the client is active.
+            let register = self.activity.due(Instant::now(), !self.entries.is_empty());
+            let timer = match (next, register) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timer = match timer {
                 Some(at) => after(at.saturating_duration_since(Instant::now())),
                 None => never(),
             };
@@ -105,7 +115,38 @@ impl Worker {
                 },
                 recv(timer) -> _ => self.tick(),
             }
+            self.register();
         }
+    }
+
+    /// Writes the client's registration when it is due (its own small round
+    /// trip, off the lock path; to the node of its key in a cluster).
+    fn register(&mut self) {
+        let now = Instant::now();
+        if self
+            .activity
+            .due(now, !self.entries.is_empty())
+            .is_none_or(|due| due > now)
+        {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        self.registration.write(&mut pipe);
+        let node = match &self.router {
+            Some(router) => match router.node_for(&self.registration.key) {
+                Ok(node) => Some(node),
+                Err(_) => {
+                    self.activity.written(now, false);
+                    return;
+                }
+            },
+            None => None,
+        };
+        let ok = self.send(node.as_ref(), &pipe).is_ok();
+        if !ok {
+            tracing::debug!("leasehold: could not write the client registration; retrying");
+        }
+        self.activity.written(now, ok);
     }
 
     /// Moves queued leases into the wheel, skipping those already unlocked.

@@ -1,0 +1,181 @@
+//! The client's registration: a small hash `<prefix>leasehold_client:<uuid>`
+//! saying who the client is (host, pid, its `client_name`, the library's
+//! version, when it started), so an operator's `inspect` can turn an owner
+//! `<uuid>:<n>` into "billing-worker-3 on host-a, pid 4242, thread n".
+//!
+//! The renewal thread writes it — never the lock path, so an uncontended
+//! lock + unlock stays two round trips — while the client is active: while
+//! it renews any lease, and until the end of the longest lease it took
+//! (explicit leases included; each acquire says so with [`Activity::touch`],
+//! two atomics). It expires [`TTL`] after the thread last wrote it, so a
+//! killed process's registration goes away by itself.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a registration lives unless written again; it is written
+/// again every third of this while the client is active.
+pub(crate) const TTL: Duration = Duration::from_secs(6);
+
+/// Who the client is, and where that is written.
+#[derive(Debug, Clone)]
+pub(crate) struct Registration {
+    /// `<prefix>leasehold_client:<uuid>`.
+    pub(crate) key: String,
+    /// host, pid, name, version, started (unix ms).
+    pub(crate) fields: Vec<(&'static str, String)>,
+}
+
+impl Registration {
+    /// The registration of client `id` under `key_prefix`, named `name`.
+    pub(crate) fn new(key_prefix: &str, id: &uuid::Uuid, name: Option<&str>) -> Self {
+        let started = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let mut fields = vec![
+            ("host", host_name()),
+            ("pid", std::process::id().to_string()),
+            ("version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("started", started.to_string()),
+        ];
+        if let Some(name) = name {
+            fields.push(("name", name.to_owned()));
+        }
+        Registration {
+            key: crate::names::client_key(key_prefix, &id.to_string()),
+            fields,
+        }
+    }
+
+    /// The commands that write it (`HSET`, `PEXPIRE`), for a pipeline.
+    pub(crate) fn write(&self, pipe: &mut redis::Pipeline) {
+        let hset = pipe.cmd("HSET").arg(&self.key);
+        for (field, value) in &self.fields {
+            hset.arg(*field).arg(value);
+        }
+        hset.ignore();
+        pipe.cmd("PEXPIRE")
+            .arg(&self.key)
+            .arg(crate::protocol::millis(TTL))
+            .ignore();
+    }
+}
+
+/// The host's name: the kernel's (Linux), `HOSTNAME` / `COMPUTERNAME`, or
+/// `unknown`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// What the lock path tells the renewal thread: until when the client is
+/// active, and whether the registration needs writing (ms since `base`).
+pub(crate) struct Activity {
+    base: Instant,
+    /// The client holds or may hold something until then.
+    active_until: AtomicU64,
+    /// The registration in Redis is fresh (written less than a third of
+    /// [`TTL`] ago) until then.
+    fresh_until: AtomicU64,
+    /// A wake-up for the registration is on its way to the thread.
+    wake_sent: AtomicBool,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Self {
+        Activity {
+            base: Instant::now(),
+            active_until: AtomicU64::new(0),
+            fresh_until: AtomicU64::new(0),
+            wake_sent: AtomicBool::new(false),
+        }
+    }
+
+    fn ms(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn instant(&self, ms: u64) -> Instant {
+        self.base + Duration::from_millis(ms)
+    }
+
+    /// A lock was taken at `now` with `lease`: the client is active until
+    /// the lease (at least [`TTL`]) ends. True when the thread should be
+    /// woken to write the registration (once until it did).
+    pub(crate) fn touch(&self, now: Instant, lease: Duration) -> bool {
+        let now_ms = self.ms(now);
+        let until =
+            now_ms.saturating_add(u64::try_from(lease.max(TTL).as_millis()).unwrap_or(u64::MAX));
+        self.active_until.fetch_max(until, Ordering::Relaxed);
+        now_ms >= self.fresh_until.load(Ordering::Relaxed)
+            && !self.wake_sent.swap(true, Ordering::AcqRel)
+    }
+
+    /// When the thread should write the registration next (`None`: not
+    /// active, or while it renews leases: `renewing` keeps it active).
+    pub(crate) fn due(&self, now: Instant, renewing: bool) -> Option<Instant> {
+        let active = renewing || self.ms(now) < self.active_until.load(Ordering::Relaxed);
+        active.then(|| self.instant(self.fresh_until.load(Ordering::Relaxed)))
+    }
+
+    /// The registration was written at `at` (or failed: try again at `at`
+    /// plus a second).
+    pub(crate) fn written(&self, at: Instant, ok: bool) {
+        let next = if ok {
+            at + TTL / 3
+        } else {
+            at + Duration::from_secs(1)
+        };
+        self.fresh_until.store(self.ms(next), Ordering::Relaxed);
+        self.wake_sent.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_path_wakes_the_thread_once_until_it_wrote() {
+        let a = Activity::new();
+        let now = Instant::now();
+        assert_eq!(a.due(now, false), None, "idle: nothing to write");
+        assert!(a.touch(now, Duration::from_millis(100)));
+        assert!(!a.touch(now, Duration::from_millis(100)), "one wake-up");
+        assert!(a.due(now, false).is_some_and(|d| d <= now));
+        a.written(now, true);
+        assert!(!a.touch(now + Duration::from_secs(1), Duration::from_secs(60)));
+        // Active until the 60 s lease ends, written every TTL / 3.
+        assert_eq!(
+            a.due(now, false),
+            Some(now + TTL / 3).map(|d| a.instant(a.ms(d)))
+        );
+        assert!(a.due(now + Duration::from_secs(59), false).is_some());
+        assert_eq!(a.due(now + Duration::from_secs(62), false), None);
+        assert!(
+            a.due(now + Duration::from_secs(62), true).is_some(),
+            "renewing"
+        );
+    }
+
+    #[test]
+    fn the_registration_says_who_and_where() {
+        let id = uuid::Uuid::nil();
+        let r = Registration::new("billing:", &id, Some("worker-3"));
+        assert_eq!(r.key, format!("billing:leasehold_client:{id}"));
+        let field = |f: &str| {
+            r.fields
+                .iter()
+                .find(|(k, _)| *k == f)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(field("pid"), Some(std::process::id().to_string()));
+        assert_eq!(field("name").as_deref(), Some("worker-3"));
+        assert!(field("host").is_some_and(|h| !h.is_empty()));
+    }
+}
