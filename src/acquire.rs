@@ -349,6 +349,9 @@ impl LockKind for AtRedis<'_> {
     fn attempt(&mut self) -> Result<Answer<Option<u64>>> {
         // A retry after a lost reply undoes what that one may have done.
         self.shared.settle(self.key, self.owner)?;
+        // A waiter is named to operators too (its registration is kept
+        // written while it waits; two atomics).
+        self.shared.renewer.touch(Instant::now(), self.lease);
         let req = Request {
             kind: self.kind,
             key: self.key,

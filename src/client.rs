@@ -303,6 +303,38 @@ impl LockClient {
         self.shared.is_locked(&self.shared.key(name))
     }
 
+    /// What Redis knows of lock `name` now, for people on call: its kind,
+    /// every holder (owner, hold count, read/write mode) and the client it
+    /// belongs to — host, pid and [`client_name`] of every leasehold client
+    /// that registered (they do while they hold or renew anything), the
+    /// remaining lease, the waiters Redis knows of (the line of waiting
+    /// clients, the fair queue, the waiting writers) and the last fencing
+    /// token. A few reads, never part of the lock path; the answer may be
+    /// stale by the time it arrives.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// let info = client.inspect("order:pay")?;
+    /// for h in &info.holders {
+    ///     match &h.client {
+    ///         Some(c) => println!("held by {c}, thread {:?}", h.thread),
+    ///         None => println!("held by {} (not registered)", h.owner),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`client_name`]: crate::LockClientBuilder::client_name
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error) for an empty or overlong name;
+    /// connection errors when Redis could not be reached.
+    pub fn inspect(&self, name: &str) -> Result<crate::LockInfo> {
+        check_name(name)?;
+        crate::inspect::inspect(&self.shared, name, &self.shared.key(name))
+    }
+
     /// **An operator's tool**: releases lock `name` whoever holds it —
     /// Redisson's `forceUnlock`. Deletes the lock of any kind (plain,
     /// fenced, fair, read/write: every holder at once) and wakes its waiters

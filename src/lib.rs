@@ -116,6 +116,7 @@
 //               builder   LockClientBuilder and the constructors
 //               redlock   Redlock over independent masters
 //               fenced    FencedStore
+//               inspect   LockClient::inspect: holders, waiters, clients
 
 mod acquire;
 mod builder;
@@ -124,6 +125,7 @@ mod conn;
 mod error;
 mod fenced;
 mod guard;
+mod inspect;
 mod local;
 mod names;
 mod notify;
@@ -143,6 +145,7 @@ pub use client::LockClient;
 pub use error::{Error, Result};
 pub use fenced::FencedStore;
 pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
+pub use inspect::{ClientInfo, HoldMode, Holder, LockInfo, LockKind, WaitQueue, Waiter};
 pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;

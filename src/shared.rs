@@ -225,6 +225,15 @@ impl Shared {
             .run(key, None, |con| self.scripts().force_unlock(con, key))
     }
 
+    /// A read of an operator's tool, on the node serving `key`.
+    pub(crate) fn read<T>(
+        &self,
+        key: &str,
+        read: impl FnMut(&mut crate::conn::Pooled) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.conns.run(key, None, read)
+    }
+
     /// Whether lock `key` (any kind) is held by anyone.
     pub(crate) fn is_locked(&self, key: &str) -> Result<bool> {
         self.conns

@@ -247,6 +247,17 @@ fn an_acl_user_with_exactly_the_listed_rules_runs_every_lock_kind() {
             released.elapsed()
         );
     }
+    // The operator's tools work with the same rules: the holder is named by
+    // its registration (written under the prefix), force_unlock frees it.
+    let held = client.lock("named").unwrap();
+    assert!(eventually(Duration::from_secs(5), || other
+        .inspect("named")
+        .unwrap()
+        .holders
+        .first()
+        .is_some_and(|h| h.client.is_some())));
+    assert!(other.force_unlock("named").unwrap());
+    drop(held);
     let outside = LockClient::new(&url).unwrap();
     let e = outside.lock("elsewhere").unwrap_err();
     assert!(e.is_refused(), "a key outside the prefix is refused: {e:?}");

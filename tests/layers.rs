@@ -27,6 +27,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("builder", 6),
     ("redlock", 6),
     ("fenced", 6),
+    ("inspect", 6),
 ];
 
 /// Same-layer uses that are allowed (user → used).
@@ -38,6 +39,7 @@ const PEERS: &[(&str, &str)] = &[
     ("acquire", "guard"),
     ("client", "acquire"),
     ("client", "guard"),
+    ("client", "inspect"),
     ("builder", "client"),
     ("redlock", "client"),
 ];

@@ -5,9 +5,9 @@
 //!
 //! The renewal thread writes it — never the lock path, so an uncontended
 //! lock + unlock stays two round trips — while the client is active: while
-//! it renews any lease, and until the end of the longest lease it took
-//! (explicit leases included; each acquire says so with [`Activity::touch`],
-//! two atomics). It expires [`TTL`] after the thread last wrote it, so a
+//! it renews any lease, and until the end of the longest lease it took or
+//! asked for (explicit leases included; each attempt and acquire says so
+//! with [`Activity::touch`], two atomics), so waiters are named too. It expires [`TTL`] after the thread last wrote it, so a
 //! killed process's registration goes away by itself.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

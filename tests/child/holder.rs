@@ -5,8 +5,8 @@
 //! the child's arguments in `LEASEHOLD_TEST_CHILD` (see
 //! `support::child_command`). Modes, by their first argument:
 //!
-//! `<url> <name> <watchdog-lease-ms>` takes a fenced
-//! lock, prints `held <token>`, then answers one command per stdin line:
+//! `<url> <name> <watchdog-lease-ms>` (client name `child-<name>`) takes a
+//! fenced lock, prints `held <token>`, then answers one command per stdin line:
 //! - `status` → `status held=<bool> lost=<reason or none>`
 //! - `write <store-key> <value>` → `wrote <bool>` (through a `FencedStore`)
 //! - `unlock` → `unlock ok` / `unlock not-held` / `unlock error <msg>`
@@ -88,6 +88,7 @@ fn run(args: Vec<String>) {
     let lease = Duration::from_millis(lease_ms.parse().expect("lease in ms"));
     let client = LockClient::builder(url)
         .watchdog_lease(lease)
+        .client_name(format!("child-{name}"))
         .build()
         .expect("client");
     let guard = client

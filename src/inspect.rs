@@ -1,0 +1,300 @@
+//! `LockClient::inspect`: what Redis knows of one lock, for people on call —
+//! its holders (owner, hold count, read or write), its remaining lease, the
+//! waiters Redis knows of (the line of waiting clients, the fair queue, the
+//! waiting writers), the fencing counter — with every owner turned into the
+//! client it belongs to through that client's registration (host, pid,
+//! name; see `renewal::registration`).
+//!
+//! Reads only, in one pipeline on the lock's node, then one `HGETALL` per
+//! client named; never part of the lock path.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::error::Result;
+use crate::names::{client_key, line_key, queue_key, token_key, writers_key};
+use crate::shared::Shared;
+
+/// What Redis knows of one lock now (see [`LockClient::inspect`]).
+///
+/// [`LockClient::inspect`]: crate::LockClient::inspect
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock name as given.
+    pub name: String,
+    /// The Redis key (prefix + name).
+    pub key: String,
+    /// What holds it now: nothing, an exclusive lock (plain, fenced or
+    /// fair — one layout), or a read/write lock.
+    pub kind: LockKind,
+    /// Every holder, with its hold count and mode.
+    pub holders: Vec<Holder>,
+    /// The lock's remaining lease; `None` when free (or without expiry).
+    pub ttl: Option<Duration>,
+    /// The waiters Redis knows of, in their order per queue.
+    pub waiters: Vec<Waiter>,
+    /// The last fencing token handed out, when the lock was ever fenced.
+    pub fence: Option<u64>,
+}
+
+/// What a lock is held as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// Nobody holds it.
+    Free,
+    /// A plain, fenced or fair lock (Redisson's `RLock` layout).
+    Exclusive,
+    /// A read/write lock (its hash has a `mode`).
+    ReadWrite,
+}
+
+/// One holder of a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner as Redis stores it (`<client-uuid>:<n>`).
+    pub owner: String,
+    /// The client it belongs to, when that client registered (leasehold
+    /// clients do while active; Redisson's do not).
+    pub client: Option<ClientInfo>,
+    /// The thread (or owned guard) number within its client.
+    pub thread: Option<u64>,
+    /// Reentrant holds.
+    pub holds: u64,
+    /// Exclusive, read or write.
+    pub mode: HoldMode,
+}
+
+/// How a holder holds a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// A plain, fenced or fair hold.
+    Exclusive,
+    /// A read hold of a read/write lock.
+    Read,
+    /// A write hold of a read/write lock.
+    Write,
+}
+
+/// One waiter Redis knows of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// The owner as Redis stores it.
+    pub owner: String,
+    /// Its client, when registered.
+    pub client: Option<ClientInfo>,
+    /// The thread number within its client.
+    pub thread: Option<u64>,
+    /// Which queue it stands in.
+    pub queue: WaitQueue,
+}
+
+/// The queues Redis keeps waiters in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitQueue {
+    /// A plain lock's line of waiting leasehold clients (one place per
+    /// client; its other threads wait in-process behind it).
+    Line,
+    /// The fair queue (leasehold's and Redisson's waiters).
+    Fair,
+    /// A read/write lock's waiting writers.
+    Writers,
+}
+
+/// Who a client is, from its registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientInfo {
+    /// The client's id (the first part of its owners).
+    pub id: String,
+    /// Its host's name.
+    pub host: String,
+    /// Its process id.
+    pub pid: Option<u32>,
+    /// Its `client_name`, if it set one.
+    pub name: Option<String>,
+    /// The leasehold version it runs.
+    pub version: String,
+    /// When it started (ms since the Unix epoch).
+    pub started_ms: Option<u64>,
+}
+
+impl fmt::Display for ClientInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(name) = &self.name {
+            write!(f, "{name} on ")?;
+        }
+        write!(f, "{}", self.host)?;
+        if let Some(pid) = self.pid {
+            write!(f, ", pid {pid}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `<uuid>:<n>` → (uuid, n).
+fn split_owner(owner: &str) -> (&str, Option<u64>) {
+    match owner.rsplit_once(':') {
+        Some((id, n)) => (id, n.parse().ok()),
+        None => (owner, None),
+    }
+}
+
+fn bytes(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::Array(items) => items.iter().filter_map(bytes).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A `HGETALL` reply (RESP2 array or RESP3 map) as pairs.
+fn pairs(v: &Value) -> Vec<(String, String)> {
+    match v {
+        Value::Map(items) => items
+            .iter()
+            .filter_map(|(k, v)| Some((bytes(k)?, bytes(v)?)))
+            .collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| Some((bytes(kv.first()?)?, bytes(kv.get(1)?)?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Reads lock `name` (key `key`) as [`LockInfo`].
+pub(crate) fn inspect(shared: &Shared, name: &str, key: &str) -> Result<LockInfo> {
+    let replies: Vec<Value> = shared.read(key, |con| {
+        redis::pipe()
+            .cmd("HGETALL")
+            .arg(key)
+            .cmd("PTTL")
+            .arg(key)
+            .cmd("LRANGE")
+            .arg(line_key(key))
+            .arg(0)
+            .arg(-1)
+            .cmd("LRANGE")
+            .arg(queue_key(key))
+            .arg(0)
+            .arg(-1)
+            .cmd("ZRANGE")
+            .arg(writers_key(key))
+            .arg(0)
+            .arg(-1)
+            .cmd("GET")
+            .arg(token_key(key))
+            .query(con)
+    })?;
+    let get = |i: usize| replies.get(i).cloned().unwrap_or(Value::Nil);
+    let hash = pairs(&get(0));
+    let ttl = match get(1) {
+        Value::Int(ms) if ms > 0 => Some(Duration::from_millis(ms as u64)),
+        _ => None,
+    };
+    let mode = hash
+        .iter()
+        .find(|(k, _)| k == "mode")
+        .map(|(_, v)| v.clone());
+    let kind = match (&mode, hash.is_empty()) {
+        (_, true) => LockKind::Free,
+        (Some(_), _) => LockKind::ReadWrite,
+        (None, _) => LockKind::Exclusive,
+    };
+    let mut holders: Vec<Holder> = hash
+        .iter()
+        .filter(|(k, _)| k != "mode")
+        .map(|(field, count)| {
+            let (owner, mode) = match (field.strip_suffix(":write"), kind) {
+                (Some(owner), _) => (owner.to_owned(), HoldMode::Write),
+                (None, LockKind::ReadWrite) => (field.clone(), HoldMode::Read),
+                (None, _) => (field.clone(), HoldMode::Exclusive),
+            };
+            Holder {
+                thread: split_owner(&owner).1,
+                owner,
+                client: None,
+                holds: count.parse().unwrap_or(0),
+                mode,
+            }
+        })
+        .collect();
+    holders.sort_by(|a, b| a.owner.cmp(&b.owner));
+    let mut waiters = Vec::new();
+    for (reply, queue) in [
+        (2, WaitQueue::Line),
+        (3, WaitQueue::Fair),
+        (4, WaitQueue::Writers),
+    ] {
+        for entry in strings(&get(reply)) {
+            // A line place is `<owner>#<n>[f]`; a waiting writer its write
+            // field `<owner>:write`.
+            let owner = entry.split('#').next().unwrap_or(&entry);
+            let owner = owner.strip_suffix(":write").unwrap_or(owner).to_owned();
+            waiters.push(Waiter {
+                thread: split_owner(&owner).1,
+                owner,
+                client: None,
+                queue,
+            });
+        }
+    }
+    let fence = bytes(&get(5)).and_then(|t| t.parse().ok());
+    // Who the clients are.
+    let mut clients: HashMap<String, Option<ClientInfo>> = HashMap::new();
+    let owners = holders
+        .iter()
+        .map(|h| h.owner.as_str())
+        .chain(waiters.iter().map(|w| w.owner.as_str()));
+    for owner in owners {
+        let id = split_owner(owner).0.to_owned();
+        if clients.contains_key(&id) {
+            continue;
+        }
+        let ckey = client_key(&shared.key_prefix, &id);
+        let reply: Value = shared.read(&ckey, |con| redis::cmd("HGETALL").arg(&ckey).query(con))?;
+        let fields: HashMap<String, String> = pairs(&reply).into_iter().collect();
+        let info = (!fields.is_empty()).then(|| ClientInfo {
+            id: id.clone(),
+            host: fields.get("host").cloned().unwrap_or_default(),
+            pid: fields.get("pid").and_then(|p| p.parse().ok()),
+            name: fields.get("name").cloned(),
+            version: fields.get("version").cloned().unwrap_or_default(),
+            started_ms: fields.get("started").and_then(|p| p.parse().ok()),
+        });
+        clients.insert(id, info);
+    }
+    let client_of = |owner: &str| clients.get(split_owner(owner).0).cloned().flatten();
+    for h in &mut holders {
+        h.client = client_of(&h.owner);
+    }
+    for w in &mut waiters {
+        w.client = client_of(&w.owner);
+    }
+    Ok(LockInfo {
+        name: name.to_owned(),
+        key: key.to_owned(),
+        kind,
+        holders,
+        ttl,
+        waiters,
+        fence,
+    })
+}

@@ -1,0 +1,170 @@
+//! For people on call: `inspect` shows every kind's holders and waiters with
+//! the clients they belong to (host, pid, name from each client's
+//! registration), counts, the lease left and the fencing counter; a killed
+//! process's registration expires by itself.
+
+#[path = "child/holder.rs"]
+mod child;
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use leasehold::{HoldMode, LockClient, LockInfo, LockKind, LockOptions, WaitQueue};
+use redis::Commands;
+use support::{eventually, ChildProcess, RedisServer};
+
+fn named(server: &RedisServer, name: &str) -> LockClient {
+    LockClient::builder(&server.url())
+        .key_prefix("ops:")
+        .client_name(name)
+        .build()
+        .unwrap()
+}
+
+/// Client names of the holders, then of the waiters (`?` when unknown).
+fn who(info: &LockInfo) -> (Vec<String>, Vec<(String, WaitQueue)>) {
+    let name = |c: &Option<leasehold::ClientInfo>| {
+        c.as_ref()
+            .and_then(|c| c.name.clone())
+            .unwrap_or_else(|| "?".into())
+    };
+    let mut holders: Vec<String> = info.holders.iter().map(|h| name(&h.client)).collect();
+    holders.sort();
+    let waiters = info
+        .waiters
+        .iter()
+        .map(|w| (name(&w.client), w.queue))
+        .collect();
+    (holders, waiters)
+}
+
+/// Starts `n` threads of `client` waiting for `name` with `options`, once
+/// each is parked; they take it, and give it back, when it is freed.
+fn wait_for(
+    client: &LockClient,
+    name: &'static str,
+    options: LockOptions,
+) -> thread::JoinHandle<()> {
+    let parked = client.stats().waiters_parked;
+    let c = client.clone();
+    let t = thread::spawn(move || c.lock_with(name, options).unwrap().unlock().unwrap());
+    assert!(eventually(Duration::from_secs(5), || client
+        .stats()
+        .waiters_parked
+        > parked));
+    t
+}
+
+#[test]
+fn inspect_names_the_holders_and_waiters_of_every_kind_and_their_clients() {
+    let server = RedisServer::start();
+    let (a, b, c) = (
+        named(&server, "worker-a"),
+        named(&server, "worker-b"),
+        named(&server, "worker-c"),
+    );
+    assert_eq!(a.inspect("insp:plain").unwrap().kind, LockKind::Free);
+
+    // Plain, reentrant (2 holds), one client waiting in line.
+    let g1 = a.lock("insp:plain").unwrap();
+    let g2 = a.lock("insp:plain").unwrap();
+    let waiter = wait_for(&b, "insp:plain", LockOptions::new());
+    let info = a.inspect("insp:plain").unwrap();
+    assert_eq!(info.kind, LockKind::Exclusive);
+    assert_eq!(info.key, "ops:insp:plain");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    let h = &info.holders[0];
+    assert_eq!((h.holds, h.mode), (2, HoldMode::Exclusive));
+    assert!(h.thread.is_some());
+    let client = h.client.as_ref().expect("the holder's client is known");
+    assert_eq!(client.name.as_deref(), Some("worker-a"));
+    assert_eq!(client.pid, Some(std::process::id()));
+    assert!(!client.host.is_empty());
+    assert!(client.to_string().starts_with("worker-a on "), "{client}");
+    assert!(
+        info.ttl.is_some_and(|t| t > Duration::from_secs(20)),
+        "{info:?}"
+    );
+    assert_eq!(who(&info).1, [("worker-b".to_owned(), WaitQueue::Line)]);
+    drop((g2, g1));
+    waiter.join().unwrap();
+
+    // Fair, two queued in order.
+    let g = a.fair_lock("insp:fair").unwrap();
+    let w1 = wait_for(&b, "insp:fair", LockOptions::new().fair());
+    let w2 = wait_for(&c, "insp:fair", LockOptions::new().fair());
+    let info = a.inspect("insp:fair").unwrap();
+    assert_eq!(who(&info).0, ["worker-a"]);
+    assert_eq!(
+        who(&info).1,
+        [
+            ("worker-b".to_owned(), WaitQueue::Fair),
+            ("worker-c".to_owned(), WaitQueue::Fair)
+        ]
+    );
+    drop(g);
+    w1.join().unwrap();
+    w2.join().unwrap();
+
+    // Two readers of two clients, a writer waiting.
+    let r1 = a.read_lock("insp:rw").unwrap();
+    let r2 = b.read_lock("insp:rw").unwrap();
+    let writer = wait_for(&c, "insp:rw", LockOptions::new().write());
+    let info = a.inspect("insp:rw").unwrap();
+    assert_eq!(info.kind, LockKind::ReadWrite);
+    assert_eq!(who(&info).0, ["worker-a", "worker-b"]);
+    assert!(info
+        .holders
+        .iter()
+        .all(|h| h.mode == HoldMode::Read && h.holds == 1));
+    assert_eq!(who(&info).1, [("worker-c".to_owned(), WaitQueue::Writers)]);
+    drop((r1, r2));
+    writer.join().unwrap();
+
+    // A writer.
+    let w = b.write_lock("insp:rw").unwrap();
+    let info = a.inspect("insp:rw").unwrap();
+    assert_eq!(who(&info).0, ["worker-b"]);
+    assert_eq!(info.holders[0].mode, HoldMode::Write);
+    drop(w);
+
+    // Fenced: the token counter.
+    let f = c
+        .lock_with("insp:fenced", LockOptions::new().fenced())
+        .unwrap();
+    let info = a.inspect("insp:fenced").unwrap();
+    assert_eq!(info.fence, f.fence());
+    assert_eq!(who(&info).0, ["worker-c"]);
+    drop(f);
+    assert!(!a.is_locked("insp:fenced").unwrap());
+}
+
+/// A process holding a lock is named by its registration (its own pid);
+/// killed, its lock and its registration expire by themselves.
+#[test]
+fn a_killed_processes_registration_expires() {
+    let server = RedisServer::start();
+    let mut holder = ChildProcess::start(&[&server.url(), "insp:child", "1500"]);
+    assert!(holder.line().starts_with("held"));
+    let ops = LockClient::new(&server.url()).unwrap();
+    let mut known = None;
+    assert!(eventually(Duration::from_secs(5), || {
+        known = ops.inspect("insp:child").unwrap().holders[0].client.clone();
+        known.is_some()
+    }));
+    let client = known.unwrap();
+    assert_eq!(client.name.as_deref(), Some("child-insp:child"));
+    assert_ne!(client.pid, Some(std::process::id()));
+    let key = format!("leasehold_client:{}", client.id);
+    let mut con = server.connection();
+    assert!(con.exists::<_, bool>(&key).unwrap());
+    holder.kill();
+    assert!(
+        eventually(Duration::from_secs(10), || !con
+            .exists::<_, bool>(&key)
+            .unwrap()),
+        "the registration of a killed process expires"
+    );
+    assert!(!ops.is_locked("insp:child").unwrap(), "and so did its lock");
+}
