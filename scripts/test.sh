@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole check: formatting, import cycles, clippy (default features and `tls`), unit +
+# The whole check: formatting, import cycles, clippy (default features and `tls`+`cli`), unit +
 # integration + doc tests (each test starts its own redis-servers — single
 # nodes, replicas, Sentinels, clusters), and warning-free docs. With the `tls`
 # feature (rediss://, tested against a TLS-only redis-server with certificates
@@ -26,11 +26,11 @@ else
 fi
 echo "== cargo clippy --all-targets -- -D warnings (default features, then tls)"
 cargo clippy --all-targets -- -D warnings
-cargo clippy --all-targets --features tls -- -D warnings
+cargo clippy --all-targets --features tls,cli -- -D warnings
 echo "== cargo test (unit, integration, doc tests; default features)"
 cargo test
-echo "== cargo test --features tls (unit, TLS, and the core lock tests)"
-cargo test --features tls --lib --test tls --test lock --test waiting --test renewal
+echo "== cargo test --features tls,cli (unit, TLS, the core lock tests, the operators' CLI end to end)"
+cargo test --features tls,cli --lib --test tls --test lock --test waiting --test renewal --test cli
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features tls --quiet
 echo "all checks passed"

@@ -117,6 +117,8 @@
 //               redlock   Redlock over independent masters
 //               fenced    FencedStore
 //               inspect   LockClient::inspect: holders, waiters, clients
+//   binary      bin/      the operators' `leasehold` CLI (feature `cli`),
+//                         the public API only
 
 mod acquire;
 mod builder;

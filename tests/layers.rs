@@ -28,6 +28,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("redlock", 6),
     ("fenced", 6),
     ("inspect", 6),
+    // The operators' binary: above the library, through its public API.
+    ("bin", 7),
 ];
 
 /// Same-layer uses that are allowed (user → used).

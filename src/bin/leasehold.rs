@@ -1,0 +1,379 @@
+//! `leasehold`, the operators' command-line tool (feature `cli`): who holds
+//! a lock and who waits (`inspect`), which locks exist (`list`, by `SCAN`,
+//! bounded), releasing a stuck one (`force-unlock`, confirmed), and
+//! watching one change (`watch`). Readable by a person; `--json` for
+//! scripts. Connects like the library: `--url` / `REDIS_URL`, `--cluster`
+//! seeds, `--prefix`, and (feature `tls`) `--tls-ca`.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use leasehold::{ClientInfo, HoldMode, LockClient, LockInfo, LockKind, WaitQueue};
+
+/// Inspect and operate leasehold (and Redisson) locks in Redis.
+#[derive(Parser)]
+#[command(name = "leasehold", version)]
+struct Cli {
+    /// The Redis server (`redis://…`, `rediss://…` with the `tls` feature).
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1/")]
+    url: String,
+    /// A Redis Cluster instead: seed URLs, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    cluster: Vec<String>,
+    /// The key prefix the services use (`LockClientBuilder::key_prefix`).
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// PEM root certificate for `rediss://` servers signed by your own CA.
+    #[cfg(feature = "tls")]
+    #[arg(long)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Holders (with host, pid and client name), lease left, waiters, fence.
+    Inspect { name: String },
+    /// Locks whose names match PATTERN (a `SCAN` glob), at most LIMIT keys
+    /// looked at per server.
+    List {
+        #[arg(default_value = "*")]
+        pattern: String,
+        #[arg(long, default_value_t = 10_000)]
+        limit: usize,
+    },
+    /// Releases a lock whoever holds it and wakes its waiters (asks first).
+    ForceUnlock {
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Prints the lock's holders and waiters whenever they change.
+    Watch {
+        name: String,
+        /// How often to look, in ms.
+        #[arg(long, default_value_t = 200)]
+        interval: u64,
+        /// Stop after this many seconds (default: until interrupted).
+        #[arg(long = "for")]
+        duration: Option<f64>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn client(cli: &Cli) -> Result<LockClient, Box<dyn std::error::Error>> {
+    let builder = if cli.cluster.is_empty() {
+        LockClient::builder(&cli.url)
+    } else {
+        LockClient::cluster_builder(&cli.cluster)
+    };
+    #[allow(unused_mut)]
+    let mut builder = builder
+        .key_prefix(cli.prefix.clone())
+        .client_name("leasehold-cli");
+    #[cfg(feature = "tls")]
+    if let Some(path) = &cli.tls_ca {
+        let pem =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        builder = builder.tls_root_certificate(pem);
+    }
+    Ok(builder.build()?)
+}
+
+fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let client = client(cli)?;
+    match &cli.command {
+        Command::Inspect { name } => {
+            let info = client.inspect(name)?;
+            println!("{}", render(&info, cli.json));
+        }
+        Command::List { pattern, limit } => list(cli, &client, pattern, *limit)?,
+        Command::ForceUnlock { name, yes } => {
+            if !yes {
+                let info = client.inspect(name)?;
+                eprintln!("{}", render(&info, false));
+                eprint!("force-unlock {name:?}? Its holders lose it at once. [y/N] ");
+                std::io::stderr().flush()?;
+                let mut answer = String::new();
+                std::io::stdin().lock().read_line(&mut answer)?;
+                if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                    eprintln!("not changed");
+                    return Ok(ExitCode::from(2));
+                }
+            }
+            let freed = client.force_unlock(name)?;
+            if cli.json {
+                println!("{{\"name\":{},\"freed\":{freed}}}", json_str(name));
+            } else if freed {
+                println!("{name}: released; its waiters were woken");
+            } else {
+                println!("{name}: was not held");
+            }
+        }
+        Command::Watch {
+            name,
+            interval,
+            duration,
+        } => {
+            let until = duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+            let started = Instant::now();
+            // A change of holders or waiters, not of the lease ticking down.
+            let mut last = None;
+            loop {
+                let info = client.inspect(name)?;
+                let mut shape = info.clone();
+                shape.ttl = shape.ttl.map(|_| Duration::ZERO);
+                if last.as_ref() != Some(&shape) {
+                    let now = render(&info, cli.json);
+                    if cli.json {
+                        println!("{now}");
+                    } else {
+                        println!("[+{:.3} s] {now}", started.elapsed().as_secs_f64());
+                    }
+                    std::io::stdout().flush()?;
+                    last = Some(shape);
+                }
+                if until.is_some_and(|u| Instant::now() >= u) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis((*interval).max(10)));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `SCAN` each server (the URL, or every cluster seed) for hashes under the
+/// prefix matching `pattern`; each lock found is inspected.
+fn list(
+    cli: &Cli,
+    client: &LockClient,
+    pattern: &str,
+    limit: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let servers = if cli.cluster.is_empty() {
+        vec![cli.url.clone()]
+    } else {
+        cli.cluster.clone()
+    };
+    let registrations = format!("{}leasehold_client:", cli.prefix);
+    let mut names = std::collections::BTreeSet::new();
+    for url in servers {
+        let mut con = redis::Client::open(url.as_str())?.get_connection()?;
+        let mut cursor = 0u64;
+        let mut seen = 0usize;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}{pattern}", cli.prefix))
+                .arg("COUNT")
+                .arg(200)
+                .arg("TYPE")
+                .arg("hash")
+                .query(&mut con)?;
+            for key in keys {
+                if !key.starts_with(&registrations) {
+                    names.insert(key[cli.prefix.len()..].to_owned());
+                }
+            }
+            seen += 200;
+            cursor = next;
+            if cursor == 0 || seen >= limit {
+                break;
+            }
+        }
+    }
+    for name in names {
+        let info = client.inspect(&name)?;
+        if info.kind == LockKind::Free {
+            continue;
+        }
+        if cli.json {
+            println!("{}", json(&info));
+        } else {
+            let holders: Vec<String> = info
+                .holders
+                .iter()
+                .map(|h| who(&h.owner, h.thread, &h.client))
+                .collect();
+            println!(
+                "{name}\t{}\t{} waiting\tlease left {}\t{}",
+                kind_text(&info),
+                info.waiters.len(),
+                ttl_text(&info),
+                holders.join("; ")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn render(info: &LockInfo, as_json: bool) -> String {
+    if as_json {
+        json(info)
+    } else {
+        text(info)
+    }
+}
+
+fn kind_text(info: &LockInfo) -> &'static str {
+    match info.kind {
+        LockKind::Free => "free",
+        LockKind::Exclusive => "exclusive",
+        LockKind::ReadWrite => "read/write",
+        _ => "unknown",
+    }
+}
+
+fn ttl_text(info: &LockInfo) -> String {
+    info.ttl
+        .map_or("-".into(), |t| format!("{:.1} s", t.as_secs_f64()))
+}
+
+fn who(owner: &str, thread: Option<u64>, client: &Option<ClientInfo>) -> String {
+    let thread = thread.map_or(String::new(), |t| format!("thread {t} of "));
+    match client {
+        Some(c) => format!("{thread}{c} (leasehold {})", c.version),
+        None => format!("{owner} (unregistered client)"),
+    }
+}
+
+fn text(info: &LockInfo) -> String {
+    let mut out = format!(
+        "lock {:?} (key {:?}): {}",
+        info.name,
+        info.key,
+        kind_text(info)
+    );
+    if info.kind != LockKind::Free {
+        out += &format!(", lease left {}", ttl_text(info));
+    }
+    for h in &info.holders {
+        let mode = match h.mode {
+            HoldMode::Read => "read ",
+            HoldMode::Write => "write ",
+            _ => "",
+        };
+        out += &format!(
+            "\n  {mode}held by {}, {} hold(s)",
+            who(&h.owner, h.thread, &h.client),
+            h.holds
+        );
+    }
+    for w in &info.waiters {
+        let queue = match w.queue {
+            WaitQueue::Line => "line",
+            WaitQueue::Fair => "fair queue",
+            WaitQueue::Writers => "writers",
+            _ => "queue",
+        };
+        out += &format!(
+            "\n  waiting ({queue}): {}",
+            who(&w.owner, w.thread, &w.client)
+        );
+    }
+    if let Some(fence) = info.fence {
+        out += &format!("\n  last fencing token {fence}");
+    }
+    out
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or("null".into(), |v| v.to_string())
+}
+
+fn json_client(c: &Option<ClientInfo>) -> String {
+    match c {
+        None => "null".into(),
+        Some(c) => format!(
+            "{{\"id\":{},\"host\":{},\"pid\":{},\"name\":{},\"version\":{},\"started_ms\":{}}}",
+            json_str(&c.id),
+            json_str(&c.host),
+            json_opt(c.pid),
+            c.name.as_deref().map_or("null".into(), json_str),
+            json_str(&c.version),
+            json_opt(c.started_ms)
+        ),
+    }
+}
+
+fn json(info: &LockInfo) -> String {
+    let holders: Vec<String> = info
+        .holders
+        .iter()
+        .map(|h| {
+            let mode = match h.mode {
+                HoldMode::Read => "read",
+                HoldMode::Write => "write",
+                _ => "exclusive",
+            };
+            format!(
+                "{{\"owner\":{},\"thread\":{},\"holds\":{},\"mode\":\"{mode}\",\"client\":{}}}",
+                json_str(&h.owner),
+                json_opt(h.thread),
+                h.holds,
+                json_client(&h.client)
+            )
+        })
+        .collect();
+    let waiters: Vec<String> = info
+        .waiters
+        .iter()
+        .map(|w| {
+            let queue = match w.queue {
+                WaitQueue::Line => "line",
+                WaitQueue::Fair => "fair",
+                _ => "writers",
+            };
+            format!(
+                "{{\"owner\":{},\"thread\":{},\"queue\":\"{queue}\",\"client\":{}}}",
+                json_str(&w.owner),
+                json_opt(w.thread),
+                json_client(&w.client)
+            )
+        })
+        .collect();
+    format!(
+        "{{\"name\":{},\"key\":{},\"kind\":\"{}\",\"ttl_ms\":{},\"fence\":{},\"holders\":[{}],\"waiters\":[{}]}}",
+        json_str(&info.name),
+        json_str(&info.key),
+        kind_text(info),
+        json_opt(info.ttl.map(|t| t.as_millis())),
+        json_opt(info.fence),
+        holders.join(","),
+        waiters.join(",")
+    )
+}

@@ -1,0 +1,146 @@
+//! The operators' `leasehold` binary (feature `cli`), run end to end against
+//! a throwaway server: inspect (text and JSON), list, force-unlock (asking
+//! first unless `--yes`), and watch for a second.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use leasehold::{LockClient, LockOptions};
+use support::{eventually, RedisServer};
+
+fn cli(server: &RedisServer, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("--url")
+        .arg(server.url())
+        .arg("--prefix")
+        .arg("ops:")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the leasehold binary");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_cli_inspects_lists_force_unlocks_and_watches() {
+    let server = RedisServer::start();
+    let service = LockClient::builder(&server.url())
+        .key_prefix("ops:")
+        .client_name("billing-worker-3")
+        .build()
+        .unwrap();
+    let waiter = LockClient::builder(&server.url())
+        .key_prefix("ops:")
+        .client_name("billing-worker-4")
+        .build()
+        .unwrap();
+    let held = service
+        .lock_with("order:pay", LockOptions::new().fenced())
+        .unwrap();
+    let fence = held.fence().unwrap();
+    let w = {
+        let waiter = waiter.clone();
+        thread::spawn(move || waiter.lock("order:pay").map(drop))
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        let info = service.inspect("order:pay").unwrap();
+        info.waiters.iter().all(|w| w.client.is_some())
+            && info.holders.iter().all(|h| h.client.is_some())
+            && !info.waiters.is_empty()
+    }));
+    let _other = service.read_lock("catalog").unwrap();
+
+    // inspect, as text: who, where, how long, who waits.
+    let text = stdout(&cli(&server, &["inspect", "order:pay"], ""));
+    println!("{text}");
+    assert!(
+        text.contains("lock \"order:pay\" (key \"ops:order:pay\"): exclusive"),
+        "{text}"
+    );
+    assert!(text.contains("billing-worker-3 on "), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    assert!(text.contains("waiting (line): thread"), "{text}");
+    assert!(text.contains("billing-worker-4"), "{text}");
+    assert!(
+        text.contains(&format!("last fencing token {fence}")),
+        "{text}"
+    );
+    // … and as JSON.
+    let json = stdout(&cli(&server, &["--json", "inspect", "order:pay"], ""));
+    assert!(json.starts_with("{\"name\":\"order:pay\""), "{json}");
+    assert!(json.contains("\"name\":\"billing-worker-3\""), "{json}");
+    assert!(json.contains(&format!("\"fence\":{fence}")), "{json}");
+
+    // list: both locks, no registrations.
+    let list = stdout(&cli(&server, &["list"], ""));
+    println!("{list}");
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("order:pay\texclusive\t1 waiting")),
+        "{list}"
+    );
+    assert!(
+        list.lines().any(|l| l.starts_with("catalog\tread/write")),
+        "{list}"
+    );
+    assert_eq!(list.lines().count(), 2, "{list}");
+    let some = stdout(&cli(&server, &["list", "order:*"], ""));
+    assert_eq!(some.lines().count(), 1, "{some}");
+
+    // force-unlock asks first; "n" changes nothing.
+    let refused = cli(&server, &["force-unlock", "order:pay"], "n\n");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(service.is_locked("order:pay").unwrap());
+
+    // watch: the release below shows up as a change.
+    let watch = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--url", &server.url(), "--prefix", "ops:"])
+        .args(["watch", "order:pay", "--interval", "50", "--for", "1.5"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(500));
+    // Confirmed: the lock goes, its waiter gets in, the holder learns it.
+    let freed = stdout(&cli(&server, &["force-unlock", "order:pay"], "y\n"));
+    assert!(freed.contains("order:pay: released"), "{freed}");
+    w.join().unwrap().unwrap();
+    let watched = String::from_utf8_lossy(&watch.wait_with_output().unwrap().stdout).into_owned();
+    println!("{watched}");
+    let changes: Vec<&str> = watched.lines().filter(|l| l.starts_with("[+")).collect();
+    assert_eq!(
+        changes.len(),
+        2,
+        "the watch printed the change only: {watched}"
+    );
+    assert!(changes[0].contains("exclusive"), "{watched}");
+    assert!(watched.contains("free"), "{watched}");
+    let again = stdout(&cli(&server, &["force-unlock", "--yes", "order:pay"], ""));
+    assert!(again.contains("was not held"), "{again}");
+    drop(held);
+}
