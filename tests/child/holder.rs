@@ -30,6 +30,9 @@
 //! reads `stop`; prints `started` once every thread has had a turn, then
 //! `done <sections> failed <n>` (and each failure's text on stderr).
 //!
+//! `read <url> <name>` holds a read lock (client name `child-reader`),
+//! prints `held`, and gives it back at its next input line.
+//!
 //! `fair <url> <name>` runs fair-lock waiters on
 //! command: `take <tag>` starts a thread that takes the fair lock and prints
 //! `got <tag>`; `release <tag>` makes it unlock. Each thread is its own waiter.
@@ -77,6 +80,9 @@ fn run(args: Vec<String>) {
     }
     if args.first().map(String::as_str) == Some("rw") {
         return rw(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("read") {
+        return read_hold(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("rwcheck") {
         return rwcheck(&args[1..]);
@@ -205,6 +211,25 @@ fn hammer(args: &[String]) {
         guard.unlock().expect("unlock");
     }
     println!("done {sections}");
+}
+
+/// `read <url> <name>`: holds a read lock (client name `child-reader`),
+/// prints `held`, and keeps it until a line or the end of its input.
+fn read_hold(args: &[String]) {
+    let [url, name] = args else {
+        eprintln!("usage: child read <url> <name>");
+        std::process::exit(2);
+    };
+    let client = LockClient::builder(url)
+        .client_name("child-reader")
+        .build()
+        .expect("client");
+    let guard = client.read_lock(name).expect("read lock");
+    println!("held");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    drop(guard);
 }
 
 fn cycle(args: &[String]) {
