@@ -401,7 +401,7 @@ fn a_sharded_waiter_follows_its_slot_through_a_reshard_and_a_failover() {
 /// Redisson ≥ 4.4 renews a read hold by setting the shared hash's expiry to
 /// its own lease, even when that shortens it. A leasehold reader with a long
 /// explicit lease keeps the hash alive to its own end (it checks every
-/// second), so when that Redisson instance dies a Redisson writer still
+/// 500 ms), so when that Redisson instance dies a Redisson writer still
 /// cannot get in while the leasehold guard says it holds.
 #[test]
 fn a_redisson_read_renewal_cannot_cut_a_leasehold_read_hold_short() {

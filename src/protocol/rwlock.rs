@@ -49,9 +49,10 @@ use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_fie
 /// its own): another library's reader may set the hash's expiry shorter
 /// (Redisson ≥ 4.4's read renewal sets it to its own lease), and when that
 /// reader dies the hash must not run out under a live leasehold reader.
-/// Holds as long as the other library's lease is longer than this (plus a
-/// round trip); Redisson's default watchdog is 30 s.
-pub(crate) const READ_KEEPALIVE: Duration = Duration::from_secs(1);
+/// Holds as long as the other library's lease is longer than this plus a
+/// round trip and the renewal thread's scheduling delay (a busy machine:
+/// hundreds of ms; Redisson's default watchdog is 30 s).
+pub(crate) const READ_KEEPALIVE: Duration = Duration::from_millis(500);
 
 /// How long a waiting writer's place in the writer set lasts without being
 /// confirmed; a waiting writer confirms it at least every third of that.
