@@ -1,7 +1,8 @@
 //! Redis Cluster: 3 primaries made with `redis-cli --cluster create` (with
 //! replicas for the failover test): locks over every primary, mutual
 //! exclusion across processes, 1,000 watchdog leases, a reshard of a slot
-//! that holds a lock, and a primary failover.
+//! that holds a lock, and a primary failover (through which a parked
+//! sharded waiter follows its slot and is woken by a Redisson unlock).
 
 #[path = "child/holder.rs"]
 mod child;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{Error, LockClient, LockOptions};
 use redis::Commands;
+use support::redisson::{prefix_name, Redisson};
 use support::{check_history, eventually, RedisCluster, RedisServer};
 
 fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
@@ -21,14 +23,6 @@ fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
         .watchdog_lease(lease)
         .build()
         .unwrap()
-}
-
-/// A name whose lock key lands in `slot`.
-fn name_in_slot(cluster: &RedisCluster, slot: u16, prefix: &str) -> String {
-    (0..200_000)
-        .map(|i| format!("{prefix}{i}"))
-        .find(|n| cluster.keyslot(n) == slot)
-        .expect("a name for the slot")
 }
 
 #[test]
@@ -134,7 +128,7 @@ fn a_reshard_of_the_slot_of_a_held_lock_keeps_the_holder_and_the_waiter() {
     let (from, to) = (primaries[0], primaries[1]);
     // The slot redis-cli moves first is the lowest of the source node.
     let slot = cluster.first_slot_of(from);
-    let name = name_in_slot(&cluster, slot, "cl:reshard:");
+    let name = support::name_in_slot(&cluster, slot, "cl:reshard:");
     let holder = client(&cluster, Duration::from_millis(1_500));
     let waiter_client = client(&cluster, Duration::from_secs(30));
     let g = holder.lock(&name).unwrap();
@@ -196,8 +190,8 @@ fn a_primary_failover_reports_lost_leases_and_new_locks_work() {
     let cluster = RedisCluster::start(3, 1);
     let victim = cluster.primaries()[0];
     let slot = cluster.first_slot_of(victim);
-    let kept_name = name_in_slot(&cluster, slot, "cl:kept:");
-    let doomed_name = name_in_slot(&cluster, slot, "cl:doomed:");
+    let kept_name = support::name_in_slot(&cluster, slot, "cl:kept:");
+    let doomed_name = support::name_in_slot(&cluster, slot, "cl:doomed:");
     // Acknowledged by the replica: survives. Deleted on the replica (as a
     // lost asynchronous write would be): lost.
     let safe = LockClient::cluster_builder(&cluster.urls())
@@ -223,6 +217,30 @@ fn a_primary_failover_reports_lost_leases_and_new_locks_work() {
         })
         .expect("the victim's replica");
     let kept = safe.lock(&kept_name).unwrap();
+    // A Redisson client holds a name of the victim's slot (replicated), and
+    // a leasehold waiter is parked on it, SSUBSCRIBEd on the victim.
+    // Its own hash tag puts it in the slot (no search).
+    let java_name = format!("{{{kept_name}}}:java");
+    let mut java = Redisson::new(&cluster.nodes[victim].url(), true);
+    assert_eq!(java.try_lock(&java_name, Duration::from_secs(30), 1), None);
+    let _: () = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2_000)
+        .query(&mut cluster.nodes[victim].connection())
+        .unwrap();
+    let java_waiter = {
+        let (c, name) = (plain.clone(), java_name.clone());
+        thread::spawn(move || {
+            let g = c.lock(&name).unwrap();
+            let at = Instant::now();
+            drop(g);
+            at
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || plain
+        .stats()
+        .waiters_parked
+        == 1));
     // The replica is paused while the doomed hold is taken, so it never
     // gets it (an asynchronous write lost in the failover).
     cluster.nodes[replica].signal("STOP");
@@ -264,4 +282,32 @@ fn a_primary_failover_reports_lost_leases_and_new_locks_work() {
         .unwrap();
     assert!(ttl > 0, "{ttl}");
     kept.unlock().unwrap();
+    // The parked waiter subscribed again on the promoted replica (sharded
+    // pub/sub: its old subscriber's node is gone) and Redisson's SPUBLISH
+    // there wakes it at once — not a retry, not the 30 s lease.
+    let channel = prefix_name("redisson_lock__channel", &java_name);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(&channel)
+                .query(&mut cluster.nodes[replica].connection())
+                .unwrap();
+            n[0].1 == 1
+        }),
+        "the waiter subscribed again on the promoted replica"
+    );
+    let mut java = Redisson::new(&cluster.nodes[replica].url(), true);
+    thread::sleep(Duration::from_millis(100));
+    let unlocked = Instant::now();
+    assert_eq!(
+        java.unlock(&java_name, 1),
+        Some(true),
+        "the hold was replicated"
+    );
+    let woken = java_waiter.join().unwrap() - unlocked;
+    assert!(
+        woken < Duration::from_millis(200),
+        "after the failover: woken {woken:?} after Redisson's unlock"
+    );
 }

@@ -905,3 +905,40 @@ impl Drop for ChildProcess {
         self.kill();
     }
 }
+
+/// The cluster slot of `key` (CRC16 of it, or of its hash tag, mod 16384),
+/// computed here as the server does, so a test can find a name for a slot
+/// without asking the server once per candidate.
+pub fn key_slot(key: &str) -> u16 {
+    let key = key.as_bytes();
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        match rest.iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => Some(&rest[..len]),
+            _ => None,
+        }
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(key) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// A name `<prefix><n>` whose key lands in `slot` (checked against the
+/// cluster once).
+pub fn name_in_slot(cluster: &RedisCluster, slot: u16, prefix: &str) -> String {
+    let name = (0..10_000_000u32)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|n| key_slot(n) == slot)
+        .expect("a name for the slot");
+    assert_eq!(cluster.keyslot(&name), slot, "local slot of {name}");
+    name
+}
