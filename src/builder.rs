@@ -269,9 +269,11 @@ impl LockClientBuilder {
         let id = uuid::Uuid::new_v4();
         let target = Arc::new(match (&self.sentinel, &self.cluster) {
             (_, Some(urls)) => {
-                if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
+                let tls_seeds = urls.iter().filter(|u| u.starts_with("rediss://")).count();
+                if urls.is_empty() || (tls_seeds != 0 && tls_seeds != urls.len()) {
                     return Err(Error::InvalidUrl {
-                        reason: "a cluster needs at least one redis:// seed URL (no TLS yet)"
+                        reason: "a cluster needs at least one seed URL, all redis:// or all \
+                                 rediss:// (every node is reached the same way)"
                             .into(),
                         source: None,
                     });
@@ -293,6 +295,7 @@ impl LockClientBuilder {
                     self.connect_timeout,
                     socket_timeout,
                     self.sharded_pubsub,
+                    tls.clone(),
                 )))
             }
             (None, None) => {
@@ -438,8 +441,10 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     ///
-    /// Every node is reached with the first seed's settings (password, TLS
-    /// off); no TLS in cluster mode yet.
+    /// Every node is reached with the first seed's settings: its password,
+    /// and TLS when the seeds are `rediss://` (feature `tls`; the nodes run
+    /// `tls-cluster yes`, and [`tls_root_certificate`](Self::tls_root_certificate)
+    /// applies to every node).
     pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> LockClientBuilder {
         let urls: Vec<String> = seeds.iter().map(|s| s.as_ref().to_owned()).collect();
         let mut builder = Self::builder(urls.first().map_or("", String::as_str));
@@ -561,6 +566,14 @@ mod tests {
         refused(
             LockClient::builder(url).connect_timeout(Duration::from_micros(200)),
             &["connect timeout", "1 ms"],
+        );
+        // A cluster's nodes are all reached one way: TLS or not.
+        let e = LockClient::cluster_builder(&["redis://127.0.0.1:7000", "rediss://127.0.0.1:7001"])
+            .build()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("all redis:// or all rediss://"),
+            "{e}"
         );
         // Sentinel needs the name of the primary it watches.
         refused(

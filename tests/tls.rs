@@ -1,6 +1,7 @@
 //! TLS (`rediss://`): with the `tls` feature, locks, waiting (the subscriber
 //! speaks TLS too), renewal and fencing against a TLS-only `redis-server`
-//! whose certificate is made at test time; without it, a clear refusal.
+//! whose certificate is made at test time, and the same on a TLS-only
+//! 3-primary cluster; without it, a clear refusal.
 //! `scripts/test.sh` runs the suite both ways.
 
 mod support;
@@ -21,7 +22,9 @@ mod with_tls {
     use leasehold::{LockClient, LockOptions};
     use redis::Commands;
 
-    use super::support::{eventually, RedisServer};
+    use leasehold::ShardedPubSub;
+
+    use super::support::{eventually, name_in_slot, RedisCluster, RedisServer};
 
     fn client(server: &RedisServer, lease: Duration) -> LockClient {
         LockClient::builder(&server.url())
@@ -90,5 +93,69 @@ mod with_tls {
     fn unverified_tls_is_refused() {
         let e = LockClient::new("rediss://127.0.0.1:6380/#insecure").unwrap_err();
         assert!(e.is_invalid_argument(), "{e:?}");
+    }
+
+    #[test]
+    fn a_tls_cluster_locks_wakes_waiters_and_renews_on_every_primary() {
+        let cluster = RedisCluster::start_tls(3, 0);
+        let urls = cluster.urls();
+        assert!(urls.iter().all(|u| u.starts_with("rediss://")), "{urls:?}");
+        let ca = cluster.nodes[0].tls_ca().unwrap().to_vec();
+        let build = |lease: Duration, pubsub: ShardedPubSub| {
+            LockClient::cluster_builder(&urls)
+                .tls_root_certificate(ca.clone())
+                .watchdog_lease(lease)
+                .sharded_pubsub(pubsub)
+                .build()
+                .unwrap()
+        };
+        // A name on each primary.
+        let names: Vec<String> = cluster
+            .primaries()
+            .into_iter()
+            .map(|i| name_in_slot(&cluster, cluster.first_slot_of(i), "tls:c"))
+            .collect();
+        assert_eq!(names.len(), 3);
+
+        // Waiters of another client are woken by the unlock message on a
+        // TLS subscriber: the sharded one of each name's node, and the
+        // classic one when forced.
+        for pubsub in [ShardedPubSub::Auto, ShardedPubSub::Off] {
+            let holder = build(Duration::from_secs(30), pubsub);
+            let waiter = build(Duration::from_secs(30), pubsub);
+            for name in &names {
+                let guard = holder.lock(name).unwrap();
+                let (w, n) = (waiter.clone(), name.clone());
+                let t = thread::spawn(move || w.lock(&n).map(|g| g.unlock()));
+                assert!(eventually(Duration::from_secs(10), || waiter
+                    .stats()
+                    .waiters_parked
+                    == 1));
+                let released = Instant::now();
+                guard.unlock().unwrap();
+                assert!(matches!(t.join().unwrap(), Ok(Ok(()))), "{pubsub:?} {name}");
+                // Woken by the message: the 30 s lease was far from over.
+                assert!(
+                    released.elapsed() < Duration::from_secs(5),
+                    "{pubsub:?} {name}: {:?}",
+                    released.elapsed()
+                );
+            }
+        }
+
+        // Renewal over TLS to every primary, past a short lease.
+        let short = build(Duration::from_millis(900), ShardedPubSub::Auto);
+        let held: Vec<_> = names.iter().map(|n| short.lock(n).unwrap()).collect();
+        thread::sleep(Duration::from_millis(2_000));
+        for (guard, name) in held.iter().zip(&names) {
+            assert!(guard.is_held(), "{name} renewed past its 900 ms lease");
+            let info = short.inspect(name).unwrap();
+            assert_eq!(info.holders.len(), 1, "{name}: {info:?}");
+        }
+        assert!(short.stats().renewals_sent >= 6);
+        for guard in held {
+            guard.unlock().unwrap();
+        }
+        assert!(!short.is_locked(&names[0]).unwrap());
     }
 }

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
+use super::stream::TlsConfig;
+use super::wire::Wire;
 use crate::options::ShardedPubSub;
 use crate::protocol::PubSub;
 
@@ -58,9 +60,11 @@ fn crc16(data: &[u8]) -> u16 {
 
 /// Where a cluster's slots are, and how to reach its nodes.
 pub(crate) struct Router {
-    /// The seed nodes' connection settings (auth, TCP); a node's info is a
-    /// seed's with the node's address.
+    /// The seed nodes' connection settings (auth, TCP, TLS or not); a
+    /// node's info is a seed's with the node's address.
     seeds: Vec<ConnectionInfo>,
+    /// TLS for every node when the seeds are `rediss://`.
+    tls: TlsConfig,
     connect_timeout: Duration,
     socket_timeout: Duration,
     /// Slot → `host:port` of the primary serving it.
@@ -88,9 +92,11 @@ impl Router {
         connect_timeout: Duration,
         socket_timeout: Duration,
         pubsub: ShardedPubSub,
+        tls: TlsConfig,
     ) -> Self {
         Router {
             seeds,
+            tls,
             connect_timeout,
             socket_timeout,
             table: RwLock::new(vec![None; SLOTS]),
@@ -102,6 +108,21 @@ impl Router {
                 ShardedPubSub::Off => CLASSIC,
             }),
         }
+    }
+
+    /// The TLS configuration every node is reached with (`None`: plain TCP).
+    pub(crate) fn tls(&self) -> &TlsConfig {
+        &self.tls
+    }
+
+    /// A command connection to the node of `info` (TLS as the seeds say).
+    pub(crate) fn connect(
+        &self,
+        info: &ConnectionInfo,
+        connect: Duration,
+        io: Duration,
+    ) -> RedisResult<Wire> {
+        Wire::connect(info, &self.tls, connect, io)
     }
 
     /// The pub/sub the cluster's locks use. Decided by the first table read
@@ -189,10 +210,7 @@ impl Router {
     }
 
     fn read_slots(&self, info: &ConnectionInfo) -> RedisResult<Vec<Option<Arc<str>>>> {
-        let mut con =
-            redis::Client::open(info.clone())?.get_connection_with_timeout(self.connect_timeout)?;
-        con.set_read_timeout(Some(self.socket_timeout))?;
-        con.set_write_timeout(Some(self.socket_timeout))?;
+        let mut con = self.connect(info, self.connect_timeout, self.socket_timeout)?;
         let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
         if self.pubsub.load(Ordering::Relaxed) == UNKNOWN {
             // Redisson's probe: sharded pub/sub when the node knows
@@ -229,7 +247,7 @@ impl Router {
             // An empty host means "the address you asked" (cluster-announce).
             let host = if host.is_empty() || host == "?" {
                 match info.addr() {
-                    ConnectionAddr::Tcp(h, _) => h.clone(),
+                    ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
                     _ => continue,
                 }
             } else {
@@ -261,15 +279,27 @@ impl Router {
         infos
     }
 
-    /// Connection settings for the node `host:port`.
+    /// Connection settings for the node `host:port`: the first seed's, with
+    /// the node's address (over TLS when the seed's is).
     pub(crate) fn info_for(&self, node: &str) -> Option<ConnectionInfo> {
         let (host, port) = node.rsplit_once(':')?;
         let port: u16 = port.parse().ok()?;
         let seed = self.seeds.first()?;
-        Some(
-            seed.clone()
-                .set_addr(ConnectionAddr::Tcp(host.to_owned(), port)),
-        )
+        let host = host.to_owned();
+        let addr = match seed.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        Some(seed.clone().set_addr(addr))
     }
 
     /// A node for the subscriber (classic pub/sub reaches every node of a

@@ -247,7 +247,7 @@ impl ClusterPools {
             self.pool_size,
             self.connect_timeout,
             self.socket_timeout,
-            None, // a cluster has no TLS yet
+            self.router.tls().clone(),
         ));
         pools.insert(Arc::clone(node), Arc::clone(&pool));
         Ok(pool)

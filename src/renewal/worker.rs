@@ -350,8 +350,7 @@ impl Worker {
                     let info = router.info_for(node).ok_or_else(|| {
                         cluster::no_node(format!("bad cluster node address {node:?}"))
                     })?;
-                    // No TLS in a cluster yet.
-                    let con = Wire::connect(&info, &None, self.io_timeout, self.io_timeout)?;
+                    let con = router.connect(&info, self.io_timeout, self.io_timeout)?;
                     self.node_cons.entry(Arc::clone(node)).or_insert(con)
                 }
             },

@@ -64,104 +64,47 @@ impl RedisServer {
     /// 127.0.0.1 made now with the `openssl` command; [`Self::tls_ca`] is the
     /// certificate to trust.
     pub fn start_tls() -> Self {
+        Self::start_tls_with(&[])
+    }
+
+    /// A TLS-only server (as [`Self::start_tls`]) with extra settings.
+    pub fn start_tls_with(more: &[&str]) -> Self {
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();
             let dir = server_dir(port);
             std::fs::create_dir_all(&dir).unwrap();
-            let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-            let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
-            let (csr, ext) = (dir.join("server.csr"), dir.join("server.ext"));
-            std::fs::write(
-                &ext,
-                "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-                 keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-            )
-            .unwrap();
-            let p = |p: &PathBuf| p.to_string_lossy().into_owned();
-            // A throwaway CA, and a server certificate for 127.0.0.1 it signs.
-            for args in [
-                vec![
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-days",
-                    "1",
-                    "-subj",
-                    "/CN=leasehold test CA",
-                    "-keyout",
-                    &p(&ca_key),
-                    "-out",
-                    &p(&ca_cert),
-                ],
-                vec![
-                    "req",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-subj",
-                    "/CN=127.0.0.1",
-                    "-keyout",
-                    &p(&key),
-                    "-out",
-                    &p(&csr),
-                ],
-                vec![
-                    "x509",
-                    "-req",
-                    "-in",
-                    &p(&csr),
-                    "-CA",
-                    &p(&ca_cert),
-                    "-CAkey",
-                    &p(&ca_key),
-                    "-CAcreateserial",
-                    "-days",
-                    "1",
-                    "-extfile",
-                    &p(&ext),
-                    "-out",
-                    &p(&cert),
-                ],
-            ] {
-                let made = Command::new("openssl")
-                    .args(&args)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .unwrap_or_else(|e| {
-                        panic!(
-                            "the TLS tests make certificates with `openssl`, which could not run \
-                             ({e}); install it with `apt-get install -y openssl`"
-                        )
-                    });
-                assert!(made.success(), "openssl {args:?} failed");
-            }
-            let ca = std::fs::read(&ca_cert).unwrap();
-            let path = p;
-            let extra = vec![
-                "--port".to_owned(),
-                "0".to_owned(),
-                "--tls-port".to_owned(),
-                port.to_string(),
-                "--tls-cert-file".to_owned(),
-                path(&cert),
-                "--tls-key-file".to_owned(),
-                path(&key),
-                "--tls-ca-cert-file".to_owned(),
-                path(&ca_cert),
-                "--tls-auth-clients".to_owned(),
-                "no".to_owned(),
-            ];
-            match Self::spawn(port, dir, extra, None, Some(ca)) {
+            let certs = TlsFiles::make(&dir);
+            let mut extra = certs.server_args(port);
+            extra.extend(more.iter().map(|s| s.to_string()));
+            match Self::spawn(port, dir, extra, None, Some(certs.ca.clone())) {
                 Ok(server) => return server,
                 Err(log) if log.contains("Address already in use") => last_log = log,
                 Err(log) => panic!("redis-server (TLS) did not start; its log:\n{log}"),
             }
         }
         panic!("redis-server (TLS) found no free port after 5 tries; last log:\n{last_log}");
+    }
+
+    /// A TLS-only cluster node with `certs`, TLS on the cluster bus and to
+    /// its primary too.
+    fn start_tls_node(certs: &TlsFiles, more: &[&str]) -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let mut extra = certs.server_args(port);
+            extra.extend(
+                ["--tls-cluster", "yes", "--tls-replication", "yes"]
+                    .iter()
+                    .chain(more)
+                    .map(|s| s.to_string()),
+            );
+            match Self::spawn(port, server_dir(port), extra, None, Some(certs.ca.clone())) {
+                Ok(server) => return server,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("redis-server (TLS cluster node) did not start:\n{log}"),
+            }
+        }
+        panic!("redis-server (TLS cluster node) found no free port after 5 tries");
     }
 
     /// A one-node Redis Cluster serving every slot: `CLUSTER KEYSLOT` works,
@@ -462,6 +405,125 @@ impl Drop for RedisServer {
 }
 
 /// A fresh directory name for one server's files (`spawn` creates it).
+/// A throwaway CA and a server certificate for 127.0.0.1 it signs, made
+/// with the `openssl` command in `dir`.
+pub struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca_cert: PathBuf,
+    /// The CA certificate (PEM): what a client must trust.
+    pub ca: Vec<u8>,
+}
+
+impl TlsFiles {
+    pub fn make(dir: &std::path::Path) -> TlsFiles {
+        std::fs::create_dir_all(dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+        let (csr, ext) = (dir.join("server.csr"), dir.join("server.ext"));
+        std::fs::write(
+            &ext,
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        let p = |p: &PathBuf| p.to_string_lossy().into_owned();
+        for args in [
+            vec![
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=leasehold test CA",
+                "-keyout",
+                &p(&ca_key),
+                "-out",
+                &p(&ca_cert),
+            ],
+            vec![
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                &p(&key),
+                "-out",
+                &p(&csr),
+            ],
+            vec![
+                "x509",
+                "-req",
+                "-in",
+                &p(&csr),
+                "-CA",
+                &p(&ca_cert),
+                "-CAkey",
+                &p(&ca_key),
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-extfile",
+                &p(&ext),
+                "-out",
+                &p(&cert),
+            ],
+        ] {
+            let made = Command::new("openssl")
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "the TLS tests make certificates with `openssl`, which could not run \
+                         ({e}); install it with `apt-get install -y openssl`"
+                    )
+                });
+            assert!(made.success(), "openssl {args:?} failed");
+        }
+        let ca = std::fs::read(&ca_cert).unwrap();
+        TlsFiles {
+            cert,
+            key,
+            ca_cert,
+            ca,
+        }
+    }
+
+    /// The settings of a TLS-only server on `port` with these files.
+    pub fn server_args(&self, port: u16) -> Vec<String> {
+        let p = |p: &PathBuf| p.to_string_lossy().into_owned();
+        [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &p(&self.cert),
+            "--tls-key-file",
+            &p(&self.key),
+            "--tls-ca-cert-file",
+            &p(&self.ca_cert),
+            "--tls-auth-clients",
+            "no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    /// The CA file, for `redis-cli --tls --cacert`.
+    pub fn ca_file(&self) -> &std::path::Path {
+        &self.ca_cert
+    }
+}
+
 fn server_dir(port: u16) -> PathBuf {
     std::env::temp_dir().join(format!(
         "leasehold-test-{}-{}-{}",
@@ -603,15 +665,30 @@ impl RedisCluster {
     /// returned once every node reports `cluster_state:ok` and all slots are
     /// served. Nodes time out after 1 s, so a failover takes seconds.
     pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
+        Self::start_nodes(primaries, replicas, false)
+    }
+
+    /// A cluster as [`Self::start`] whose nodes speak only TLS, to clients
+    /// and to each other (`tls-cluster yes`, `tls-replication yes`), with
+    /// one throwaway CA made now ([`RedisServer::tls_ca`] of any node).
+    pub fn start_tls(primaries: usize, replicas: usize) -> RedisCluster {
+        Self::start_nodes(primaries, replicas, true)
+    }
+
+    fn start_nodes(primaries: usize, replicas: usize, tls: bool) -> RedisCluster {
+        let cluster = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"];
+        let tls_dir = server_dir(free_port()).join("cluster-tls");
+        let certs = tls.then(|| TlsFiles::make(&tls_dir));
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
-            .map(|_| {
-                RedisServer::start_with(
-                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"],
-                    None,
-                )
+            .map(|_| match &certs {
+                None => RedisServer::start_with(&cluster, None),
+                Some(certs) => RedisServer::start_tls_node(certs, &cluster),
             })
             .collect();
         let mut create = Command::new("redis-cli");
+        if let Some(certs) = &certs {
+            create.arg("--tls").arg("--cacert").arg(certs.ca_file());
+        }
         create.arg("--cluster").arg("create");
         for n in &nodes {
             create.arg(format!("127.0.0.1:{}", n.port()));
