@@ -15,6 +15,33 @@ use crate::error::{Error, Result};
 use crate::names::short_id;
 use crate::notify::Notifier;
 
+/// Sentinel only: how to reach the primary the Sentinels name (their URLs
+/// say only how to reach the Sentinels).
+#[derive(Clone, Default)]
+struct PrimarySettings {
+    username: Option<String>,
+    password: Option<String>,
+    db: Option<i64>,
+    tls: bool,
+}
+
+impl std::fmt::Debug for PrimarySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrimarySettings")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("db", &self.db)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl PrimarySettings {
+    fn is_set(&self) -> bool {
+        self.username.is_some() || self.password.is_some() || self.db.is_some() || self.tls
+    }
+}
+
 /// The socket timeout of a client whose watchdog lease is at least 9 s.
 const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
 use crate::options::{check_lease, ShardedPubSub};
@@ -48,6 +75,8 @@ pub struct LockClientBuilder {
     replicas: Option<(u32, Duration)>,
     /// Sentinel URLs and the master name, for a Sentinel-managed primary.
     sentinel: Option<(Vec<String>, String)>,
+    /// How to reach the primary Sentinel names (auth, database, TLS).
+    primary: PrimarySettings,
     /// Seed node URLs of a Redis Cluster.
     cluster: Option<Vec<String>>,
     sharded_pubsub: ShardedPubSub,
@@ -75,6 +104,32 @@ impl LockClientBuilder {
     /// single server and Sentinel use classic pub/sub).
     pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
         self.sharded_pubsub = mode;
+        self
+    }
+
+    /// Sentinel only: the password (and ACL username, if not `default`) of
+    /// the primary and replicas the Sentinels watch — Redisson's
+    /// `SentinelServersConfig.setPassword`/`setUsername`. The Sentinels' own
+    /// password goes in their URLs (`redis://:secret@10.0.0.1:26379/`).
+    pub fn sentinel_primary_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.primary.username = username.map(str::to_owned);
+        self.primary.password = Some(password.to_owned());
+        self
+    }
+
+    /// Sentinel only: the database number on the primary (default 0).
+    pub fn sentinel_primary_db(mut self, db: i64) -> Self {
+        self.primary.db = Some(db);
+        self
+    }
+
+    /// Sentinel only (feature `tls`): reach the primary over TLS, verified
+    /// against [`tls_root_certificate`](Self::tls_root_certificate) or the
+    /// platform's trust store. Sentinels themselves speak TLS when their
+    /// URLs are `rediss://`.
+    #[cfg(feature = "tls")]
+    pub fn sentinel_primary_tls(mut self) -> Self {
+        self.primary.tls = true;
         self
     }
 
@@ -155,10 +210,12 @@ impl LockClientBuilder {
     /// The subscriber's TLS configuration for a `rediss://` URL; refuses TLS
     /// without the `tls` feature and `#insecure` (unverified) TLS.
     fn tls(&self, info: &redis::ConnectionInfo) -> Result<TlsConfig> {
-        let ConnectionAddr::TcpTls { insecure, .. } = info.addr() else {
-            return Ok(None);
+        let insecure = match info.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => *insecure,
+            _ if self.primary.tls => false,
+            _ => return Ok(None),
         };
-        if *insecure {
+        if insecure {
             return Err(Error::InvalidUrl {
                 reason: "rediss://…#insecure (TLS without verifying the server) is refused; \
                          trust your CA with tls_root_certificate instead"
@@ -173,6 +230,84 @@ impl LockClientBuilder {
             reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
             source: None,
         })
+    }
+
+    /// The `redis` crate's Sentinel client: the Sentinels as their URLs say
+    /// (auth from the first URL, all `redis://` or all `rediss://`), the
+    /// primary as the `sentinel_primary_*` settings say; both verify TLS
+    /// against the builder's root certificate when one is set.
+    fn sentinel_client(
+        &self,
+        urls: &[String],
+        master: &str,
+        tcp: &redis::io::tcp::TcpSettings,
+    ) -> Result<redis::sentinel::SentinelClient> {
+        use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+        let tls_urls = urls.iter().filter(|u| u.starts_with("rediss://")).count();
+        if urls.is_empty() || (tls_urls != 0 && tls_urls != urls.len()) {
+            return Err(Error::InvalidUrl {
+                reason: "Sentinel needs at least one Sentinel URL, all redis:// or all rediss://"
+                    .into(),
+                source: None,
+            });
+        }
+        let infos = urls
+            .iter()
+            .map(|u| {
+                u.as_str()
+                    .into_connection_info()
+                    .map_err(|e| Error::InvalidUrl {
+                        reason: format!("cannot parse the Sentinel URL {:?}", redact(u)),
+                        source: Some(e),
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bad = |e: redis::RedisError| Error::InvalidUrl {
+            reason: format!("cannot use the Sentinel URLs {:?}", redact(&urls.join(" "))),
+            source: Some(e),
+        };
+        let mut b = SentinelClientBuilder::new(
+            infos.iter().map(|i| i.addr().clone()),
+            master,
+            SentinelServerType::Master,
+        )
+        .map_err(bad)?
+        .set_client_to_redis_tcp_settings(tcp.clone())
+        .set_client_to_sentinel_tcp_settings(tcp.clone());
+        let sentinel_auth = infos[0].redis_settings();
+        if let Some(user) = sentinel_auth.username() {
+            b = b.set_client_to_sentinel_username(user);
+        }
+        if let Some(password) = sentinel_auth.password() {
+            b = b.set_client_to_sentinel_password(password);
+        }
+        let primary = &self.primary;
+        if let Some(user) = &primary.username {
+            b = b.set_client_to_redis_username(user);
+        }
+        if let Some(password) = &primary.password {
+            b = b.set_client_to_redis_password(password);
+        }
+        if let Some(db) = primary.db {
+            b = b.set_client_to_redis_db(db);
+        }
+        #[cfg(feature = "tls")]
+        {
+            let certs = || redis::TlsCertificates {
+                client_tls: None,
+                root_cert: self.tls_root_cert.clone(),
+            };
+            if primary.tls {
+                b = b.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+                if self.tls_root_cert.is_some() {
+                    b = b.set_client_to_redis_certificates(certs());
+                }
+            }
+            if tls_urls > 0 && self.tls_root_cert.is_some() {
+                b = b.set_client_to_sentinel_certificates(certs());
+            }
+        }
+        b.build().map_err(bad)
     }
 
     /// Checks the settings and builds the client. Nothing connects yet: the
@@ -223,6 +358,12 @@ impl LockClientBuilder {
                 self.watchdog_lease
             )));
         }
+        if self.sentinel.is_none() && self.primary.is_set() {
+            return Err(Error::invalid(
+                "sentinel_primary_* settings are for sentinel_builder only; \
+                 put a server's password and database in its URL (redis://user:password@host:port/db)",
+            ));
+        }
         if let Some((_, master)) = &self.sentinel {
             if master.is_empty() {
                 return Err(Error::invalid(
@@ -267,66 +408,49 @@ impl LockClientBuilder {
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         let info = info.set_tcp_settings(tcp.clone());
         let id = uuid::Uuid::new_v4();
-        let target = Arc::new(match (&self.sentinel, &self.cluster) {
-            (_, Some(urls)) => {
-                let tls_seeds = urls.iter().filter(|u| u.starts_with("rediss://")).count();
-                if urls.is_empty() || (tls_seeds != 0 && tls_seeds != urls.len()) {
-                    return Err(Error::InvalidUrl {
-                        reason: "a cluster needs at least one seed URL, all redis:// or all \
+        let target =
+            Arc::new(match (&self.sentinel, &self.cluster) {
+                (_, Some(urls)) => {
+                    let tls_seeds = urls.iter().filter(|u| u.starts_with("rediss://")).count();
+                    if urls.is_empty() || (tls_seeds != 0 && tls_seeds != urls.len()) {
+                        return Err(Error::InvalidUrl {
+                            reason: "a cluster needs at least one seed URL, all redis:// or all \
                                  rediss:// (every node is reached the same way)"
-                            .into(),
-                        source: None,
-                    });
+                                .into(),
+                            source: None,
+                        });
+                    }
+                    let seeds = urls
+                        .iter()
+                        .map(|u| {
+                            u.as_str()
+                                .into_connection_info()
+                                .map(|i| i.set_tcp_settings(tcp.clone()))
+                                .map_err(|e| Error::InvalidUrl {
+                                    reason: format!("cannot parse the seed {:?}", redact(u)),
+                                    source: Some(e),
+                                })
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    Target::Cluster(Arc::new(Router::new(
+                        seeds,
+                        self.connect_timeout,
+                        socket_timeout,
+                        self.sharded_pubsub,
+                        tls.clone(),
+                    )))
                 }
-                let seeds = urls
-                    .iter()
-                    .map(|u| {
-                        u.as_str()
-                            .into_connection_info()
-                            .map(|i| i.set_tcp_settings(tcp.clone()))
-                            .map_err(|e| Error::InvalidUrl {
-                                reason: format!("cannot parse the seed {:?}", redact(u)),
-                                source: Some(e),
-                            })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Target::Cluster(Arc::new(Router::new(
-                    seeds,
-                    self.connect_timeout,
-                    socket_timeout,
-                    self.sharded_pubsub,
-                    tls.clone(),
-                )))
-            }
-            (None, None) => {
-                Target::Fixed(
-                    redis::Client::open(info.clone()).map_err(|e| Error::InvalidUrl {
+                (None, None) => Target::Fixed(redis::Client::open(info.clone()).map_err(|e| {
+                    Error::InvalidUrl {
                         reason: format!("cannot use {:?}", redact(&self.url)),
                         source: Some(e),
-                    })?,
-                )
-            }
-            (Some((urls, master)), None) => {
-                if urls.is_empty() || urls.iter().any(|u| u.starts_with("rediss://")) {
-                    return Err(Error::InvalidUrl {
-                        reason: "Sentinel needs at least one redis:// Sentinel URL (no TLS yet)"
-                            .into(),
-                        source: None,
-                    });
+                    }
+                })?),
+                (Some((urls, master)), None) => {
+                    let client = self.sentinel_client(urls, master, &tcp)?;
+                    Target::Sentinel(Mutex::new(client))
                 }
-                let client = redis::sentinel::SentinelClient::build(
-                    urls.clone(),
-                    master.clone(),
-                    None,
-                    redis::sentinel::SentinelServerType::Master,
-                )
-                .map_err(|e| Error::InvalidUrl {
-                    reason: format!("cannot use the Sentinel URLs {:?}", redact(&urls.join(" "))),
-                    source: Some(e),
-                })?;
-                Target::Sentinel(Mutex::new(client))
-            }
-        });
+            });
         let notifier = Notifier::new(
             &info,
             format!("leasehold-notify-{}", short_id(&id)),
@@ -410,6 +534,7 @@ impl LockClient {
             socket_timeout: None,
             replicas: None,
             sentinel: None,
+            primary: PrimarySettings::default(),
             cluster: None,
             sharded_pubsub: ShardedPubSub::Auto,
             client_name: None,
@@ -474,8 +599,23 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     ///
-    /// The primary must not need a password (Sentinel-side authentication is
-    /// taken from the Sentinel URLs only), and no TLS yet.
+    /// The Sentinels' own password (`requirepass` in their configuration) goes
+    /// in their URLs; the primary's password, database and TLS in
+    /// [`sentinel_primary_auth`](Self::sentinel_primary_auth),
+    /// [`sentinel_primary_db`](Self::sentinel_primary_db) and (feature `tls`)
+    /// `sentinel_primary_tls`:
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::sentinel_builder(
+    ///     &["redis://:sentinel-secret@10.0.0.1:26379/", "redis://:sentinel-secret@10.0.0.2:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .sentinel_primary_auth(Some("billing"), "primary-secret")
+    /// .sentinel_primary_db(2)
+    /// .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn sentinel_builder<S: AsRef<str>>(sentinels: &[S], master: &str) -> LockClientBuilder {
         let urls: Vec<String> = sentinels.iter().map(|s| s.as_ref().to_owned()).collect();
         let mut builder = Self::builder(urls.first().map_or("", String::as_str));
@@ -571,6 +711,24 @@ mod tests {
         let e = LockClient::cluster_builder(&["redis://127.0.0.1:7000", "rediss://127.0.0.1:7001"])
             .build()
             .unwrap_err();
+        assert!(
+            e.to_string().contains("all redis:// or all rediss://"),
+            "{e}"
+        );
+        // The primary's settings are Sentinel's; a single server's go in its URL.
+        refused(
+            LockClient::builder(url).sentinel_primary_auth(None, "pw"),
+            &[
+                "sentinel_builder only",
+                "redis://user:password@host:port/db",
+            ],
+        );
+        let e = LockClient::sentinel_builder(
+            &["redis://127.0.0.1:26379", "rediss://127.0.0.1:26380"],
+            "m",
+        )
+        .build()
+        .unwrap_err();
         assert!(
             e.to_string().contains("all redis:// or all rediss://"),
             "{e}"

@@ -142,7 +142,7 @@ pub enum Error {
     },
 
     /// Redis refused our credentials.
-    #[error("redis rejected the credentials: check the user name and password in the redis url")]
+    #[error("redis rejected the credentials: check the user name and password in the redis url (with Sentinel: the Sentinels' in their URLs, the primary's in sentinel_primary_auth)")]
     Auth {
         /// The server's error.
         #[source]
@@ -465,7 +465,8 @@ fn has_code(err: &redis::RedisError, code: &str) -> bool {
             .is_some_and(|d| d.starts_with(code) || d.contains(&format!(" {code} ")))
 }
 
-fn is_auth_failure(err: &redis::RedisError) -> bool {
+/// Whether Redis refused our credentials (`WRONGPASS`, `NOAUTH`).
+pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
     if err.kind() == redis::ErrorKind::AuthenticationFailed {
         return true;
     }

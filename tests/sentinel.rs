@@ -1,5 +1,6 @@
 //! A Sentinel-managed primary: 1 primary, 1 replica, 3 Sentinels, all
-//! started here. `SENTINEL FAILOVER` moves the primary; the client follows,
+//! started here, every one of them requiring a password (the primary and
+//! replica one, the Sentinels another), as managed deployments do. `SENTINEL FAILOVER` moves the primary; the client follows,
 //! errors during the switch are typed, a hold the replica had survives, a
 //! hold it did not have is reported lost, and a parked waiter gets it.
 
@@ -15,6 +16,7 @@ use redis::Commands;
 use support::{eventually, RedisServer};
 
 const MASTER: &str = "leasehold-master";
+const PRIMARY_PASSWORD: &str = "pr1mary";
 
 fn master_port(sentinel: &RedisServer) -> u16 {
     let addr: Vec<String> = redis::cmd("SENTINEL")
@@ -27,11 +29,14 @@ fn master_port(sentinel: &RedisServer) -> u16 {
 
 #[test]
 fn the_client_follows_a_failover_and_reports_what_it_lost() {
-    let primary = RedisServer::start();
+    let primary = RedisServer::start_with_password(PRIMARY_PASSWORD);
     let replica = RedisServer::start_replica_of(&primary);
     let sentinels: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::start_sentinel(&primary, MASTER))
+        .map(|_| RedisServer::start_sentinel_with_password(&primary, MASTER, Some("s3ntinel")))
         .collect();
+    // The Sentinels' URLs carry their password; without the primary's, the
+    // client cannot lock, and says why.
+    assert!(sentinels.iter().all(|s| s.url().contains(":s3ntinel@")));
     let urls: Vec<String> = sentinels.iter().map(|s| s.url()).collect();
     // The Sentinels must know the replica (and reach it) before they can
     // fail over to it.
@@ -52,6 +57,7 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
     // default 30 s lease would.
     let build = |replicated: bool| {
         let mut b = LockClient::sentinel_builder(&urls, MASTER)
+            .sentinel_primary_auth(None, PRIMARY_PASSWORD)
             .watchdog_lease(Duration::from_secs(3))
             .connect_timeout(Duration::from_secs(10))
             .socket_timeout(Duration::from_secs(1));
@@ -62,6 +68,13 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
         }
         b.build().unwrap()
     };
+    let no_primary_password = LockClient::sentinel_builder(&urls, MASTER)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let e = no_primary_password.lock("s:nopass").unwrap_err();
+    assert!(e.is_auth(), "{e:?}");
+    assert!(e.to_string().contains("sentinel_primary_auth"), "{e}");
     let safe = build(true);
     let plain = build(false);
     let waiter_client = build(false);

@@ -158,4 +158,40 @@ mod with_tls {
         }
         assert!(!short.is_locked(&names[0]).unwrap());
     }
+
+    #[test]
+    fn sentinel_with_passwords_reaches_a_tls_primary_through_tls_sentinels() {
+        let primary = RedisServer::start_tls_with(&[], Some("pr1mary"));
+        let sentinel =
+            RedisServer::start_sentinel_with_password(&primary, "tls-master", Some("s3ntinel"));
+        let url = sentinel.url();
+        assert!(url.starts_with("rediss://:s3ntinel@"), "{url}");
+        let build = || {
+            LockClient::sentinel_builder(&[url.as_str()], "tls-master")
+                .sentinel_primary_auth(None, "pr1mary")
+                .sentinel_primary_tls()
+                .tls_root_certificate(primary.tls_ca().unwrap())
+                .build()
+                .unwrap()
+        };
+        let (holder, waiter) = (build(), build());
+        let guard = holder.lock("tls:s").unwrap();
+        let w = waiter.clone();
+        let t = thread::spawn(move || w.lock("tls:s").map(|g| g.unlock()));
+        assert!(eventually(Duration::from_secs(10), || waiter
+            .stats()
+            .waiters_parked
+            == 1));
+        assert_eq!(super::support::listening_clients(&primary, "tls:s"), 1);
+        guard.unlock().unwrap();
+        assert!(matches!(t.join().unwrap(), Ok(Ok(()))));
+        // Without TLS to the primary the Sentinel's answer cannot be used.
+        let plain = LockClient::sentinel_builder(&[url.as_str()], "tls-master")
+            .sentinel_primary_auth(None, "pr1mary")
+            .tls_root_certificate(primary.tls_ca().unwrap())
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        assert!(plain.lock("tls:s").unwrap_err().is_connection());
+    }
 }

@@ -25,6 +25,10 @@ impl Target {
             Target::Fixed(client) => Ok(client.clone()),
             Target::Cluster(router) => router.any_node(),
             Target::Sentinel(sentinel) => sentinel.lock().get_client().map_err(|e| {
+                // Refused credentials stay what they are: no waiting fixes them.
+                if crate::error::is_auth_failure(&e) {
+                    return e;
+                }
                 // No primary to be had right now (Sentinels unreachable, a
                 // failover under way): a connection error, so that waiters
                 // ride it out and callers see `is_connection()`.

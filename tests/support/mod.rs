@@ -64,11 +64,12 @@ impl RedisServer {
     /// 127.0.0.1 made now with the `openssl` command; [`Self::tls_ca`] is the
     /// certificate to trust.
     pub fn start_tls() -> Self {
-        Self::start_tls_with(&[])
+        Self::start_tls_with(&[], None)
     }
 
-    /// A TLS-only server (as [`Self::start_tls`]) with extra settings.
-    pub fn start_tls_with(more: &[&str]) -> Self {
+    /// A TLS-only server (as [`Self::start_tls`]) with extra settings, and
+    /// requiring `password` if given.
+    pub fn start_tls_with(more: &[&str], password: Option<&str>) -> Self {
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();
@@ -77,7 +78,11 @@ impl RedisServer {
             let certs = TlsFiles::make(&dir);
             let mut extra = certs.server_args(port);
             extra.extend(more.iter().map(|s| s.to_string()));
-            match Self::spawn(port, dir, extra, None, Some(certs.ca.clone())) {
+            if let Some(pw) = password {
+                extra.extend(["--requirepass".to_owned(), pw.to_owned()]);
+            }
+            let pw = password.map(str::to_owned);
+            match Self::spawn(port, dir, extra, pw, Some(certs.ca.clone())) {
                 Ok(server) => return server,
                 Err(log) if log.contains("Address already in use") => last_log = log,
                 Err(log) => panic!("redis-server (TLS) did not start; its log:\n{log}"),
@@ -130,9 +135,16 @@ impl RedisServer {
 
     /// A replica of `primary`, started the same way, returned once its link
     /// to the primary is up and the initial sync is done.
+    /// A primary with a password has a replica with the same one (and
+    /// `masterauth` to sync).
     pub fn start_replica_of(primary: &RedisServer) -> Self {
         let port = primary.port().to_string();
-        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &port], None);
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        let pw = primary.password.as_deref();
+        if let Some(pw) = pw {
+            args.extend(["--masterauth", pw, "--requirepass", pw]);
+        }
+        let replica = Self::start_with(&args, pw);
         let mut con = replica.connection();
         assert!(
             eventually(Duration::from_secs(20), || {
@@ -152,18 +164,53 @@ impl RedisServer {
     /// `primary` under `master`, with a config file of its own (Sentinel
     /// rewrites it) and quick failure detection.
     pub fn start_sentinel(primary: &RedisServer, master: &str) -> Self {
+        Self::start_sentinel_with_password(primary, master, None)
+    }
+
+    /// A Sentinel as [`Self::start_sentinel`]; with `password`, it requires
+    /// it (`requirepass`) and uses it with the other Sentinels. It uses the
+    /// primary's password, if any, to watch it.
+    pub fn start_sentinel_with_password(
+        primary: &RedisServer,
+        master: &str,
+        password: Option<&str>,
+    ) -> Self {
+        let mut auth = String::new();
+        if let Some(pw) = &primary.password {
+            auth += &format!("sentinel auth-pass {master} {pw}\n");
+        }
+        if let Some(pw) = password {
+            auth += &format!("requirepass {pw}\nsentinel sentinel-pass {pw}\n");
+        }
+        // A TLS-only primary gets a TLS-only Sentinel, with the primary's
+        // certificates (made by `start_tls*` in its directory).
+        let tls = primary
+            .tls_ca
+            .is_some()
+            .then(|| TlsFiles::in_dir(&primary.dir));
         for _ in 0..5 {
             let port = free_port();
             let dir = server_dir(port);
             std::fs::create_dir_all(&dir).unwrap();
             let conf = dir.join("sentinel.conf");
+            let listen = match &tls {
+                None => format!("port {port}\n"),
+                Some(t) => {
+                    let lines: String = t
+                        .server_args(port)
+                        .chunks(2)
+                        .map(|kv| format!("{} {}\n", kv[0].trim_start_matches("--"), kv[1]))
+                        .collect();
+                    lines + "tls-replication yes\n"
+                }
+            };
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/redis.log\n\
+                    "{listen}bind 127.0.0.1\ndir {dir}\nlogfile {dir}/redis.log\n\
                      sentinel monitor {master} 127.0.0.1 {primary} 2\n\
                      sentinel down-after-milliseconds {master} 1000\n\
-                     sentinel failover-timeout {master} 10000\n",
+                     sentinel failover-timeout {master} 10000\n{auth}",
                     dir = dir.display(),
                     primary = primary.port(),
                 ),
@@ -183,9 +230,9 @@ impl RedisServer {
                 child,
                 port,
                 dir,
-                password: None,
+                password: password.map(str::to_owned),
                 extra: Vec::new(),
-                tls_ca: None,
+                tls_ca: tls.as_ref().map(|t| t.ca.clone()),
             };
             let up = eventually(Duration::from_secs(10), || {
                 sentinel
@@ -493,6 +540,17 @@ impl TlsFiles {
             key,
             ca_cert,
             ca,
+        }
+    }
+
+    /// The files [`Self::make`] made in `dir` before.
+    pub fn in_dir(dir: &std::path::Path) -> TlsFiles {
+        let ca_cert = dir.join("ca.pem");
+        TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            ca: std::fs::read(&ca_cert).expect("the server's TLS files"),
+            ca_cert,
         }
     }
 
