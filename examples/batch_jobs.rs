@@ -19,8 +19,8 @@ use std::process::{Command, ExitCode};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use leasehold::redis::{self, Commands};
 use leasehold::LockClient;
-use redis::Commands;
 
 #[derive(Clone, Debug)]
 struct Args {

@@ -5,7 +5,9 @@
 # feature (rediss://, tested against a TLS-only redis-server with certificates
 # made by openssl at test time) the unit tests, the TLS tests and the core
 # lock/wait/renewal tests run again: the feature changes the connection and
-# subscriber code they go through, not the rest.
+# subscriber code they go through, not the rest. Then the README's examples
+# compiled against leasehold alone, the docs, what the published package
+# holds, and (when its toolchain is installed) the minimum Rust version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -31,6 +33,35 @@ echo "== cargo test (unit, integration, doc tests; default features)"
 cargo test
 echo "== cargo test --features tls,cli (unit, TLS, the core lock test, the operators' CLI end to end)"
 cargo test --features tls,cli --lib --test tls --test lock --test cli
-echo "== cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features tls --quiet
+echo "== the README's examples as doc tests of a crate that depends only on leasehold (tests/downstream)"
+cp Cargo.lock tests/downstream/Cargo.lock
+(cd tests/downstream && CARGO_TARGET_DIR="$PWD/../../target" cargo test --doc --quiet)
+echo "== cargo doc (default features, and every feature)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p leasehold --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p leasehold --all-features --quiet
+echo "== the package: only the library, its CLI, examples, docs and licenses; cargo publish --dry-run without warnings"
+listed=$(cargo package --list --allow-dirty -p leasehold --quiet)
+unexpected=$(grep -vE '^(src/.*\.rs|examples/[a-z_]+\.rs|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|README\.md|CHANGELOG\.md|LICENSE-MIT|LICENSE-APACHE|\.cargo_vcs_info\.json)$' <<<"$listed" || true)
+if [ -n "$unexpected" ]; then
+    echo "files in the package that a user does not need:" >&2
+    echo "$unexpected" >&2
+    exit 1
+fi
+# The one warning a dry run always prints is that it did not upload.
+published=$(cargo publish --dry-run --allow-dirty -p leasehold 2>&1) || { echo "$published" >&2; exit 1; }
+warnings=$(grep -i 'warning' <<<"$published" | grep -v 'aborting upload due to dry run' || true)
+if [ -n "$warnings" ]; then
+    echo "cargo publish --dry-run warned:" >&2
+    echo "$warnings" >&2
+    exit 1
+fi
+echo "packaged: $(wc -l <<<"$listed") files"
+echo "== the minimum Rust version (rust-version in Cargo.toml)"
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+if command -v rustup >/dev/null 2>&1 && rustup run "$msrv" rustc --version >/dev/null 2>&1; then
+    cargo "+$msrv" check -p leasehold --all-features --lib --bins --quiet
+    echo "builds with Rust $msrv"
+else
+    echo "not checked: the Rust $msrv toolchain is not installed (rustup toolchain install $msrv --profile minimal)"
+fi
 echo "all checks passed"

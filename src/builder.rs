@@ -568,7 +568,7 @@ impl LockClient {
     ///
     /// Every node is reached with the first seed's settings: its password,
     /// and TLS when the seeds are `rediss://` (feature `tls`; the nodes run
-    /// `tls-cluster yes`, and [`tls_root_certificate`](Self::tls_root_certificate)
+    /// `tls-cluster yes`, and `LockClientBuilder::tls_root_certificate`
     /// applies to every node).
     pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> LockClientBuilder {
         let urls: Vec<String> = seeds.iter().map(|s| s.as_ref().to_owned()).collect();
@@ -601,8 +601,8 @@ impl LockClient {
     ///
     /// The Sentinels' own password (`requirepass` in their configuration) goes
     /// in their URLs; the primary's password, database and TLS in
-    /// [`sentinel_primary_auth`](Self::sentinel_primary_auth),
-    /// [`sentinel_primary_db`](Self::sentinel_primary_db) and (feature `tls`)
+    /// [`sentinel_primary_auth`](LockClientBuilder::sentinel_primary_auth),
+    /// [`sentinel_primary_db`](LockClientBuilder::sentinel_primary_db) and (feature `tls`)
     /// `sentinel_primary_tls`:
     ///
     /// ```no_run

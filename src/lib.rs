@@ -81,10 +81,115 @@
 //! wait for replica acknowledgement (`WAIT`); [`Redlock`] holds a lock on a
 //! majority of independent masters.
 //!
+//! # Guarantees
+//! - **One owner at a time, checked in Redis**: acquire, release and renewal
+//!   are Lua scripts with the owner check inside; a guard can never release
+//!   or extend a lock it does not hold ([`Error::NotHeld`] instead).
+//! - **Loss is reported, not hidden**: a watchdog lease that cannot be
+//!   confirmed with two socket timeouts to spare is reported lost
+//!   ([`LockGuard::is_held`] turns false, one [`LeaseLost`] on
+//!   [`LockGuard::lost`]) before Redis expires it; an acquire reply that
+//!   arrives after its lease ran out never becomes a guard.
+//! - **A lost reply leaves no hold behind**: an acquire whose reply never
+//!   came is undone, owner-checked, as soon as Redis answers again.
+//! - **A dead holder costs a waiter at most its lease**, and waiters ride
+//!   out a Redis restart or failover up to their deadline (or the connect
+//!   timeout).
+//! - **Nothing panics** on bad input or Redis faults, and `Drop` is bounded
+//!   by the socket timeout.
+//!
+//! No lease lock can stop a holder that was paused (GC, `SIGSTOP`, a VM
+//! migration) past its lease from acting on stale belief; use a fenced lock
+//! and let the resource check the token ([`FencedStore`]). Redis restarted
+//! without persistence, or a failover with asynchronous replication, can lose
+//! a hold; its holder is told at the next renewal
+//! ([`LockClientBuilder::replicas`] and [`Redlock`] narrow the second).
+//!
+//! # Threads, pools and async
+//! - **One [`LockClient`] per process**, cloned into every thread (clones
+//!   share everything). A client has a connection pool (16 by default,
+//!   [`LockClientBuilder::pool_size`]; a call holds a connection only for
+//!   its round trips, never while it waits), one subscriber connection for
+//!   unlock messages (one per cluster node with sharded pub/sub), and one
+//!   renewal thread with its own connection.
+//! - **Reentrancy is per OS thread**, so a [`LockGuard`] is not `Send`: it
+//!   stays on the thread that took it. A hold that must move — to another
+//!   thread, into a struct, across a thread pool — is an [`OwnedLockGuard`]
+//!   ([`LockClient::lock_owned`]): `Send`, not reentrant.
+//! - **Async code**: the calls block, so call them in
+//!   `tokio::task::spawn_blocking` (or a thread of your own); a hold that
+//!   lives across `.await` points is an [`OwnedLockGuard`].
+//!
 //! # Errors
 //! Every fallible call returns [`Error`]: bad input, Redis faults and a lock
-//! that was lost are typed, never panics.
+//! that was lost are typed, never panics, and each message says what to do.
+//! Match the variant, or ask a question of it:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::{Error, LockClient};
+//!
+//! fn nightly_report(client: &LockClient) -> leasehold::Result<()> {
+//!     match client.try_lock_for("nightly:report", Duration::from_secs(5)) {
+//!         Ok(Some(guard)) => {
+//!             // … the report: only this process runs it …
+//!             guard.unlock() // Err(NotHeld) if the lease was lost meanwhile
+//!         }
+//!         Ok(None) => Ok(()), // another process runs it
+//!         Err(e) if e.is_connection() || e.is_timeout() => {
+//!             eprintln!("redis unreachable, trying again next run: {e}");
+//!             Ok(())
+//!         }
+//!         Err(e @ Error::Auth { .. }) => {
+//!             eprintln!("fix the Redis password in the configuration: {e}");
+//!             Err(e)
+//!         }
+//!         Err(e) => Err(e),
+//!     }
+//! }
+//! ```
+//!
+//! # Features
+//! - `tls` — `rediss://` URLs with rustls, for a single server, Cluster
+//!   seeds and Sentinels, with
+//!   `LockClientBuilder::tls_root_certificate` for
+//!   your own CA and `sentinel_primary_tls` for a Sentinel-managed primary.
+//! - `cli` — the `leasehold` command-line tool for operators (`inspect`,
+//!   `list`, `force-unlock`, `watch`): `cargo install leasehold --features cli`.
+//!
+//! No feature is on by default.
+//!
+//! # The crates in the API
+//! [`FencedStore::write`] takes a `redis` connection and [`LockGuard::lost`]
+//! returns a `crossbeam_channel` receiver; both crates are re-exported
+//! ([`redis`], [`crossbeam_channel`]), so code that depends only on
+//! `leasehold` can use them in the versions leasehold was built with:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::crossbeam_channel::{select, tick};
+//! use leasehold::{FencedStore, LockClient, LockOptions};
+//!
+//! fn rotate(client: &LockClient, con: &mut leasehold::redis::Connection) -> leasehold::Result<()> {
+//!     let guard = client.lock_with("keys:rotate", LockOptions::new().fenced())?;
+//!     let lost = guard.lost();
+//!     let step = tick(Duration::from_millis(100));
+//!     for n in 0..10 {
+//!         select! {
+//!             recv(lost) -> why => {
+//!                 eprintln!("stopping: the lock was lost ({why:?})");
+//!                 return Ok(());
+//!             }
+//!             recv(step) -> _ => { let _ = n; /* … one step of work … */ }
+//!         }
+//!     }
+//!     let store = FencedStore::new("keys:current");
+//!     store.write(con, guard.fence().unwrap_or(0), "key-42")?;
+//!     guard.unlock()
+//! }
+//! ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Module map for maintainers. Layers import downward only (checked by
 // `../shared/tools/modcycles` in scripts/test.sh); a file's opening comment
@@ -141,6 +246,17 @@ mod stats;
 #[cfg(feature = "tls")]
 mod tls;
 mod wait;
+
+/// The channels of [`LockGuard::lost`] (and `select!` beside them).
+pub use crossbeam_channel;
+/// The `redis` crate leasehold is built on (for [`FencedStore::write`]'s
+/// connection, and for talking to the same Redis yourself), so your code
+/// needs no `redis` dependency of its own in a matching version.
+pub use redis;
+
+/// This crate's version (what a client registers for operators, and what
+/// `leasehold --version` prints).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;

@@ -14,7 +14,7 @@ use leasehold::{LockClient, LockOptions};
 use support::{eventually, RedisServer};
 
 fn cli(server: &RedisServer, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-cli"))
         .arg("--url")
         .arg(server.url())
         .arg("--prefix")
@@ -119,7 +119,7 @@ fn the_cli_inspects_lists_force_unlocks_and_watches() {
     assert!(service.is_locked("order:pay").unwrap());
 
     // watch: the release below shows up as a change.
-    let watch = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let watch = Command::new(env!("CARGO_BIN_EXE_leasehold-cli"))
         .args(["--url", &server.url(), "--prefix", "ops:"])
         .args(["watch", "order:pay", "--interval", "50", "--for", "1.5"])
         .stdout(Stdio::piped())

@@ -47,7 +47,7 @@ const PEERS: &[(&str, &str)] = &[
 ];
 
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../src")
 }
 
 /// Every `.rs` file under `dir`.

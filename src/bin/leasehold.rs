@@ -10,11 +10,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use leasehold::redis;
 use leasehold::{ClientInfo, HoldMode, LockClient, LockInfo, LockKind, WaitQueue};
 
 /// Inspect and operate leasehold (and Redisson) locks in Redis.
 #[derive(Parser)]
-#[command(name = "leasehold", version)]
+#[command(name = "leasehold", version = leasehold::VERSION)]
 struct Cli {
     /// The Redis server (`redis://…`, `rediss://…` with the `tls` feature).
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1/")]

@@ -35,7 +35,7 @@ impl Registration {
         let mut fields = vec![
             ("host", host_name()),
             ("pid", std::process::id().to_string()),
-            ("version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("version", crate::VERSION.to_owned()),
             ("started", started.to_string()),
         ];
         if let Some(name) = name {
