@@ -61,7 +61,7 @@ use crate::shared::{Parts, Shared};
 ///     .build()?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct LockClientBuilder {
     url: String,
@@ -84,6 +84,32 @@ pub struct LockClientBuilder {
     client_name: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
+}
+
+/// Every setting, with passwords in URLs shown as `***`.
+impl std::fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |urls: &[String]| urls.iter().map(|u| redact(u)).collect::<Vec<_>>();
+        let mut d = f.debug_struct("LockClientBuilder");
+        d.field("url", &redact(&self.url))
+            .field("pool_size", &self.pool_size)
+            .field("key_prefix", &self.key_prefix)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("socket_timeout", &self.socket_timeout)
+            .field("replicas", &self.replicas)
+            .field(
+                "sentinel",
+                &self.sentinel.as_ref().map(|(u, m)| (urls(u), m)),
+            )
+            .field("primary", &self.primary)
+            .field("cluster", &self.cluster.as_deref().map(urls))
+            .field("sharded_pubsub", &self.sharded_pubsub)
+            .field("client_name", &self.client_name);
+        #[cfg(feature = "tls")]
+        d.field("tls_root_cert", &self.tls_root_cert.as_ref().map(|_| "…"));
+        d.finish()
+    }
 }
 
 impl LockClientBuilder {
@@ -762,6 +788,18 @@ mod tests {
             "redis://user:***@127.0.0.1:6379/0"
         );
         assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+        let builder = LockClient::sentinel_builder(&["redis://:s3cret@127.0.0.1:26379/"], "m")
+            .sentinel_primary_auth(Some("app"), "pr1mary");
+        let shown = format!("{builder:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("pr1mary"),
+            "{shown}"
+        );
+        let shown = format!("{:?}", LockClient::builder("redis://u:hunter2@127.0.0.1/"));
+        assert!(
+            !shown.contains("hunter2") && shown.contains("u:***@"),
+            "{shown}"
+        );
         let client = LockClient::new("redis://127.0.0.1/").unwrap();
         let shown = format!("{client:?}");
         assert!(!shown.contains(&client.shared.id.to_string()), "{shown}");
