@@ -9,38 +9,12 @@ use parking_lot::Mutex;
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::client::LockClient;
+use crate::conn::sentinel::{self, PrimarySettings};
 use crate::conn::{Connections, Router, Target};
 use crate::conn::{TlsConfig, Wire};
-use crate::error::{Error, Result};
+use crate::error::{redact, Error, Result};
 use crate::names::short_id;
 use crate::notify::Notifier;
-
-/// Sentinel only: how to reach the primary the Sentinels name (their URLs
-/// say only how to reach the Sentinels).
-#[derive(Clone, Default)]
-struct PrimarySettings {
-    username: Option<String>,
-    password: Option<String>,
-    db: Option<i64>,
-    tls: bool,
-}
-
-impl std::fmt::Debug for PrimarySettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrimarySettings")
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("db", &self.db)
-            .field("tls", &self.tls)
-            .finish()
-    }
-}
-
-impl PrimarySettings {
-    fn is_set(&self) -> bool {
-        self.username.is_some() || self.password.is_some() || self.db.is_some() || self.tls
-    }
-}
 
 /// The socket timeout of a client whose watchdog lease is at least 9 s.
 const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
@@ -258,84 +232,6 @@ impl LockClientBuilder {
         })
     }
 
-    /// The `redis` crate's Sentinel client: the Sentinels as their URLs say
-    /// (auth from the first URL, all `redis://` or all `rediss://`), the
-    /// primary as the `sentinel_primary_*` settings say; both verify TLS
-    /// against the builder's root certificate when one is set.
-    fn sentinel_client(
-        &self,
-        urls: &[String],
-        master: &str,
-        tcp: &redis::io::tcp::TcpSettings,
-    ) -> Result<redis::sentinel::SentinelClient> {
-        use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
-        let tls_urls = urls.iter().filter(|u| u.starts_with("rediss://")).count();
-        if urls.is_empty() || (tls_urls != 0 && tls_urls != urls.len()) {
-            return Err(Error::InvalidUrl {
-                reason: "Sentinel needs at least one Sentinel URL, all redis:// or all rediss://"
-                    .into(),
-                source: None,
-            });
-        }
-        let infos = urls
-            .iter()
-            .map(|u| {
-                u.as_str()
-                    .into_connection_info()
-                    .map_err(|e| Error::InvalidUrl {
-                        reason: format!("cannot parse the Sentinel URL {:?}", redact(u)),
-                        source: Some(e),
-                    })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let bad = |e: redis::RedisError| Error::InvalidUrl {
-            reason: format!("cannot use the Sentinel URLs {:?}", redact(&urls.join(" "))),
-            source: Some(e),
-        };
-        let mut b = SentinelClientBuilder::new(
-            infos.iter().map(|i| i.addr().clone()),
-            master,
-            SentinelServerType::Master,
-        )
-        .map_err(bad)?
-        .set_client_to_redis_tcp_settings(tcp.clone())
-        .set_client_to_sentinel_tcp_settings(tcp.clone());
-        let sentinel_auth = infos[0].redis_settings();
-        if let Some(user) = sentinel_auth.username() {
-            b = b.set_client_to_sentinel_username(user);
-        }
-        if let Some(password) = sentinel_auth.password() {
-            b = b.set_client_to_sentinel_password(password);
-        }
-        let primary = &self.primary;
-        if let Some(user) = &primary.username {
-            b = b.set_client_to_redis_username(user);
-        }
-        if let Some(password) = &primary.password {
-            b = b.set_client_to_redis_password(password);
-        }
-        if let Some(db) = primary.db {
-            b = b.set_client_to_redis_db(db);
-        }
-        #[cfg(feature = "tls")]
-        {
-            let certs = || redis::TlsCertificates {
-                client_tls: None,
-                root_cert: self.tls_root_cert.clone(),
-            };
-            if primary.tls {
-                b = b.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
-                if self.tls_root_cert.is_some() {
-                    b = b.set_client_to_redis_certificates(certs());
-                }
-            }
-            if tls_urls > 0 && self.tls_root_cert.is_some() {
-                b = b.set_client_to_sentinel_certificates(certs());
-            }
-        }
-        b.build().map_err(bad)
-    }
-
     /// Checks the settings and builds the client. Nothing connects yet: the
     /// first lock opens the first connection.
     ///
@@ -437,15 +333,7 @@ impl LockClientBuilder {
         let target =
             Arc::new(match (&self.sentinel, &self.cluster) {
                 (_, Some(urls)) => {
-                    let tls_seeds = urls.iter().filter(|u| u.starts_with("rediss://")).count();
-                    if urls.is_empty() || (tls_seeds != 0 && tls_seeds != urls.len()) {
-                        return Err(Error::InvalidUrl {
-                            reason: "a cluster needs at least one seed URL, all redis:// or all \
-                                 rediss:// (every node is reached the same way)"
-                                .into(),
-                            source: None,
-                        });
-                    }
+                    crate::conn::one_scheme(urls, "a cluster (its seeds)")?;
                     let seeds = urls
                         .iter()
                         .map(|u| {
@@ -473,7 +361,11 @@ impl LockClientBuilder {
                     }
                 })?),
                 (Some((urls, master)), None) => {
-                    let client = self.sentinel_client(urls, master, &tcp)?;
+                    #[cfg(feature = "tls")]
+                    let root_cert = self.tls_root_cert.as_deref();
+                    #[cfg(not(feature = "tls"))]
+                    let root_cert = None;
+                    let client = sentinel::client(urls, master, &self.primary, root_cert, &tcp)?;
                     Target::Sentinel(Mutex::new(client))
                 }
             });
@@ -647,18 +539,6 @@ impl LockClient {
         let mut builder = Self::builder(urls.first().map_or("", String::as_str));
         builder.sentinel = Some((urls, master.to_owned()));
         builder
-    }
-}
-
-/// The URL without its password, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            let user = creds.split(':').next().unwrap_or("");
-            format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..])
-        }
-        _ => url.to_owned(),
     }
 }
 

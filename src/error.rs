@@ -476,6 +476,18 @@ pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
             .is_some_and(|d| d.contains("WRONGPASS") || d.contains("NOAUTH"))
 }
 
+/// The URL without its password, for error messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -202,7 +202,7 @@
 //               tls       rustls for the subscriber socket (feature `tls`)
 //   protocol    protocol/ scripts and replies per kind (plain, fair, rwlock), one
 //                         dispatch on Kind; no threads, no pools
-//   conn        conn/     pools, targets (fixed, Sentinel), cluster routing, `run`;
+//   conn        conn/     pools, targets (fixed, Sentinel + its settings), cluster routing, `run`;
 //                         our socket (`stream`: reads on after EINTR) and command
 //                         connection (`wire`), one handshake for all
 //   machinery   notify/   the shared pub/sub subscriber (per node when a cluster

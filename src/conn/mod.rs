@@ -7,6 +7,7 @@
 
 pub(crate) mod cluster;
 mod pool;
+pub(crate) mod sentinel;
 pub(crate) mod stream;
 mod target;
 mod wire;
@@ -24,6 +25,22 @@ pub(crate) use target::Target;
 pub(crate) use wire::{handshake, Wire};
 
 use crate::error::{Error, Result, Retry};
+
+/// Checks that a list of node URLs (cluster seeds, Sentinels; `what`) is
+/// not empty and reaches every node the same way — all `redis://` or all
+/// `rediss://`; returns whether they use TLS.
+pub(crate) fn one_scheme(urls: &[String], what: &str) -> Result<bool> {
+    let tls = urls.iter().filter(|u| u.starts_with("rediss://")).count();
+    if urls.is_empty() || (tls != 0 && tls != urls.len()) {
+        return Err(Error::InvalidUrl {
+            reason: format!(
+                "{what} needs at least one URL, all redis:// or all rediss:// (every node is reached the same way)"
+            ),
+            source: None,
+        });
+    }
+    Ok(tls != 0)
+}
 
 /// Dead pooled connections a command skips before it gives up.
 const STALE_RETRIES: u32 = 3;
