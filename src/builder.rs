@@ -613,14 +613,6 @@ mod tests {
             LockClient::builder(url).connect_timeout(Duration::from_micros(200)),
             &["connect timeout", "1 ms"],
         );
-        // A cluster's nodes are all reached one way: TLS or not.
-        let e = LockClient::cluster_builder(&["redis://127.0.0.1:7000", "rediss://127.0.0.1:7001"])
-            .build()
-            .unwrap_err();
-        assert!(
-            e.to_string().contains("all redis:// or all rediss://"),
-            "{e}"
-        );
         // The primary's settings are Sentinel's; a single server's go in its URL.
         refused(
             LockClient::builder(url).sentinel_primary_auth(None, "pw"),
@@ -629,16 +621,18 @@ mod tests {
                 "redis://user:password@host:port/db",
             ],
         );
-        let e = LockClient::sentinel_builder(
-            &["redis://127.0.0.1:26379", "rediss://127.0.0.1:26380"],
-            "m",
-        )
-        .build()
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("all redis:// or all rediss://"),
-            "{e}"
-        );
+        // A cluster's nodes, and Sentinels, are all reached one way: TLS or not.
+        let mixed = ["redis://127.0.0.1:7000", "rediss://127.0.0.1:7001"];
+        for b in [
+            LockClient::cluster_builder(&mixed),
+            LockClient::sentinel_builder(&mixed, "m"),
+        ] {
+            let e = b.build().unwrap_err();
+            assert!(
+                e.to_string().contains("all redis:// or all rediss://"),
+                "{e}"
+            );
+        }
         // Sentinel needs the name of the primary it watches.
         refused(
             LockClient::sentinel_builder(&["redis://127.0.0.1:26379"], ""),
