@@ -17,6 +17,14 @@ use support::{eventually, RedisServer};
 
 const MASTER: &str = "leasehold-master";
 const PRIMARY_PASSWORD: &str = "pr1mary";
+/// The locks live in this database (`sentinel_primary_db`).
+const DB: i64 = 2;
+
+fn in_db(server: &RedisServer) -> redis::Connection {
+    let mut con = server.connection();
+    let _: () = redis::cmd("SELECT").arg(DB).query(&mut con).unwrap();
+    con
+}
 
 fn master_port(sentinel: &RedisServer) -> u16 {
     let addr: Vec<String> = redis::cmd("SENTINEL")
@@ -58,6 +66,7 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
     let build = |replicated: bool| {
         let mut b = LockClient::sentinel_builder(&urls, MASTER)
             .sentinel_primary_auth(None, PRIMARY_PASSWORD)
+            .sentinel_primary_db(DB)
             .watchdog_lease(Duration::from_secs(3))
             .connect_timeout(Duration::from_secs(10))
             .socket_timeout(Duration::from_secs(1));
@@ -85,7 +94,7 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
     // replication that lost the write would): lost in the failover.
     let doomed = plain.lock("s:lost").unwrap();
     let doomed_lost = doomed.lost();
-    let mut on_replica = replica.connection();
+    let mut on_replica = in_db(&replica);
     assert!(eventually(Duration::from_secs(5), || on_replica
         .exists::<_, bool>("s:lost")
         .unwrap()));
@@ -165,7 +174,7 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
     // … and the acknowledged hold lives on, renewed on the new primary.
     thread::sleep(Duration::from_secs(2));
     assert!(kept.is_held());
-    let mut on_new_primary = replica.connection();
+    let mut on_new_primary = in_db(&replica);
     let ttl: i64 = on_new_primary.pttl("s:kept").unwrap();
     assert!(ttl > 0, "renewed on the new primary: {ttl}");
     let after = plain.lock("s:after").unwrap();
