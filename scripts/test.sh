@@ -12,12 +12,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 ensure_cargo
+started=$SECONDS
+# Each stage's heading, with the seconds since the start (the suite must stay
+# within CI's budget: see README, "Working on leasehold").
+stage() { echo "== $* [t=$((SECONDS - started))s]"; }
 ensure_redis_server
 ensure_redis_cli
 ensure_openssl
-echo "== cargo fmt --check"
+stage "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== import cycles between modules (../shared/tools/modcycles; tests/layers.rs checks the layer order too)"
+stage "import cycles between modules (../shared/tools/modcycles; tests/layers.rs checks the layer order too)"
 if [ -x ../shared/tools/modcycles ]; then
     ../shared/tools/modcycles src
 elif [ -n "${CI:-}" ]; then
@@ -26,20 +30,20 @@ elif [ -n "${CI:-}" ]; then
 else
     echo "../shared/tools/modcycles is not beside this checkout; tests/layers.rs (in cargo test) checks the layers instead"
 fi
-echo "== cargo clippy --all-targets -- -D warnings (default features, then tls)"
+stage "cargo clippy --all-targets -- -D warnings (default features, then tls)"
 cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls,cli -- -D warnings
-echo "== cargo test (unit, integration, doc tests; default features)"
+stage "cargo test (unit, integration, doc tests; default features)"
 cargo test
-echo "== cargo test --features tls,cli (unit, TLS, the core lock test, the operators' CLI end to end)"
+stage "cargo test --features tls,cli (unit, TLS, the core lock test, the operators' CLI end to end)"
 cargo test --features tls,cli --lib --test tls --test lock --test cli
-echo "== the README's examples as doc tests of a crate that depends only on leasehold (tests/downstream)"
+stage "the README's examples as doc tests of a crate that depends only on leasehold (tests/downstream)"
 cp Cargo.lock tests/downstream/Cargo.lock
 (cd tests/downstream && CARGO_TARGET_DIR="$PWD/../../target" cargo test --doc --quiet)
-echo "== cargo doc (default features, and every feature)"
+stage "cargo doc (default features, and every feature)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p leasehold --quiet
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p leasehold --all-features --quiet
-echo "== the package: only the library, its CLI, examples, docs and licenses; cargo publish --dry-run without warnings"
+stage "the package: only the library, its CLI, examples, docs and licenses; cargo publish --dry-run without warnings"
 listed=$(cargo package --list --allow-dirty -p leasehold --quiet)
 unexpected=$(grep -vE '^(src/.*\.rs|examples/[a-z_]+\.rs|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|README\.md|CHANGELOG\.md|LICENSE-MIT|LICENSE-APACHE|\.cargo_vcs_info\.json)$' <<<"$listed" || true)
 if [ -n "$unexpected" ]; then
@@ -56,7 +60,7 @@ if [ -n "$warnings" ]; then
     exit 1
 fi
 echo "packaged: $(wc -l <<<"$listed") files"
-echo "== the minimum Rust version (rust-version in Cargo.toml)"
+stage "the minimum Rust version (rust-version in Cargo.toml)"
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 if command -v rustup >/dev/null 2>&1 && rustup run "$msrv" rustc --version >/dev/null 2>&1; then
     cargo "+$msrv" check -p leasehold --all-features --lib --bins --quiet
@@ -64,4 +68,4 @@ if command -v rustup >/dev/null 2>&1 && rustup run "$msrv" rustc --version >/dev
 else
     echo "not checked: the Rust $msrv toolchain is not installed (rustup toolchain install $msrv --profile minimal)"
 fi
-echo "all checks passed"
+echo "all checks passed in $((SECONDS - started)) s"
