@@ -12,6 +12,8 @@
 //! - W3 many names: 8 threads on distinct names. Floor: the raw pair on 8
 //!   connections.
 //! - W4 renewal: 100,000 live watchdog guards (see `common/w4.rs`).
+//! - Handoff floors beside W2c: a token ring over `BLPOP` and a bare grant
+//!   lock, the least a handoff through Redis costs (see `common/floors.rs`).
 //!
 //! W2/W2p critical sections do ~20 µs of busy work and a non-atomic
 //! read-modify-write of a record shared by every worker (a file in /dev/shm,
@@ -29,6 +31,8 @@ mod support;
 
 #[path = "common/contend.rs"]
 mod contend;
+#[path = "common/floors.rs"]
+mod floors;
 #[path = "common/measure.rs"]
 mod measure;
 #[path = "common/table.rs"]
@@ -159,6 +163,10 @@ fn main() {
                     );
                 }
             }
+            "floors" => {
+                let f = floors::measure(&url, secs);
+                println!("{}", table::floors_line(&f, rtt));
+            }
             "w5" => {
                 let (p, _, pc) = w5(&url, secs, true);
                 let (r, most, rc) = w5(&url, secs, false);
@@ -167,7 +175,9 @@ fn main() {
                     r / p
                 );
             }
-            other => eprintln!("BENCH_ONLY: w1, w3, w2p, w2c, w2P, w5 or fair, not {other}"),
+            other => {
+                eprintln!("BENCH_ONLY: w1, w3, w2p, w2c, w2P, floors, w5 or fair, not {other}")
+            }
         }
         return;
     }
@@ -181,6 +191,8 @@ fn main() {
     let (w2c_raw, w2c_lh) = median_round(rounds, |k| w2c(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] W2P 8 processes x 1 thread: raw spin floor, then leasehold…");
     let (w2pp_raw, w2pp_lh) = median_round(rounds, |k| w2pp(k, &url, secs), |c| c.pairs_per_s);
+    eprintln!("[{mode}] handoff floors: a token ring, a bare grant lock…");
+    let floors = floors::measure(&url, secs);
     eprintln!("[{mode}] W2 / W2p with the fair lock…");
     let w2_fair = w2(Kind::Fair, &url, secs);
     let w2p_fair = w2p(Kind::Fair, &url, secs);
@@ -209,6 +221,7 @@ fn main() {
         w2c_lh,
         w2pp_raw,
         w2pp_lh,
+        floors,
         w2_fair,
         w2p_fair,
         w5_plain,
