@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The performance table: W1 uncontended, W2 contended threads, W2p contended
 # processes, W2c/W2P one client per contender (threads / processes) beside
-# the handoff floors (a BLPOP token ring, a bare grant lock), W3 many names, W4 100k live guards, W5 read-mostly — every leasehold figure beside
-# its raw-Redis floor measured in the same run, as a ratio.
+# the handoff floors (a BLPOP token ring, a bare grant lock), W3 many names,
+# W4 100k live guards, W5 read-mostly — every leasehold figure beside its
+# raw-Redis floor measured in the same run, as a ratio.
 #
 #   scripts/bench.sh              both modes, pinned first (about 4 minutes)
 #   scripts/bench.sh --pinned     redis-server and every client thread on CPU 0
