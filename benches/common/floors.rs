@@ -14,12 +14,13 @@
 //!   thread). No reentrancy, no lease renewal, no liveness of places, no
 //!   Redisson compatibility.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::measure::{con, now_ns, percentile};
+use crate::measure::{commandstats, con, now_ns, percentile};
 
 const BARE_ACQUIRE: &str = r#"
 if redis.call('exists', KEYS[1]) == 1 then
@@ -44,12 +45,15 @@ end
 return 1
 "#;
 
-/// Handoff p50 / p99 (µs) of one floor, and its critical sections per second.
+/// Handoff p50 / p99 (µs) of one floor, its critical sections per second,
+/// and the microseconds Redis spent in its client-sent commands per CS
+/// (`INFO commandstats`, as W2c's figure).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Floor {
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
     pub(crate) per_s: f64,
+    pub(crate) redis_us_per_cs: f64,
 }
 
 /// Both floors.
@@ -86,6 +90,7 @@ fn run(url: &str, secs: f64, ring: bool) -> Floor {
     let _: () = del.query(&mut admin).unwrap();
     let last = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicBool::new(false));
+    let before = commandstats(url);
     let start = Instant::now() + Duration::from_millis(100);
     let until = start + Duration::from_secs_f64(secs);
     let workers: Vec<_> = (0..WORKERS)
@@ -178,10 +183,26 @@ fn run(url: &str, secs: f64, ring: bool) -> Floor {
         turns += t;
         all.extend(h);
     }
+    // The commands the workers send themselves (a script's time includes
+    // the calls inside it); a served `BLPOP` counts from its wake-up.
+    let after = commandstats(url);
+    let sent: &[&str] = if ring {
+        &["rpush", "blpop"]
+    } else {
+        &["evalsha", "blpop"]
+    };
+    let usec: u64 = sent
+        .iter()
+        .map(|c| {
+            let us = |stats: &HashMap<String, (u64, u64)>| stats.get(*c).map_or(0, |s| s.1);
+            us(&after) - us(&before)
+        })
+        .sum();
     all.sort_unstable();
     Floor {
         p50_us: percentile(&all, 0.5) as f64 / 1e3,
         p99_us: percentile(&all, 0.99) as f64 / 1e3,
         per_s: turns as f64 / secs,
+        redis_us_per_cs: usec as f64 / turns.max(1) as f64,
     }
 }

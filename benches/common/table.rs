@@ -419,14 +419,16 @@ pub fn one_client_each_line(w: &str, raw: &Contended, lh: &Contended, rtt: f64) 
 /// One line for `BENCH_ONLY=floors`.
 pub fn floors_line(f: &Floors, rtt: f64) -> String {
     format!(
-        "floors: ring p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs, {:.0}/s; bare grant lock p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs, {:.0}/s",
+        "floors: ring p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs, {:.0}/s, redis µs/CS {:.1}; bare grant lock p50 {:.0} µs = {:.1} RTT, p99 {:.0} µs, {:.0}/s, redis µs/CS {:.1}",
         f.ring.p50_us,
         f.ring.p50_us / rtt,
         f.ring.p99_us,
         f.ring.per_s,
+        f.ring.redis_us_per_cs,
         f.bare.p50_us,
         f.bare.p50_us / rtt,
         f.bare.p99_us,
-        f.bare.per_s
+        f.bare.per_s,
+        f.bare.redis_us_per_cs
     )
 }
