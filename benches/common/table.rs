@@ -298,18 +298,21 @@ pub fn render(r: &Results) -> String {
     // costs here, with no lock at all and with the barest grant lock.
     for (f, floor) in [
         (
-            "handoff floor: token ring over BLPOP (no lock), p50 / p99 µs",
+            "handoff floor: token ring over BLPOP (no lock)",
             floors.ring,
         ),
         (
-            "handoff floor: bare grant lock (BLPOP-blocked waiters), p50 / p99 µs",
+            "handoff floor: bare grant lock (BLPOP-blocked waiters)",
             floors.bare,
         ),
     ] {
         row(
             "W2c shape, 8 threads",
-            f,
-            format!("{:.0} / {:.0}", floor.p50_us, floor.p99_us),
+            &format!("{f}: handoff p50 / p99 µs; CS/s; redis µs in client commands / CS"),
+            format!(
+                "{:.0} / {:.0}; {:.0}; {:.1}",
+                floor.p50_us, floor.p99_us, floor.per_s, floor.redis_us_per_cs
+            ),
             String::new(),
             format!("p50 = {:.1} RTT", floor.p50_us / rtt),
             "",
