@@ -335,6 +335,32 @@ impl LockClient {
         crate::inspect::inspect(&self.shared, name, &self.shared.key(name))
     }
 
+    /// **An operator's tool**: the locks (held, or waited for) whose names
+    /// match `pattern`, a `SCAN` glob (`*` for all, `order:*`), each as
+    /// [`inspect`](Self::inspect) gives it, sorted by name. Looks under this
+    /// client's key prefix on every server holding locks — each primary of
+    /// a cluster, whichever seeds the client was given — at about `limit`
+    /// keys at most on each (`SCAN` is incremental, but on a large keyspace
+    /// it still reads every key it looks at). Locks of every kind, Redisson's
+    /// included: the hashes whose every field is an owner with a hold count;
+    /// other hashes under the prefix are left out.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// for lock in client.list("order:*", 10_000)? {
+    ///     println!("{}: {} holder(s), {} waiting", lock.name, lock.holders.len(), lock.waiters.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Connection errors when a server could not be reached (in a cluster:
+    /// any primary).
+    pub fn list(&self, pattern: &str, limit: usize) -> Result<Vec<crate::LockInfo>> {
+        crate::inspect::list(&self.shared, pattern, limit)
+    }
+
     /// **An operator's tool**: releases lock `name` whoever holds it —
     /// Redisson's `forceUnlock`. Deletes the lock of any kind (plain,
     /// fenced, fair, read/write: every holder at once) and wakes its waiters

@@ -6,16 +6,17 @@
 //! name; see `renewal::registration`).
 //!
 //! Reads only, in one pipeline on the lock's node, then one `HGETALL` per
-//! client named; never part of the lock path.
+//! client named; never part of the lock path. Also `LockClient::list`: the
+//! locks among the keys a `SCAN` of every primary finds.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
 
 use redis::Value;
 
 use crate::error::Result;
-use crate::names::{client_key, line_key, queue_key, token_key, writers_key};
+use crate::names::{client_key, line_key, queue_key, token_key, writers_key, FAIR_MARKS};
 use crate::shared::Shared;
 
 /// What Redis knows of one lock now (see [`LockClient::inspect`]).
@@ -179,8 +180,73 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
     }
 }
 
+/// Keys one `SCAN` call looks at (its `COUNT`).
+const SCAN_COUNT: usize = 200;
+
+/// The locks under the client's prefix whose names match the `SCAN` glob
+/// `pattern`, by name: a `SCAN` for hashes on every primary (at most about
+/// `limit` keys looked at on each), then each hash read as [`inspect`] does.
+/// Kept: hashes shaped like a lock of Redisson's layout — every field an
+/// owner (`<id>:<n>`, or `<id>:<n>:write`) with a hold count, or `mode`.
+/// Leasehold's own companion hashes (client registrations, the fair lock's
+/// waiter marks) are left out by name.
+pub(crate) fn list(shared: &Shared, pattern: &str, limit: usize) -> Result<Vec<LockInfo>> {
+    let prefix = shared.key_prefix.as_str();
+    let matching = format!("{prefix}{pattern}");
+    let found = shared.read_every_primary(&matching, |con| {
+        let (mut keys, mut cursor, mut seen) = (Vec::new(), 0u64, 0);
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&matching)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .arg("TYPE")
+                .arg("hash")
+                .query(con)?;
+            keys.extend(batch);
+            (cursor, seen) = (next, seen + SCAN_COUNT);
+            if cursor == 0 || seen >= limit {
+                return Ok(keys);
+            }
+        }
+    })?;
+    let registrations = client_key(prefix, "");
+    // The fair lock's waiter marks live outside the prefix: an empty prefix
+    // finds them too.
+    let marks = format!("{FAIR_MARKS}:");
+    let names: BTreeSet<&str> = found
+        .iter()
+        .flatten()
+        .filter(|key| !key.starts_with(&registrations) && !key.starts_with(&marks))
+        .filter_map(|key| key.strip_prefix(prefix))
+        .collect();
+    let mut locks = Vec::new();
+    for name in names {
+        let mut info = read(shared, name, &shared.key(name))?;
+        let shaped = info
+            .holders
+            .iter()
+            .all(|h| h.thread.is_some() && h.holds > 0);
+        if info.kind != LockKind::Free && shaped {
+            name_clients(shared, &mut info)?;
+            locks.push(info);
+        }
+    }
+    Ok(locks)
+}
+
 /// Reads lock `name` (key `key`) as [`LockInfo`].
 pub(crate) fn inspect(shared: &Shared, name: &str, key: &str) -> Result<LockInfo> {
+    let mut info = read(shared, name, key)?;
+    name_clients(shared, &mut info)?;
+    Ok(info)
+}
+
+/// Reads lock `name` (key `key`): one pipeline; owners not yet turned into
+/// clients.
+fn read(shared: &Shared, name: &str, key: &str) -> Result<LockInfo> {
     let replies: Vec<Value> = shared.read(key, |con| {
         redis::pipe()
             .cmd("HGETALL")
@@ -257,12 +323,26 @@ pub(crate) fn inspect(shared: &Shared, name: &str, key: &str) -> Result<LockInfo
         }
     }
     let fence = bytes(&get(5)).and_then(|t| t.parse().ok());
-    // Who the clients are.
+    Ok(LockInfo {
+        name: name.to_owned(),
+        key: key.to_owned(),
+        kind,
+        holders,
+        ttl,
+        waiters,
+        fence,
+    })
+}
+
+/// Turns every holder's and waiter's owner into its client, from the
+/// clients' registrations: one `HGETALL` per client.
+fn name_clients(shared: &Shared, info: &mut LockInfo) -> Result<()> {
     let mut clients: HashMap<String, Option<ClientInfo>> = HashMap::new();
-    let owners = holders
+    let owners = info
+        .holders
         .iter()
         .map(|h| h.owner.as_str())
-        .chain(waiters.iter().map(|w| w.owner.as_str()));
+        .chain(info.waiters.iter().map(|w| w.owner.as_str()));
     for owner in owners {
         let id = split_owner(owner).0.to_owned();
         if clients.contains_key(&id) {
@@ -282,19 +362,11 @@ pub(crate) fn inspect(shared: &Shared, name: &str, key: &str) -> Result<LockInfo
         clients.insert(id, info);
     }
     let client_of = |owner: &str| clients.get(split_owner(owner).0).cloned().flatten();
-    for h in &mut holders {
+    for h in &mut info.holders {
         h.client = client_of(&h.owner);
     }
-    for w in &mut waiters {
+    for w in &mut info.waiters {
         w.client = client_of(&w.owner);
     }
-    Ok(LockInfo {
-        name: name.to_owned(),
-        key: key.to_owned(),
-        kind,
-        holders,
-        ttl,
-        waiters,
-        fence,
-    })
+    Ok(())
 }

@@ -234,6 +234,16 @@ impl Shared {
         self.conns.run(key, None, read)
     }
 
+    /// A read of an operator's tool on every server holding locks (each
+    /// primary of a cluster); errors name `what`.
+    pub(crate) fn read_every_primary<T>(
+        &self,
+        what: &str,
+        read: impl FnMut(&mut crate::conn::Pooled) -> redis::RedisResult<T>,
+    ) -> Result<Vec<T>> {
+        self.conns.on_every_primary(what, read)
+    }
+
     /// Whether lock `key` (any kind) is held by anyone.
     pub(crate) fn is_locked(&self, key: &str) -> Result<bool> {
         self.conns

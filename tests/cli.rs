@@ -144,3 +144,52 @@ fn the_cli_inspects_lists_force_unlocks_and_watches() {
     assert!(again.contains("was not held"), "{again}");
     drop(held);
 }
+
+/// `list` with the default (empty) prefix, where leasehold's own companion
+/// hashes (the fair lock's waiter marks, client registrations) and a hash of
+/// the application's share the keyspace with the locks: only locks are
+/// listed, each once.
+#[test]
+fn list_without_a_prefix_shows_locks_only() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let _plain = client.lock("order:pay").unwrap();
+    let _fair = client.fair_lock("batch:shard-1").unwrap();
+    let _read = client.read_lock("catalog").unwrap();
+    // A fair waiter of another client: the fair lock marks its place.
+    let waiter = {
+        let other = other.clone();
+        thread::spawn(move || other.fair_lock("batch:shard-1").map(drop))
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        !client.inspect("batch:shard-1").unwrap().waiters.is_empty()
+    }));
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("user:1")
+        .arg("name")
+        .arg("bob")
+        .query(&mut con)
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    println!("keys: {keys:?}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-cli"))
+        .args(["--url", &server.url(), "list"])
+        .output()
+        .unwrap();
+    let list = stdout(&out);
+    println!("{list}");
+    let mut names: Vec<&str> = list
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["batch:shard-1", "catalog", "order:pay"], "{list}");
+    drop((_plain, _fair, _read));
+    waiter.join().unwrap().unwrap();
+}

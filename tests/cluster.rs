@@ -1,5 +1,6 @@
 //! Redis Cluster: 3 primaries made with `redis-cli --cluster create` (with
-//! replicas for the failover test): locks over every primary, mutual
+//! replicas for the failover test): locks over every primary (and listed
+//! from all of them by a client given one seed), mutual
 //! exclusion across processes, 1,000 watchdog leases, a reshard of a slot
 //! that holds a lock, and a primary failover (through which a parked
 //! sharded waiter follows its slot and is woken by a Redisson unlock).
@@ -40,6 +41,20 @@ fn locks_spread_over_every_primary_and_exclude_each_other_across_processes() {
         on.insert(node);
     }
     assert_eq!(on.len(), 3, "names landed on every primary");
+    // An operator's client given one seed lists the locks of all three
+    // primaries, each once.
+    let one_seed = LockClient::cluster_builder(&cluster.urls()[..1])
+        .build()
+        .unwrap();
+    let listed: Vec<String> = one_seed
+        .list("cl:spread:*", 10_000)
+        .unwrap()
+        .into_iter()
+        .map(|info| info.name)
+        .collect();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(listed, expected);
     drop(guards);
     // Fenced, fair and read/write locks run there too (their scripts touch
     // several keys of one slot).

@@ -168,3 +168,53 @@ fn a_killed_processes_registration_expires() {
     );
     assert!(!ops.is_locked("insp:child").unwrap(), "and so did its lock");
 }
+
+/// `list`: every kind of lock under the client's prefix, a Redisson-written
+/// lock too, with its holders' clients named; not the application's own
+/// hashes under the prefix, not leasehold's registrations, not locks under
+/// another prefix; `pattern` narrows it; a free lock is gone from it.
+#[test]
+fn list_shows_every_kind_of_lock_under_the_prefix_and_nothing_else() {
+    let server = RedisServer::start();
+    let ops = named(&server, "lister");
+    let other_prefix = LockClient::builder(&server.url())
+        .key_prefix("elsewhere:")
+        .build()
+        .unwrap();
+    let plain = ops.lock("order:pay").unwrap();
+    let _fair = ops.fair_lock("order:ship").unwrap();
+    let _read = ops.read_lock("catalog").unwrap();
+    let _elsewhere = other_prefix.lock("order:pay").unwrap();
+    let mut con = server.connection();
+    // A lock as Redisson writes it, and a hash of the application's.
+    let _: () = con
+        .hset(
+            "ops:java:nightly",
+            "5f0c8a52-0000-4000-8000-000000000001:1",
+            1,
+        )
+        .unwrap();
+    let _: () = con.hset("ops:user:1", "name", "bob").unwrap();
+
+    let names = |pattern: &str| -> Vec<(String, LockKind)> {
+        ops.list(pattern, 10_000)
+            .unwrap()
+            .into_iter()
+            .map(|info| (info.name, info.kind))
+            .collect()
+    };
+    assert_eq!(
+        names("*"),
+        [
+            ("catalog".to_owned(), LockKind::ReadWrite),
+            ("java:nightly".to_owned(), LockKind::Exclusive),
+            ("order:pay".to_owned(), LockKind::Exclusive),
+            ("order:ship".to_owned(), LockKind::Exclusive),
+        ]
+    );
+    assert_eq!(names("order:*").len(), 2);
+    let listed = ops.list("order:pay", 10).unwrap();
+    assert_eq!(who(&listed[0]).0, ["lister"], "holders named: {listed:?}");
+    drop(plain);
+    assert_eq!(names("order:*").len(), 1, "a released lock is not listed");
+}

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use leasehold::redis;
 use leasehold::{ClientInfo, HoldMode, LockClient, LockInfo, LockKind, WaitQueue};
 
 /// Inspect and operate leasehold (and Redisson) locks in Redis.
@@ -161,52 +160,16 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `SCAN` each server (the URL, or every cluster seed) for hashes under the
-/// prefix matching `pattern`; each lock found is inspected.
+/// The locks matching `pattern` on every server (each primary of a
+/// cluster; see `LockClient::list`).
 fn list(
     cli: &Cli,
     client: &LockClient,
     pattern: &str,
     limit: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let servers = if cli.cluster.is_empty() {
-        vec![cli.url.clone()]
-    } else {
-        cli.cluster.clone()
-    };
-    let registrations = format!("{}leasehold_client:", cli.prefix);
-    let mut names = std::collections::BTreeSet::new();
-    for url in servers {
-        let mut con = redis::Client::open(url.as_str())?.get_connection()?;
-        let mut cursor = 0u64;
-        let mut seen = 0usize;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{}{pattern}", cli.prefix))
-                .arg("COUNT")
-                .arg(200)
-                .arg("TYPE")
-                .arg("hash")
-                .query(&mut con)?;
-            for key in keys {
-                if !key.starts_with(&registrations) {
-                    names.insert(key[cli.prefix.len()..].to_owned());
-                }
-            }
-            seen += 200;
-            cursor = next;
-            if cursor == 0 || seen >= limit {
-                break;
-            }
-        }
-    }
-    for name in names {
-        let info = client.inspect(&name)?;
-        if info.kind == LockKind::Free {
-            continue;
-        }
+    for info in client.list(pattern, limit)? {
+        let name = &info.name;
         if cli.json {
             println!("{}", json(&info));
         } else {

@@ -177,6 +177,30 @@ impl Router {
         })
     }
 
+    /// Every primary of the table as last read, once each, in slot order.
+    fn known_primaries(&self) -> Vec<Arc<str>> {
+        let mut nodes: Vec<Arc<str>> = Vec::new();
+        for node in self.table.read().iter().flatten() {
+            if !nodes.iter().any(|n| n == node) {
+                nodes.push(Arc::clone(node));
+            }
+        }
+        nodes
+    }
+
+    /// Every primary serving slots, from a fresh read of the table (unless
+    /// one was made in the last [`REFRESH_EVERY`]).
+    pub(crate) fn primaries(&self) -> RedisResult<Vec<Arc<str>>> {
+        self.refresh()?;
+        let nodes = self.known_primaries();
+        if nodes.is_empty() {
+            return Err(no_node(
+                "no cluster node serves any slot (cluster down?)".to_owned(),
+            ));
+        }
+        Ok(nodes)
+    }
+
     /// `MOVED slot host:port`: the slot is served there now.
     pub(crate) fn moved(&self, slot: u16, addr: &str) {
         if let Some(entry) = self.table.write().get_mut(usize::from(slot)) {
@@ -267,14 +291,11 @@ impl Router {
 
     /// Known primaries, then the seeds — each once.
     fn candidates(&self) -> Vec<ConnectionInfo> {
-        let mut nodes: Vec<Arc<str>> = Vec::new();
-        for node in self.table.read().iter().flatten() {
-            if !nodes.iter().any(|n| n == node) {
-                nodes.push(Arc::clone(node));
-            }
-        }
-        let mut infos: Vec<ConnectionInfo> =
-            nodes.iter().filter_map(|n| self.info_for(n)).collect();
+        let mut infos: Vec<ConnectionInfo> = self
+            .known_primaries()
+            .iter()
+            .filter_map(|n| self.info_for(n))
+            .collect();
         infos.extend(self.seeds.iter().cloned());
         infos
     }

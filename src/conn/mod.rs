@@ -48,6 +48,13 @@ const STALE_RETRIES: u32 = 3;
 /// `MOVED`/`ASK` redirects one command follows before it gives up.
 const CLUSTER_REDIRECTS: u32 = 5;
 
+/// Whether a command that failed with `e` on `con` (after `tries` such
+/// retries) should go again on another connection: `con` had died idle (the
+/// other end closed it), a few times at most.
+fn died_idle(e: &redis::RedisError, con: &Pooled, tries: u32) -> bool {
+    tries < STALE_RETRIES && Retry::of(e) == Retry::Reconnect && con.closed()
+}
+
 /// The pooled connections of one client: one pool (single server or
 /// Sentinel), or one per cluster primary.
 pub(crate) struct Connections {
@@ -162,7 +169,7 @@ impl Connections {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if tries < STALE_RETRIES && Retry::of(&e) == Retry::Reconnect && con.closed() {
+            if died_idle(&e, &con, tries) {
                 tries += 1;
                 tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 continue;
@@ -214,6 +221,40 @@ impl Connections {
                     }
                 }
                 _ => return Err(Error::from_redis(e, key)),
+            }
+        }
+    }
+
+    /// Runs `f` once on every server that holds locks — the server, or each
+    /// primary of a cluster — and returns what each returned, in that
+    /// order; errors name `what`. A pooled connection found dead is replaced,
+    /// as for [`run`](Self::run). For operators' tools, never the lock path.
+    pub(crate) fn on_every_primary<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<Vec<T>> {
+        let fail = |e: redis::RedisError| {
+            Error::from_redis(e, what)
+                .with_socket_timeout(self.socket_timeout)
+                .with_acl_rules(&self.acl_rules)
+        };
+        let mut on = |pool: &NodePool| {
+            let mut tries = 0;
+            loop {
+                let mut con = pool.get(None)?;
+                match f(&mut con) {
+                    Ok(v) => return Ok(v),
+                    Err(e) if died_idle(&e, &con, tries) => tries += 1,
+                    Err(e) => return Err(fail(e)),
+                }
+            }
+        };
+        match &self.cluster {
+            None => Ok(vec![on(&self.pool)?]),
+            Some(cluster) => {
+                let nodes = cluster.router.primaries().map_err(fail)?;
+                nodes.iter().map(|node| on(&*cluster.pool(node)?)).collect()
             }
         }
     }
