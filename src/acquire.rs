@@ -123,6 +123,7 @@ fn take<O>(
         place: None,
         join: false,
         watchdog: want.lease.is_none(),
+        foreign: false,
     };
     if want.kind == Kind::Plain {
         return plain(at, want, deadline);
@@ -222,13 +223,19 @@ fn plain<O>(
         // subscription yet, subscribe now: our own message came before it,
         // so any message from here on is someone else's release.
         let until = deadline_min(deadline, Instant::now() + local::YIELD_WAIT);
+        // Others are other libraries' waiters: their release only publishes
+        // on the unlock channel, so hear it.
         let seen = match &sub {
-            Some(_) => yield_to.messages,
+            Some(s) => {
+                s.listen_unlock(true, until);
+                yield_to.messages
+            }
             None => {
                 let listen = Listen::Line {
                     key,
                     channel: &channel_name(key),
                     grant: &shared.grant_channel(key),
+                    unlock: true,
                 };
                 let s = shared.notifier.subscribe(listen, until);
                 let seen = s.messages();
@@ -340,6 +347,9 @@ struct AtRedis<'a> {
     join: bool,
     /// The watchdog renews the lease (no explicit lease).
     watchdog: bool,
+    /// Plain: the last attempt found the lock held by another library's
+    /// client, which only publishes the unlock message when it lets go.
+    foreign: bool,
 }
 
 impl LockKind for AtRedis<'_> {
@@ -385,7 +395,8 @@ impl LockKind for AtRedis<'_> {
         };
         match attempt {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
-            Attempt::Wait(hint) => {
+            Attempt::Wait { hint, foreign } => {
+                self.foreign = foreign;
                 if self.join && self.place.is_none() {
                     // Plain: the next attempt takes a place in line.
                     self.place = Some(
@@ -434,7 +445,16 @@ impl LockKind for AtRedis<'_> {
             channel: protocol::wait_channel(self.kind, self.key, self.owner),
             line: (self.kind == Kind::Plain)
                 .then(|| (self.key.to_owned(), self.shared.grant_channel(self.key))),
+            unlock: self.hears_unlock(),
         }
+    }
+
+    /// Plain: a waiter in line is granted the lock (or told to try again)
+    /// on its grant channel by a leasehold holder's release; it needs the
+    /// unlock channel only while another library holds the lock — or when
+    /// it has no place in line.
+    fn hears_unlock(&self) -> bool {
+        self.kind != Kind::Plain || self.foreign || self.place.is_none()
     }
 
     /// A grant names this wait's place: held at once with the grant's short

@@ -329,7 +329,7 @@ impl LockClientBuilder {
         let tls = self.tls(&info)?;
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         let info = info.set_tcp_settings(tcp.clone());
-        let id = uuid::Uuid::new_v4();
+        let id = crate::names::new_client_id();
         let target =
             Arc::new(match (&self.sentinel, &self.cluster) {
                 (_, Some(urls)) => {

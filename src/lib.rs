@@ -38,9 +38,12 @@
 //! waiter that died costs the next one the grant lease (3 s), never a
 //! watchdog lease; the grantee's renewal lengthens it. With no leasehold
 //! waiter in line, the release publishes `0` on the unlock channel exactly as
-//! Redisson's does, and leasehold waiters hear that too, so a Redisson holder
-//! wakes them. While other libraries' waiters are subscribed, at most two
-//! grants go out in a row before the lock is left to them.
+//! Redisson's does; a leasehold waiter that finds a Redisson holder
+//! subscribes to that channel, so the holder's release wakes it (waiters of
+//! a leasehold holder hear only their grant channels, so the unlock
+//! channel's subscribers are other libraries' waiters). While such waiters
+//! are subscribed, at most two grants go out in a row before the lock is
+//! left to them.
 //!
 //! A waiter parks until its grant, an unlock message or the holder's
 //! remaining lease — a holder that crashed costs a waiter at most its lease,

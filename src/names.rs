@@ -141,20 +141,6 @@ pub(crate) fn grant_channel(key: &str, id: &str) -> String {
     s
 }
 
-/// A `PSUBSCRIBE` pattern that matches exactly `channel`: glob characters
-/// escaped. Leasehold waiters listen to the unlock channel this way, so that
-/// `PUBSUB NUMSUB` of the channel counts only other libraries' waiters.
-pub(crate) fn exact_pattern(channel: &str) -> String {
-    let mut s = String::with_capacity(channel.len() + 4);
-    for c in channel.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^') {
-            s.push('\\');
-        }
-        s.push(c);
-    }
-    s
-}
-
 /// Every command the lock path sends, directly or inside its scripts.
 const ACL_COMMANDS: &[&str] = &[
     "+evalsha",
@@ -162,8 +148,6 @@ const ACL_COMMANDS: &[&str] = &[
     "+ping",
     "+subscribe",
     "+unsubscribe",
-    "+psubscribe",
-    "+punsubscribe",
     "+publish",
     "+pubsub|numsub",
     "+time",
@@ -258,6 +242,14 @@ pub(crate) fn client_key(key_prefix: &str, id: &str) -> String {
     format!("{key_prefix}leasehold_client:{id}")
 }
 
+/// A new client id: random, as a version 4 UUID is, but marked version 8
+/// (RFC 9562's "custom"): the owners of leasehold's holds
+/// (`<id>:<n>`) are told from Redisson's (random version 4 ids) by the
+/// version digit, the 15th character — see the scripts' `ours()`.
+pub(crate) fn new_client_id() -> uuid::Uuid {
+    uuid::Builder::from_custom_bytes(uuid::Uuid::new_v4().into_bytes()).into_uuid()
+}
+
 /// The first 8 hex digits of a client id: enough to tell clients apart in
 /// logs, not enough to forge an owner.
 pub(crate) fn short_id(id: &uuid::Uuid) -> String {
@@ -267,6 +259,19 @@ pub(crate) fn short_id(id: &uuid::Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_ids_are_random_and_carry_version_8_at_the_15th_character() {
+        let (a, b) = (new_client_id(), new_client_id());
+        assert_ne!(a, b);
+        for id in [a, b] {
+            assert_eq!(id.get_version_num(), 8);
+            let owner = format!("{id}:7");
+            assert_eq!(owner.as_bytes()[14], b'8', "{owner}");
+        }
+        // Redisson's (`UUID.randomUUID()`) say 4 there.
+        assert_eq!(format!("{}:1", uuid::Uuid::new_v4()).as_bytes()[14], b'4');
+    }
 
     #[test]
     fn plain_and_fenced_names_are_redissons() {
@@ -365,14 +370,5 @@ mod tests {
                 assert!(!covered('~', &channel_name("other:x")));
             }
         }
-    }
-
-    #[test]
-    fn exact_patterns_escape_glob_characters() {
-        assert_eq!(
-            exact_pattern("redisson_lock__channel:{a}"),
-            "redisson_lock__channel:{a}"
-        );
-        assert_eq!(exact_pattern("x*y?[z]\\^"), "x\\*y\\?\\[z\\]\\\\\\^");
     }
 }

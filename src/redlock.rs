@@ -148,7 +148,7 @@ impl RedlockBuilder {
                     .build()
             })
             .collect::<Result<Vec<_>>>()?;
-        let id = uuid::Uuid::new_v4();
+        let id = crate::names::new_client_id();
         let seed = id.as_u64_pair().0 | 1;
         Ok(Redlock {
             inner: Arc::new(RedlockInner {

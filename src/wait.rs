@@ -55,6 +55,9 @@ pub(crate) struct Channels {
     pub(crate) channel: String,
     /// Plain: the lock key and the client's grant channel for it.
     pub(crate) line: Option<(String, String)>,
+    /// Plain: the unlock channel `channel` is heard too (see
+    /// [`LockKind::hears_unlock`]).
+    pub(crate) unlock: bool,
 }
 
 /// What a grant message means to the waiter it names.
@@ -93,6 +96,10 @@ pub(crate) trait LockKind {
     fn lease(&self) -> Duration;
     /// The channels that announce our chance.
     fn channels(&self) -> Channels;
+    /// Plain: whether the unlock channel must be heard now (the last
+    /// attempt found another library's holder, whose release only publishes
+    /// there; or the wait has no place in line to be granted).
+    fn hears_unlock(&self) -> bool;
     /// What a message on our grant channel means to us (`None`: not ours —
     /// another wait's, or garbage).
     fn granted(&mut self, grant: &[u8]) -> Option<Granted<Self::Held>>;
@@ -111,6 +118,10 @@ pub(crate) trait Env {
     type Sub;
     /// Subscribes (waits for Redis to confirm, at most until `confirm_by`).
     fn subscribe(&self, channels: &Channels, confirm_by: Instant) -> Self::Sub;
+    /// A plain lock's subscription: hears the unlock channel too, or no
+    /// longer. True when it starts to (confirmed, or `confirm_by` passed):
+    /// the waiter attempts again before parking.
+    fn listen_unlock(&self, sub: &Self::Sub, on: bool, confirm_by: Instant) -> bool;
     /// Forgets wake-ups granted so far.
     fn clear_permits(&self, sub: &Self::Sub);
     /// Takes the grant messages received so far.
@@ -248,6 +259,12 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
             }
             continue;
         }
+        let confirm_by = wake_at.min(now + DEAF_RETRY_MAX);
+        if env.listen_unlock(s, place.kind.hears_unlock(), confirm_by) {
+            // Another library holds it now: its release is heard from here
+            // on, one published before is not — attempt again first.
+            continue;
+        }
         if env.listening(s) {
             deaf = DEAF_RETRY_MIN;
             moved = false;
@@ -376,10 +393,15 @@ impl Env for Live<'_> {
                 key,
                 channel: &channels.channel,
                 grant,
+                unlock: channels.unlock,
             },
             None => Listen::Channel(&channels.channel),
         };
         self.notifier.subscribe(listen, confirm_by)
+    }
+
+    fn listen_unlock(&self, sub: &Subscription, on: bool, confirm_by: Instant) -> bool {
+        sub.listen_unlock(on, confirm_by)
     }
 
     fn clear_permits(&self, sub: &Subscription) {

@@ -69,8 +69,10 @@ fn names_with_braces_spaces_newlines_and_unicode_are_exact_keys() {
     assert_eq!(v, "still here", "no name was run as code");
 }
 
+/// Owner ids are random (122 bits, as a version 4 UUID's) and marked
+/// version 8, which tells leasehold's holders from Redisson's (version 4).
 #[test]
-fn owner_ids_are_random_uuid_v4_per_client() {
+fn owner_ids_are_random_uuids_marked_version_8_per_client() {
     let server = RedisServer::start();
     let mut con = server.connection();
     let mut seen = std::collections::HashSet::new();
@@ -81,7 +83,7 @@ fn owner_ids_are_random_uuid_v4_per_client() {
         let (id, thread) = owners[0].rsplit_once(':').unwrap();
         let uuid = uuid_fields(id);
         assert_eq!(uuid.len(), 5, "{id}");
-        assert!(uuid[2].starts_with('4'), "version 4: {id}");
+        assert!(uuid[2].starts_with('8'), "version 8: {id}");
         assert!("89ab".contains(&uuid[3][..1]), "RFC 4122 variant: {id}");
         assert!(thread.parse::<u64>().is_ok());
         assert!(seen.insert(id.to_owned()), "a fresh id per client");

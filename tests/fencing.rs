@@ -157,8 +157,8 @@ fn every_key_and_channel_of_a_lock_shares_its_cluster_slot() {
             .stats()
             .waiters_parked
             == 1));
-        // The waiter listens to the unlock channel by pattern (not listed
-        // by PUBSUB CHANNELS) and to its client's grant channel.
+        // The waiter of a leasehold holder listens to its client's grant
+        // channel only.
         let tagged = if name.contains('{') {
             name.to_owned()
         } else {

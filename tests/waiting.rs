@@ -173,9 +173,17 @@ fn one_subscriber_connection_per_client_and_refcounted_subscriptions() {
         assert_eq!(
             numsub(&server, &format!("redisson_lock__channel:{{{n}}}")),
             0,
-            "leasehold hears the unlock channel by pattern: NUMSUB counts other libraries' waiters only"
+            "leasehold's waiters of a leasehold holder do not hear the unlock channel: NUMSUB counts other libraries' waiters only"
         );
     }
+    let patterns: i64 = redis::cmd("PUBSUB")
+        .arg("NUMPAT")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(
+        patterns, 0,
+        "no pattern: Redis matches every PUBLISH against every pattern"
+    );
     assert_eq!(
         subscriber_connections(&server),
         1,

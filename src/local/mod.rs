@@ -14,8 +14,9 @@
 //! [`HANDOFFS_WHILE_OTHERS_WAIT`] handoffs in a row before the release grants
 //! it to the first client waiting in line (or, for other libraries' waiters,
 //! publishes it). Whether others wait is read inside the script (the line,
-//! and `PUBSUB NUMSUB` of the unlock channel, to which leasehold itself
-//! listens by pattern), so the decision and the handoff are one atomic step.
+//! and `PUBSUB NUMSUB` of the unlock channel, which leasehold's waiters hear
+//! only while another library holds the lock), so the decision and the
+//! handoff are one atomic step.
 //!
 //! When the lock is not handed over (released publicly, lost, or the release
 //! failed), the first queued thread becomes the representative and tries

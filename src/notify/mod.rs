@@ -13,13 +13,18 @@
 //! `UNSUBSCRIBE`: a busy name is not resubscribed for every wait, and a
 //! waiter that finds its channel still subscribed starts parked at once.
 //!
-//! A plain lock's waiters listen twice ([`Listen::Line`]): to the unlock
-//! channel through an exact `PSUBSCRIBE` pattern (so `PUBSUB NUMSUB` of the
-//! channel counts only other libraries' waiters, which the release script
-//! reads), and to the client's own grant channel, on which a release that
-//! gives the lock to this client's waiter says so. A grant (a message that
-//! names a place, `…#…`, there or on a fair waiter's own channel) is kept
-//! for the waiter to take ([`Subscription::take_grants`]).
+//! A plain lock's waiters listen to their client's own grant channel
+//! ([`Listen::Line`]), on which a release that gives the lock to this
+//! client's waiter says so (or wakes it), and to the lock's unlock channel
+//! only while another library (Redisson) holds the lock
+//! ([`Subscription::listen_unlock`]): that holder's release only publishes
+//! there. So `PUBSUB NUMSUB` (`SHARDNUMSUB`) of the unlock channel counts
+//! other libraries' waiters, which a release reads to let them in now and
+//! then, and no pattern is ever subscribed (Redis matches every `PUBLISH`
+//! against every pattern of the server: 55 µs per publish with 1,000 of
+//! them). A grant (a message that names a place, `…#…`, there or on a fair
+//! waiter's own channel) is kept for the waiter to take
+//! ([`Subscription::take_grants`]).
 //!
 //! The connection is split in two halves: the thread blocks reading replies and
 //! messages, while a waiter writes its own `SUBSCRIBE` on the shared socket
@@ -36,12 +41,8 @@
 //! the channels are subscribed again on the new connection, again: a message
 //! lost in between costs at most one retry, never a whole lease.
 //!
-//! An ACL user may use only the channel patterns granted literally, so an
-//! exact pattern is refused unless it has `&*`: then unlock channels are
-//! subscribed directly (`PUBSUB NUMSUB` counts this client's waiters as other
-//! libraries', and releases yield to them now and then). A subscription
-//! Redis refuses otherwise is never confirmed; its waiters retry on their own
-//! (the wait loop), and `stats()` shows why.
+//! A subscription Redis refuses (NOPERM) is never confirmed; its waiters
+//! retry on their own (the wait loop), and `stats()` shows why.
 //!
 //! Files: this one keeps the book of channels and routes to the subscriber
 //! of a channel; `subscription.rs` is the waiters' side; `reader.rs` is the
@@ -133,12 +134,14 @@ struct Shared {
 pub(crate) enum Listen<'a> {
     /// One channel (`SUBSCRIBE`).
     Channel(&'a str),
-    /// A plain lock's unlock channel (by an exact pattern) and the client's
-    /// grant channel for that lock (`key`).
+    /// A plain lock (`key`): the client's grant channel for it, and its
+    /// unlock channel `channel` too when `unlock` (another library holds
+    /// the lock). The subscription is named after the unlock channel.
     Line {
         key: &'a str,
         channel: &'a str,
         grant: &'a str,
+        unlock: bool,
     },
 }
 
@@ -154,34 +157,30 @@ impl Listen<'_> {
 #[derive(Default)]
 struct State {
     channels: HashMap<String, Channel>,
-    /// Wire names (a pattern, a grant channel) of the channels they serve.
+    /// Grant channels → the plain lock's subscription they belong to.
     routes: HashMap<String, String>,
     /// Plain lock keys → their channel, to resume a subscription by key.
     lines: HashMap<String, String>,
     /// Write half of the live connection; `None` while disconnected.
     writer: Option<Stream>,
-    /// The (un)subscribe commands sent on it and not yet answered, in order:
-    /// what a refusal (an error reply) refers to.
+    /// The (un)subscribe commands sent on it and not yet answered, in order
+    /// (the subscription each serves): what a refusal (an error reply)
+    /// refers to.
     sent: Sent,
-    /// Redis refused an exact `PSUBSCRIBE` pattern (an ACL user without
-    /// `&*` may use no pattern but the literal ones granted): unlock
-    /// channels are subscribed directly from then on.
-    no_patterns: bool,
-    /// Sharded pub/sub (`SSUBSCRIBE`; no patterns).
+    /// Sharded pub/sub (`SSUBSCRIBE`).
     sharded: bool,
     thread_started: bool,
     closed: bool,
 }
 
-/// (Un)subscribe commands in flight: the channel each serves, and whether it
-/// was a `PSUBSCRIBE`.
-type Sent = std::collections::VecDeque<(String, bool)>;
+/// (Un)subscribe commands in flight: the subscription each serves.
+type Sent = std::collections::VecDeque<String>;
 
 struct Channel {
-    /// The pattern that stands for the channel (a plain lock's).
-    pattern: Option<String>,
-    /// The unlock channel is subscribed by its pattern (not directly).
-    by_pattern: bool,
+    /// A plain lock's: its unlock channel (the subscription's name) is
+    /// subscribed too, besides the grant channel (another library holds the
+    /// lock). What the last command sent asked for.
+    unlock: bool,
     /// Redis refused a subscription of it (NOPERM): nothing it waits for can
     /// come, so it is never confirmed.
     refused: bool,
@@ -219,21 +218,14 @@ struct Channel {
 
 impl Channel {
     fn new(listen: Listen<'_>) -> Self {
-        let (pattern, grant, key) = match listen {
-            Listen::Channel(_) => (None, None, None),
+        let (unlock, grant, key) = match listen {
+            Listen::Channel(_) => (true, None, None),
             Listen::Line {
-                key,
-                channel,
-                grant,
-            } => (
-                Some(crate::names::exact_pattern(channel)),
-                Some(grant.to_owned()),
-                Some(key.to_owned()),
-            ),
+                key, grant, unlock, ..
+            } => (unlock, Some(grant.to_owned()), Some(key.to_owned())),
         };
         Channel {
-            pattern,
-            by_pattern: false,
+            unlock,
             refused: false,
             moved: false,
             key,
@@ -267,90 +259,67 @@ impl Channel {
 
     /// Appends the commands that (un)subscribe everything this channel
     /// listens to, recording them in `sent`; returns how many
-    /// acknowledgements they bring. `patterns`: an unlock channel may be
-    /// subscribed by its exact pattern.
+    /// acknowledgements they bring.
     fn commands(
         &mut self,
         name: &str,
         subscribe: bool,
-        mode: Mode,
+        sharded: bool,
         out: &mut Vec<u8>,
         sent: &mut Sent,
     ) -> u32 {
-        let (sub, psub) = match (subscribe, mode.sharded) {
-            (true, false) => ("SUBSCRIBE", "PSUBSCRIBE"),
-            (false, false) => ("UNSUBSCRIBE", "PUNSUBSCRIBE"),
-            (true, true) => ("SSUBSCRIBE", ""),
-            (false, true) => ("SUNSUBSCRIBE", ""),
-        };
-        let patterns = mode.patterns && !mode.sharded;
         if subscribe {
             self.refused = false;
         }
-        let mut one = |cmd: &str, arg: &str, pattern: bool| {
-            redis::cmd(cmd).arg(arg).write_packed_command(out);
-            sent.push_back((name.to_owned(), pattern));
+        let cmd = subscribe_command(subscribe, sharded);
+        let mut one = |wire: &str| {
+            redis::cmd(cmd).arg(wire).write_packed_command(out);
+            sent.push_back(name.to_owned());
         };
-        match (&self.pattern, &self.grant) {
-            (Some(pattern), Some(grant)) => {
-                if subscribe {
-                    self.by_pattern = patterns;
-                }
-                if self.by_pattern {
-                    one(psub, pattern, true);
-                } else {
-                    one(sub, name, false);
-                }
-                one(sub, grant, false);
-                2
-            }
-            _ => {
-                one(sub, name, false);
-                1
-            }
+        let mut acks = 0;
+        if let Some(grant) = &self.grant {
+            one(grant);
+            acks += 1;
         }
+        if self.unlock {
+            one(name);
+            acks += 1;
+        }
+        acks
     }
 }
 
-/// How a connection subscribes: whether exact patterns may be used, and
-/// whether it is a sharded subscriber.
-#[derive(Clone, Copy)]
-struct Mode {
-    patterns: bool,
-    sharded: bool,
+/// `SUBSCRIBE`, `UNSUBSCRIBE`, or their sharded forms.
+fn subscribe_command(subscribe: bool, sharded: bool) -> &'static str {
+    match (subscribe, sharded) {
+        (true, false) => "SUBSCRIBE",
+        (false, false) => "UNSUBSCRIBE",
+        (true, true) => "SSUBSCRIBE",
+        (false, true) => "SUNSUBSCRIBE",
+    }
 }
 
 /// The live connection's writing side: the socket, the commands in flight,
-/// how it subscribes.
+/// whether it is a sharded subscriber.
 struct Link<'a> {
     w: &'a mut Stream,
     sent: &'a mut Sent,
-    mode: Mode,
+    sharded: bool,
 }
 
 /// Sends the commands that (un)subscribe channel `name`, counting the
 /// acknowledgements they bring.
 fn toggle(link: Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
     let mut bytes = Vec::new();
-    c.inflight += c.commands(name, subscribe, link.mode, &mut bytes, link.sent);
+    c.inflight += c.commands(name, subscribe, link.sharded, &mut bytes, link.sent);
     c.live = subscribe;
     send(link.w, &bytes);
 }
 
 impl State {
-    fn mode(&self) -> Mode {
-        Mode {
-            patterns: !self.no_patterns,
-            sharded: self.sharded,
-        }
-    }
-
     /// Forgets channel `name` and the wire names that route to it.
     fn remove(&mut self, name: &str) {
         if let Some(c) = self.channels.remove(name) {
-            if let Some(p) = c.pattern {
-                self.routes.remove(&p);
-            }
             if let Some(g) = c.grant {
                 self.routes.remove(&g);
             }
@@ -374,18 +343,18 @@ impl State {
         }
     }
 
-    /// The channel a wire name (channel, pattern, grant channel) serves.
+    /// The channel a wire name (channel, grant channel) serves.
     fn route<'a>(&'a self, wire: &'a str) -> &'a str {
         self.routes.get(wire).map_or(wire, String::as_str)
     }
 
     /// Ends lingering subscriptions idle since before `cutoff`.
     fn sweep(&mut self, cutoff: Instant) {
-        let mode = self.mode();
         let State {
             channels,
             writer,
             sent,
+            sharded,
             ..
         } = self;
         let Some(w) = writer else {
@@ -393,7 +362,11 @@ impl State {
         };
         for (name, c) in channels.iter_mut() {
             if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
-                let link = Link { w, sent, mode };
+                let link = Link {
+                    w,
+                    sent,
+                    sharded: *sharded,
+                };
                 toggle(link, name, c, false);
             }
         }
@@ -597,21 +570,19 @@ impl Shared {
         }
         if !st.channels.contains_key(channel) {
             let c = Channel::new(listen);
-            for wire in c.pattern.iter().chain(c.grant.iter()) {
-                if wire != channel {
-                    st.routes.insert(wire.clone(), channel.to_owned());
-                }
+            if let Some(grant) = &c.grant {
+                st.routes.insert(grant.clone(), channel.to_owned());
             }
             if let Some(key) = &c.key {
                 st.lines.insert(key.clone(), channel.to_owned());
             }
             st.channels.insert(channel.to_owned(), c);
         }
-        let mode = st.mode();
         let State {
             channels,
             writer,
             sent,
+            sharded,
             ..
         } = &mut *st;
         let entry = channels
@@ -622,8 +593,18 @@ impl Shared {
         let cv = Arc::clone(&entry.cv);
         if !entry.live {
             entry.moved = false;
+            if let Listen::Line { unlock, .. } = listen {
+                entry.unlock = unlock;
+            }
             match writer {
-                Some(w) => toggle(Link { w, sent, mode }, channel, entry, true),
+                Some(w) => {
+                    let link = Link {
+                        w,
+                        sent,
+                        sharded: *sharded,
+                    };
+                    toggle(link, channel, entry, true);
+                }
                 // The thread subscribes every registered channel when it connects.
                 None => {
                     entry.live = true;

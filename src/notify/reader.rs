@@ -83,14 +83,18 @@ impl Shared {
         }
         st.forget_idle();
         let mut bytes = Vec::new();
-        let mode = st.mode();
-        let State { channels, sent, .. } = &mut *st;
+        let State {
+            channels,
+            sent,
+            sharded,
+            ..
+        } = &mut *st;
         sent.clear();
         for (name, c) in channels.iter_mut() {
             if c.moved {
                 continue; // its waiters subscribe on the slot's node
             }
-            c.inflight = c.commands(name, true, mode, &mut bytes, sent);
+            c.inflight = c.commands(name, true, *sharded, &mut bytes, sent);
             c.live = true;
         }
         if !bytes.is_empty() {
@@ -122,15 +126,12 @@ impl Shared {
         !st.closed
     }
 
-    /// Redis refused the (un)subscribe command `what` (channel, pattern?).
-    /// An exact pattern (an ACL user without `&*` may use only the patterns
-    /// granted literally): the unlock channel is subscribed directly instead,
-    /// from now on for every lock (`PUBSUB NUMSUB` then counts this client's
-    /// waiters as other libraries' — releases yield to them now and then, as
-    /// they would to Redisson's). Anything else (NOPERM for the channel):
-    /// its waiters are never confirmed and retry on their own; one WARN.
-    fn refused(&self, st: &mut State, what: Option<(String, bool)>, error: String) {
-        if let (Some((name, _)), Some((_, router))) = (&what, &self.shard) {
+    /// Redis refused the (un)subscribe command sent for subscription
+    /// `what`: sharded, a `MOVED` (the slot is served elsewhere; its waiters
+    /// subscribe again there); otherwise (NOPERM for the channel) its
+    /// waiters are never confirmed and retry on their own; one WARN.
+    fn refused(&self, st: &mut State, what: Option<String>, error: String) {
+        if let (Some(name), Some((_, router))) = (&what, &self.shard) {
             // `MOVED <slot> <host:port>` (sharded): the slot is served
             // elsewhere; its waiters subscribe again there.
             let mut words = error.split_whitespace();
@@ -147,42 +148,12 @@ impl Shared {
                 return;
             }
         }
-        let State {
-            channels,
-            writer,
-            sent,
-            no_patterns,
-            ..
-        } = st;
-        match what {
-            Some((name, true)) => {
-                if !std::mem::replace(no_patterns, true) {
-                    tracing::info!(error = %error, "leasehold: redis refused an exact channel pattern (ACL); subscribing to unlock channels directly");
-                }
-                let (Some(c), Some(w)) = (channels.get_mut(&name), writer.as_mut()) else {
-                    return;
-                };
-                c.inflight = c.inflight.saturating_sub(1);
-                c.by_pattern = false;
-                if c.live {
-                    let mut bytes = Vec::new();
-                    redis::cmd("SUBSCRIBE")
-                        .arg(&name)
-                        .write_packed_command(&mut bytes);
-                    sent.push_back((name, false));
-                    c.inflight += 1;
-                    send(w, &bytes);
-                }
-            }
-            other => {
-                if let Some(c) = other.and_then(|(name, _)| channels.get_mut(&name)) {
-                    c.inflight = c.inflight.saturating_sub(1);
-                    c.refused = true;
-                }
-                if self.last_error.lock().replace(error.clone()).is_none() {
-                    tracing::warn!(error = %error, "leasehold: redis refused a subscription; its waiters retry every second at most (see stats())");
-                }
-            }
+        if let Some(c) = what.and_then(|name| st.channels.get_mut(&name)) {
+            c.inflight = c.inflight.saturating_sub(1);
+            c.refused = true;
+        }
+        if self.last_error.lock().replace(error.clone()).is_none() {
+            tracing::warn!(error = %error, "leasehold: redis refused a subscription; its waiters retry every second at most (see stats())");
         }
     }
 
@@ -248,13 +219,12 @@ impl Shared {
         let mut st = self.state.lock();
         let name = st.route(wire).to_owned();
         match kind {
-            b"message" | b"pmessage" | b"smessage" => {
-                let payload = items.get(if kind == b"pmessage" { 3 } else { 2 });
-                let payload = payload.and_then(as_bytes).unwrap_or_default();
+            b"message" | b"smessage" => {
+                let payload = items.get(2).and_then(as_bytes).unwrap_or_default();
                 let Some(c) = st.channels.get_mut(&name) else {
                     return;
                 };
-                if kind != b"pmessage" && payload.contains(&b'#') {
+                if payload.contains(&b'#') {
                     // A grant (a plain lock's grant channel, a fair waiter's
                     // own channel): for the waiter to take (and check) when
                     // it wakes; nobody waits → its place is gone already.
@@ -289,8 +259,7 @@ impl Shared {
                     router.forget_slot_of(&name);
                 }
             }
-            b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" | b"ssubscribe"
-            | b"sunsubscribe" => {
+            b"subscribe" | b"unsubscribe" | b"ssubscribe" | b"sunsubscribe" => {
                 st.sent.pop_front();
                 let Some(c) = st.channels.get_mut(&name) else {
                     return;

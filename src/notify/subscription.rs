@@ -53,6 +53,63 @@ impl Subscription {
         moved || router.known_node(&self.channel).as_ref() != Some(node)
     }
 
+    /// A plain lock's subscription: hears its unlock channel too (`on`:
+    /// another library holds the lock, and only publishes there when it
+    /// lets go), or no longer. Returns true when it starts to — after Redis
+    /// confirmed it, or `confirm_by` — so the waiter attempts again before
+    /// parking: an unlock published before the confirmation reached nobody.
+    /// Other subscriptions hear their channel always: false.
+    pub(crate) fn listen_unlock(&self, on: bool, confirm_by: Instant) -> bool {
+        if self.stale {
+            return false;
+        }
+        let mut st = self.shared.state.lock();
+        let State {
+            channels,
+            writer,
+            sent,
+            sharded,
+            ..
+        } = &mut *st;
+        let Some(c) = channels.get_mut(&self.channel) else {
+            return false;
+        };
+        if c.grant.is_none() || c.unlock == on {
+            return false;
+        }
+        c.unlock = on;
+        let Some(w) = writer.as_mut().filter(|_| c.live) else {
+            // Disconnected: the reconnect subscribes it as it is now.
+            return on;
+        };
+        let mut bytes = Vec::new();
+        redis::cmd(super::subscribe_command(on, *sharded))
+            .arg(&self.channel)
+            .write_packed_command(&mut bytes);
+        sent.push_back(self.channel.clone());
+        c.inflight += 1;
+        super::send(w, &bytes);
+        if !on {
+            return false;
+        }
+        loop {
+            let confirmed = st.writer.is_some()
+                && st
+                    .channels
+                    .get(&self.channel)
+                    .is_some_and(|c| c.inflight == 0);
+            if confirmed {
+                return true;
+            }
+            if self.cv.wait_until(&mut st, confirm_by).timed_out() {
+                if let Some(c) = st.channels.get_mut(&self.channel) {
+                    c.resync = true; // wake it once Redis confirms
+                }
+                return true;
+            }
+        }
+    }
+
     /// Unlock messages this client received on the channel so far.
     pub(crate) fn messages(&self) -> u64 {
         let st = self.shared.state.lock();
@@ -150,11 +207,11 @@ impl Drop for Subscription {
             .values()
             .filter(|c| c.refs == 0 && c.live)
             .count();
-        let mode = st.mode();
         let State {
             channels,
             writer,
             sent,
+            sharded,
             ..
         } = &mut *st;
         let Some(c) = channels.get_mut(&self.channel) else {
@@ -170,7 +227,14 @@ impl Drop for Subscription {
             // Linger: the next waiter finds it subscribed.
             Some(_) if lingering < LINGER_MAX && !c.moved => c.idle_since = Some(Instant::now()),
             Some(_) if c.moved => c.live = false, // Redis dropped it already
-            Some(w) => toggle(Link { w, sent, mode }, &self.channel, c, false),
+            Some(w) => {
+                let link = Link {
+                    w,
+                    sent,
+                    sharded: *sharded,
+                };
+                toggle(link, &self.channel, c, false);
+            }
             None => c.live = false,
         }
         if !c.live && c.inflight == 0 {

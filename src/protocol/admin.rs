@@ -3,17 +3,23 @@
 
 use redis::{ConnectionLike, RedisResult, Script};
 
+use super::plain::companion_fn;
 use super::PubSub;
-use crate::names::{channel_name, queue_key, rw_channel};
+use crate::names::{channel_name, line_key, queue_key, rw_channel};
 
-/// Force unlock: KEYS lock, unlock channel, read/write channel, fair queue.
-/// Deletes the lock whoever holds it; 0 when there was none. Then wakes its
-/// waiters as that kind's release does: a read/write lock (the hash has a
-/// `mode`) wakes every waiter (`1`), any other publishes `0` on the unlock
-/// channel (plain waiters of every client, Redisson's too) and on the own
-/// channel of the fair queue's first waiter. A holder's guard learns of it
-/// at its next renewal (its owner is gone).
-pub(super) const FORCE_UNLOCK: &str = r#"
+/// Force unlock: KEYS lock, unlock channel, read/write channel, fair queue,
+/// line of waiting clients. Deletes the lock whoever holds it; 0 when there
+/// was none. Then wakes its waiters as that kind's release does: a
+/// read/write lock (the hash has a `mode`) wakes every waiter (`1`), any
+/// other publishes `0` on the unlock channel (Redisson's waiters, and
+/// leasehold's of a Redisson holder), on the own channel of the fair
+/// queue's first waiter, and on the grant channel of every client waiting
+/// in line (the first live place takes it; it is rare, and the line holds a
+/// place per client). A holder's guard learns of it at its next renewal
+/// (its owner is gone).
+pub(super) const FORCE_UNLOCK: &str = concat!(
+    companion_fn!(),
+    r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
 if redis.call('del', KEYS[1]) == 0 then
     return 0
@@ -26,9 +32,17 @@ local next = redis.call('lindex', KEYS[4], 0)
 if next then
     redis.call('publish', KEYS[2] .. ':' .. next, '0')
 end
+local grants = companion('leasehold_grant') .. ':'
+for _, place in ipairs(redis.call('lrange', KEYS[5], 0, -1)) do
+    local client = string.match(place, '^(.*):')
+    if client then
+        redis.call('publish', grants .. client, '0')
+    end
+end
 redis.call('publish', KEYS[2], '0')
 return 1
-"#;
+"#
+);
 
 /// The operator's scripts.
 pub(crate) struct AdminScripts {
@@ -55,6 +69,7 @@ impl AdminScripts {
             .key(channel_name(key))
             .key(rw_channel(key))
             .key(queue_key(key))
+            .key(line_key(key))
             .invoke(con)?;
         Ok(freed == 1)
     }

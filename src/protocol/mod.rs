@@ -56,9 +56,14 @@ pub(crate) enum Attempt {
     /// hold), `None` otherwise (also for a fenced reentrant hold, which keeps
     /// the token of the outer one).
     Acquired { minted: Option<u64> },
-    /// Someone else holds it (or, fair: is ahead in line); wait at most this
-    /// long before trying again (`None`: no expiry known).
-    Wait(Option<Duration>),
+    /// Someone else holds it (or, fair: is ahead in line); wait at most
+    /// `hint` before trying again (`None`: no expiry known). `foreign`
+    /// (plain): the holder is another library's client, whose release only
+    /// publishes the unlock message.
+    Wait {
+        hint: Option<Duration>,
+        foreign: bool,
+    },
     /// Read/write: the owner reads and asked to write, which would wait for
     /// itself.
     Upgrade,
@@ -224,7 +229,9 @@ impl Scripts {
                 .acquire(con, key, owner, lease, req.fresh, req.fence, req.place)?
             {
                 plain::Acquire::Acquired { fence } => Attempt::Acquired { minted: fence },
-                plain::Acquire::HeldElsewhere { ttl } => Attempt::Wait(ttl),
+                plain::Acquire::HeldElsewhere { ttl, foreign } => {
+                    Attempt::Wait { hint: ttl, foreign }
+                }
             },
             Kind::Fair => {
                 match self.fair.acquire(
@@ -238,7 +245,10 @@ impl Scripts {
                     fair::FairAcquire::Acquired(minted) => Attempt::Acquired {
                         minted: minted.flatten(),
                     },
-                    fair::FairAcquire::Queued(wait) => Attempt::Wait(wait),
+                    fair::FairAcquire::Queued(wait) => Attempt::Wait {
+                        hint: wait,
+                        foreign: false,
+                    },
                 }
             }
             Kind::Read | Kind::Write => {
@@ -249,7 +259,10 @@ impl Scripts {
                 };
                 match reply {
                     rwlock::RwAcquire::Acquired => Attempt::Acquired { minted: None },
-                    rwlock::RwAcquire::Wait(hint) => Attempt::Wait(hint),
+                    rwlock::RwAcquire::Wait(hint) => Attempt::Wait {
+                        hint,
+                        foreign: false,
+                    },
                     rwlock::RwAcquire::Upgrade => Attempt::Upgrade,
                 }
             }

@@ -59,9 +59,12 @@ end
 "#
     };
 }
+pub(crate) use companion_fn;
 
-/// The Lua helper of the line (acquire and release share it):
-/// `head(line, first)` — the first live place of the line `line` whose first
+/// The Lua helpers of the line (acquire and release share them):
+/// `ours(owner)` — whether an owner (`<client id>:<n>`) is a leasehold
+/// client's: its id carries UUID version 8 (the 15th character; see
+/// `names::new_client_id`), Redisson's version 4; and `head(line, first)` — the first live place of the line `line` whose first
 /// entry is `first`, and how long its place key still lives (ms), dropping
 /// dead places at the head on the way. A place is live while its key
 /// `<line>:<place>` exists (set with the place lease, confirmed by its
@@ -70,6 +73,9 @@ end
 macro_rules! line_fns {
     () => {
         r#"
+local function ours(owner)
+    return string.byte(owner, 15) == 56
+end
 local function head(line, first)
     while first do
         local ttl = redis.call('pttl', line .. ':' .. first)
@@ -101,7 +107,9 @@ end
 ///
 /// Held by someone else → its PTTL (-1 when it has no expiry), after taking
 /// or confirming our place at the end of the line when `ARGV[4]` is not
-/// empty (a waiter; a single try leaves no place).
+/// empty (a waiter; a single try leaves no place) — `{'f', PTTL}` when a
+/// holder is not leasehold's (Redisson's): its release only publishes the
+/// unlock message, so the waiter must hear the unlock channel.
 macro_rules! acquire_script {
     ($($then:expr),+) => {
         concat!(
@@ -142,7 +150,20 @@ if free then
         return math.max(redis.call('pttl', KEYS[2] .. ':yield'), 1)
     end
 end
-if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+-- Held: by us (one more hold), or by whom. A holder that is not
+-- leasehold's (`ours`) releases with the unlock message only.
+local mine = free
+local foreign = false
+if not free then
+    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+        if field == ARGV[2] then
+            mine = true
+        elseif not ours(field) then
+            foreign = true
+        end
+    end
+end
+if mine then
     if ARGV[3] == '1' then
         redis.call('hset', KEYS[1], ARGV[2], 1)
     else
@@ -158,7 +179,11 @@ if free or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
             r#"
 end
 join()
-return redis.call('pttl', KEYS[1])
+local ttl = redis.call('pttl', KEYS[1])
+if foreign then
+    return {'f', ttl}
+end
+return ttl
 "#
         )
     };
@@ -212,8 +237,9 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 /// - a successor in `ARGV[4]` (a thread of the same client queued for it),
 ///   and either `ARGV[5] == "1"` (the client's run of handoffs is short) or
 ///   nobody else waits (no live place in the line, nobody subscribed to the
-///   unlock channel — leasehold listens by pattern, so `PUBSUB NUMSUB` counts
-///   other libraries' waiters only) → the lock passes to it with its lease
+///   unlock channel — leasehold's waiters hear it only while another
+///   library holds the lock, so `PUBSUB NUMSUB` counts other libraries'
+///   waiters) → the lock passes to it with its lease
 ///   `ARGV[6]`, return 2 — or `{2, token}` with a token minted for a fenced
 ///   successor (`ARGV[7] == "1"`);
 /// - a live place first in line, and no other library's waiter, or fewer than
@@ -225,7 +251,8 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 ///   a fenced grantee needs no round trip either. Return 4. After two grants
 ///   in a row while other libraries' waiters are subscribed, the lock is left
 ///   to them instead: for 20 ms (the yield marker) no leasehold acquire
-///   takes it;
+///   takes it, and the first waiter in line is told on its grant channel
+///   (`0`: try again) so it does not sleep until it confirms its place;
 /// - otherwise publish the unlock message (`0`, Redisson's), return 1 — or 3
 ///   when a successor was named but others wait (so it should let them go
 ///   first).
@@ -261,7 +288,8 @@ if not (ARGV[4] and ARGV[5] == '1') then
             and string.match(first, '^.+:.+#.+$')) do
         first = redis.call('lpop', KEYS[3])
     end
-    -- Other libraries' waiters (leasehold listens by pattern, not counted).
+    -- Other libraries' waiters (leasehold's hear the unlock channel only
+    -- while another library holds the lock).
     if ARGV[4] or first then
         others = redis.call('pubsub', 'numsub', KEYS[2])[2]
     end
@@ -298,12 +326,14 @@ if first then
         redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(owner, '^(.*):'), msg)
         return 4
     end
-    -- Left to other libraries' waiters: the place goes back, first.
+    -- Left to other libraries' waiters: the place goes back, first, and
+    -- its waiter tries again after the marker.
     redis.call('lpush', KEYS[3], first)
     redis.call('psetex', KEYS[3] .. ':' .. first, "#,
     place_lease_ms!(),
     r#", 1)
     redis.call('psetex', yield, 20, 'y')
+    redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(first, '^(.*):'), '0')
 end
 redis.call('publish', KEYS[2], '0')
 if ARGV[4] then
@@ -368,8 +398,13 @@ pub(crate) enum Acquire {
     /// fencing token minted by this acquire, if one was asked for.
     Acquired { fence: Option<u64> },
     /// Someone else holds it; `ttl` is its remaining lease, `None` when the
-    /// key has no expiry (not written by a lease lock).
-    HeldElsewhere { ttl: Option<Duration> },
+    /// key has no expiry (not written by a lease lock). `foreign`: the
+    /// holder is another library's client (its release only publishes the
+    /// unlock message).
+    HeldElsewhere {
+        ttl: Option<Duration>,
+        foreign: bool,
+    },
 }
 
 /// Whom a release may hand the lock to directly: a thread of the same
@@ -446,15 +481,22 @@ impl PlainScripts {
             cmd.arg(if fence == Fence::Mint { "1" } else { "0" });
         }
         let reply: Value = run(con, script, &cmd)?;
+        let pttl = |ms: i64| (ms >= 0).then(|| Duration::from_millis(ms as u64));
         Ok(match reply {
             Value::Nil => Acquire::Acquired { fence: None },
-            Value::Array(items) => Acquire::Acquired {
-                fence: items.first().and_then(token),
+            Value::Array(items) => match items.as_slice() {
+                [Value::BulkString(f), Value::Int(ms)] if f == b"f" => Acquire::HeldElsewhere {
+                    ttl: pttl(*ms),
+                    foreign: true,
+                },
+                _ => Acquire::Acquired {
+                    fence: items.first().and_then(token),
+                },
             },
-            Value::Int(ms) if ms >= 0 => Acquire::HeldElsewhere {
-                ttl: Some(Duration::from_millis(ms as u64)),
+            Value::Int(ms) => Acquire::HeldElsewhere {
+                ttl: pttl(ms),
+                foreign: false,
             },
-            Value::Int(_) => Acquire::HeldElsewhere { ttl: None },
             other => return Err(unexpected("acquire", &other)),
         })
     }

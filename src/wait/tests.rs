@@ -9,8 +9,13 @@ use super::*;
 
 /// A scripted attempt: what it answers, and how long it "takes".
 enum Step {
-    Held { after: Duration },
+    Held {
+        after: Duration,
+    },
     Wait(Duration),
+    /// Held by another library's client (its release only publishes on
+    /// the unlock channel).
+    Foreign(Duration),
     Fail(fn() -> Error),
 }
 
@@ -43,6 +48,8 @@ struct Scripted {
     attempts: u32,
     undone: u32,
     left: u32,
+    /// The last attempt found another library's holder.
+    foreign: bool,
 }
 
 impl Scripted {
@@ -55,6 +62,7 @@ impl Scripted {
             attempts: 0,
             undone: 0,
             left: 0,
+            foreign: false,
         }
     }
 }
@@ -73,7 +81,14 @@ impl LockKind for Scripted {
                 std::thread::sleep(after);
                 Ok(Answer::Held(self.attempts))
             }
-            Step::Wait(cap) => Ok(Answer::Wait(cap)),
+            Step::Wait(cap) => {
+                self.foreign = false;
+                Ok(Answer::Wait(cap))
+            }
+            Step::Foreign(cap) => {
+                self.foreign = true;
+                Ok(Answer::Wait(cap))
+            }
             Step::Fail(error) => Err(error()),
         }
     }
@@ -90,7 +105,12 @@ impl LockKind for Scripted {
         Channels {
             channel: "chan".into(),
             line: None,
+            unlock: self.foreign,
         }
+    }
+
+    fn hears_unlock(&self) -> bool {
+        self.foreign
     }
 
     /// `mine`: held (token 99) with a 3 s lease; `brief`: held with a 1 ns
@@ -132,6 +152,8 @@ struct Fake {
     moved: Cell<u32>,
     /// The wait is cancelled once it parked this many times.
     cancel_after_parks: Cell<Option<usize>>,
+    /// The subscription hears the unlock channel.
+    unlock: Cell<bool>,
 }
 
 impl Fake {
@@ -144,13 +166,23 @@ impl Env for Fake {
     type Sub = ();
 
     fn subscribe(&self, channels: &Channels, _confirm_by: Instant) {
+        let unlock = if channels.unlock { " +unlock" } else { "" };
         self.log
             .borrow_mut()
-            .push(format!("subscribe {}", channels.channel));
+            .push(format!("subscribe {}{unlock}", channels.channel));
+        self.unlock.set(channels.unlock);
         // Each new subscription after a move lands on the right node.
         if self.moved.get() > 0 {
             self.moved.set(self.moved.get() - 1);
         }
+    }
+
+    fn listen_unlock(&self, _sub: &(), on: bool, _confirm_by: Instant) -> bool {
+        if self.unlock.replace(on) == on {
+            return false;
+        }
+        self.log.borrow_mut().push(format!("unlock {on}"));
+        on
     }
 
     fn take_grants(&self, _sub: &()) -> Vec<Vec<u8>> {
@@ -557,6 +589,9 @@ fn a_place_is_left_when_the_waiter_panics() {
         fn channels(&self) -> Channels {
             self.0.channels()
         }
+        fn hears_unlock(&self) -> bool {
+            self.0.hears_unlock()
+        }
         fn granted(&mut self, grant: &[u8]) -> Option<Granted<u32>> {
             self.0.granted(grant)
         }
@@ -704,4 +739,49 @@ fn a_bounded_wait_rides_out_an_outage_from_its_first_attempt_up_to_its_deadline(
     let e = run(&mut kind, &fake(), Some(Instant::now())).unwrap_err();
     assert!(e.is_connection(), "{e:?}");
     assert_eq!(kind.attempts, 1);
+}
+
+/// A plain waiter hears the unlock channel only while another library holds
+/// the lock (its release publishes there and grants nobody): when an
+/// attempt finds such a holder it starts to, and attempts again before it
+/// parks; when a leasehold holder follows, it stops (no retry needed).
+#[test]
+fn a_waiter_hears_the_unlock_channel_only_while_another_library_holds_the_lock() {
+    let long = Duration::from_secs(5);
+    let short = Duration::from_millis(20);
+    let mut kind = Scripted::new(vec![
+        Step::Wait(short),
+        Step::Wait(short),
+        Step::Foreign(short),
+        Step::Foreign(short),
+        Step::Wait(short),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = fake();
+    assert_eq!(
+        run(&mut kind, &env, Some(Instant::now() + long)).unwrap(),
+        Some(6)
+    );
+    assert_eq!(
+        env.log(),
+        [
+            // First attempt (leasehold holder): subscribed without the
+            // unlock channel, attempt again, park.
+            "subscribe chan",
+            "clear",
+            "park One seen 0 ~20 ms",
+            // Another library's holder: hear its unlock, attempt again.
+            "clear",
+            "unlock true",
+            "clear",
+            "park One seen 0 ~20 ms",
+            // A leasehold holder again: stop hearing it, park.
+            "clear",
+            "unlock false",
+            "park One seen 0 ~20 ms",
+            "clear",
+        ]
+    );
 }

@@ -685,8 +685,7 @@ pub fn user_without_lock_commands(server: &RedisServer) -> String {
 
 /// How many leasehold clients listen for plain lock `key` (each waiting
 /// client subscribes to its own grant channel `leasehold_grant:{<key>}:<id>`;
-/// the unlock channel it hears by pattern, which `PUBSUB NUMSUB` does not
-/// count).
+/// the unlock channel only while another library holds the lock).
 #[allow(dead_code)]
 pub fn listening_clients(server: &RedisServer, key: &str) -> usize {
     let mut con = server.connection();
