@@ -5,7 +5,8 @@
 //! forced — and the sharded subscription follows its slot through a
 //! reshard (through a failover: `tests/cluster.rs`); a mixed fair queue is served in arrival order;
 //! a Redisson read renewal that shortens the shared
-//! read hash cannot let a writer in under a leasehold reader.
+//! read hash cannot let a writer in under a leasehold reader; a leasehold
+//! waiter hears the unlock channel only while a Redisson client holds.
 
 mod support;
 
@@ -190,6 +191,43 @@ fn leasehold_and_redisson_exclude_each_other_on_one_server() {
 }
 
 /// The middle of three delays.
+/// A leasehold waiter hears the unlock channel while a Redisson client holds
+/// the lock, not once it got in: its subscription lingers for the next wait
+/// on its grant channel only, so a release does not take it for a Redisson
+/// waiter (and leave the lock to nobody for 20 ms every two grants).
+#[test]
+fn a_waiter_stops_hearing_the_unlock_channel_once_it_got_in() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::new(&url).unwrap();
+    let channel = prefix_name("redisson_lock__channel", "mix");
+    let mut java = Redisson::new(&url, false);
+    assert_eq!(java.try_lock("mix", LONG, 1), None);
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || client.lock("mix").map(|g| g.unlock()))
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || count_subscribers(
+            &url, &channel, false
+        ) == 1),
+        "the waiter of a Redisson holder hears its unlock channel"
+    );
+    assert_eq!(java.unlock("mix", 1), Some(true));
+    waiter.join().unwrap().unwrap().unwrap();
+    assert!(
+        eventually(Duration::from_millis(600), || count_subscribers(
+            &url, &channel, false
+        ) == 0),
+        "not while its subscription lingers (1 s)"
+    );
+    assert_eq!(
+        support::listening_clients(&server, "mix"),
+        1,
+        "the grant channel lingers for the next wait"
+    );
+}
+
 fn median(mut d: Vec<Duration>) -> Duration {
     d.sort();
     d[d.len() / 2]

@@ -307,6 +307,20 @@ struct Link<'a> {
     sharded: bool,
 }
 
+/// A plain lock's subscription `name` (its unlock channel) starts or stops
+/// hearing the unlock channel besides its grant channel: one command, one
+/// acknowledgement.
+fn toggle_unlock(link: Link<'_>, name: &str, c: &mut Channel, on: bool) {
+    let mut bytes = Vec::new();
+    redis::cmd(subscribe_command(on, link.sharded))
+        .arg(name)
+        .write_packed_command(&mut bytes);
+    link.sent.push_back(name.to_owned());
+    c.inflight += 1;
+    c.unlock = on;
+    send(link.w, &bytes);
+}
+
 /// Sends the commands that (un)subscribe channel `name`, counting the
 /// acknowledgements they bring.
 fn toggle(link: Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
@@ -591,9 +605,26 @@ impl Shared {
         entry.refs += 1;
         entry.idle_since = None;
         let cv = Arc::clone(&entry.cv);
+        let unlock = matches!(listen, Listen::Line { unlock: true, .. });
+        if entry.live && unlock && !entry.unlock {
+            // A lingering line subscription, and this waiter needs the
+            // unlock channel too (confirmed below).
+            match writer {
+                Some(w) => {
+                    let link = Link {
+                        w,
+                        sent,
+                        sharded: *sharded,
+                    };
+                    toggle_unlock(link, channel, entry, true);
+                }
+                // The thread subscribes it so when it connects.
+                None => entry.unlock = true,
+            }
+        }
         if !entry.live {
             entry.moved = false;
-            if let Listen::Line { unlock, .. } = listen {
+            if entry.grant.is_some() {
                 entry.unlock = unlock;
             }
             match writer {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use parking_lot::Condvar;
 
-use super::{toggle, Link, Shared, State, LINGER_MAX};
+use super::{toggle, toggle_unlock, Link, Shared, State, LINGER_MAX};
 
 /// One waiter's interest in one channel; dropping it gives the interest back.
 pub(crate) struct Subscription {
@@ -77,18 +77,17 @@ impl Subscription {
         if c.grant.is_none() || c.unlock == on {
             return false;
         }
-        c.unlock = on;
         let Some(w) = writer.as_mut().filter(|_| c.live) else {
             // Disconnected: the reconnect subscribes it as it is now.
+            c.unlock = on;
             return on;
         };
-        let mut bytes = Vec::new();
-        redis::cmd(super::subscribe_command(on, *sharded))
-            .arg(&self.channel)
-            .write_packed_command(&mut bytes);
-        sent.push_back(self.channel.clone());
-        c.inflight += 1;
-        super::send(w, &bytes);
+        let link = Link {
+            w,
+            sent,
+            sharded: *sharded,
+        };
+        toggle_unlock(link, &self.channel, c, on);
         if !on {
             return false;
         }
@@ -224,8 +223,20 @@ impl Drop for Subscription {
         }
         c.grants.clear();
         match writer {
-            // Linger: the next waiter finds it subscribed.
-            Some(_) if lingering < LINGER_MAX && !c.moved => c.idle_since = Some(Instant::now()),
+            // Linger: the next waiter finds it subscribed — to its grant
+            // channel: nobody waits for another library's release now, and
+            // a lingering unlock subscription would count as its waiter.
+            Some(w) if lingering < LINGER_MAX && !c.moved => {
+                c.idle_since = Some(Instant::now());
+                if c.grant.is_some() && c.unlock {
+                    let link = Link {
+                        w,
+                        sent,
+                        sharded: *sharded,
+                    };
+                    toggle_unlock(link, &self.channel, c, false);
+                }
+            }
             Some(_) if c.moved => c.live = false, // Redis dropped it already
             Some(w) => {
                 let link = Link {
