@@ -177,9 +177,10 @@ struct State {
 type Sent = std::collections::VecDeque<String>;
 
 struct Channel {
-    /// A plain lock's: its unlock channel (the subscription's name) is
-    /// subscribed too, besides the grant channel (another library holds the
-    /// lock). What the last command sent asked for.
+    /// The channel the subscription is named after is subscribed: always,
+    /// but for a plain lock's (its unlock channel, besides the grant
+    /// channel) only while another library holds the lock. What the last
+    /// command sent asked for.
     unlock: bool,
     /// Redis refused a subscription of it (NOPERM): nothing it waits for can
     /// come, so it is never confirmed.
