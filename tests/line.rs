@@ -2,8 +2,9 @@
 //! the direct grants of the plain lock. A granted waiter that died costs the
 //! next one a grant lease, not a watchdog lease; a waiter of another library
 //! (Redisson's protocol, played on a plain connection) still gets the lock
-//! while leasehold processes hammer it; waiters of eight processes each get
-//! turns; a single try or a waiter that gives up leaves nothing in line.
+//! while leasehold processes hammer it, and one that never takes it costs
+//! leasehold's waiters its 20 ms, not a second; waiters of eight processes
+//! each get turns; a single try or a waiter that gives up leaves nothing in line.
 
 #[path = "child/holder.rs"]
 mod child;
@@ -199,6 +200,53 @@ fn a_redisson_waiter_gets_the_lock_while_leasehold_processes_hammer_it() {
     assert!(
         done.iter().all(|&n| n > 0),
         "every hammer got turns: {done:?}"
+    );
+}
+
+/// Another library's waiter that is subscribed but never takes the lock
+/// (a slow one): every third release leaves the lock to it for 20 ms, and
+/// the first leasehold waiter in line is told on its grant channel to try
+/// again after that — it does not sleep until it next confirms its place
+/// (a second), since it does not hear the unlock channel.
+#[test]
+fn a_release_left_to_another_librarys_waiter_costs_leasehold_waiters_20_ms_not_a_second() {
+    let server = RedisServer::start();
+    let name = "line:yield";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut sub = client.get_connection().unwrap();
+    let mut silent = sub.as_pubsub();
+    silent.subscribe(&channel).unwrap();
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let c = LockClient::new(&server.url()).unwrap();
+            thread::spawn(move || {
+                let mut longest = Duration::ZERO;
+                for _ in 0..20 {
+                    let asked = Instant::now();
+                    let g = c.lock(name).unwrap();
+                    longest = longest.max(asked.elapsed());
+                    thread::sleep(Duration::from_millis(1));
+                    g.unlock().unwrap();
+                }
+                longest
+            })
+        })
+        .collect();
+    let longest = workers
+        .into_iter()
+        .map(|w| w.join().unwrap())
+        .max()
+        .unwrap();
+    let yields: Vec<String> = server.connection().keys(format!("*{name}*yield")).unwrap();
+    println!("longest wait {longest:?}, yield keys {yields:?}");
+    assert!(
+        server.command_calls().get("psetex").copied().unwrap_or(0) > 0,
+        "the lock was left to the silent waiter"
+    );
+    assert!(
+        longest < Duration::from_millis(600),
+        "a yield costs the next leasehold waiter about 20 ms: {longest:?}"
     );
 }
 
