@@ -308,6 +308,31 @@ struct Link<'a> {
     sharded: bool,
 }
 
+/// Waits until Redis has acknowledged every command sent for `channel` on
+/// the live connection, or `confirm_by`. Past it, the caller retries
+/// unsubscribed: the channel's waiters are woken again once Redis confirms,
+/// or a message published before then is lost to them.
+fn await_confirmed(
+    st: &mut parking_lot::MutexGuard<'_, State>,
+    cv: &Condvar,
+    channel: &str,
+    confirm_by: Instant,
+) {
+    loop {
+        let confirmed =
+            st.writer.is_some() && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
+        if confirmed {
+            return;
+        }
+        if cv.wait_until(st, confirm_by).timed_out() {
+            if let Some(c) = st.channels.get_mut(channel) {
+                c.resync = true;
+            }
+            return;
+        }
+    }
+}
+
 /// A plain lock's subscription `name` (its unlock channel) starts or stops
 /// hearing the unlock channel besides its grant channel: one command, one
 /// acknowledgement.
@@ -644,21 +669,7 @@ impl Shared {
                 }
             }
         }
-        loop {
-            let confirmed =
-                st.writer.is_some() && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
-            if confirmed {
-                break;
-            }
-            if cv.wait_until(&mut st, confirm_by).timed_out() {
-                // The caller retries unsubscribed; wake it again once Redis
-                // confirms, or a message published before then is lost to it.
-                if let Some(c) = st.channels.get_mut(channel) {
-                    c.resync = true;
-                }
-                break;
-            }
-        }
+        await_confirmed(&mut st, &cv, channel, confirm_by);
         drop(st);
         Subscription {
             shared: Arc::clone(shared),

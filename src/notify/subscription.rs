@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use parking_lot::Condvar;
 
-use super::{toggle, toggle_unlock, Link, Shared, State, LINGER_MAX};
+use super::{await_confirmed, toggle, toggle_unlock, Link, Shared, State, LINGER_MAX};
 
 /// One waiter's interest in one channel; dropping it gives the interest back.
 pub(crate) struct Subscription {
@@ -91,22 +91,8 @@ impl Subscription {
         if !on {
             return false;
         }
-        loop {
-            let confirmed = st.writer.is_some()
-                && st
-                    .channels
-                    .get(&self.channel)
-                    .is_some_and(|c| c.inflight == 0);
-            if confirmed {
-                return true;
-            }
-            if self.cv.wait_until(&mut st, confirm_by).timed_out() {
-                if let Some(c) = st.channels.get_mut(&self.channel) {
-                    c.resync = true; // wake it once Redis confirms
-                }
-                return true;
-            }
-        }
+        await_confirmed(&mut st, &self.cv, &self.channel, confirm_by);
+        true
     }
 
     /// Unlock messages this client received on the channel so far.
