@@ -388,6 +388,24 @@ impl State {
         self.routes.get(wire).map_or(wire, String::as_str)
     }
 
+    /// Channel `name`'s entry, and the live connection's writing side
+    /// (`None` while disconnected) to send its commands on.
+    fn parts(&mut self, name: &str) -> (Option<&mut Channel>, Option<Link<'_>>) {
+        let State {
+            channels,
+            writer,
+            sent,
+            sharded,
+            ..
+        } = self;
+        let link = writer.as_mut().map(|w| Link {
+            w,
+            sent,
+            sharded: *sharded,
+        });
+        (channels.get_mut(name), link)
+    }
+
     /// Ends lingering subscriptions idle since before `cutoff`.
     fn sweep(&mut self, cutoff: Instant) {
         let State {
@@ -618,57 +636,42 @@ impl Shared {
             }
             st.channels.insert(channel.to_owned(), c);
         }
-        let State {
-            channels,
-            writer,
-            sent,
-            sharded,
-            ..
-        } = &mut *st;
-        let entry = channels
-            .entry(channel.to_owned())
-            .or_insert_with(|| Channel::new(listen));
-        entry.refs += 1;
-        entry.idle_since = None;
-        let cv = Arc::clone(&entry.cv);
         let unlock = matches!(listen, Listen::Line { unlock: true, .. });
-        if entry.live && unlock && !entry.unlock {
-            // A lingering line subscription, and this waiter needs the
-            // unlock channel too (confirmed below).
-            match writer {
-                Some(w) => {
-                    let link = Link {
-                        w,
-                        sent,
-                        sharded: *sharded,
-                    };
-                    toggle_unlock(link, channel, entry, true);
+        let cv = match st.parts(channel) {
+            (Some(entry), link) => {
+                entry.refs += 1;
+                entry.idle_since = None;
+                match link {
+                    // A lingering line subscription, and this waiter needs
+                    // the unlock channel too (confirmed below).
+                    Some(link) if entry.live && unlock && !entry.unlock => {
+                        toggle_unlock(link, channel, entry, true);
+                    }
+                    Some(link) if !entry.live => {
+                        entry.moved = false;
+                        if entry.grant.is_some() {
+                            entry.unlock = unlock;
+                        }
+                        toggle(link, channel, entry, true);
+                    }
+                    Some(_) => {}
+                    // The thread subscribes every registered channel, as it
+                    // is then, when it connects.
+                    None if !entry.live => {
+                        entry.moved = false;
+                        if entry.grant.is_some() {
+                            entry.unlock = unlock;
+                        }
+                        entry.live = true;
+                        shared.thread_cv.notify_all();
+                    }
+                    None => entry.unlock |= unlock && entry.grant.is_some(),
                 }
-                // The thread subscribes it so when it connects.
-                None => entry.unlock = true,
+                Arc::clone(&entry.cv)
             }
-        }
-        if !entry.live {
-            entry.moved = false;
-            if entry.grant.is_some() {
-                entry.unlock = unlock;
-            }
-            match writer {
-                Some(w) => {
-                    let link = Link {
-                        w,
-                        sent,
-                        sharded: *sharded,
-                    };
-                    toggle(link, channel, entry, true);
-                }
-                // The thread subscribes every registered channel when it connects.
-                None => {
-                    entry.live = true;
-                    shared.thread_cv.notify_all();
-                }
-            }
-        }
+            // Registered above: never; a subscription that never confirms.
+            (None, _) => Arc::new(Condvar::new()),
+        };
         await_confirmed(&mut st, &cv, channel, confirm_by);
         drop(st);
         Subscription {

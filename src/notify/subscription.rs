@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use parking_lot::Condvar;
 
-use super::{await_confirmed, toggle, toggle_unlock, Link, Shared, State, LINGER_MAX};
+use super::{await_confirmed, toggle, toggle_unlock, Shared, LINGER_MAX};
 
 /// One waiter's interest in one channel; dropping it gives the interest back.
 pub(crate) struct Subscription {
@@ -64,28 +64,16 @@ impl Subscription {
             return false;
         }
         let mut st = self.shared.state.lock();
-        let State {
-            channels,
-            writer,
-            sent,
-            sharded,
-            ..
-        } = &mut *st;
-        let Some(c) = channels.get_mut(&self.channel) else {
+        let (Some(c), link) = st.parts(&self.channel) else {
             return false;
         };
         if c.grant.is_none() || c.unlock == on {
             return false;
         }
-        let Some(w) = writer.as_mut().filter(|_| c.live) else {
+        let Some(link) = link.filter(|_| c.live) else {
             // Disconnected: the reconnect subscribes it as it is now.
             c.unlock = on;
             return on;
-        };
-        let link = Link {
-            w,
-            sent,
-            sharded: *sharded,
         };
         toggle_unlock(link, &self.channel, c, on);
         if !on {
@@ -192,14 +180,7 @@ impl Drop for Subscription {
             .values()
             .filter(|c| c.refs == 0 && c.live)
             .count();
-        let State {
-            channels,
-            writer,
-            sent,
-            sharded,
-            ..
-        } = &mut *st;
-        let Some(c) = channels.get_mut(&self.channel) else {
+        let (Some(c), link) = st.parts(&self.channel) else {
             return;
         };
         c.refs = c.refs.saturating_sub(1);
@@ -208,30 +189,18 @@ impl Drop for Subscription {
             return;
         }
         c.grants.clear();
-        match writer {
+        match link {
             // Linger: the next waiter finds it subscribed — to its grant
             // channel: nobody waits for another library's release now, and
             // a lingering unlock subscription would count as its waiter.
-            Some(w) if lingering < LINGER_MAX && !c.moved => {
+            Some(link) if lingering < LINGER_MAX && !c.moved => {
                 c.idle_since = Some(Instant::now());
                 if c.grant.is_some() && c.unlock {
-                    let link = Link {
-                        w,
-                        sent,
-                        sharded: *sharded,
-                    };
                     toggle_unlock(link, &self.channel, c, false);
                 }
             }
             Some(_) if c.moved => c.live = false, // Redis dropped it already
-            Some(w) => {
-                let link = Link {
-                    w,
-                    sent,
-                    sharded: *sharded,
-                };
-                toggle(link, &self.channel, c, false);
-            }
+            Some(link) => toggle(link, &self.channel, c, false),
             None => c.live = false,
         }
         if !c.live && c.inflight == 0 {
