@@ -354,9 +354,13 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     ///
+    /// An ACL user needs `+scan` for it besides [`acl_rules`](Self::acl_rules)
+    /// (which cover what `inspect` reads): an operator's user, not the
+    /// services'.
+    ///
     /// # Errors
     /// Connection errors when a server could not be reached (in a cluster:
-    /// any primary).
+    /// any primary); [`Error::NoPermission`](crate::Error) without `+scan`.
     pub fn list(&self, pattern: &str, limit: usize) -> Result<Vec<crate::LockInfo>> {
         crate::inspect::list(&self.shared, pattern, limit)
     }

@@ -260,6 +260,12 @@ fn an_acl_user_with_exactly_the_listed_rules_runs_every_lock_kind() {
         .is_some_and(|h| h.client.is_some())));
     assert!(other.force_unlock("named").unwrap());
     drop(held);
+    // `list` needs `+scan` besides the rules, as its docs say.
+    let e = other.list("*", 100).unwrap_err();
+    assert!(
+        matches!(e, leasehold::Error::NoPermission { .. }),
+        "list without +scan: {e:?}"
+    );
     let outside = LockClient::new(&url).unwrap();
     let e = outside.lock("elsewhere").unwrap_err();
     assert!(e.is_refused(), "a key outside the prefix is refused: {e:?}");
