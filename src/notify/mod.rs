@@ -308,6 +308,17 @@ struct Link<'a> {
     sharded: bool,
 }
 
+impl Link<'_> {
+    /// The same link for one more command (of several in a loop).
+    fn again(&mut self) -> Link<'_> {
+        Link {
+            w: self.w,
+            sent: self.sent,
+            sharded: self.sharded,
+        }
+    }
+}
+
 /// Waits until Redis has acknowledged every command sent for `channel` on
 /// the live connection, or `confirm_by`. Past it, the caller retries
 /// unsubscribed: the channel's waiters are woken again once Redis confirms,
@@ -388,9 +399,9 @@ impl State {
         self.routes.get(wire).map_or(wire, String::as_str)
     }
 
-    /// Channel `name`'s entry, and the live connection's writing side
-    /// (`None` while disconnected) to send its commands on.
-    fn parts(&mut self, name: &str) -> (Option<&mut Channel>, Option<Link<'_>>) {
+    /// The channels, and the live connection's writing side (`None` while
+    /// disconnected) to send their commands on.
+    fn split(&mut self) -> (&mut HashMap<String, Channel>, Option<Link<'_>>) {
         let State {
             channels,
             writer,
@@ -403,29 +414,23 @@ impl State {
             sent,
             sharded: *sharded,
         });
+        (channels, link)
+    }
+
+    /// Channel `name`'s entry, and the link to send its commands on.
+    fn parts(&mut self, name: &str) -> (Option<&mut Channel>, Option<Link<'_>>) {
+        let (channels, link) = self.split();
         (channels.get_mut(name), link)
     }
 
     /// Ends lingering subscriptions idle since before `cutoff`.
     fn sweep(&mut self, cutoff: Instant) {
-        let State {
-            channels,
-            writer,
-            sent,
-            sharded,
-            ..
-        } = self;
-        let Some(w) = writer else {
+        let (channels, Some(mut link)) = self.split() else {
             return;
         };
         for (name, c) in channels.iter_mut() {
             if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
-                let link = Link {
-                    w,
-                    sent,
-                    sharded: *sharded,
-                };
-                toggle(link, name, c, false);
+                toggle(link.again(), name, c, false);
             }
         }
     }
