@@ -132,10 +132,15 @@ impl Connections {
         pool_wait: Option<Duration>,
         script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        self.send(key, pool_wait, script).map_err(|e| {
-            e.with_socket_timeout(self.socket_timeout)
-                .with_acl_rules(&self.acl_rules)
-        })
+        self.send(key, pool_wait, script)
+            .map_err(|e| self.explained(e))
+    }
+
+    /// `e` with what explains it here: the socket timeout's length, the ACL
+    /// rules this client needs.
+    fn explained(&self, e: Error) -> Error {
+        e.with_socket_timeout(self.socket_timeout)
+            .with_acl_rules(&self.acl_rules)
     }
 
     fn send<T>(
@@ -234,11 +239,7 @@ impl Connections {
         what: &str,
         mut f: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<Vec<T>> {
-        let fail = |e: redis::RedisError| {
-            Error::from_redis(e, what)
-                .with_socket_timeout(self.socket_timeout)
-                .with_acl_rules(&self.acl_rules)
-        };
+        let fail = |e: redis::RedisError| self.explained(Error::from_redis(e, what));
         let mut on = |pool: &NodePool| {
             let mut tries = 0;
             loop {
