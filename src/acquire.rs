@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::local::{self, Enter};
@@ -100,9 +101,15 @@ fn take<O>(
     } else {
         shared.owner()
     };
+    // A bounded wait's round trips end by its deadline; a single try's (a
+    // deadline already passed) take the socket timeout.
+    let bound = Bound::until(deadline.filter(|d| *d > Instant::now()));
     // What a lost reply of this owner left here is undone first — also
-    // before a hold handed over in-process, which sends no attempt.
-    shared.settle(&key, &owner)?;
+    // before a hold handed over in-process, which sends no attempt — riding
+    // out an outage as the wait would.
+    wait::ride_out(&live(shared, want.cancel.as_ref()), name, deadline, || {
+        shared.settle(&key, &owner, bound)
+    })?;
     let lease = want.lease.unwrap_or(shared.watchdog_lease);
     let mut at = AtRedis {
         shared,
@@ -124,6 +131,7 @@ fn take<O>(
         join: false,
         watchdog: want.lease.is_none(),
         foreign: false,
+        bound,
     };
     if want.kind == Kind::Plain {
         return plain(at, want, deadline);
@@ -138,7 +146,7 @@ fn take<O>(
     // A fair waiter marks its queue entry with a place, so a release can
     // grant it the lock directly; a single try does not wait for a grant.
     if want.kind == Kind::Fair && deadline.is_none_or(|d| d > Instant::now()) {
-        at.place = Some(shared.next_place(&owner, want.fenced));
+        at.place = Some(shared.next_place(&owner, lease, want.fenced));
     }
     let Some(got) = wait::wait_for(
         &mut at,
@@ -259,7 +267,7 @@ fn plain<O>(
     // then anyway), so an uncontended lock makes no place at all.
     at.join = deadline.is_none_or(|d| d > Instant::now());
     if at.join && sub.is_some() {
-        at.place = Some(shared.next_place(owner, want.fenced));
+        at.place = Some(shared.next_place(owner, lease, want.fenced));
     }
     let name = at.name;
     let got = wait::wait_for(
@@ -350,6 +358,8 @@ struct AtRedis<'a> {
     /// Plain: the last attempt found the lock held by another library's
     /// client, which only publishes the unlock message when it lets go.
     foreign: bool,
+    /// What each round trip may take (a bounded wait's deadline).
+    bound: Bound,
 }
 
 impl LockKind for AtRedis<'_> {
@@ -358,7 +368,7 @@ impl LockKind for AtRedis<'_> {
 
     fn attempt(&mut self) -> Result<Answer<Option<u64>>> {
         // A retry after a lost reply undoes what that one may have done.
-        self.shared.settle(self.key, self.owner)?;
+        self.shared.settle(self.key, self.owner, self.bound)?;
         // A waiter is named to operators too (its registration is kept
         // written while it waits; two atomics).
         self.shared.renewer.touch(Instant::now(), self.lease);
@@ -372,10 +382,10 @@ impl LockKind for AtRedis<'_> {
             place: self.place.as_deref(),
         };
         let sent_at = Instant::now();
-        let attempt = match self.shared.attempt(self.name, &req) {
-            Err(e)
-                if self.fresh && matches!(e, Error::TimedOut { .. } | Error::Connection { .. }) =>
-            {
+        let mut sent = false;
+        let attempt = match self.shared.attempt(self.name, &req, self.bound, &mut sent) {
+            // Nothing went out (a refused connect): nothing to undo.
+            Err(e) if self.fresh && sent && e.is_unanswered() => {
                 // It may have run: a first hold is undone once Redis answers
                 // (a reentrant one keeps the owner's real hold; its stale count
                 // goes with the last release).
@@ -399,17 +409,18 @@ impl LockKind for AtRedis<'_> {
                 self.foreign = foreign;
                 if self.join && self.place.is_none() {
                     // Plain: the next attempt takes a place in line.
-                    self.place = Some(
-                        self.shared
-                            .next_place(self.owner, self.fence != Fence::None),
-                    );
+                    self.place = Some(self.shared.next_place(
+                        self.owner,
+                        self.lease,
+                        self.fence != Fence::None,
+                    ));
                 }
                 // A holder that died without unlocking costs at most its
                 // lease: wake when it would have expired (+1 ms for PTTL's
                 // rounding) — or earlier, to confirm a waiting place.
                 let mut cap = hint.unwrap_or(self.shared.watchdog_lease);
                 if let Some(confirm) =
-                    protocol::waiting_place(self.kind).filter(|_| self.holds_place())
+                    protocol::waiting_place(self.kind, self.lease).filter(|_| self.holds_place())
                 {
                     cap = cap.min(confirm);
                 }
@@ -431,9 +442,11 @@ impl LockKind for AtRedis<'_> {
             last: self.fresh,
             successor: None,
         };
-        let _ = self
-            .shared
-            .release_script(&rel, Some(self.shared.socket_timeout));
+        let bound = Bound {
+            pool_wait: Some(self.shared.socket_timeout),
+            deadline: self.bound.deadline,
+        };
+        let _ = self.shared.release_script(&rel, bound);
     }
 
     fn lease(&self) -> Duration {
@@ -471,7 +484,7 @@ impl LockKind for AtRedis<'_> {
         let direct =
             self.watchdog && self.shared.replicas.is_none() && (token.is_some() || !fenced);
         Some(if direct {
-            Granted::Held(token.filter(|_| fenced), protocol::GRANT_LEASE)
+            Granted::Held(token.filter(|_| fenced), protocol::grant_lease(self.lease))
         } else {
             Granted::Accept
         })
@@ -487,14 +500,19 @@ impl LockKind for AtRedis<'_> {
     fn holds_place(&self) -> bool {
         match self.kind {
             Kind::Plain => self.place.is_some(),
-            kind => protocol::waiting_place(kind).is_some(),
+            kind => protocol::place_lease(kind, self.lease).is_some(),
         }
     }
 
     fn leave(&mut self) {
-        let granted = self
-            .shared
-            .leave(self.kind, self.key, self.owner, self.place.as_deref());
+        let granted = self.shared.leave(
+            self.kind,
+            self.key,
+            self.owner,
+            self.place.as_deref(),
+            self.lease,
+            self.bound,
+        );
         if granted {
             // Given to us as we gave up: pass it on.
             self.undo(None);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::conn::Bound;
 use crate::error::Result;
 use crate::renewal::LeaseLost;
 use crate::shared::{Hold, Shared};
@@ -185,7 +186,7 @@ impl<O> LockGuard<O> {
     /// lease.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.shared.release(&self.hold, None)
+        self.shared.release(&self.hold, Bound::default())
     }
 }
 
@@ -196,8 +197,8 @@ impl<O> Drop for LockGuard<O> {
         }
         self.released = true;
         // Wait for a pooled connection no longer than one reply may take.
-        let pool_wait = Some(self.shared.socket_timeout);
-        if let Err(e) = self.shared.release(&self.hold, pool_wait) {
+        let bound = Bound::pool_wait(self.shared.socket_timeout);
+        if let Err(e) = self.shared.release(&self.hold, bound) {
             tracing::warn!(lock = %self.hold.name, error = ?e, "leasehold: releasing a lock on drop failed");
         }
     }

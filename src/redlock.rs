@@ -31,9 +31,11 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::client::LockClient;
+use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
 use crate::options::{check_lease, check_name, deadline_after, Kind, LockOptions};
+use crate::orphans::Orphan;
 use crate::protocol::{Attempt, Fence, Release, Released, Request};
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
 
@@ -274,10 +276,13 @@ impl Redlock {
             check_lease("lease", lease)?;
         }
         let inner = &self.inner;
+        // A bounded wait's round trips end by its deadline; a single try's
+        // (a deadline already passed) take the node timeout.
+        let bound = Bound::until(deadline.filter(|d| *d > Instant::now()));
         let mut unreachable_since: Option<Instant> = None;
         loop {
             let owner = self.new_owner();
-            let (acquired, busy, errors) = match self.round(name, &owner, lease)? {
+            let (acquired, busy, errors) = match self.round(name, &owner, lease, bound)? {
                 Round::Held(guard) => return Ok(Some(guard)),
                 Round::Failed {
                     acquired,
@@ -316,8 +321,17 @@ impl Redlock {
         }
     }
 
-    /// One attempt on all nodes at once.
-    fn round(&self, name: &str, owner: &str, lease: Option<Duration>) -> Result<Round> {
+    /// One attempt on all nodes at once; each node's round trip ends by the
+    /// node timeout, and within `bound` (a bounded wait's deadline). A node
+    /// that took the request but did not answer undoes it in the background
+    /// once it answers (the owner is this attempt's alone).
+    fn round(
+        &self,
+        name: &str,
+        owner: &str,
+        lease: Option<Duration>,
+        bound: Bound,
+    ) -> Result<Round> {
         let inner = &self.inner;
         let key = format!("{}{name}", inner.key_prefix);
         let watchdog = lease.is_none();
@@ -333,7 +347,21 @@ impl Redlock {
                 fence: Fence::None,
                 place: None,
             };
-            node.shared().attempt(name, &req)
+            let mut sent = false;
+            let answer = node.shared().attempt(name, &req, bound, &mut sent);
+            if let Err(e) = &answer {
+                if sent && e.is_unanswered() {
+                    node.shared().orphaned(Orphan {
+                        kind: Kind::Plain,
+                        key: key.clone(),
+                        owner: owner.to_owned(),
+                        lease,
+                        place: None,
+                        until: started + lease + Duration::from_secs(1),
+                    });
+                }
+            }
+            answer
         });
         let elapsed = started.elapsed();
         let drift = lease / 100 + Duration::from_millis(2);
@@ -353,9 +381,9 @@ impl Redlock {
                 Ok(Round::Held(guard))
             }
             _ => {
-                // Not held: give back what we got — on every node, since one
-                // that timed out may have taken it after all.
-                release_everywhere(&inner.nodes, &key, owner, lease);
+                // Not held: give back what we got (a node that did not
+                // answer undoes its part in the background, see above).
+                release_on(&inner.nodes, &held, &key, owner, lease, bound);
                 Ok(Round::Failed {
                     acquired: held.len(),
                     busy,
@@ -452,9 +480,12 @@ fn majority(n: usize) -> usize {
 
 /// Runs `f` on every node at once (a scoped thread per node but the first),
 /// answers in node order.
-fn on_every_node<T: Send>(nodes: &[LockClient], f: impl Fn(&LockClient) -> T + Sync) -> Vec<T> {
+fn on_every_node<N: Sync, T: Send>(nodes: &[N], f: impl Fn(&N) -> T + Sync) -> Vec<T> {
+    let Some((first, rest)) = nodes.split_first() else {
+        return Vec::new();
+    };
     std::thread::scope(|scope| {
-        let others: Vec<_> = nodes[1..]
+        let others: Vec<_> = rest
             .iter()
             .map(|node| {
                 let f = &f;
@@ -463,7 +494,7 @@ fn on_every_node<T: Send>(nodes: &[LockClient], f: impl Fn(&LockClient) -> T + S
                     .spawn_scoped(scope, move || f(node))
             })
             .collect();
-        let mut answers = vec![f(&nodes[0])];
+        let mut answers = vec![f(first)];
         for (i, handle) in others.into_iter().enumerate() {
             answers.push(match handle {
                 Ok(h) => h.join().unwrap_or_else(|_| f(&nodes[i + 1])),
@@ -474,15 +505,21 @@ fn on_every_node<T: Send>(nodes: &[LockClient], f: impl Fn(&LockClient) -> T + S
     })
 }
 
-/// The release script on every node; how many said the hold was theirs, and
-/// the errors.
-fn release_everywhere(
+/// The release script on the nodes numbered `which`, each within the node
+/// timeout and `bound`; how many said the hold was theirs, how many said it
+/// was not, and the errors. A node that took the release but did not
+/// answer sends it again in the background until it answers (the owner is
+/// one acquisition's alone, so nothing later can be released by it).
+fn release_on(
     nodes: &[LockClient],
+    which: &[usize],
     key: &str,
     owner: &str,
     lease: Duration,
+    bound: Bound,
 ) -> (usize, usize, Vec<Error>) {
-    let answers = on_every_node(nodes, |node| {
+    let chosen: Vec<&LockClient> = which.iter().filter_map(|&i| nodes.get(i)).collect();
+    let answers = on_every_node(&chosen, |node| {
         let shared = node.shared();
         let rel = Release {
             kind: Kind::Plain,
@@ -492,7 +529,24 @@ fn release_everywhere(
             last: true,
             successor: None,
         };
-        shared.release_script(&rel, Some(shared.socket_timeout))
+        let bound = Bound {
+            pool_wait: Some(shared.socket_timeout),
+            deadline: bound.deadline,
+        };
+        let answer = shared.release_script(&rel, bound);
+        if let Err(e) = &answer {
+            if e.is_unanswered() {
+                shared.orphaned(Orphan {
+                    kind: Kind::Plain,
+                    key: key.to_owned(),
+                    owner: owner.to_owned(),
+                    lease,
+                    place: None,
+                    until: Instant::now() + lease,
+                });
+            }
+        }
+        answer
     });
     let (mut ours, mut not_ours, mut errors) = (0, 0, Vec::new());
     for answer in answers {
@@ -585,23 +639,31 @@ impl RedlockGuard {
                     .stop_renewing(&self.key, &self.owner, state);
             }
         }
-        // Released on every node in any case: parts left on a minority of
-        // nodes would only hold up the next holder.
-        let (ours, _, errors) = release_everywhere(nodes, &self.key, &self.owner, self.lease);
+        // Released on every node that granted it, lost or not: parts left
+        // on a minority of nodes would only hold up the next holder.
+        let which: Vec<usize> = self.nodes.iter().map(|(i, _)| *i).collect();
+        let (ours, _, errors) = release_on(
+            nodes,
+            &which,
+            &self.key,
+            &self.owner,
+            self.lease,
+            Bound::default(),
+        );
         let majority = self.redlock.majority();
+        let not_held = || Error::NotHeld {
+            name: self.name.clone(),
+            lost: self.state.lost_why(),
+        };
         if self.state.is_lost() {
-            return Err(Error::NotHeld {
-                name: self.name.clone(),
-            });
+            return Err(not_held());
         }
         if ours >= majority {
             return Ok(());
         }
         match errors.into_iter().next() {
             Some(e) if ours < majority => Err(e),
-            _ => Err(Error::NotHeld {
-                name: self.name.clone(),
-            }),
+            _ => Err(not_held()),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::conn::{Connections, Pooled};
+use crate::conn::{Bound, Connections, Pooled};
 use crate::error::{Error, Result};
 use crate::local::{LocalLocks, Outcome};
 use crate::notify::Notifier;
@@ -156,14 +156,23 @@ impl Shared {
         self.conns.connect_timeout()
     }
 
-    /// One acquire attempt of any kind. With replica acknowledgement, a hold
-    /// is followed by `WAIT` on the same connection; too few replicas → the
-    /// hold is undone (owner-checked) and the answer is
-    /// [`Error::NotReplicated`]. Sending an attempt twice is harmless: a
+    /// One acquire attempt of any kind, within `bound`. With replica
+    /// acknowledgement, a hold is followed by `WAIT` on the same connection;
+    /// too few replicas → the hold is undone (owner-checked) and the answer
+    /// is [`Error::NotReplicated`]. Sending an attempt twice is harmless: a
     /// first hold is set (not incremented), a reentrant count is settled by
-    /// the last local release, a second token is larger.
-    pub(crate) fn attempt(&self, name: &str, req: &Request<'_>) -> Result<Attempt> {
-        let (answer, unacked) = self.conns.run(req.key, None, |con| {
+    /// the last local release, a second token is larger. `sent` is set when
+    /// the attempt went out on a connection (a failure after that may have
+    /// run in Redis; one before it — a refused connect — did nothing).
+    pub(crate) fn attempt(
+        &self,
+        name: &str,
+        req: &Request<'_>,
+        bound: Bound,
+        sent: &mut bool,
+    ) -> Result<Attempt> {
+        let (answer, unacked) = self.conns.run(req.key, bound, |con| {
+            *sent = true;
             let answer = self.scripts().acquire(con, req)?;
             let unacked = match answer {
                 Attempt::Acquired { .. } => self.unreplicated(con)?,
@@ -182,7 +191,10 @@ impl Shared {
                     last: req.fresh,
                     successor: None,
                 },
-                Some(self.socket_timeout),
+                Bound {
+                    pool_wait: Some(self.socket_timeout),
+                    deadline: bound.deadline,
+                },
             );
             let (wanted, timeout) = self.replicas.unwrap_or_default();
             return Err(Error::NotReplicated {
@@ -209,20 +221,17 @@ impl Shared {
         Ok((acked < i64::from(wanted)).then(|| u32::try_from(acked.max(0)).unwrap_or(0)))
     }
 
-    /// One release script, waiting at most `pool_wait` for a connection.
-    pub(crate) fn release_script(
-        &self,
-        rel: &Release<'_>,
-        pool_wait: Option<Duration>,
-    ) -> Result<Released> {
+    /// One release script, within `bound`.
+    pub(crate) fn release_script(&self, rel: &Release<'_>, bound: Bound) -> Result<Released> {
         self.conns
-            .run(rel.key, pool_wait, |con| self.scripts().release(con, rel))
+            .run(rel.key, bound, |con| self.scripts().release(con, rel))
     }
 
     /// Deletes lock `key` of any kind and wakes its waiters.
     pub(crate) fn force_unlock(&self, key: &str) -> Result<bool> {
-        self.conns
-            .run(key, None, |con| self.scripts().force_unlock(con, key))
+        self.conns.run(key, Bound::default(), |con| {
+            self.scripts().force_unlock(con, key)
+        })
     }
 
     /// A read of an operator's tool, on the node serving `key`.
@@ -231,7 +240,7 @@ impl Shared {
         key: &str,
         read: impl FnMut(&mut crate::conn::Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        self.conns.run(key, None, read)
+        self.conns.run(key, Bound::default(), read)
     }
 
     /// A read of an operator's tool on every server holding locks (each
@@ -246,24 +255,58 @@ impl Shared {
 
     /// Whether lock `key` (any kind) is held by anyone.
     pub(crate) fn is_locked(&self, key: &str) -> Result<bool> {
-        self.conns
-            .run(key, None, |con| redis::cmd("EXISTS").arg(key).query(con))
-    }
-
-    /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
-    /// waiting writers), best effort: a place left behind expires by itself.
-    /// True when a plain lock was granted to `owner` meanwhile: the caller
-    /// releases it.
-    pub(crate) fn leave(&self, kind: Kind, key: &str, owner: &str, place: Option<&str>) -> bool {
-        self.leave_place(kind, key, owner, place).unwrap_or_else(|e| {
-            tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; it expires by itself");
-            false
+        self.conns.run(key, Bound::default(), |con| {
+            redis::cmd("EXISTS").arg(key).query(con)
         })
     }
 
+    /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
+    /// waiting writers) within `bound`. True when a plain lock was granted
+    /// to `owner` meanwhile: the caller releases it. When Redis did not
+    /// answer, the leave (and the release of such a grant) is done in the
+    /// background once it does — or the place expires by itself first.
+    pub(crate) fn leave(
+        self: &Arc<Self>,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        place: Option<&str>,
+        lease: Duration,
+        bound: Bound,
+    ) -> bool {
+        match self.leave_place(kind, key, owner, place, bound) {
+            Ok(granted) => granted,
+            Err(e) => {
+                tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; leaving it once redis answers");
+                if e.is_unanswered() {
+                    self.orphaned(Orphan {
+                        kind,
+                        key: key.to_owned(),
+                        owner: owner.to_owned(),
+                        lease,
+                        place: place.map(str::to_owned),
+                        until: Instant::now() + lease.max(protocol::LONGEST_PLACE),
+                    });
+                }
+                false
+            }
+        }
+    }
+
     /// Leaves `owner`'s waiting place; the error when Redis did not answer.
-    fn leave_place(&self, kind: Kind, key: &str, owner: &str, place: Option<&str>) -> Result<bool> {
-        self.conns.run(key, Some(self.socket_timeout), |con| {
+    fn leave_place(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        place: Option<&str>,
+        bound: Bound,
+    ) -> Result<bool> {
+        let bound = Bound {
+            pool_wait: Some(self.socket_timeout),
+            deadline: bound.deadline,
+        };
+        self.conns.run(key, bound, |con| {
             self.scripts().leave(con, kind, key, owner, place)
         })
     }
@@ -274,27 +317,32 @@ impl Shared {
     }
 
     /// Before an acquire of `owner` on `key`: undoes what a lost reply of
-    /// its own there may have left (see `orphans`). Nothing to do — the usual
-    /// case — costs one atomic load.
-    pub(crate) fn settle(&self, key: &str, owner: &str) -> Result<()> {
-        self.orphans.settle(key, owner, |o| self.undo(o))
+    /// its own there may have left (see `orphans`), within `bound`. Nothing
+    /// to do — the usual case — costs one atomic load.
+    pub(crate) fn settle(&self, key: &str, owner: &str, bound: Bound) -> Result<()> {
+        self.orphans.settle(key, owner, |o| self.undo(o, bound))
     }
 
-    /// An acquire whose reply was lost: undone in the background as soon as
-    /// Redis answers (and before the owner's next acquire of the key).
+    /// A call whose reply was lost (an acquire, a release, leaving a
+    /// place): undone in the background as soon as Redis answers (and
+    /// before the owner's next acquire of the key). The thread that does it
+    /// holds only a `Weak` to the client: it ends with the client.
     pub(crate) fn orphaned(self: &Arc<Self>, orphan: Orphan) {
-        tracing::debug!(key = %orphan.key, "leasehold: an acquire's reply was lost; undoing it once redis answers");
+        tracing::debug!(key = %orphan.key, "leasehold: a reply was lost; undoing what the call may have done once redis answers");
         self.orphans.add(orphan);
         let mut undoing = self.undoing.lock();
         if *undoing {
             return;
         }
-        let shared = Arc::clone(self);
+        let weak = Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name("leasehold-undo".into())
             .spawn(move || loop {
                 std::thread::sleep(UNDO_RETRY);
-                if !shared.orphans.pass(|o| shared.undo(o)) {
+                let Some(shared) = weak.upgrade() else {
+                    return; // the client is gone; what is left expires
+                };
+                if !shared.orphans.pass(|o| shared.undo(o, Bound::default())) {
                     let mut undoing = shared.undoing.lock();
                     if !shared.orphans.any() {
                         *undoing = false;
@@ -311,11 +359,11 @@ impl Shared {
         }
     }
 
-    /// One owner-checked undo of a lost acquire: leave its waiting place,
-    /// release whatever hold it took (all of the owner's: it had none).
-    fn undo(&self, o: &Orphan) -> Result<()> {
-        let wait = Some(self.socket_timeout);
-        let granted = self.leave_place(o.kind, &o.key, &o.owner, o.place.as_deref())?;
+    /// One owner-checked undo of a lost call, within `bound`: leave its
+    /// waiting place, release whatever hold it took or kept (all of the
+    /// owner's: it has no other here).
+    fn undo(&self, o: &Orphan, bound: Bound) -> Result<()> {
+        let granted = self.leave_place(o.kind, &o.key, &o.owner, o.place.as_deref(), bound)?;
         let field = protocol::hold_field(o.kind, &o.owner);
         let rel = Release {
             kind: o.kind,
@@ -325,15 +373,20 @@ impl Shared {
             last: true,
             successor: None,
         };
-        let released = self.release_script(&rel, wait)?;
-        tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid an acquire whose reply was lost");
+        let bound = Bound {
+            pool_wait: Some(self.socket_timeout),
+            deadline: bound.deadline,
+        };
+        let released = self.release_script(&rel, bound)?;
+        tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid a call whose reply was lost");
         Ok(())
     }
 
-    /// A new place in a plain lock's line for `owner`'s next wait.
-    pub(crate) fn next_place(&self, owner: &str, fenced: bool) -> String {
+    /// A new place in a plain lock's line (or a fair queue's mark) for
+    /// `owner`'s next wait, with `lease`.
+    pub(crate) fn next_place(&self, owner: &str, lease: Duration, fenced: bool) -> String {
         let n = self.waits.fetch_add(1, Ordering::Relaxed);
-        protocol::place_of(owner, n, fenced)
+        protocol::place_of(owner, n, lease, fenced)
     }
 
     /// This client's grant channel for lock `key`.
@@ -407,26 +460,30 @@ impl Shared {
         }
     }
 
-    /// Gives back one hold: stops its renewal when it was the last guard,
-    /// then runs the release script — for a plain lock handing it to a thread
-    /// of this client queued for it when there is one (unless every acquire
-    /// must be acknowledged by replicas), or granting it to the first client
-    /// waiting in line. A lost hold sends nothing.
+    /// Gives back one hold, within `bound`: stops its renewal when it was
+    /// the last guard, then runs the release script — for a plain lock
+    /// handing it to a thread of this client queued for it when there is
+    /// one (unless every acquire must be acknowledged by replicas), or
+    /// granting it to the first client waiting in line. A lost hold sends
+    /// nothing.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when the hold was no longer ours; connection
-    /// errors when Redis could not be reached (the lock then expires with
-    /// its lease).
-    pub(crate) fn release(&self, hold: &Hold, pool_wait: Option<Duration>) -> Result<()> {
-        let result = self.release_hold(hold, pool_wait);
+    /// [`Error::NotHeld`] when the hold was no longer ours;
+    /// [`Error::ReleasePending`] when the owner's last release was sent but
+    /// not answered (it is sent again in the background until Redis answers
+    /// or the lease ends); connection errors when Redis could not be
+    /// reached.
+    pub(crate) fn release(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
+        let result = self.release_hold(hold, bound);
         // Debug level, no owner: names and the outcome only.
         tracing::debug!(lock = %hold.name, kind = ?hold.kind, ok = result.is_ok(), "leasehold: release");
         result
     }
 
-    fn release_hold(&self, hold: &Hold, pool_wait: Option<Duration>) -> Result<()> {
+    fn release_hold(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
         let not_held = || Error::NotHeld {
             name: hold.name.clone(),
+            lost: hold.state.lost_why(),
         };
         if hold.renewed {
             // Stops renewal (when this is the last hold) before the release.
@@ -450,7 +507,7 @@ impl Shared {
             if hold.state.is_lost() {
                 return Err(not_held());
             }
-            return match self.release_script(&rel, pool_wait)? {
+            return match self.release_or_retry(hold, &rel, bound)? {
                 Released::NotHeld => Err(not_held()),
                 _ => Ok(()),
             };
@@ -467,7 +524,7 @@ impl Shared {
         // WAIT: no handoff inside the release script.
         rel.successor = handover.successor().filter(|_| self.replicas.is_none());
         let sent_at = Instant::now();
-        let released = self.release_script(&rel, pool_wait)?;
+        let released = self.release_or_retry(hold, &rel, bound)?;
         handover.finish(match released {
             Released::HandedOver { fence } => Outcome::HandedOver(sent_at, fence),
             Released::FreedForOthers => Outcome::FreedForOthers,
@@ -477,6 +534,45 @@ impl Shared {
             Released::NotHeld => Err(not_held()),
             _ => Ok(()),
         }
+    }
+
+    /// One release script for `hold`. When the owner's last release went
+    /// out but its reply did not come, it is sent again in the background
+    /// (see [`orphaned`](Self::orphaned)) until Redis answers or the lease
+    /// would have ended: [`Error::ReleasePending`].
+    fn release_or_retry(
+        self: &Arc<Self>,
+        hold: &Hold,
+        rel: &Release<'_>,
+        bound: Bound,
+    ) -> Result<Released> {
+        let mut sent = false;
+        let e = match self.conns.run(rel.key, bound, |con| {
+            sent = true;
+            self.scripts().release(con, rel)
+        }) {
+            Ok(released) => return Ok(released),
+            Err(e) => e,
+        };
+        if !(sent && rel.last && e.is_unanswered()) {
+            // Nothing went out (it expires with its lease), an answer, or a
+            // reentrant count (the owner's last release settles it).
+            return Err(e);
+        }
+        let until = hold.state.valid_until();
+        self.orphaned(Orphan {
+            kind: hold.kind,
+            key: hold.key.clone(),
+            owner: protocol::owner_of_field(hold.kind, &hold.field).to_owned(),
+            lease: hold.lease,
+            place: None,
+            until,
+        });
+        Err(Error::ReleasePending {
+            name: hold.name.clone(),
+            lease_left: until.saturating_duration_since(Instant::now()),
+            source: Box::new(e),
+        })
     }
 
     /// This client's counters (see `LockClient::stats`).

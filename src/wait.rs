@@ -200,7 +200,7 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
         let sent_at = Instant::now();
         let cap = match place.kind.attempt() {
             Err(e) if (waiting || bounded) && e.is_transient() => {
-                outage.ride(env, name, e, deadline, sub.as_ref())?;
+                outage.ride(env, name, e, sent_at, deadline, sub.as_ref())?;
                 continue;
             }
             Err(e) => return Err(e),
@@ -297,6 +297,29 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
     }
 }
 
+/// Runs `step` — a call a wait makes before its attempts, such as undoing
+/// an earlier lost reply — riding out an outage as the loop does: a bounded
+/// wait (its deadline still ahead) retries transient errors with backoff up
+/// to its deadline; anything else reports the error at once.
+pub(crate) fn ride_out<T, E: Env>(
+    env: &E,
+    name: &str,
+    deadline: Option<Instant>,
+    mut step: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let bounded = deadline.is_some_and(|d| d > Instant::now());
+    let mut outage = Outage::default();
+    loop {
+        let sent_at = Instant::now();
+        match step() {
+            Err(e) if bounded && e.is_transient() && !env.cancelled() => {
+                outage.ride(env, name, e, sent_at, deadline, None)?;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// A waiting place in Redis, left when the wait ends without the lock —
 /// deadline, error or panic — so those behind it go on at once instead of
 /// waiting for it to expire.
@@ -323,27 +346,38 @@ struct Outage {
 }
 
 impl Outage {
-    /// After transient error `e` while waiting: pauses until the next retry,
-    /// or returns `e` when the deadline comes first or — without a deadline —
-    /// the outage lasted longer than the limit.
+    /// After transient error `e` of a call sent at `sent_at` while waiting
+    /// (the outage began then, at the latest): pauses until the next
+    /// retry — the backoff, or the deadline if that comes first (a last
+    /// attempt then, its round trip bounded by what is left) — or gives up
+    /// with [`Error::Unavailable`] once the deadline has passed or, without
+    /// one, the outage lasted longer than the limit.
     fn ride<E: Env>(
         &mut self,
         env: &E,
         name: &str,
         e: Error,
+        sent_at: Instant,
         deadline: Option<Instant>,
         sub: Option<&E::Sub>,
     ) -> Result<()> {
         let now = Instant::now();
-        let since = *self.since.get_or_insert(now);
+        let since = *self.since.get_or_insert(sent_at);
         let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
-        let retry_at = now + backoff;
+        let mut retry_at = now + backoff;
         let too_long = match deadline {
-            Some(d) => d <= retry_at,
+            Some(d) => {
+                retry_at = retry_at.min(d);
+                d <= now
+            }
             None => now - since >= env.outage_limit(),
         };
         if too_long {
-            return Err(e);
+            return Err(Error::Unavailable {
+                name: name.to_owned(),
+                outage: now - since,
+                source: Box::new(e),
+            });
         }
         tracing::debug!(lock = %name, error = ?e, "leasehold: redis unavailable while waiting; retrying");
         env.pause(sub, retry_at);

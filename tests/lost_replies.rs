@@ -161,3 +161,49 @@ fn the_last_release_frees_the_lock_after_a_lost_reentrant_reply() {
         );
     }
 }
+
+/// A release whose reply was lost — Redis paused past the socket timeout
+/// while the holder unlocked — is sent again once Redis answers, also when
+/// the server had never run the release script (a fresh server's script
+/// cache is empty: the lost `EVALSHA` is refused `NOSCRIPT` after the
+/// resume, and the retry loads the script): the waiter gets the lock within
+/// about a second of the resume, and `unlock()` says the release is pending.
+#[test]
+fn a_release_sent_during_a_pause_is_sent_again_and_the_waiter_gets_in() {
+    for cached in [false, true] {
+        let server = RedisServer::start(); // fresh: no script loaded yet
+        let holder = LockClient::new(&server.url()).unwrap();
+        let waiter = LockClient::new(&server.url()).unwrap();
+        if cached {
+            holder.lock("warm").unwrap().unlock().unwrap();
+        }
+        let guard = holder.lock("x").unwrap();
+        let waiting = thread::spawn(move || {
+            let got = waiter.try_lock_for("x", Duration::from_secs(12));
+            (Instant::now(), got.map(|g| g.is_some()))
+        });
+        assert!(eventually(Duration::from_secs(5), || holder
+            .inspect("x")
+            .unwrap()
+            .waiters
+            .len()
+            == 1));
+        server.signal("STOP");
+        let stopped = Instant::now();
+        let e = guard.unlock().unwrap_err();
+        let resume_at = stopped + Duration::from_millis(3_200);
+        thread::sleep(resume_at.saturating_duration_since(Instant::now()));
+        server.signal("CONT");
+        let resumed = Instant::now();
+        assert!(e.is_release_pending(), "cached {cached}: {e:?}");
+        assert!(e.to_string().contains("sent again"), "{e}");
+        let (got_at, got) = waiting.join().unwrap();
+        assert!(matches!(got, Ok(true)), "cached {cached}: {got:?}");
+        let after = got_at.saturating_duration_since(resumed);
+        eprintln!("cached {cached}: the waiter got in {after:?} after the resume");
+        assert!(
+            after < Duration::from_millis(1_200),
+            "cached {cached}: the waiter got in {after:?} after the resume"
+        );
+    }
+}

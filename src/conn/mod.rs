@@ -14,7 +14,7 @@ mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -40,6 +40,60 @@ pub(crate) fn one_scheme(urls: &[String], what: &str) -> Result<bool> {
         });
     }
     Ok(tls != 0)
+}
+
+/// The least time a round trip is given, also one sent at (or after) its
+/// call's deadline: a call with a deadline returns by it plus this.
+pub(crate) const LAST_ROUND_TRIP: Duration = Duration::from_millis(20);
+
+/// How long one call to Redis may take: how long it waits for a pooled
+/// connection, and the deadline its round trips end by. The default waits
+/// the connect timeout for a connection and the socket timeout for each
+/// reply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Bound {
+    /// Wait at most this long for a pooled connection (default: the connect
+    /// timeout).
+    pub(crate) pool_wait: Option<Duration>,
+    /// No wait — for a connection or a reply — goes past this (plus
+    /// [`LAST_ROUND_TRIP`]); the socket timeout still bounds each reply.
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl Bound {
+    /// Waits at most `wait` for a pooled connection.
+    pub(crate) fn pool_wait(wait: Duration) -> Self {
+        Bound {
+            pool_wait: Some(wait),
+            deadline: None,
+        }
+    }
+
+    /// Ends by `deadline` (plus [`LAST_ROUND_TRIP`]); none: as the default.
+    pub(crate) fn until(deadline: Option<Instant>) -> Self {
+        Bound {
+            pool_wait: None,
+            deadline,
+        }
+    }
+
+    /// What is left before the deadline, at least [`LAST_ROUND_TRIP`]
+    /// (`None` without one).
+    fn left(&self) -> Option<Duration> {
+        self.deadline.map(|d| {
+            d.saturating_duration_since(Instant::now())
+                .max(LAST_ROUND_TRIP)
+        })
+    }
+}
+
+/// Where a call went, for its errors: the server, and how long its last
+/// reply was waited for (and whether the deadline decided that).
+#[derive(Default)]
+struct At {
+    addr: String,
+    io: Duration,
+    by_deadline: bool,
 }
 
 /// Dead pooled connections a command skips before it gives up.
@@ -121,32 +175,54 @@ impl Connections {
     }
 
     /// Runs `script` for `key` on a pooled connection (in a cluster: of the
-    /// primary serving its slot), waiting at most `pool_wait` for one
-    /// (default: the connect timeout). A pooled connection that died idle
+    /// primary serving its slot), within `bound`: waiting at most its pool
+    /// wait for a connection, and no reply waits longer than the socket
+    /// timeout or past its deadline. A pooled connection that died idle
     /// (Redis was restarted, a proxy dropped it) fails on first use; the
     /// script is then sent again on another connection, a few times at most.
-    /// A socket timeout is reported as [`Error::TimedOut`] with its length.
+    /// A reply that did not come is [`Error::TimedOut`] with how long it was
+    /// waited for; every connection error names the server.
     pub(crate) fn run<T>(
         &self,
         key: &str,
-        pool_wait: Option<Duration>,
+        bound: Bound,
         script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        self.send(key, pool_wait, script)
-            .map_err(|e| self.explained(e))
+        let mut at = At::default();
+        self.send(key, bound, &mut at, script)
+            .map_err(|e| self.explained(e, &at))
     }
 
-    /// `e` with what explains it here: the socket timeout's length, the ACL
-    /// rules this client needs.
-    fn explained(&self, e: Error) -> Error {
-        e.with_socket_timeout(self.socket_timeout)
+    /// `e` with what explains it here: the server, how long a reply was
+    /// waited for, the ACL rules this client needs.
+    fn explained(&self, e: Error, at: &At) -> Error {
+        e.at(&at.addr, at.io, at.by_deadline)
             .with_acl_rules(&self.acl_rules)
+    }
+
+    /// How long a reply may take within `bound` now, and whether the
+    /// deadline (not the socket timeout) decided it.
+    fn io_timeout(&self, bound: Bound) -> (Duration, bool) {
+        match bound.left() {
+            Some(left) if left < self.socket_timeout => (left, true),
+            _ => (self.socket_timeout, false),
+        }
+    }
+
+    /// How long to wait for a pooled connection within `bound` now.
+    fn pool_wait(&self, bound: Bound) -> Option<Duration> {
+        match (bound.pool_wait, bound.left()) {
+            (Some(wait), Some(left)) => Some(wait.min(left)),
+            (None, Some(left)) => Some(self.connect_timeout().min(left)),
+            (wait, None) => wait,
+        }
     }
 
     fn send<T>(
         &self,
         key: &str,
-        pool_wait: Option<Duration>,
+        bound: Bound,
+        at: &mut At,
         mut script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut tries = 0;
@@ -156,7 +232,8 @@ impl Connections {
                 .cluster
                 .as_ref()
                 .and_then(|c| c.router.node_for(key).ok());
-            let mut con = match (self.connection(key, pool_wait), &self.cluster) {
+            let got = self.connection(key, self.pool_wait(bound), &mut at.addr);
+            let mut con = match (got, &self.cluster) {
                 (Ok(con), _) => con,
                 (Err(e), Some(cluster)) if e.is_connection() && redirects < CLUSTER_REDIRECTS => {
                     // Its primary unreachable (failed over?): read the
@@ -170,7 +247,9 @@ impl Connections {
                 }
                 (Err(e), _) => return Err(e),
             };
-            let e = match script(&mut con) {
+            (at.io, at.by_deadline) = self.io_timeout(bound);
+            let sent = con.set_io_timeout(at.io).and_then(|()| script(&mut con));
+            let e = match sent {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
@@ -196,9 +275,13 @@ impl Connections {
                     // ASK: the slot is being migrated and this key is
                     // already on the target: ASKING, then the command, there.
                     let node: Arc<str> = Arc::from(node);
-                    let mut con = cluster.pool(&node)?.get(pool_wait)?;
-                    let asked = redis::cmd("ASKING")
-                        .query::<()>(&mut *con)
+                    let pool = cluster.pool(&node)?;
+                    at.addr = pool.addr();
+                    let mut con = pool.get(self.pool_wait(bound))?;
+                    (at.io, at.by_deadline) = self.io_timeout(bound);
+                    let asked = con
+                        .set_io_timeout(at.io)
+                        .and_then(|()| redis::cmd("ASKING").query::<()>(&mut *con))
                         .and_then(|()| script(&mut con));
                     match asked {
                         Ok(v) => return Ok(v),
@@ -239,42 +322,68 @@ impl Connections {
         what: &str,
         mut f: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<Vec<T>> {
-        let fail = |e: redis::RedisError| self.explained(Error::from_redis(e, what));
         let mut on = |pool: &NodePool| {
+            let fail = |e: Error| {
+                let at = At {
+                    addr: pool.addr(),
+                    io: self.socket_timeout,
+                    by_deadline: false,
+                };
+                self.explained(e, &at)
+            };
             let mut tries = 0;
             loop {
-                let mut con = pool.get(None)?;
-                match f(&mut con) {
+                let mut con = pool.get(None).map_err(fail)?;
+                match con
+                    .set_io_timeout(self.socket_timeout)
+                    .and_then(|()| f(&mut con))
+                {
                     Ok(v) => return Ok(v),
                     Err(e) if died_idle(&e, &con, tries) => tries += 1,
-                    Err(e) => return Err(fail(e)),
+                    Err(e) => return Err(fail(Error::from_redis(e, what))),
                 }
             }
         };
         match &self.cluster {
             None => Ok(vec![on(&self.pool)?]),
             Some(cluster) => {
-                let nodes = cluster.router.primaries().map_err(fail)?;
+                let nodes = cluster.router.primaries().map_err(|e| {
+                    let at = At {
+                        addr: "the cluster's seeds".into(),
+                        io: self.socket_timeout,
+                        by_deadline: false,
+                    };
+                    self.explained(Error::from_redis(e, what), &at)
+                })?;
                 nodes.iter().map(|node| on(&*cluster.pool(node)?)).collect()
             }
         }
     }
 
     /// A pooled connection for `key` (in a cluster: to the primary serving
-    /// its slot), waiting at most `wait` (default: the connect timeout).
+    /// its slot), waiting at most `wait` (default: the connect timeout);
+    /// `addr` is set to the server it is for.
     fn connection(
         &self,
         key: &str,
         wait: Option<Duration>,
+        addr: &mut String,
     ) -> Result<r2d2::PooledConnection<pool::Manager>> {
         match &self.cluster {
-            None => self.pool.get(wait),
+            None => {
+                let got = self.pool.get(wait);
+                *addr = self.pool.addr();
+                got
+            }
             Some(cluster) => {
-                let node = cluster
-                    .router
-                    .node_for(key)
-                    .map_err(|e| Error::from_redis(e, key))?;
-                cluster.pool(&node)?.get(wait)
+                let node = cluster.router.node_for(key).map_err(|e| {
+                    *addr = "the cluster's seeds".to_owned();
+                    Error::from_redis(e, key)
+                })?;
+                let pool = cluster.pool(&node)?;
+                let got = pool.get(wait);
+                *addr = pool.addr();
+                got
             }
         }
     }

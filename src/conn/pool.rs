@@ -19,6 +19,8 @@ use crate::error::{Error, Result, Retry};
 pub(crate) struct NodePool {
     pool: r2d2::Pool<Manager>,
     last_error: Arc<Mutex<Option<(Instant, redis::RedisError)>>>,
+    /// The server, as errors name it (see [`Target::describe`]).
+    addr: Arc<Mutex<String>>,
 }
 
 /// How often a caller waiting for a pooled connection looks whether the
@@ -34,7 +36,9 @@ impl NodePool {
         tls: TlsConfig,
     ) -> Self {
         let last_error = Arc::new(Mutex::new(None));
+        let addr = Arc::new(Mutex::new(target.describe()));
         let manager = Manager {
+            addr: Arc::clone(&addr),
             target,
             tls,
             connect_timeout: connect,
@@ -51,7 +55,17 @@ impl NodePool {
             .connection_timeout(connect)
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(manager);
-        NodePool { pool, last_error }
+        NodePool {
+            pool,
+            last_error,
+            addr,
+        }
+    }
+
+    /// The server, as errors name it: its address (with Sentinel, the
+    /// primary's last one, or how it is found).
+    pub(crate) fn addr(&self) -> String {
+        self.addr.lock().clone()
     }
 
     /// A pooled connection, waiting at most `wait` (default: the connect
@@ -83,6 +97,7 @@ impl NodePool {
                         return Err(match self.last_error.lock().clone() {
                             Some((_, cause)) => Error::from(cause),
                             None => Error::Pool {
+                                addr: self.addr(),
                                 message: e.to_string(),
                                 timeout: wait,
                             },
@@ -102,6 +117,8 @@ impl NodePool {
 /// error kept typed (r2d2 itself keeps only its text).
 pub(crate) struct Manager {
     target: Arc<Target>,
+    /// Where the last connection went (for errors).
+    addr: Arc<Mutex<String>>,
     tls: TlsConfig,
     connect_timeout: Duration,
     socket_timeout: Duration,
@@ -118,6 +135,7 @@ impl r2d2::ManageConnection for Manager {
             .client()
             .and_then(|c| {
                 let info = c.get_connection_info();
+                *self.addr.lock() = self.target.describe_at(info.addr());
                 Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)
             })
             .map(|con| Pooled { con, broken: false });
@@ -148,6 +166,14 @@ impl Pooled {
     /// idle: nothing sent on it reached the server).
     pub(crate) fn closed(&self) -> bool {
         self.con.closed()
+    }
+
+    /// Makes `io` the longest each read and write of the next commands may
+    /// take (see [`Wire::set_io_timeout`]).
+    pub(crate) fn set_io_timeout(&mut self, io: Duration) -> redis::RedisResult<()> {
+        let set = self.con.set_io_timeout(io);
+        self.note(&set);
+        set
     }
 
     fn note<T>(&mut self, result: &redis::RedisResult<T>) {

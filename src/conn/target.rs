@@ -18,6 +18,24 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// The server as errors name it before a connection was made: its
+    /// address, or how Sentinel or the cluster finds it.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Target::Fixed(client) => client.get_connection_info().addr().to_string(),
+            Target::Sentinel(_) => "the primary Sentinel names".to_owned(),
+            Target::Cluster(_) => "a node of the cluster".to_owned(),
+        }
+    }
+
+    /// The server as errors name it once a connection goes to `addr`.
+    pub(crate) fn describe_at(&self, addr: &redis::ConnectionAddr) -> String {
+        match self {
+            Target::Sentinel(_) => format!("{addr} (the primary Sentinel named)"),
+            _ => addr.to_string(),
+        }
+    }
+
     /// A client for the primary as of now (asking a Sentinel each time:
     /// only new connections call this).
     pub(crate) fn client(&self) -> redis::RedisResult<redis::Client> {

@@ -20,6 +20,8 @@ pub(crate) struct Wire {
     stream: Stream,
     parser: redis::Parser,
     db: i64,
+    /// The read and write timeout the socket has now.
+    io: Duration,
     /// False after any error that leaves a reply unread or the socket
     /// unusable: the pool drops it.
     open: bool,
@@ -47,6 +49,7 @@ impl Wire {
             stream,
             parser,
             db: settings.db(),
+            io,
             open: true,
             closed: false,
         })
@@ -55,6 +58,17 @@ impl Wire {
     /// Whether the other end closed the socket (see the field).
     pub(crate) fn closed(&self) -> bool {
         self.closed
+    }
+
+    /// Makes `io` the longest each read and write may take from now on (a
+    /// system call only when it changes).
+    pub(crate) fn set_io_timeout(&mut self, io: Duration) -> RedisResult<()> {
+        if io != self.io {
+            self.stream.set_read_timeout(Some(io))?;
+            self.stream.set_write_timeout(Some(io))?;
+            self.io = io;
+        }
+        Ok(())
     }
 
     fn send(&mut self, bytes: &[u8]) -> RedisResult<()> {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::plain::{mint_fn, GRANT_LEASE, UNLOCK_MESSAGE};
+use super::plain::{granted_fn, mint_fn, GRANT_LEASE, UNLOCK_MESSAGE};
 use super::{millis, PubSub};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 
@@ -85,7 +85,8 @@ end
 "#;
 
 /// Acquire: KEYS lock, queue, timeouts, leasehold marks (, token counter);
-/// ARGV lease, owner, queue lease, place (`''`: a single try).
+/// ARGV lease, owner, queue lease (the waiter's own: at most
+/// [`QUEUE_LEASE`], at most its lease), place (`''`: a single try).
 /// Ours already → one more hold, nil — or, when the lock was granted to this
 /// wait's place (the mark says `<place>!`), the first hold: a grant whose
 /// message was lost or that must be taken as asked. Free and (no queue or we
@@ -166,7 +167,8 @@ return ttl
 "#;
 
 /// Release: KEYS lock, queue, timeouts, channel, leasehold marks, token
-/// counter; ARGV message, lease, owner, grant lease, last (`1`: the owner's
+/// counter; ARGV message, lease, owner, grant lease (for a mark that names
+/// none: the waiter's own is in its place, see `granted_fn!`), last (`1`: the owner's
 /// last hold in its client — a count above 1 is stale, from a reply that was
 /// lost). Not ours → nil; more holds (and not the last) → count − 1, 0; the
 /// last → delete, and the first live waiter is
@@ -190,7 +192,7 @@ if next then
     local place = redis.call('hget', KEYS[5], next)
     if place and place ~= '-' and string.sub(place, -1) ~= '!' then
         redis.call('hset', KEYS[1], next, 1)
-        redis.call('pexpire', KEYS[1], ARGV[4])
+        redis.call('pexpire', KEYS[1], granted(place))
         redis.call('lpop', KEYS[2])
         redis.call('zrem', KEYS[3], next)
         redis.call('del', KEYS[5] .. ':' .. next)
@@ -248,7 +250,7 @@ impl FairScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         FairScripts {
             acquire: pubsub.script(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
-            release: pubsub.script(&format!("{PURGE}{}{RELEASE}", mint_fn!())),
+            release: pubsub.script(&format!("{PURGE}{}{}{RELEASE}", mint_fn!(), granted_fn!())),
             cancel: pubsub.script(CANCEL),
         }
     }
@@ -273,7 +275,7 @@ impl FairScripts {
         let reply: Value = invocation
             .arg(millis(lease))
             .arg(owner)
-            .arg(millis(QUEUE_LEASE))
+            .arg(millis(QUEUE_LEASE.min(lease)))
             .arg(place.unwrap_or(""))
             .invoke(con)?;
         Ok(match reply {

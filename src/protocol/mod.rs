@@ -113,6 +113,14 @@ pub(crate) fn hold_field(kind: Kind, owner: &str) -> Cow<'_, str> {
     }
 }
 
+/// The owner of a hold whose hash field is `field` (see [`hold_field`]).
+pub(crate) fn owner_of_field(kind: Kind, field: &str) -> &str {
+    match kind {
+        Kind::Write => field.strip_suffix(":write").unwrap_or(field),
+        _ => field,
+    }
+}
+
 /// The channel on which a waiter of `kind` hears that it may try again: the
 /// lock's unlock channel, or (fair) the waiter's own.
 pub(crate) fn wait_channel(kind: Kind, key: &str, owner: &str) -> String {
@@ -124,24 +132,46 @@ pub(crate) fn wait_channel(kind: Kind, key: &str, owner: &str) -> String {
 }
 
 /// The place of `owner`'s wait number `n` in a plain lock's line of waiting
-/// clients: `<owner>#<n>`, and `f` at the end when the waiter wants a fencing
-/// token (the release that grants it the lock mints one). A grant names the
-/// place, so a grant meant for an earlier wait of the same owner is never
-/// taken for this one.
-pub(crate) fn place_of(owner: &str, n: u64, fenced: bool) -> String {
-    format!("{owner}#{n}{}", if fenced { "f" } else { "" })
+/// clients (and the mark of a fair waiter's queue entry):
+/// `<owner>#<n>@<grant ms>`, and `f` at the end when the waiter wants a
+/// fencing token (the release that grants it the lock mints one). A grant
+/// names the place, so a grant meant for an earlier wait of the same owner
+/// is never taken for this one; `<grant ms>` is the lease a release that
+/// grants it the lock sets ([`grant_lease`] of the waiter's lease).
+pub(crate) fn place_of(owner: &str, n: u64, lease: Duration, fenced: bool) -> String {
+    let grant = millis(grant_lease(lease));
+    format!("{owner}#{n}@{grant}{}", if fenced { "f" } else { "" })
 }
 
-/// Whether a refused attempt of `kind` leaves a place in Redis — the line of
-/// waiting clients, the fair queue, the waiting writers — that expires unless confirmed at least every
-/// returned interval (by attempting again) and should be left on giving up.
-pub(crate) fn waiting_place(kind: Kind) -> Option<Duration> {
-    match kind {
-        Kind::Fair => Some(fair::QUEUE_LEASE / 3),
-        Kind::Write => Some(rwlock::WRITER_INTENT / 3),
-        Kind::Plain => Some(plain::PLACE_LEASE / 3),
-        Kind::Read => None,
-    }
+/// The lease a release sets when it grants the lock to a waiter that asked
+/// for `lease`: that lease, but at most [`GRANT_LEASE`] — short, so a
+/// granted waiter that died or stalled costs the others no more than its
+/// own lease, and never a whole watchdog lease (its renewal lengthens it).
+pub(crate) fn grant_lease(lease: Duration) -> Duration {
+    lease.min(GRANT_LEASE)
+}
+
+/// How long a waiting place of `kind` (the line of waiting clients, the
+/// fair queue, the waiting writers) lives unless its waiter, whose lease is
+/// `lease`, confirms it: the kind's place lease, but never longer than that
+/// lease — a stalled waiter first in line keeps a free lock from the others
+/// no longer than it could keep the lock itself. `None` for a reader (it
+/// leaves no place).
+pub(crate) fn place_lease(kind: Kind, lease: Duration) -> Option<Duration> {
+    let longest = match kind {
+        Kind::Fair => fair::QUEUE_LEASE,
+        Kind::Write => rwlock::WRITER_INTENT,
+        Kind::Plain => plain::PLACE_LEASE,
+        Kind::Read => return None,
+    };
+    Some(longest.min(lease))
+}
+
+/// Whether a refused attempt of `kind` leaves a place in Redis that
+/// expires unless confirmed at least every returned interval (by attempting
+/// again; a third of its [`place_lease`]) and should be left on giving up.
+pub(crate) fn waiting_place(kind: Kind, lease: Duration) -> Option<Duration> {
+    place_lease(kind, lease).map(|d| d / 3)
 }
 
 /// The longest any waiting place lives unconfirmed (the line's, the fair
@@ -448,9 +478,32 @@ mod tests {
     }
 
     #[test]
+    fn a_place_names_the_lease_its_grant_sets_never_longer_than_the_waiters() {
+        let second = Duration::from_secs(1);
+        assert_eq!(place_of("u:1", 7, second, true), "u:1#7@1000f");
+        assert_eq!(place_of("u:1", 8, second * 30, false), "u:1#8@3000");
+        assert_eq!(grant_lease(second), second);
+        assert_eq!(grant_lease(second * 30), GRANT_LEASE);
+        assert_eq!(place_lease(Kind::Plain, second), Some(second));
+        assert_eq!(
+            place_lease(Kind::Fair, second * 30),
+            Some(fair::QUEUE_LEASE)
+        );
+        assert_eq!(place_lease(Kind::Read, second), None);
+        assert_eq!(waiting_place(Kind::Write, second * 3), Some(second));
+        for kind in [Kind::Plain, Kind::Fair, Kind::Write] {
+            let longest = place_lease(kind, Duration::MAX).unwrap();
+            assert!(longest <= LONGEST_PLACE, "{kind:?}");
+        }
+    }
+
+    #[test]
     fn a_write_hold_has_its_own_field() {
         assert_eq!(hold_field(Kind::Write, "u:1"), "u:1:write");
         assert_eq!(hold_field(Kind::Read, "u:1"), "u:1");
         assert_eq!(hold_field(Kind::Plain, "u:1"), "u:1");
+        for kind in [Kind::Plain, Kind::Fair, Kind::Read, Kind::Write] {
+            assert_eq!(owner_of_field(kind, &hold_field(kind, "u:1")), "u:1");
+        }
     }
 }

@@ -22,9 +22,10 @@ use crate::names::{channel_name, line_key, token_key};
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
-/// How long a waiting client's place in the line lasts unless its waiter
-/// confirms it (every third of this, by attempting again). In the scripts
-/// as [`place_lease_ms!`].
+/// How long a waiting client's place in the line lasts at most unless its
+/// waiter confirms it (every third of its own, by attempting again): a
+/// waiter's place lives this long or its own lease, whichever is shorter
+/// (`protocol::place_lease`). In the scripts as [`place_lease_ms!`].
 pub(crate) const PLACE_LEASE: Duration = Duration::from_secs(3);
 macro_rules! place_lease_ms {
     () => {
@@ -32,17 +33,19 @@ macro_rules! place_lease_ms {
     };
 }
 
-/// The lease a release sets when it gives the lock to the first waiter in
-/// line: short, so a waiter that died after its place was last confirmed
-/// costs the others this much, never a whole watchdog lease. The grantee's
-/// renewal lengthens it to its own lease within a third of this. In the
-/// scripts as [`grant_lease_ms!`].
+/// The longest lease a release sets when it gives the lock to the first
+/// waiter in line (the waiter's own lease when shorter, named in its place:
+/// `protocol::grant_lease`): short, so a waiter that died after its place
+/// was last confirmed costs the others this much, never a whole watchdog
+/// lease. The grantee's renewal lengthens it to its own lease within a
+/// third of this. In the scripts as [`grant_lease_ms!`].
 pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(3);
 macro_rules! grant_lease_ms {
     () => {
         "3000"
     };
 }
+pub(crate) use grant_lease_ms;
 
 /// The Lua helper `companion(prefix)`: a companion name of the lock whose
 /// unlock channel is `KEYS[2]` (`redisson_lock__channel:{<key>}`), with
@@ -66,13 +69,17 @@ pub(crate) use companion_fn;
 /// client's: its id carries UUID version 8 (the 15th character; see
 /// `names::new_client_id`), Redisson's version 4; and `head(line, first)` — the first live place of the line `line` whose first
 /// entry is `first`, and how long its place key still lives (ms), dropping
-/// dead places at the head on the way. A place is live while its key
-/// `<line>:<place>` exists (set with the place lease, confirmed by its
-/// waiter); so a script reads one or two places, never the whole line, and
-/// needs no clock.
+/// dead places at the head on the way; and `granted(place)` — the lease a
+/// grant to `place` sets, named in it (`<owner>#<n>@<ms>[f]`, see
+/// `protocol::place_of`). A place is live while its key `<line>:<place>`
+/// exists (set with the waiter's place lease, confirmed by its waiter); so a
+/// script reads one or two places, never the whole line, and needs no
+/// clock.
 macro_rules! line_fns {
     () => {
-        r#"
+        concat!(
+            granted_fn!(),
+            r#"
 local function ours(owner)
     return string.byte(owner, 15) == 56
 end
@@ -88,8 +95,28 @@ local function head(line, first)
     return nil
 end
 "#
+        )
     };
 }
+
+/// The Lua helper `granted(place)`: the lease in ms a grant to waiting place
+/// `place` sets — the one its waiter asked for, named in the place
+/// (`<owner>#<n>@<ms>[f]`), or [`GRANT_LEASE`] when it names none (also
+/// for the fair lock's marks).
+macro_rules! granted_fn {
+    () => {
+        concat!(
+            r#"
+local function granted(place)
+    return tonumber(string.match(place, '@(%d+)f?$')) or "#,
+            $crate::protocol::plain::grant_lease_ms!(),
+            r#"
+end
+"#
+        )
+    };
+}
+pub(crate) use granted_fn;
 
 /// The acquire logic both acquire scripts share, around `$then` (what to
 /// return once the hold is taken). KEYS: lock, line (, token counter). ARGV:
@@ -120,10 +147,11 @@ local function join()
         return
     end
     local place = KEYS[2] .. ':' .. ARGV[4]
-    if redis.call('set', place, 1, 'px', '"#, place_lease_ms!(), r#"', 'nx') then
+    local ms = math.min(tonumber(ARGV[1]), "#, place_lease_ms!(), r#")
+    if redis.call('set', place, 1, 'px', ms, 'nx') then
         redis.call('rpush', KEYS[2], ARGV[4])
     else
-        redis.call('pexpire', place, '"#, place_lease_ms!(), r#"')
+        redis.call('pexpire', place, ms)
     end
 end
 -- One call on the uncontended path: neither the lock nor a line exists.
@@ -244,7 +272,8 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 ///   successor (`ARGV[7] == "1"`);
 /// - a live place first in line, and no other library's waiter, or fewer than
 ///   two grants in a row while one waits → **grant**: the lock is set to that
-///   place's owner with the short [`GRANT_LEASE`], the place goes, and its
+///   place's owner with the short lease the place names (at most
+///   [`GRANT_LEASE`], see [`granted_fn!`]), the place goes, and its
 ///   client alone hears it on its grant channel
 ///   (`leasehold_grant:{<key>}:<client id>`): the message is the place, then
 ///   a token minted for it when the place asked for one (it ends in `f`), so
@@ -259,6 +288,7 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 pub(crate) const RELEASE: &str = concat!(
     mint_fn!(),
     companion_fn!(),
+    granted_fn!(),
     r#"
 if ARGV[3] == '1' then
     if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
@@ -305,19 +335,17 @@ end
 if first then
     local yield = KEYS[3] .. ':yield'
     local streak = nil
-    local granted = 0
+    local grants = 0
     if others > 0 then
         streak = redis.call('get', yield)
-        granted = tonumber(streak) or 0
+        grants = tonumber(streak) or 0
     end
-    if others == 0 or (streak ~= 'y' and granted < 2) then
+    if others == 0 or (streak ~= 'y' and grants < 2) then
         local owner = string.match(first, '^(.*)#')
         redis.call('hset', KEYS[1], owner, 1)
-        redis.call('pexpire', KEYS[1], "#,
-    grant_lease_ms!(),
-    r#")
+        redis.call('pexpire', KEYS[1], granted(first))
         if others > 0 then
-            redis.call('psetex', yield, 60000, granted + 1)
+            redis.call('psetex', yield, 60000, grants + 1)
         end
         local msg = first
         if string.sub(first, -1) == 'f' then
@@ -329,9 +357,7 @@ if first then
     -- Left to other libraries' waiters: the place goes back, first, and
     -- its waiter tries again after the marker.
     redis.call('lpush', KEYS[3], first)
-    redis.call('psetex', KEYS[3] .. ':' .. first, "#,
-    place_lease_ms!(),
-    r#", 1)
+    redis.call('psetex', KEYS[3] .. ':' .. first, granted(first), 1)
     redis.call('psetex', yield, 20, 'y')
     redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(first, '^(.*):'), '0')
 end

@@ -96,7 +96,8 @@ return nil
 "#;
 
 /// Write acquire: KEYS hash, writer set; ARGV lease, write field, owner,
-/// writer intent ms. nil when held; -3 when the owner holds a read lock
+/// writer intent ms (the writer's own: at most [`WRITER_INTENT`], at most
+/// its lease). nil when held; -3 when the owner holds a read lock
 /// (an upgrade would wait for itself); otherwise how long to wait at most.
 pub(super) const WRITE_ACQUIRE: &str = r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
@@ -116,7 +117,7 @@ if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
     return -3
 end
 redis.call('zadd', KEYS[2], now + tonumber(ARGV[4]), ARGV[2])
-redis.call('pexpire', KEYS[2], ARGV[4])
+redis.call('pexpire', KEYS[2], math.max(redis.call('pttl', KEYS[2]), tonumber(ARGV[4])))
 return redis.call('pttl', KEYS[1])
 "#;
 
@@ -271,7 +272,7 @@ impl RwScripts {
             .arg(millis(lease))
             .arg(write_field(owner))
             .arg(owner)
-            .arg(millis(WRITER_INTENT))
+            .arg(millis(WRITER_INTENT.min(lease)))
             .invoke(con)?;
         Ok(match reply {
             Value::Int(-3) => RwAcquire::Upgrade,

@@ -9,26 +9,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-/// Why a lease was lost, as told to the guard's holder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseLost {
-    /// Redis no longer had our owner in the lock (expired, deleted, taken).
-    NotOurs,
-    /// Redis could not be reached until the lease had run out.
-    Unreachable,
-}
-
-impl std::fmt::Display for LeaseLost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LeaseLost::NotOurs => f.write_str("redis no longer had this owner in the lock"),
-            LeaseLost::Unreachable => {
-                f.write_str("redis could not be reached before the lease ran out")
-            }
-        }
-    }
-}
+pub use crate::error::LeaseLost;
 
 /// The state one lease shares between its guards and the renewal thread.
 pub(crate) struct LeaseState {
@@ -114,6 +95,14 @@ impl LeaseState {
 
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
+    }
+
+    /// Why the lease was lost, once it was.
+    pub(crate) fn lost_why(&self) -> Option<LeaseLost> {
+        if !self.is_lost() {
+            return None;
+        }
+        self.signal.lock().why.clone()
     }
 
     /// The one channel of this lease; it receives the reason once, also

@@ -33,6 +33,12 @@
 //! `read <url> <name>` holds a read lock (client name `child-reader`),
 //! prints `held`, and gives it back at its next input line.
 //!
+//! `stall <url> <name> <lease-ms> <work-ms>` runs two threads that take
+//! the lock (that watchdog lease) in turn for that long each, appending
+//! `E <pid> <unix µs>` on entry and `X <pid> <unix µs>` before the release
+//! to `events:<name>`; prints `started`, and runs until its input ends. A
+//! release that finds the lock lost (the process was stopped) is fine.
+//!
 //! `fair <url> <name>` runs fair-lock waiters on
 //! command: `take <tag>` starts a thread that takes the fair lock and prints
 //! `got <tag>`; `release <tag>` makes it unlock. Each thread is its own waiter.
@@ -86,6 +92,9 @@ fn run(args: Vec<String>) {
     }
     if args.first().map(String::as_str) == Some("rwcheck") {
         return rwcheck(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("stall") {
+        return stall(&args[1..]);
     }
     let [url, name, lease_ms] = &args[..] else {
         eprintln!("usage: child <url> <name> <watchdog-lease-ms>");
@@ -417,6 +426,56 @@ fn rwcheck(args: &[String]) {
 }
 
 /// Appends one enter/exit record to `list`.
+/// `stall <url> <name> <lease-ms> <work-ms>` (see the file's docs).
+fn stall(args: &[String]) {
+    let [url, name, lease_ms, work_ms] = args else {
+        eprintln!("usage: child stall <url> <name> <lease-ms> <work-ms>");
+        std::process::exit(2);
+    };
+    let lease = Duration::from_millis(lease_ms.parse().expect("lease in ms"));
+    let work = Duration::from_millis(work_ms.parse().expect("work in ms"));
+    let client = LockClient::builder(url)
+        .watchdog_lease(lease)
+        .client_name(format!("stall-{}", std::process::id()))
+        .build()
+        .expect("client");
+    let micros = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    };
+    for _ in 0..2 {
+        let (client, url, name) = (client.clone(), url.clone(), name.clone());
+        std::thread::spawn(move || {
+            let mut con = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("connection");
+            let events = format!("events:{name}");
+            let pid = std::process::id();
+            loop {
+                let guard = match client.lock(&name) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        eprintln!("stall child: lock failed: {e:?}");
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                };
+                push(&mut con, &events, format!("E {pid} {}", micros()));
+                std::thread::sleep(work);
+                push(&mut con, &events, format!("X {pid} {}", micros()));
+                let _ = guard.unlock(); // lost while stopped: fine
+            }
+        });
+    }
+    println!("started");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    while std::io::stdin().lock().read_line(&mut line).unwrap_or(0) > 0 {
+        line.clear();
+    }
+}
+
 fn push(con: &mut redis::Connection, list: &str, item: String) {
     let _: i64 = redis::cmd("RPUSH")
         .arg(list)

@@ -53,6 +53,13 @@ impl RedisServer {
         panic!("redis-server found no free port after 5 tries; last log:\n{last_log}");
     }
 
+    /// A server with default settings on `port` (which must be free now,
+    /// e.g. one a client was already told to use).
+    pub fn start_on_port(port: u16) -> Self {
+        Self::spawn(port, server_dir(port), Vec::new(), None, None)
+            .unwrap_or_else(|log| panic!("redis-server did not start on port {port}:\n{log}"))
+    }
+
     fn try_start(extra: &[&str], password: Option<&str>) -> Result<Self, String> {
         let port = free_port();
         let dir = server_dir(port);
@@ -591,7 +598,7 @@ fn server_dir(port: u16) -> PathBuf {
     ))
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     listener.local_addr().expect("local addr").port()
 }
@@ -1026,6 +1033,11 @@ impl ChildProcess {
         writeln!(self.stdin, "{command}").unwrap();
         self.stdin.flush().unwrap();
         self.line()
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends a signal (`STOP`, `CONT`, `KILL`).

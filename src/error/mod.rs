@@ -1,7 +1,12 @@
-//! The one error type of the crate, and the one classification of Redis
-//! errors ([`Retry`]): whether a failed command is worth sending again, and
-//! how. The wait loop, the renewal thread and the connection pool all decide
-//! with it, so they cannot disagree about what is transient.
+//! The one error type of the crate: its variants and their messages, the
+//! questions callers ask of it, and [`LeaseLost`]. How an error of the
+//! `redis` crate becomes one, and the one classification of Redis errors
+//! ([`Retry`]), are in `classify`.
+
+mod classify;
+
+use classify::is_wrongtype;
+pub(crate) use classify::{is_auth_failure, Retry};
 
 use std::fmt;
 
@@ -47,10 +52,48 @@ pub enum Error {
     /// Its lease ran out (and perhaps someone else took the name since), or the
     /// key was deleted behind its back. Nothing was changed in Redis. Work done
     /// under this guard may have overlapped with another holder.
-    #[error("lock {name:?} was no longer held by this owner (its lease expired or the key was removed); nothing was released")]
+    #[error("lock {name:?} was no longer held by this owner ({}); nothing was released", not_held_why(.lost))]
     NotHeld {
         /// The lock name as the caller gave it.
         name: String,
+        /// Why, when the watchdog found out first (what [`lost`] said):
+        /// renewal found the owner gone, or could not reach Redis before the
+        /// lease ran out. `None`: the release itself found it gone.
+        ///
+        /// [`lost`]: crate::LockGuard::lost
+        lost: Option<LeaseLost>,
+    },
+
+    /// A release was sent but Redis did not answer it: it may have run, or
+    /// not yet. Leasehold sends it again in the background (owner-checked,
+    /// so it can never release a later holder's lock) until Redis answers
+    /// or the lease would have ended — and before this owner's next acquire
+    /// of the same lock. The lock is free by then at the latest.
+    #[error("the release of lock {name:?} was sent but redis did not answer it; it is sent again in the background until redis answers, and the lock is free within {lease_left:?} at the latest (its lease)")]
+    ReleasePending {
+        /// The lock name as the caller gave it.
+        name: String,
+        /// What was left of the lease when the release failed: the longest
+        /// the lock can stay held by this owner.
+        lease_left: std::time::Duration,
+        /// Why Redis did not answer.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A wait ended without the lock because Redis could not be reached, or
+    /// did not answer, for the last part of it: until the wait's deadline,
+    /// or (a wait without one) for longer than a wait rides out an outage —
+    /// the connect timeout. Nothing is held and no waiting place is left.
+    #[error("lock {name:?}: redis could not be reached or did not answer for the last {outage:?} of the wait, which ended without the lock; nothing is held")]
+    Unavailable {
+        /// The lock name as the caller gave it.
+        name: String,
+        /// How long Redis had been failing when the wait ended.
+        outage: std::time::Duration,
+        /// The last failure.
+        #[source]
+        source: Box<Error>,
     },
 
     /// The wait was cancelled through the [`Cancel`](crate::Cancel) handle
@@ -141,6 +184,18 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// An operator's call (`inspect`, `is_locked`, `force_unlock`) found
+    /// something at the key that is not a lock of any kind — an application
+    /// hash, a counter, a string — and refused to treat it as one: nothing
+    /// was changed.
+    #[error("key {key:?} is not a lock: it is {what}; nothing was changed (a lock is a hash whose fields are owners \"<client-uuid>:<n>\" with hold counts)")]
+    NotALock {
+        /// The full Redis key (after the client's key prefix).
+        key: String,
+        /// What it is instead (its type, or the field that is no owner).
+        what: String,
+    },
+
     /// Redis refused our credentials.
     #[error("redis rejected the credentials: check the user name and password in the redis url (with Sentinel: the Sentinels' in their URLs, the primary's in sentinel_primary_auth)")]
     Auth {
@@ -176,29 +231,53 @@ pub enum Error {
         source: redis::RedisError,
     },
 
-    /// No connection could be had from the pool within the connect timeout.
-    #[error("could not get a redis connection within {timeout:?}: {message}; check that redis is running and reachable, or raise the connect timeout")]
+    /// No connection could be had from the pool in time.
+    #[error("could not get a connection to redis{} within {timeout:?}: {message}; check that redis is running and reachable there, or raise the connect timeout", at(.addr))]
     Pool {
+        /// The server it was for (`host:port`; with Sentinel, how it was
+        /// found); empty when not known.
+        addr: String,
         /// The last error r2d2 saw while connecting (r2d2 keeps only its text).
         message: String,
         /// How long we waited.
         timeout: std::time::Duration,
     },
 
-    /// Redis did not answer within the socket timeout.
-    #[error("redis did not answer within the socket timeout of {timeout:?}: it is overloaded, paused or unreachable; check it, or raise LockClientBuilder::socket_timeout")]
+    /// Redis did not answer in time: within the socket timeout, or within
+    /// what was left before the call's deadline.
+    #[error("redis{} did not answer within {timeout:?}{}", at(.addr), timeout_advice(*.by_deadline))]
     TimedOut {
-        /// The socket timeout that ran out.
+        /// The server (`host:port`); empty when not known.
+        addr: String,
+        /// How long we waited for the reply.
         timeout: std::time::Duration,
+        /// It was the call's deadline (a bounded wait) that ended the wait
+        /// for the reply, not the socket timeout.
+        by_deadline: bool,
         /// The I/O error from the `redis` crate.
         #[source]
         source: redis::RedisError,
     },
 
     /// Connecting to Redis, or talking to it, failed.
-    #[error("redis connection failed; check that redis is running and reachable")]
+    #[error("redis connection{} failed; check that redis is running and reachable there", at(.addr))]
     Connection {
+        /// The server (`host:port`; with Sentinel, how it was found); empty
+        /// when not known.
+        addr: String,
         /// The I/O error from the `redis` crate.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The server answered with something that is not Redis's protocol:
+    /// another service listens at the address (an HTTP server, a database),
+    /// or a TLS port was reached without TLS.
+    #[error("the server{} does not speak the redis protocol (its reply could not be read as redis's); check the url's host and port", at(.addr))]
+    NotRedis {
+        /// The server (`host:port`); empty when not known.
+        addr: String,
+        /// The parse error from the `redis` crate.
         #[source]
         source: redis::RedisError,
     },
@@ -250,18 +329,32 @@ impl Error {
             | Error::Pool { .. }
             | Error::LeaseExpiredOnArrival { .. }
             | Error::WaitTimedOut { .. } => true,
-            Error::Connection { source } | Error::Redis { source } => source.is_timeout(),
+            Error::Connection { source, .. } | Error::Redis { source } => source.is_timeout(),
+            Error::Unavailable { source, .. } | Error::ReleasePending { source, .. } => {
+                source.is_timeout()
+            }
             _ => false,
         }
     }
 
     /// True when Redis could not be reached, did not answer in time, or the
-    /// connection broke; retrying later may succeed.
+    /// connection broke ([`Error::Unavailable`] after a wait, and
+    /// [`Error::ReleasePending`] included); retrying later may succeed.
     pub fn is_connection(&self) -> bool {
         matches!(
             self,
-            Error::Pool { .. } | Error::Connection { .. } | Error::TimedOut { .. }
+            Error::Pool { .. }
+                | Error::Connection { .. }
+                | Error::TimedOut { .. }
+                | Error::Unavailable { .. }
+                | Error::ReleasePending { .. }
         )
+    }
+
+    /// True when a release was sent but not answered, and goes on in the
+    /// background ([`Error::ReleasePending`]).
+    pub fn is_release_pending(&self) -> bool {
+        matches!(self, Error::ReleasePending { .. })
     }
 
     /// True when the caller passed something leasehold refuses (empty name,
@@ -273,9 +366,11 @@ impl Error {
         )
     }
 
-    /// True when the lock key holds a non-hash value (`WRONGTYPE`).
+    /// True when the key holds something that is not a lock: a non-hash
+    /// value met by a lock call (`WRONGTYPE`), or anything not shaped like
+    /// a lock met by an operator's call ([`Error::NotALock`]).
     pub fn is_wrong_type(&self) -> bool {
-        matches!(self, Error::WrongType { .. })
+        matches!(self, Error::WrongType { .. } | Error::NotALock { .. })
     }
 
     /// True when Redis rejected the credentials.
@@ -298,12 +393,18 @@ impl Error {
     pub(crate) fn retry(&self) -> Retry {
         match self {
             Error::Pool { .. } => Retry::Reconnect,
-            Error::Connection { source }
+            Error::Connection { source, .. }
             | Error::TimedOut { source, .. }
             | Error::Redis { source }
             | Error::ReadOnlyReplica { source } => Retry::of(source),
             _ => Retry::No,
         }
+    }
+
+    /// No answer came: the connection broke or the reply timed out — a
+    /// command that went out may or may not have run in Redis.
+    pub(crate) fn is_unanswered(&self) -> bool {
+        matches!(self, Error::TimedOut { .. } | Error::Connection { .. })
     }
 
     /// Worth retrying while waiting for a lock (anything but [`Retry::No`]).
@@ -317,13 +418,54 @@ impl Error {
         }
     }
 
-    /// A connection error that was the socket timeout running out, told as
-    /// such with its length.
-    pub(crate) fn with_socket_timeout(self, timeout: std::time::Duration) -> Self {
-        match self {
-            Error::Connection { source } if source.is_timeout() => {
-                Error::TimedOut { timeout, source }
+    /// The error as met talking to the server at `addr` (no password in
+    /// it) for at most `waited`: the address named where it is missing, and
+    /// a connection error that was the wait for a reply running out told as
+    /// a timeout with its length — `by_deadline` when that was what was left
+    /// before the call's deadline, not the socket timeout.
+    pub(crate) fn at(self, addr: &str, waited: std::time::Duration, by_deadline: bool) -> Self {
+        let named = |known: String| {
+            if known.is_empty() {
+                addr.to_owned()
+            } else {
+                known
             }
+        };
+        match self {
+            Error::Connection { addr: a, source } if source.is_timeout() => Error::TimedOut {
+                addr: named(a),
+                timeout: waited,
+                by_deadline,
+                source,
+            },
+            Error::Connection { addr: a, source } => Error::Connection {
+                addr: named(a),
+                source,
+            },
+            Error::Pool {
+                addr: a,
+                message,
+                timeout,
+            } => Error::Pool {
+                addr: named(a),
+                message,
+                timeout,
+            },
+            Error::NotRedis { addr: a, source } => Error::NotRedis {
+                addr: named(a),
+                source,
+            },
+            Error::TimedOut {
+                addr: a,
+                timeout,
+                by_deadline,
+                source,
+            } => Error::TimedOut {
+                addr: named(a),
+                timeout,
+                by_deadline,
+                source,
+            },
             other => other,
         }
     }
@@ -371,109 +513,57 @@ impl fmt::Debug for Error {
     }
 }
 
-impl From<redis::RedisError> for Error {
-    fn from(err: redis::RedisError) -> Self {
-        if is_auth_failure(&err) {
-            Error::Auth { source: err }
-        } else if has_code(&err, "NOPERM") || is_script_acl_refusal(&err) {
-            Error::NoPermission {
-                rules: "the rules LockClient::acl_rules() lists".into(),
-                source: err,
+/// ` at <addr>`, or nothing when the address is not known.
+fn at(addr: &str) -> String {
+    if addr.is_empty() {
+        String::new()
+    } else {
+        format!(" at {addr}")
+    }
+}
+
+/// What a timeout's message adds: the advice that helps, by what ended it.
+fn timeout_advice(by_deadline: bool) -> &'static str {
+    if by_deadline {
+        " (all that was left before the call's deadline): it is paused, overloaded or unreachable"
+    } else {
+        ", the socket timeout: it is overloaded, paused or unreachable; check it, or raise LockClientBuilder::socket_timeout"
+    }
+}
+
+/// Why a hold was no longer ours, as far as the client knows.
+fn not_held_why(lost: &Option<LeaseLost>) -> &'static str {
+    match lost {
+        Some(LeaseLost::Unreachable) => {
+            "its lease was lost: redis could not be reached to renew it before it ran out"
+        }
+        Some(LeaseLost::NotOurs) => {
+            "its lease was lost: renewal found the lock no longer held by this owner"
+        }
+        None => "its lease expired or the key was removed",
+    }
+}
+
+/// Why a lease was lost, as told to the guard's holder
+/// ([`LockGuard::lost`](crate::LockGuard::lost), [`Error::NotHeld`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLost {
+    /// Redis no longer had our owner in the lock (expired, deleted, taken).
+    NotOurs,
+    /// Redis could not be reached until the lease had run out.
+    Unreachable,
+}
+
+impl fmt::Display for LeaseLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseLost::NotOurs => f.write_str("redis no longer had this owner in the lock"),
+            LeaseLost::Unreachable => {
+                f.write_str("redis could not be reached before the lease ran out")
             }
-        } else if has_code(&err, "READONLY") {
-            Error::ReadOnlyReplica { source: err }
-        } else if has_code(&err, "OOM") {
-            Error::OutOfMemory { source: err }
-        } else if err.is_io_error()
-            || err.is_timeout()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-        {
-            Error::Connection { source: err }
-        } else {
-            Error::Redis { source: err }
         }
     }
-}
-
-/// What to do about a Redis error: the one classification the wait loop, the
-/// renewal thread and the connection pool share (in the spirit of redis-rs's
-/// `RetryMethod`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Retry {
-    /// The connection is unusable or points at the wrong server (I/O error,
-    /// timeout, dropped, `READONLY` after a failover, `MASTERDOWN`): drop it,
-    /// reconnect (through Sentinel, a new cluster table) and send again.
-    Reconnect,
-    /// A Redis Cluster redirect (`MOVED`, `ASK`): follow it at once.
-    Redirect,
-    /// The server cannot serve it right now but the connection is fine
-    /// (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`): send again a little
-    /// later.
-    Later,
-    /// An answer: sending it again will not change it.
-    No,
-}
-
-impl Retry {
-    /// Classifies an error of the `redis` crate.
-    pub(crate) fn of(err: &redis::RedisError) -> Retry {
-        if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() {
-            return Retry::Reconnect;
-        }
-        if err.is_connection_refusal() {
-            return Retry::Reconnect;
-        }
-        const CODES: [(&str, Retry); 8] = [
-            ("READONLY", Retry::Reconnect),
-            ("MASTERDOWN", Retry::Reconnect),
-            ("MOVED", Retry::Redirect),
-            ("ASK", Retry::Redirect),
-            ("LOADING", Retry::Later),
-            ("BUSY", Retry::Later),
-            ("TRYAGAIN", Retry::Later),
-            ("CLUSTERDOWN", Retry::Later),
-        ];
-        CODES
-            .iter()
-            .find(|(code, _)| has_code(err, code))
-            .map_or(Retry::No, |(_, retry)| *retry)
-    }
-}
-
-fn is_wrongtype(err: &redis::RedisError) -> bool {
-    // Inside a script Redis 7 keeps the original code ("WRONGTYPE … script: …");
-    // older servers wrap it in an ERR whose text still names it.
-    err.code() == Some("WRONGTYPE") || err.detail().is_some_and(|d| d.contains("WRONGTYPE"))
-}
-
-/// An ACL refusal of a command a script ran (Redis 7 words it without the
-/// NOPERM code: "The user executing the script can't publish to the channel
-/// …", "… can't access at least one of the keys …", "… can't run this
-/// command …").
-fn is_script_acl_refusal(err: &redis::RedisError) -> bool {
-    let said = |s: &str| s.contains("user executing the script can't");
-    err.detail().is_some_and(said) || said(&err.to_string())
-}
-
-/// The error's code, also when a script wrapped it (`ERR … NOPERM …` on
-/// older servers).
-fn has_code(err: &redis::RedisError, code: &str) -> bool {
-    err.code() == Some(code)
-        || err
-            .detail()
-            .is_some_and(|d| d.starts_with(code) || d.contains(&format!(" {code} ")))
-}
-
-/// Whether Redis refused our credentials (`WRONGPASS`, `NOAUTH`).
-pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
-    if err.kind() == redis::ErrorKind::AuthenticationFailed {
-        return true;
-    }
-    matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
-        || err
-            .detail()
-            .is_some_and(|d| d.contains("WRONGPASS") || d.contains("NOAUTH"))
 }
 
 /// The URL without its password, for error messages.
@@ -503,7 +593,18 @@ mod tests {
     fn messages_are_lowercase_without_trailing_period() {
         let errors = [
             Error::invalid("lock name must not be empty"),
-            Error::NotHeld { name: "a".into() },
+            Error::NotHeld {
+                name: "a".into(),
+                lost: None,
+            },
+            Error::NotHeld {
+                name: "a".into(),
+                lost: Some(LeaseLost::Unreachable),
+            },
+            Error::NotALock {
+                key: "k".into(),
+                what: "a string".into(),
+            },
             Error::Cancelled { name: "a".into() },
             Error::UpgradeWouldDeadlock { name: "a".into() },
             Error::NoQuorum {
@@ -520,6 +621,7 @@ mod tests {
                 timeout: std::time::Duration::from_millis(100),
             },
             Error::Pool {
+                addr: "127.0.0.1:6379".into(),
                 message: "connection refused".into(),
                 timeout: std::time::Duration::from_secs(1),
             },
@@ -532,61 +634,5 @@ mod tests {
             );
             assert!(!msg.ends_with('.'), "{msg}");
         }
-    }
-
-    /// An error reply as the `redis` crate parses it off the wire.
-    fn server_error(text: &str) -> redis::RedisError {
-        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
-            .and_then(redis::Value::extract_error)
-            .unwrap_err()
-    }
-
-    #[test]
-    fn one_classification_of_redis_errors() {
-        let io: redis::RedisError =
-            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset").into();
-        assert_eq!(Retry::of(&io), Retry::Reconnect);
-        for (text, want) in [
-            (
-                "READONLY You can't write against a read only replica.",
-                Retry::Reconnect,
-            ),
-            ("MASTERDOWN Link with MASTER is down", Retry::Reconnect),
-            (
-                "LOADING Redis is loading the dataset in memory",
-                Retry::Later,
-            ),
-            ("BUSY Redis is busy running a script", Retry::Later),
-            (
-                "TRYAGAIN Multiple keys request during rehashing of slot",
-                Retry::Later,
-            ),
-            ("CLUSTERDOWN The cluster is down", Retry::Later),
-            ("MOVED 3999 127.0.0.1:6381", Retry::Redirect),
-            ("ASK 3999 127.0.0.1:6381", Retry::Redirect),
-            ("NOPERM this user has no permissions", Retry::No),
-            (
-                "WRONGTYPE Operation against a key holding the wrong kind of value",
-                Retry::No,
-            ),
-            ("ERR unknown command", Retry::No),
-        ] {
-            let e = server_error(text);
-            assert_eq!(Retry::of(&e), want, "{text}: {e:?}");
-            let typed = Error::from_redis(e, "k");
-            assert_eq!(typed.is_transient(), want != Retry::No, "{text}: {typed:?}");
-        }
-        assert!(!Error::NotHeld { name: "x".into() }.is_transient());
-    }
-
-    #[test]
-    fn predicates_classify() {
-        assert!(Error::NotHeld { name: "x".into() }.is_not_held());
-        assert!(Error::invalid("x").is_invalid_argument());
-        let io: redis::RedisError =
-            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into();
-        let e = Error::from(io);
-        assert!(e.is_connection(), "{e:?}");
-        assert!(!e.is_not_held());
     }
 }

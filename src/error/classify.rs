@@ -1,0 +1,223 @@
+//! How an error of the `redis` crate becomes an [`Error`], and the one
+//! classification of Redis errors ([`Retry`]): whether a failed command is
+//! worth sending again, and how. The wait loop, the renewal thread and the
+//! connection pool all decide with it, so they cannot disagree about what
+//! is transient. Errors raised inside scripts keep their codes somewhere in
+//! the text (older servers wrap them), and a failed pipeline is classified
+//! by its first failing command.
+
+use super::Error;
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        // A pipeline that failed (an operator's reads) is classified by its
+        // first failing command, as a single command's error would be.
+        let err = first_of_pipeline(err);
+        if is_auth_failure(&err) {
+            Error::Auth { source: err }
+        } else if has_code(&err, "NOPERM") || is_script_acl_refusal(&err) {
+            Error::NoPermission {
+                rules: "the rules LockClient::acl_rules() lists".into(),
+                source: err,
+            }
+        } else if has_code(&err, "READONLY") {
+            Error::ReadOnlyReplica { source: err }
+        } else if has_code(&err, "OOM") {
+            Error::OutOfMemory { source: err }
+        } else if err.kind() == redis::ErrorKind::Parse {
+            Error::NotRedis {
+                addr: String::new(),
+                source: err,
+            }
+        } else if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+        {
+            Error::Connection {
+                addr: String::new(),
+                source: err,
+            }
+        } else {
+            Error::Redis { source: err }
+        }
+    }
+}
+
+/// A pipeline's error (`Pipeline failure: [(Index 0, error: "NOAUTH" …)]`)
+/// as the error of its first failing command; any other error as it is.
+fn first_of_pipeline(err: redis::RedisError) -> redis::RedisError {
+    if !err.to_string().starts_with("Pipeline failure") {
+        return err;
+    }
+    match err.clone().into_server_errors() {
+        Some(errors) => match errors.first() {
+            Some((_, first)) => redis::RedisError::from(first.clone()),
+            None => err,
+        },
+        None => err,
+    }
+}
+
+/// What to do about a Redis error: the one classification the wait loop, the
+/// renewal thread and the connection pool share (in the spirit of redis-rs's
+/// `RetryMethod`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The connection is unusable or points at the wrong server (I/O error,
+    /// timeout, dropped, `READONLY` after a failover, `MASTERDOWN`): drop it,
+    /// reconnect (through Sentinel, a new cluster table) and send again.
+    Reconnect,
+    /// A Redis Cluster redirect (`MOVED`, `ASK`): follow it at once.
+    Redirect,
+    /// The server cannot serve it right now but the connection is fine
+    /// (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`): send again a little
+    /// later.
+    Later,
+    /// An answer: sending it again will not change it.
+    No,
+}
+
+impl Retry {
+    /// Classifies an error of the `redis` crate.
+    pub(crate) fn of(err: &redis::RedisError) -> Retry {
+        if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() {
+            return Retry::Reconnect;
+        }
+        if err.is_connection_refusal() {
+            return Retry::Reconnect;
+        }
+        const CODES: [(&str, Retry); 8] = [
+            ("READONLY", Retry::Reconnect),
+            ("MASTERDOWN", Retry::Reconnect),
+            ("MOVED", Retry::Redirect),
+            ("ASK", Retry::Redirect),
+            ("LOADING", Retry::Later),
+            ("BUSY", Retry::Later),
+            ("TRYAGAIN", Retry::Later),
+            ("CLUSTERDOWN", Retry::Later),
+        ];
+        CODES
+            .iter()
+            .find(|(code, _)| has_code(err, code))
+            .map_or(Retry::No, |(_, retry)| *retry)
+    }
+}
+
+pub(super) fn is_wrongtype(err: &redis::RedisError) -> bool {
+    // Inside a script Redis 7 keeps the original code ("WRONGTYPE … script: …");
+    // older servers wrap it in an ERR whose text still names it.
+    err.code() == Some("WRONGTYPE") || err.detail().is_some_and(|d| d.contains("WRONGTYPE"))
+}
+
+/// An ACL refusal of a command a script ran (Redis 7 words it without the
+/// NOPERM code: "The user executing the script can't publish to the channel
+/// …", "… can't access at least one of the keys …", "… can't run this
+/// command …").
+fn is_script_acl_refusal(err: &redis::RedisError) -> bool {
+    let said = |s: &str| s.contains("user executing the script can't");
+    err.detail().is_some_and(said) || said(&err.to_string())
+}
+
+/// The error's code, also when a script wrapped it (`ERR … NOPERM …` on
+/// older servers).
+fn has_code(err: &redis::RedisError, code: &str) -> bool {
+    err.code() == Some(code)
+        || err
+            .detail()
+            .is_some_and(|d| d.starts_with(code) || d.contains(&format!(" {code} ")))
+}
+
+/// Whether Redis refused our credentials (`WRONGPASS`, `NOAUTH`).
+pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return true;
+    }
+    matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
+        || err
+            .detail()
+            .is_some_and(|d| d.contains("WRONGPASS") || d.contains("NOAUTH"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error reply as the `redis` crate parses it off the wire.
+    fn server_error(text: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+            .and_then(redis::Value::extract_error)
+            .unwrap_err()
+    }
+
+    #[test]
+    fn one_classification_of_redis_errors() {
+        let io: redis::RedisError =
+            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset").into();
+        assert_eq!(Retry::of(&io), Retry::Reconnect);
+        for (text, want) in [
+            (
+                "READONLY You can't write against a read only replica.",
+                Retry::Reconnect,
+            ),
+            ("MASTERDOWN Link with MASTER is down", Retry::Reconnect),
+            (
+                "LOADING Redis is loading the dataset in memory",
+                Retry::Later,
+            ),
+            ("BUSY Redis is busy running a script", Retry::Later),
+            (
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                Retry::Later,
+            ),
+            ("CLUSTERDOWN The cluster is down", Retry::Later),
+            ("MOVED 3999 127.0.0.1:6381", Retry::Redirect),
+            ("ASK 3999 127.0.0.1:6381", Retry::Redirect),
+            ("NOPERM this user has no permissions", Retry::No),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                Retry::No,
+            ),
+            ("ERR unknown command", Retry::No),
+        ] {
+            let e = server_error(text);
+            assert_eq!(Retry::of(&e), want, "{text}: {e:?}");
+            let typed = Error::from_redis(e, "k");
+            assert_eq!(typed.is_transient(), want != Retry::No, "{text}: {typed:?}");
+        }
+        assert!(!Error::NotHeld {
+            name: "x".into(),
+            lost: None
+        }
+        .is_transient());
+    }
+
+    #[test]
+    fn a_reply_that_is_not_redis_protocol_is_said_to_be_so() {
+        let e = redis::parse_redis_value(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap_err();
+        let typed = Error::from(e);
+        assert!(matches!(typed, Error::NotRedis { .. }), "{typed:?}");
+        assert!(!typed.is_transient(), "{typed:?}");
+        let named = typed.at("127.0.0.1:8080", std::time::Duration::ZERO, false);
+        assert!(
+            named.to_string().contains("127.0.0.1:8080")
+                && named.to_string().contains("redis protocol"),
+            "{named}"
+        );
+    }
+
+    #[test]
+    fn predicates_classify() {
+        assert!(Error::NotHeld {
+            name: "x".into(),
+            lost: None
+        }
+        .is_not_held());
+        assert!(Error::invalid("x").is_invalid_argument());
+        let io: redis::RedisError =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into();
+        let e = Error::from(io);
+        assert!(e.is_connection(), "{e:?}");
+        assert!(!e.is_not_held());
+    }
+}

@@ -1,0 +1,227 @@
+//! Deadlines kept under faults (issue 25, items 1 and 2): a bounded wait
+//! returns by its deadline plus a round trip while Redis hangs (SIGSTOP),
+//! for every lock kind, owned guards and Redlock; within its deadline it
+//! rides out an outage — also one that began before it, and also a second
+//! wait right after a first one failed — and gets the lock once Redis is
+//! back.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockOptions, Redlock};
+use support::{free_port, RedisServer};
+
+/// The slack a deadline may be passed by: one round trip and the
+/// scheduling of a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(100);
+
+fn kinds() -> Vec<(&'static str, LockOptions, bool)> {
+    vec![
+        ("plain", LockOptions::new(), false),
+        ("fair", LockOptions::new().fair(), false),
+        ("read", LockOptions::new().read(), false),
+        ("write", LockOptions::new().write(), false),
+        ("owned", LockOptions::new(), true),
+        ("fenced", LockOptions::new().fenced(), false),
+    ]
+}
+
+/// One bounded wait of `wait` for `name` as `opts` say; how long it took,
+/// and whether it got the lock (an error is not the lock).
+fn bounded(
+    client: &LockClient,
+    name: &str,
+    opts: LockOptions,
+    owned: bool,
+    wait: Duration,
+) -> (Duration, Result<bool, leasehold::Error>) {
+    let started = Instant::now();
+    let got = if owned {
+        client
+            .try_lock_owned_with(name, opts.wait(wait))
+            .map(|g| g.is_some())
+    } else {
+        client
+            .try_lock_with(name, opts.wait(wait))
+            .map(|g| g.is_some())
+    };
+    (started.elapsed(), got)
+}
+
+#[test]
+fn a_bounded_wait_returns_by_its_deadline_while_redis_is_paused() {
+    let server = RedisServer::start();
+    // The default socket timeout (3 s): it must not decide how long a 1 s
+    // wait takes.
+    let client = LockClient::new(&server.url()).unwrap();
+    let redlock = Redlock::builder(&[server.url()])
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    // Warm: connections open, scripts loaded — the waits below send their
+    // attempts and wait for replies that do not come.
+    for (kind, opts, _) in kinds() {
+        drop(
+            client
+                .lock_with(&format!("deadline:{kind}:warm"), opts)
+                .unwrap(),
+        );
+    }
+    drop(redlock.lock("deadline:redlock:warm").unwrap());
+    server.signal("STOP");
+    let wait = Duration::from_secs(1);
+    let mut waits: Vec<_> = kinds()
+        .into_iter()
+        .map(|(kind, opts, owned)| {
+            let client = client.clone();
+            thread::spawn(move || {
+                let (took, got) = bounded(&client, &format!("deadline:{kind}"), opts, owned, wait);
+                (kind, took, got.map_err(|e| format!("{e:?}")))
+            })
+        })
+        .collect();
+    waits.push({
+        let redlock = redlock.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let got = redlock.try_lock_for("deadline:redlock", wait);
+            (
+                "redlock",
+                started.elapsed(),
+                got.map(|g| g.is_some()).map_err(|e| format!("{e:?}")),
+            )
+        })
+    });
+    let results: Vec<_> = waits.into_iter().map(|h| h.join().unwrap()).collect();
+    server.signal("CONT");
+    for (kind, took, got) in &results {
+        eprintln!("{kind}: {took:?} {got:?}");
+    }
+    for (kind, took, got) in results {
+        assert!(
+            took <= wait + SLACK,
+            "{kind}: a 1 s wait took {took:?} while redis was paused ({got:?})"
+        );
+        assert!(!matches!(got, Ok(true)), "{kind}: held while paused?");
+        if let Err(e) = &got {
+            assert!(
+                !e.contains("raise LockClientBuilder::socket_timeout"),
+                "{kind}: the advice would make it worse: {e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_long_wait_rides_out_a_pause_and_gets_the_lock_after_the_resume() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    for (kind, opts, _) in kinds() {
+        drop(
+            client
+                .lock_with(&format!("ride:{kind}:warm"), opts)
+                .unwrap(),
+        );
+    }
+    server.signal("STOP");
+    let waits: Vec<_> = kinds()
+        .into_iter()
+        .map(|(kind, opts, owned)| {
+            let client = client.clone();
+            thread::spawn(move || {
+                let got = bounded(
+                    &client,
+                    &format!("ride:{kind}"),
+                    opts,
+                    owned,
+                    Duration::from_secs(12),
+                );
+                (kind, got)
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(3));
+    server.signal("CONT");
+    for h in waits {
+        let (kind, (took, got)) = h.join().unwrap();
+        assert!(
+            matches!(got, Ok(true)),
+            "{kind}: a 12 s wait across a 3 s pause did not get the lock: {got:?} after {took:?}"
+        );
+        assert!(took < Duration::from_secs(8), "{kind}: {took:?}");
+    }
+}
+
+/// A port nothing listens on (bound once, then let go).
+fn closed_port() -> u16 {
+    free_port()
+}
+
+#[test]
+fn with_nothing_listening_each_bounded_wait_lasts_until_its_deadline() {
+    let port = closed_port();
+    let client = LockClient::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    let wait = Duration::from_secs(2);
+    for round in 0..2 {
+        let started = Instant::now();
+        let e = client.try_lock_for("nowhere", wait).unwrap_err();
+        let took = started.elapsed();
+        eprintln!("round {round}: {took:?}: {e:?}");
+        assert!(
+            took >= wait - Duration::from_millis(200),
+            "round {round}: gave up after {took:?} of a {wait:?} wait: {e:?}"
+        );
+        assert!(took <= wait + SLACK, "round {round}: {took:?}");
+        assert!(e.is_connection(), "{e:?}");
+    }
+}
+
+#[test]
+fn a_wait_begun_with_nothing_listening_gets_the_lock_once_a_server_comes_up() {
+    let port = closed_port();
+    let client = LockClient::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    let started = Instant::now();
+    let waiting = {
+        let client = client.clone();
+        thread::spawn(move || {
+            client
+                .try_lock_for("later", Duration::from_secs(4))
+                .map(|g| g.map(|g| g.unlock()))
+        })
+    };
+    thread::sleep(Duration::from_secs(1));
+    let _server = RedisServer::start_on_port(port);
+    let got = waiting.join().unwrap();
+    assert!(
+        matches!(got, Ok(Some(Ok(())))),
+        "no lock {:?} after the start: {got:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_refused_connect_leaves_nothing_to_undo_and_the_next_wait_rides_it_out() {
+    // The same thread and name, first with nothing listening, then a wait
+    // that starts before the server does.
+    let port = closed_port();
+    let client = LockClient::builder(&format!("redis://127.0.0.1:{port}/"))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let e = client.try_lock("refused").unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    let started = Instant::now();
+    let server = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(800));
+        RedisServer::start_on_port(port)
+    });
+    let got = client.try_lock_for("refused", Duration::from_secs(3));
+    let _server = server.join().unwrap();
+    assert!(
+        matches!(got, Ok(Some(_))),
+        "after {:?}: {got:?}",
+        started.elapsed()
+    );
+}
