@@ -233,7 +233,8 @@ impl LockClientBuilder {
     }
 
     /// Checks the settings and builds the client. Nothing connects yet: the
-    /// first lock opens the first connection.
+    /// first lock opens the first connection (see [`connect`](Self::connect)
+    /// to find a wrong address or password at start-up instead).
     ///
     /// # Errors
     /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse, a
@@ -246,7 +247,27 @@ impl LockClientBuilder {
     /// socket timeout, a Sentinel setup without a master name.
     pub fn build(mut self) -> Result<LockClient> {
         self.check()?;
-        self.connect()
+        self.assemble()
+    }
+
+    /// Builds the client and checks that Redis answers as configured
+    /// ([`LockClient::ping`]): a misconfigured service fails at start-up,
+    /// not at its first lock.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::builder("redis://127.0.0.1/")
+    ///     .key_prefix("billing:")
+    ///     .connect()?; // Redis answered
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`build`](Self::build), then as [`LockClient::ping`].
+    pub fn connect(self) -> Result<LockClient> {
+        let client = self.build()?;
+        client.ping()?;
+        Ok(client)
     }
 
     /// Refuses settings that cannot work, and fills in the socket timeout.
@@ -309,7 +330,7 @@ impl LockClientBuilder {
     }
 
     /// Builds the client from checked settings. Nothing connects yet.
-    fn connect(self) -> Result<LockClient> {
+    fn assemble(self) -> Result<LockClient> {
         let socket_timeout = self.socket_timeout.unwrap_or(DEFAULT_SOCKET_TIMEOUT);
         #[cfg(not(feature = "tls"))]
         if self.url.starts_with("rediss://") {
@@ -439,6 +460,15 @@ impl LockClient {
     /// As [`LockClientBuilder::build`].
     pub fn new(url: &str) -> Result<LockClient> {
         Self::builder(url).build()
+    }
+
+    /// A client with every default that has checked Redis answers (see
+    /// [`LockClientBuilder::connect`]).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), then as [`ping`](Self::ping).
+    pub fn connect(url: &str) -> Result<LockClient> {
+        Self::builder(url).connect()
     }
 
     /// A builder to change the defaults.

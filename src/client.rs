@@ -277,6 +277,34 @@ impl LockClient {
         self.take(name, options, Some(deadline), false)
     }
 
+    /// Checks that Redis answers as configured: a `PING` on a pooled
+    /// connection to every server holding locks (each primary of a
+    /// cluster; the primary Sentinel names), opening it if needed. Returns
+    /// the longest round trip. For start-up checks and health endpoints.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// let rtt = client.ping()?;
+    /// println!("redis answered in {rtt:?}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The typed errors of the lock path, naming the server: a refused or
+    /// unreachable address ([`Error::Connection`], [`Error::Pool`]), a
+    /// wrong password ([`Error::Auth`]), a server that does not answer in
+    /// time ([`Error::TimedOut`]), a peer that is not Redis
+    /// ([`Error::NotRedis`]).
+    pub fn ping(&self) -> Result<Duration> {
+        let rtts = self.shared.read_every_primary("PING", |con| {
+            let sent = Instant::now();
+            redis::cmd("PING").query::<String>(con)?;
+            Ok(sent.elapsed())
+        })?;
+        Ok(rtts.into_iter().max().unwrap_or_default())
+    }
+
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_lease(&self) -> Duration {
         self.shared.watchdog_lease
@@ -296,11 +324,13 @@ impl LockClient {
     /// enter a critical section (take the lock for that).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`](crate::Error) for an empty or overlong name;
-    /// connection errors when Redis could not be reached.
+    /// [`Error::InvalidArgument`] for an empty or overlong name;
+    /// [`Error::NotALock`] when the key holds something that is not a lock
+    /// (an application hash, a string); connection errors when Redis could
+    /// not be reached.
     pub fn is_locked(&self, name: &str) -> Result<bool> {
         check_name(name)?;
-        self.shared.is_locked(&self.shared.key(name))
+        self.shared.lock_shape(&self.shared.key(name))
     }
 
     /// What Redis knows of lock `name` now, for people on call: its kind,

@@ -5,8 +5,9 @@
 //! client it belongs to through that client's registration (host, pid,
 //! name; see `renewal::registration`).
 //!
-//! Reads only, in one pipeline on the lock's node, then one `HGETALL` per
-//! client named; never part of the lock path. Also `LockClient::list`: the
+//! Reads only: what the key is (a lock's shape; anything else is refused),
+//! one pipeline on the lock's node, then one `HGETALL` per client named;
+//! never part of the lock path. Also `LockClient::list`: the
 //! locks among the keys a `SCAN` of every primary finds.
 
 use std::collections::{BTreeSet, HashMap};
@@ -15,8 +16,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::error::Result;
-use crate::names::{client_key, line_key, queue_key, token_key, writers_key, FAIR_MARKS};
+use crate::error::{Error, Result};
+use crate::names::{client_key, line_key, queue_key, token_key, writers_key};
 use crate::shared::Shared;
 
 /// What Redis knows of one lock now (see [`LockClient::inspect`]).
@@ -186,10 +187,10 @@ const SCAN_COUNT: usize = 200;
 /// The locks under the client's prefix whose names match the `SCAN` glob
 /// `pattern`, by name: a `SCAN` for hashes on every primary (at most about
 /// `limit` keys looked at on each), then each hash read as [`inspect`] does.
-/// Kept: hashes shaped like a lock of Redisson's layout — every field an
-/// owner (`<id>:<n>`, or `<id>:<n>:write`) with a hold count, or `mode`.
-/// Leasehold's own companion hashes (client registrations, the fair lock's
-/// waiter marks) are left out by name.
+/// Kept: hashes shaped like a lock (see `protocol::admin::Shape`: every
+/// field a lock owner with a hold count, or `mode`); application hashes,
+/// counters and leasehold's own companion hashes (client registrations, the
+/// fair lock's waiter marks) are not.
 pub(crate) fn list(shared: &Shared, pattern: &str, limit: usize) -> Result<Vec<LockInfo>> {
     let prefix = shared.key_prefix.as_str();
     let matching = format!("{prefix}{pattern}");
@@ -212,24 +213,19 @@ pub(crate) fn list(shared: &Shared, pattern: &str, limit: usize) -> Result<Vec<L
             }
         }
     })?;
-    let registrations = client_key(prefix, "");
-    // The fair lock's waiter marks live outside the prefix: an empty prefix
-    // finds them too.
-    let marks = format!("{FAIR_MARKS}:");
     let names: BTreeSet<&str> = found
         .iter()
         .flatten()
-        .filter(|key| !key.starts_with(&registrations) && !key.starts_with(&marks))
         .filter_map(|key| key.strip_prefix(prefix))
         .collect();
     let mut locks = Vec::new();
     for name in names {
-        let mut info = read(shared, name, &shared.key(name))?;
-        let shaped = info
-            .holders
-            .iter()
-            .all(|h| h.thread.is_some() && h.holds > 0);
-        if info.kind != LockKind::Free && shaped {
+        let mut info = match read(shared, name, &shared.key(name)) {
+            Ok(info) => info,
+            Err(Error::NotALock { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if info.kind != LockKind::Free {
             name_clients(shared, &mut info)?;
             locks.push(info);
         }
@@ -244,9 +240,11 @@ pub(crate) fn inspect(shared: &Shared, name: &str, key: &str) -> Result<LockInfo
     Ok(info)
 }
 
-/// Reads lock `name` (key `key`): one pipeline; owners not yet turned into
+/// Reads lock `name` (key `key`): what the key is (anything but a lock
+/// is [`Error::NotALock`]), then one pipeline; owners not yet turned into
 /// clients.
 fn read(shared: &Shared, name: &str, key: &str) -> Result<LockInfo> {
+    shared.lock_shape(key)?;
     let replies: Vec<Value> = shared.read(key, |con| {
         redis::pipe()
             .cmd("HGETALL")

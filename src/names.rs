@@ -68,7 +68,7 @@ pub(crate) fn fair_marks_key(key: &str) -> String {
 
 /// What the fair lock's waiter marks are named after (see
 /// [`fair_marks_key`]): outside the key prefix.
-pub(crate) const FAIR_MARKS: &str = "leasehold_fair";
+const FAIR_MARKS: &str = "leasehold_fair";
 
 /// The channel on which fair waiter `owner` is woken when it is next.
 pub(crate) fn waiter_channel(key: &str, owner: &str) -> String {
@@ -146,6 +146,7 @@ const ACL_COMMANDS: &[&str] = &[
     "+evalsha",
     "+script|load",
     "+ping",
+    "+type",
     "+subscribe",
     "+unsubscribe",
     "+publish",

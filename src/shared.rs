@@ -18,6 +18,7 @@ use crate::local::{LocalLocks, Outcome};
 use crate::notify::Notifier;
 use crate::options::Kind;
 use crate::orphans::{Holds, Orphan, Orphans};
+use crate::protocol::admin::{Forced, Shape};
 use crate::protocol::{self, Attempt, PubSub, Release, Released, Request, Scripts};
 use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Stats;
@@ -227,11 +228,41 @@ impl Shared {
             .run(rel.key, bound, |con| self.scripts().release(con, rel))
     }
 
-    /// Deletes lock `key` of any kind and wakes its waiters.
+    /// Deletes lock `key` of any kind and wakes its waiters; false when
+    /// there was none.
+    ///
+    /// # Errors
+    /// [`Error::NotALock`] (nothing changed) when the key is not a lock.
     pub(crate) fn force_unlock(&self, key: &str) -> Result<bool> {
-        self.conns.run(key, Bound::default(), |con| {
+        let forced = self.conns.run(key, Bound::default(), |con| {
             self.scripts().force_unlock(con, key)
-        })
+        })?;
+        match forced {
+            Forced::Freed => Ok(true),
+            Forced::NotHeld => Ok(false),
+            Forced::NotALock(what) => Err(Error::NotALock {
+                key: key.to_owned(),
+                what,
+            }),
+        }
+    }
+
+    /// Whether `key` is a lock (true), or nothing (false).
+    ///
+    /// # Errors
+    /// [`Error::NotALock`] when it is something else.
+    pub(crate) fn lock_shape(&self, key: &str) -> Result<bool> {
+        let shape = self
+            .conns
+            .run(key, Bound::default(), |con| self.scripts().shape(con, key))?;
+        match shape {
+            Shape::Lock => Ok(true),
+            Shape::None => Ok(false),
+            Shape::Other(what) => Err(Error::NotALock {
+                key: key.to_owned(),
+                what,
+            }),
+        }
     }
 
     /// A read of an operator's tool, on the node serving `key`.
@@ -251,13 +282,6 @@ impl Shared {
         read: impl FnMut(&mut crate::conn::Pooled) -> redis::RedisResult<T>,
     ) -> Result<Vec<T>> {
         self.conns.on_every_primary(what, read)
-    }
-
-    /// Whether lock `key` (any kind) is held by anyone.
-    pub(crate) fn is_locked(&self, key: &str) -> Result<bool> {
-        self.conns.run(key, Bound::default(), |con| {
-            redis::cmd("EXISTS").arg(key).query(con)
-        })
     }
 
     /// Leaves `owner`'s waiting place (the line's `place`, fair queue,

@@ -193,3 +193,135 @@ fn list_without_a_prefix_shows_locks_only() {
     drop((_plain, _fair, _read));
     waiter.join().unwrap().unwrap();
 }
+
+/// Runs the CLI with exactly `args`; its output.
+fn cli_raw(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leasehold-cli"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the leasehold binary")
+}
+
+fn stderr(out: &Output) -> String {
+    assert!(!out.status.success(), "it should have failed: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn force_unlock_refuses_application_data_and_list_leaves_it_out() {
+    use redis::Commands;
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let _: () = con
+        .hset_multiple("user:1", &[("name", "Ada"), ("email", "ada@example.com")])
+        .unwrap();
+    let _: () = con
+        .hset_multiple("pages", &[("page:1", "17"), ("page:2", "5")])
+        .unwrap();
+    let _: () = con.set("greeting", "hello").unwrap();
+    let client = LockClient::new(&server.url()).unwrap();
+    let _held = client.lock("order:pay").unwrap();
+    let url = server.url();
+    for (name, is) in [
+        ("user:1", "a hash"),
+        ("pages", "a hash"),
+        ("greeting", "a string"),
+    ] {
+        let out = cli_raw(&["--url", &url, "force-unlock", name, "--yes"]);
+        let text = stderr(&out);
+        assert!(
+            text.contains("is not a lock") && text.contains(is) && !text.contains("released"),
+            "{name}: {text}"
+        );
+        let out = cli_raw(&["--url", &url, "inspect", name]);
+        assert!(stderr(&out).contains("is not a lock"), "{name}");
+    }
+    assert_eq!(
+        con.hget::<_, _, String>("user:1", "email").unwrap(),
+        "ada@example.com"
+    );
+    assert_eq!(con.hget::<_, _, i64>("pages", "page:1").unwrap(), 17);
+    assert_eq!(con.get::<_, String>("greeting").unwrap(), "hello");
+    let out = cli_raw(&["--url", &url, "list"]);
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    let names: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split('\t').next())
+        .collect();
+    assert_eq!(names, ["order:pay"], "{listed}");
+}
+
+#[test]
+fn the_cli_names_the_cause_and_the_address() {
+    // A wrong password.
+    let server = RedisServer::start_with_password("right");
+    let addr = format!("127.0.0.1:{}", server.port());
+    let out = cli_raw(&["--url", &format!("redis://:wrong@{addr}/"), "inspect", "x"]);
+    let text = stderr(&out);
+    assert!(
+        text.contains(&addr) && text.contains("credentials"),
+        "{text}"
+    );
+    assert!(text.contains("WRONGPASS"), "the cause: {text}");
+    assert!(!text.contains("wrong@"), "no password printed: {text}");
+
+    // A port that accepts and never answers: the address, the timeout it
+    // waited, and the option that changes it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = listener.local_addr().unwrap().to_string();
+    let _accepting = thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().take(4).collect();
+        thread::sleep(Duration::from_secs(10));
+        drop(held);
+    });
+    let started = std::time::Instant::now();
+    let out = cli_raw(&[
+        "--url",
+        &format!("redis://{silent}/"),
+        "--socket-timeout",
+        "300",
+        "inspect",
+        "x",
+    ]);
+    let text = stderr(&out);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        text.contains(&silent) && text.contains("300ms") && text.contains("--socket-timeout"),
+        "{text}"
+    );
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn the_cli_names_a_certificate_it_cannot_trust_and_the_address() {
+    let server = RedisServer::start_tls();
+    let other_ca = std::env::temp_dir().join(format!("leasehold-cli-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&other_ca).unwrap();
+    let certs = support::TlsFiles::make(&other_ca);
+    let out = cli_raw(&[
+        "--url",
+        &server.url(),
+        "--tls-ca",
+        certs.ca_file().to_str().unwrap(),
+        "--connect-timeout",
+        "1000",
+        "inspect",
+        "x",
+    ]);
+    let text = stderr(&out);
+    let _ = std::fs::remove_dir_all(&other_ca);
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", server.port())),
+        "the address: {text}"
+    );
+    assert!(
+        text.contains("UnknownIssuer") || text.contains("certificate"),
+        "the cause: {text}"
+    );
+}

@@ -130,3 +130,137 @@ fn each_failure_reads_once_with_its_causes_and_timeouts_name_their_length() {
     assert!(matches!(e, Error::UpgradeWouldDeadlock { .. }), "{e:?}");
     drop(read);
 }
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A loopback server that answers every connection like an HTTP server
+/// does to a request it cannot read, then closes it.
+fn http_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    port
+}
+
+/// A loopback port that accepts connections and never answers.
+fn silent_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    port
+}
+
+#[test]
+fn connection_errors_name_the_server_and_what_answered() {
+    // Nothing listening: the address is named, in the lock path and in the
+    // start-up check.
+    let port = closed_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let addr = format!("127.0.0.1:{port}");
+    let client = LockClient::builder(&url)
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let e = client.try_lock("errors:refused").unwrap_err();
+    let text = check("refused", &e);
+    assert!(e.is_connection() && text.contains(&addr), "{text}");
+    let e = LockClient::connect(&url).unwrap_err();
+    let text = check("refused at start-up", &e);
+    assert!(e.is_connection() && text.contains(&addr), "{text}");
+
+    // An HTTP server on the port: not Redis, and said so (with the address).
+    let http = http_server();
+    let url = format!("redis://127.0.0.1:{http}/");
+    let e = LockClient::connect(&url).unwrap_err();
+    let text = check("http at start-up", &e);
+    assert!(matches!(e, Error::NotRedis { .. }), "{e:?}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{http}")) && text.contains("redis protocol"),
+        "{text}"
+    );
+    let e = LockClient::new(&url)
+        .unwrap()
+        .try_lock("errors:http")
+        .unwrap_err();
+    assert!(matches!(e, Error::NotRedis { .. }), "{e:?}");
+    assert!(!text.contains("answered the lock command"), "{text}");
+
+    // A wrong password: Auth at start-up.
+    let server = RedisServer::start_with_password("right");
+    let e =
+        LockClient::connect(&format!("redis://:wrong@127.0.0.1:{}/", server.port())).unwrap_err();
+    check("wrong password", &e);
+    assert!(e.is_auth(), "{e:?}");
+    // No password at all: Auth too (the server says NOAUTH).
+    let e = LockClient::connect(&server.bare_url()).unwrap_err();
+    assert!(e.is_auth(), "{e:?}");
+    let ok = LockClient::connect(&server.url()).unwrap();
+    assert!(ok.ping().unwrap() < Duration::from_secs(1));
+
+    // A port that never answers: a timeout naming the server and its length.
+    let silent = silent_server();
+    let e = LockClient::builder(&format!("redis://127.0.0.1:{silent}/"))
+        .socket_timeout(Duration::from_millis(300))
+        .connect()
+        .unwrap_err();
+    let text = check("silent", &e);
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{silent}")) && text.contains("300ms"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_unlock_after_a_lease_lost_to_an_outage_says_why() {
+    use support::proxy::{Fault, FaultProxy};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::builder(&proxy.url())
+        .watchdog_lease(Duration::from_millis(1_500))
+        .socket_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let guard = client.lock("errors:lost").unwrap();
+    let lost = guard.lost();
+    proxy.set(Fault::Blackhole);
+    let why = lost.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(why, leasehold::LeaseLost::Unreachable);
+    proxy.set(Fault::Forward);
+    let e = guard.unlock().unwrap_err();
+    let text = check("lost to an outage", &e);
+    assert!(e.is_not_held(), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::NotHeld {
+                lost: Some(leasehold::LeaseLost::Unreachable),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(text.contains("could not be reached"), "{text}");
+    assert!(!text.contains("expired or the key was removed"), "{text}");
+}

@@ -3,7 +3,9 @@
 //! bounded), releasing a stuck one (`force-unlock`, confirmed), and
 //! watching one change (`watch`). Readable by a person; `--json` for
 //! scripts. Connects like the library: `--url` / `REDIS_URL`, `--cluster`
-//! seeds, `--prefix`, and (feature `tls`) `--tls-ca`.
+//! seeds or `--sentinel`s with `--master`, `--prefix`, the timeouts, and
+//! (feature `tls`) `--tls-ca`. A failure prints its whole cause chain once,
+//! naming the server it was about.
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -22,6 +24,28 @@ struct Cli {
     /// A Redis Cluster instead: seed URLs, comma-separated.
     #[arg(long, value_delimiter = ',')]
     cluster: Vec<String>,
+    /// A Sentinel-managed primary instead: the Sentinels' URLs,
+    /// comma-separated (their password in the URLs), with `--master`.
+    #[arg(long, value_delimiter = ',', requires = "master")]
+    sentinel: Vec<String>,
+    /// The name the Sentinels monitor the primary under.
+    #[arg(long)]
+    master: Option<String>,
+    /// With `--sentinel`: the primary's ACL user name, if not `default`.
+    #[arg(long)]
+    primary_user: Option<String>,
+    /// With `--sentinel`: the primary's password.
+    #[arg(long, env = "LEASEHOLD_PRIMARY_PASSWORD", hide_env_values = true)]
+    primary_password: Option<String>,
+    /// With `--sentinel`: the primary's database number.
+    #[arg(long)]
+    primary_db: Option<i64>,
+    /// How long one Redis reply may take, in ms.
+    #[arg(long, default_value_t = 3_000)]
+    socket_timeout: u64,
+    /// How long connecting may take, in ms.
+    #[arg(long, default_value_t = 5_000)]
+    connect_timeout: u64,
     /// The key prefix the services use (`LockClientBuilder::key_prefix`).
     #[arg(long, default_value = "")]
     prefix: String,
@@ -72,22 +96,55 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("leasehold: {e}");
+            // The library's advice, in this tool's words.
+            let said = chain(&*e)
+                .replace("LockClientBuilder::socket_timeout", "--socket-timeout")
+                .replace("sentinel_primary_auth", "--primary-password");
+            eprintln!("leasehold: {said}");
             ExitCode::from(1)
         }
     }
 }
 
+/// The error, then each cause in its chain once (a cause the message
+/// already says is not said again).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut said = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !said.contains(&text) {
+            said.push_str(": ");
+            said.push_str(&text);
+        }
+        cause = c.source();
+    }
+    said
+}
+
 fn client(cli: &Cli) -> Result<LockClient, Box<dyn std::error::Error>> {
-    let builder = if cli.cluster.is_empty() {
-        LockClient::builder(&cli.url)
-    } else {
-        LockClient::cluster_builder(&cli.cluster)
+    let builder = match (&cli.cluster[..], &cli.sentinel[..]) {
+        ([], []) => LockClient::builder(&cli.url),
+        (seeds, []) => LockClient::cluster_builder(seeds),
+        ([], sentinels) => {
+            let master = cli.master.as_deref().unwrap_or_default();
+            let mut b = LockClient::sentinel_builder(sentinels, master);
+            if let Some(password) = &cli.primary_password {
+                b = b.sentinel_primary_auth(cli.primary_user.as_deref(), password);
+            }
+            if let Some(db) = cli.primary_db {
+                b = b.sentinel_primary_db(db);
+            }
+            b
+        }
+        _ => return Err("give --cluster or --sentinel, not both".into()),
     };
     #[allow(unused_mut)]
     let mut builder = builder
         .key_prefix(cli.prefix.clone())
-        .client_name("leasehold-cli");
+        .client_name("leasehold-cli")
+        .socket_timeout(Duration::from_millis(cli.socket_timeout))
+        .connect_timeout(Duration::from_millis(cli.connect_timeout));
     #[cfg(feature = "tls")]
     if let Some(path) = &cli.tls_ca {
         let pem =

@@ -14,7 +14,10 @@ impl From<redis::RedisError> for Error {
         // first failing command, as a single command's error would be.
         let err = first_of_pipeline(err);
         if is_auth_failure(&err) {
-            Error::Auth { source: err }
+            Error::Auth {
+                addr: String::new(),
+                source: err,
+            }
         } else if has_code(&err, "NOPERM") || is_script_acl_refusal(&err) {
             Error::NoPermission {
                 rules: "the rules LockClient::acl_rules() lists".into(),

@@ -197,8 +197,10 @@ pub enum Error {
     },
 
     /// Redis refused our credentials.
-    #[error("redis rejected the credentials: check the user name and password in the redis url (with Sentinel: the Sentinels' in their URLs, the primary's in sentinel_primary_auth)")]
+    #[error("redis{} rejected the credentials: check the user name and password in the redis url (with Sentinel: the Sentinels' in their URLs, the primary's in sentinel_primary_auth)", at(.addr))]
     Auth {
+        /// The server (`host:port`); empty when not known.
+        addr: String,
         /// The server's error.
         #[source]
         source: redis::RedisError,
@@ -260,7 +262,7 @@ pub enum Error {
     },
 
     /// Connecting to Redis, or talking to it, failed.
-    #[error("redis connection{} failed; check that redis is running and reachable there", at(.addr))]
+    #[error("the connection to redis{} failed; check that redis is running and reachable there", at(.addr))]
     Connection {
         /// The server (`host:port`; with Sentinel, how it was found); empty
         /// when not known.
@@ -452,6 +454,10 @@ impl Error {
                 timeout,
             },
             Error::NotRedis { addr: a, source } => Error::NotRedis {
+                addr: named(a),
+                source,
+            },
+            Error::Auth { addr: a, source } => Error::Auth {
                 addr: named(a),
                 source,
             },

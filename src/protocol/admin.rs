@@ -1,11 +1,114 @@
-//! What an operator sends, with no threads: the forced release of a lock of
-//! any kind (Redisson's `forceUnlock`), which tells that kind's waiters.
+//! What an operator sends, with no threads: what a key is (a lock of any
+//! kind, nothing, or something else — [`Shape`]), and the forced release of
+//! a lock of any kind (Redisson's `forceUnlock`), which tells that kind's
+//! waiters and refuses to touch anything that is not a lock.
 
-use redis::{ConnectionLike, RedisResult, Script};
+use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::plain::companion_fn;
-use super::PubSub;
+use super::{run, unexpected, PubSub};
 use crate::names::{channel_name, line_key, queue_key, rw_channel};
+
+/// The Lua function `shape(key)`: `{'lock'}` when `key` is a lock of any
+/// kind — a hash whose every field is a lock owner (`<client-uuid>:<rest>`:
+/// leasehold's `<uuid>:<n>`, `<uuid>:<n>:write`, `<uuid>:redlock-<n>`,
+/// Redisson's `<uuid>:<thread id>`) holding a hold count, or a read/write
+/// lock's `mode` (`read`, `write`); `{'none'}` when there is no key; and
+/// otherwise what it is: `{'type', <type>}` for a key that is no hash,
+/// `{'field', <field>}` for a field that is no lock owner, `{'count',
+/// <field>, <value>}` for an owner without a hold count. The one
+/// definition of a lock's shape: the forced release and the operators'
+/// reads ([`SHAPE`]) both call it.
+macro_rules! shape_fn {
+    () => {
+        r#"
+local function shape(key)
+    local t = redis.call('type', key)['ok']
+    if t == 'none' then
+        return {'none'}
+    end
+    if t ~= 'hash' then
+        return {'type', t}
+    end
+    local owner = '^' .. string.rep('%x', 8) .. '%-' .. string.rep('%x', 4) .. '%-'
+        .. string.rep('%x', 4) .. '%-' .. string.rep('%x', 4) .. '%-'
+        .. string.rep('%x', 12) .. ':.'
+    local fields = redis.call('hgetall', key)
+    for i = 1, #fields, 2 do
+        local f, v = fields[i], fields[i + 1]
+        if f == 'mode' then
+            if v ~= 'read' and v ~= 'write' then
+                return {'count', f, v}
+            end
+        elseif not string.match(f, owner) then
+            return {'field', f}
+        elseif not string.match(v, '^%d+$') then
+            return {'count', f, v}
+        end
+    end
+    return {'lock'}
+end
+"#
+    };
+}
+
+/// What a key is, as the operators' calls see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// No key: no lock held (waiters may still stand in its queues).
+    None,
+    /// A lock of some kind.
+    Lock,
+    /// Something else; what it is, in words (for [`Error::NotALock`]).
+    ///
+    /// [`Error::NotALock`]: crate::Error::NotALock
+    Other(String),
+}
+
+/// What a key is: KEYS the key. See [`shape_fn!`].
+pub(super) const SHAPE: &str = concat!(shape_fn!(), "return shape(KEYS[1])\n");
+
+/// A value in what [`Shape::Other`] says, shortened to something a person
+/// reads (a field of an application hash may be anything).
+fn quoted(v: &Value) -> String {
+    let text = match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    let mut short: String = text.chars().take(60).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    format!("{short:?}")
+}
+
+/// Reads a `shape(key)` reply.
+fn shape_of(reply: &Value) -> RedisResult<Shape> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected("shape", reply));
+    };
+    let word = |i: usize| match items.get(i) {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    };
+    Ok(match word(0).as_str() {
+        "none" => Shape::None,
+        "lock" => Shape::Lock,
+        "type" => Shape::Other(format!("a {}", word(1))),
+        "field" => Shape::Other(format!(
+            "a hash with the field {}, which is no lock owner",
+            quoted(&items[1])
+        )),
+        "count" => Shape::Other(format!(
+            "a hash whose field {} holds {}, which is no hold count",
+            quoted(&items[1]),
+            items.get(2).map_or_else(String::new, quoted)
+        )),
+        _ => return Err(unexpected("shape", reply)),
+    })
+}
 
 /// Force unlock: KEYS lock, unlock channel, read/write channel, fair queue,
 /// line of waiting clients. Deletes the lock whoever holds it; 0 when there
@@ -17,9 +120,17 @@ use crate::names::{channel_name, line_key, queue_key, rw_channel};
 /// in line (the first live place takes it; it is rare, and the line holds a
 /// place per client). A holder's guard learns of it at its next renewal
 /// (its owner is gone).
+///
+/// Anything not shaped like a lock (see [`shape_fn!`]) is refused: its
+/// `shape` is returned and nothing is changed.
 pub(super) const FORCE_UNLOCK: &str = concat!(
     companion_fn!(),
+    shape_fn!(),
     r#"
+local what = shape(KEYS[1])
+if what[1] ~= 'lock' and what[1] ~= 'none' then
+    return what
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if redis.call('del', KEYS[1]) == 0 then
     return 0
@@ -44,33 +155,93 @@ return 1
 "#
 );
 
+/// What a forced release did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Forced {
+    /// The lock was deleted and its waiters told.
+    Freed,
+    /// There was no lock.
+    NotHeld,
+    /// The key is not a lock (what it is): nothing was changed.
+    NotALock(String),
+}
+
 /// The operator's scripts.
 pub(crate) struct AdminScripts {
     force_unlock: Script,
+    shape: Script,
 }
 
 impl AdminScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         AdminScripts {
             force_unlock: pubsub.script(FORCE_UNLOCK),
+            shape: Script::new(SHAPE),
         }
     }
 
-    /// Deletes lock `key` of any kind and wakes its waiters; false when
-    /// there was no lock.
+    /// Deletes lock `key` of any kind and wakes its waiters — unless `key`
+    /// is not a lock.
     pub(crate) fn force_unlock(
         &self,
         con: &mut dyn ConnectionLike,
         key: &str,
-    ) -> RedisResult<bool> {
-        let freed: i64 = self
-            .force_unlock
-            .key(key)
-            .key(channel_name(key))
-            .key(rw_channel(key))
-            .key(queue_key(key))
-            .key(line_key(key))
-            .invoke(con)?;
-        Ok(freed == 1)
+    ) -> RedisResult<Forced> {
+        let mut cmd = super::evalsha(&self.force_unlock, 5);
+        cmd.arg(key)
+            .arg(channel_name(key))
+            .arg(rw_channel(key))
+            .arg(queue_key(key))
+            .arg(line_key(key));
+        let reply: Value = run(con, &self.force_unlock, &cmd)?;
+        Ok(match reply {
+            Value::Int(1) => Forced::Freed,
+            Value::Int(_) => Forced::NotHeld,
+            other => match shape_of(&other)? {
+                Shape::Other(what) => Forced::NotALock(what),
+                _ => return Err(unexpected("force unlock", &other)),
+            },
+        })
+    }
+
+    /// What `key` is (one script; read only).
+    pub(crate) fn shape(&self, con: &mut dyn ConnectionLike, key: &str) -> RedisResult<Shape> {
+        let mut cmd = super::evalsha(&self.shape, 1);
+        cmd.arg(key);
+        let reply: Value = run(con, &self.shape, &cmd)?;
+        shape_of(&reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn what_a_key_is_reads_as_words() {
+        let reply = |items: &[&str]| Value::Array(items.iter().map(|s| bulk(s)).collect());
+        assert_eq!(shape_of(&reply(&["lock"])).unwrap(), Shape::Lock);
+        assert_eq!(shape_of(&reply(&["none"])).unwrap(), Shape::None);
+        assert_eq!(
+            shape_of(&reply(&["type", "string"])).unwrap(),
+            Shape::Other("a string".into())
+        );
+        let Shape::Other(what) = shape_of(&reply(&["field", "email"])).unwrap() else {
+            panic!()
+        };
+        assert!(
+            what.contains("\"email\"") && what.contains("no lock owner"),
+            "{what}"
+        );
+        let long = "x".repeat(500);
+        let Shape::Other(what) = shape_of(&reply(&["count", &long, "y"])).unwrap() else {
+            panic!()
+        };
+        assert!(what.len() < 200, "{what}");
+        assert!(shape_of(&Value::Int(1)).is_err());
     }
 }

@@ -7,7 +7,8 @@
 //! - `plain` — Redisson's `RLock` (and its fenced variant), the renew script;
 //! - `fair` — Redisson's `RedissonFairLock` layout, with expiring places;
 //! - `rwlock` — Redisson's `RReadWriteLock` layout, writers first;
-//! - `admin` — an operator's forced release of any kind.
+//! - `admin` — what a key is (a lock's shape), and an operator's forced
+//!   release of any kind.
 //!
 //! Every owner check happens inside the scripts; names and owners travel only
 //! as `KEYS[]`/`ARGV[]`, never inside Lua source.
@@ -236,13 +237,23 @@ impl Scripts {
     }
 
     /// Deletes lock `key` of any kind and wakes its waiters (an operator's
-    /// tool); false when there was no lock.
+    /// tool) — unless the key is not a lock.
     pub(crate) fn force_unlock(
         &self,
         con: &mut dyn ConnectionLike,
         key: &str,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<admin::Forced> {
         self.admin.force_unlock(con, key)
+    }
+
+    /// What `key` is: a lock, nothing, or something else (an operator's
+    /// read).
+    pub(crate) fn shape(
+        &self,
+        con: &mut dyn ConnectionLike,
+        key: &str,
+    ) -> RedisResult<admin::Shape> {
+        self.admin.shape(con, key)
     }
 
     /// One acquire script (one `EVALSHA`, plus `SCRIPT LOAD` and a retry
@@ -419,6 +430,7 @@ mod tests {
             rwlock::WRITE_RELEASE,
             rwlock::CANCEL_WRITER,
             admin::FORCE_UNLOCK,
+            admin::SHAPE,
         ]
     }
 
