@@ -35,6 +35,8 @@ cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls,cli -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features)"
 cargo test
+stage "the failover soak: locks through repeated Sentinel failovers, about a minute (tests/failover_soak.rs; its figures are the README's failover table)"
+cargo test --test failover_soak -- --nocapture 2>&1 | grep -vE '^(running|test |$)' || { echo "the failover soak failed" >&2; exit 1; }
 stage "cargo test --features tls,cli (unit, TLS, the core lock test, the operators' CLI end to end)"
 cargo test --features tls,cli --lib --test tls --test lock --test cli
 stage "the README's examples as doc tests of a crate that depends only on leasehold (tests/downstream)"

@@ -34,8 +34,10 @@
 //! directly — the owner and a short grant lease are set in the release
 //! script, and only that client hears it, on its own grant channel — so a
 //! handoff between processes wakes one waiter and costs it no round trip:
-//! an acquire and a release, two commands per critical section. A granted
-//! waiter that died costs the next one the grant lease (3 s), never a
+//! an acquire and a release, two commands per critical section. A grant
+//! sets the lease its waiter asked for, at most 3 s, and a waiter's place
+//! lives no longer than that either: a granted or first-in-line waiter that
+//! died or stalled costs the next one no more than its own lease, never a
 //! watchdog lease; the grantee's renewal lengthens it. With no leasehold
 //! waiter in line, the release publishes `0` on the unlock channel exactly as
 //! Redisson's does; a leasehold waiter that finds a Redisson holder
@@ -93,11 +95,15 @@
 //!   ([`LockGuard::is_held`] turns false, one [`LeaseLost`] on
 //!   [`LockGuard::lost`]) before Redis expires it; an acquire reply that
 //!   arrives after its lease ran out never becomes a guard.
-//! - **A lost reply leaves no hold behind**: an acquire whose reply never
-//!   came is undone, owner-checked, as soon as Redis answers again.
-//! - **A dead holder costs a waiter at most its lease**, and waiters ride
-//!   out a Redis restart or failover up to their deadline (or the connect
-//!   timeout).
+//! - **A lost reply leaves no hold behind, and a release is never lost**: an
+//!   acquire whose reply never came is undone, owner-checked, as soon as
+//!   Redis answers again; a release whose reply never came is sent again
+//!   until Redis answers or the lease ends ([`Error::ReleasePending`]).
+//! - **Deadlines are kept**: a bounded wait returns by its deadline plus one
+//!   round trip, also while Redis hangs, and rides out an outage up to its
+//!   deadline ([`Error::Unavailable`] when the deadline comes first).
+//! - **A dead or stalled client costs the others at most the lock's
+//!   lease** (a hold granted by a release: at most 3 s).
 //! - **Nothing panics** on bad input or Redis faults, and `Drop` is bounded
 //!   by the socket timeout.
 //!

@@ -39,6 +39,15 @@
 //! to `events:<name>`; prints `started`, and runs until its input ends. A
 //! release that finds the lock lost (the process was stopped) is fine.
 //!
+//! `soak <sentinel-urls,…> <master> <name> <replicated 0|1> <store-url>`
+//! runs two threads that take the fenced lock `name` through Sentinel (a
+//! 3 s watchdog lease; with `replicated`, `replicas(1, 300 ms)`), each hold
+//! writing through a `FencedStore` on the store server at entry and exit;
+//! every hold is recorded on the store as `H <token> <enter µs> <exit µs>
+//! <entry write accepted> <exit write accepted> <lost>` in `soak:<name>`,
+//! every failed lock call as `E <what>`. Prints `started`; runs until its
+//! input ends.
+//!
 //! `fair <url> <name>` runs fair-lock waiters on
 //! command: `take <tag>` starts a thread that takes the fair lock and prints
 //! `got <tag>`; `release <tag>` makes it unlock. Each thread is its own waiter.
@@ -95,6 +104,9 @@ fn run(args: Vec<String>) {
     }
     if args.first().map(String::as_str) == Some("stall") {
         return stall(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("soak") {
+        return soak(&args[1..]);
     }
     let [url, name, lease_ms] = &args[..] else {
         eprintln!("usage: child <url> <name> <watchdog-lease-ms>");
@@ -465,6 +477,81 @@ fn stall(args: &[String]) {
                 std::thread::sleep(work);
                 push(&mut con, &events, format!("X {pid} {}", micros()));
                 let _ = guard.unlock(); // lost while stopped: fine
+            }
+        });
+    }
+    println!("started");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    while std::io::stdin().lock().read_line(&mut line).unwrap_or(0) > 0 {
+        line.clear();
+    }
+}
+
+/// `soak <sentinel-urls,…> <master> <name> <replicated 0|1> <store-url>`
+/// (see the file's docs).
+fn soak(args: &[String]) {
+    let [sentinels, master, name, replicated, store_url] = args else {
+        eprintln!("usage: child soak <sentinel-urls> <master> <name> <replicated> <store-url>");
+        std::process::exit(2);
+    };
+    let urls: Vec<&str> = sentinels.split(',').collect();
+    let mut builder = LockClient::sentinel_builder(&urls, master)
+        .watchdog_lease(Duration::from_secs(3))
+        .socket_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(2))
+        .client_name(format!("soak-{}", std::process::id()));
+    if replicated == "1" {
+        builder = builder.replicas(1, Duration::from_millis(300));
+    }
+    let client = builder.build().expect("client");
+    let micros = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    };
+    for _ in 0..2 {
+        let (client, store_url, name) = (client.clone(), store_url.clone(), name.clone());
+        std::thread::spawn(move || {
+            let mut con = redis::Client::open(store_url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("store connection");
+            let store = FencedStore::new(format!("resource:{name}"));
+            let records = format!("soak:{name}");
+            let opts = LockOptions::new().fenced().wait(Duration::from_secs(2));
+            loop {
+                let guard = match client.lock_with(&name, opts) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        let what = if e.is_wait_timeout() {
+                            "wait-timeout"
+                        } else if matches!(e, leasehold::Error::NotReplicated { .. }) {
+                            "not-replicated"
+                        } else if e.is_connection() || e.is_refused() {
+                            "unavailable"
+                        } else {
+                            eprintln!("soak child: untyped failure: {e:?}");
+                            "other"
+                        };
+                        push(&mut con, &records, format!("E {what}"));
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                };
+                let token = guard.fence().expect("fenced");
+                let enter = micros();
+                let first = store.write(&mut con, token, "entry").unwrap_or(false);
+                std::thread::sleep(Duration::from_millis(30));
+                let last = store.write(&mut con, token, "exit").unwrap_or(false);
+                let exit = micros();
+                let lost = !guard.is_held() || guard.lost().try_recv().is_ok();
+                let unlocked = guard.unlock();
+                let lost = lost || unlocked.as_ref().is_err_and(|e| e.is_not_held());
+                push(
+                    &mut con,
+                    &records,
+                    format!("H {token} {enter} {exit} {first} {last} {lost}"),
+                );
             }
         });
     }

@@ -302,6 +302,21 @@ impl RedisServer {
         }
     }
 
+    /// Kills the server and starts a new, empty one on the same port as a
+    /// replica of `primary` — a server whose configuration Sentinel had
+    /// rewritten coming back after a crash.
+    pub fn restart_as_replica_of(&mut self, primary: &RedisServer) {
+        self.extra = vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port().to_string(),
+        ];
+        if let Some(pw) = &self.password {
+            self.extra.extend(["--masterauth".into(), pw.clone()]);
+        }
+        self.restart();
+    }
+
     fn spawn(
         port: u16,
         dir: PathBuf,
