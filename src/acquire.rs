@@ -219,6 +219,14 @@ fn plain<O>(
             return Ok(Some(g));
         }
         Enter::TimedOut => return Ok(None),
+        Enter::Abandoned => {
+            // Given up while a release handed it the lock: what that gave
+            // it in Redis is undone, owner-checked, once Redis answers (and
+            // before this owner's next acquire of the key).
+            let orphan = Orphan::lost(Kind::Plain, key, owner, lease, None, Instant::now());
+            shared.orphaned(orphan);
+            return Ok(None);
+        }
     };
     // A subscription still confirmed (a busy name) is taken before the first
     // attempt: held elsewhere, the waiter parks at once.
@@ -381,29 +389,7 @@ impl LockKind for AtRedis<'_> {
             fence: self.fence,
             place: self.place.as_deref(),
         };
-        let sent_at = Instant::now();
-        let mut sent = false;
-        let attempt = match self.shared.attempt(self.name, &req, self.bound, &mut sent) {
-            // Nothing went out (a refused connect): nothing to undo.
-            Err(e) if self.fresh && sent && e.is_unanswered() => {
-                // It may have run: a first hold is undone once Redis answers
-                // (a reentrant one keeps the owner's real hold; its stale count
-                // goes with the last release).
-                self.shared.orphaned(Orphan {
-                    kind: self.kind,
-                    key: self.key.to_owned(),
-                    owner: self.owner.to_owned(),
-                    lease: self.lease,
-                    place: self.place.clone(),
-                    until: sent_at
-                        + self.lease.max(protocol::LONGEST_PLACE)
-                        + Duration::from_secs(1),
-                });
-                return Err(e);
-            }
-            other => other?,
-        };
-        match attempt {
+        match self.shared.attempt(self.name, &req, self.bound)? {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
             Attempt::Wait { hint, foreign } => {
                 self.foreign = foreign;
@@ -442,10 +428,7 @@ impl LockKind for AtRedis<'_> {
             last: self.fresh,
             successor: None,
         };
-        let bound = Bound {
-            pool_wait: Some(self.shared.socket_timeout),
-            deadline: self.bound.deadline,
-        };
+        let bound = self.bound.with_pool_wait(self.shared.socket_timeout);
         let _ = self.shared.release_script(&rel, bound);
     }
 

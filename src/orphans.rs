@@ -24,25 +24,50 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::options::Kind;
+use crate::protocol::LONGEST_PLACE;
 
-/// An acquire attempt whose reply was lost: what undoing it takes.
+/// A call whose reply was lost (an acquire attempt, a release, leaving a
+/// waiting place): what undoing it takes.
 pub(crate) struct Orphan {
     pub(crate) kind: Kind,
     pub(crate) key: String,
     pub(crate) owner: String,
-    /// The lease the attempt asked for (what a release refreshes, and how
+    /// The lease the call asked for (what a release refreshes, and how
     /// long its hold can live at most).
-    pub(crate) lease: std::time::Duration,
-    /// The waiting place the attempt may have taken (plain: in line).
+    pub(crate) lease: Duration,
+    /// The waiting place the call may have taken (plain: in line).
     pub(crate) place: Option<String>,
-    /// After this, whatever the attempt took has expired: nothing to undo.
+    /// After this, whatever the call took has expired: nothing to undo.
     pub(crate) until: Instant,
+}
+
+impl Orphan {
+    /// A call of `kind` by `owner` on `key`, sent at `sent_at`, whose reply
+    /// was lost: what it may have taken lives at most its lease or a waiting
+    /// place's life (and a second for the clocks).
+    pub(crate) fn lost(
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        place: Option<&str>,
+        sent_at: Instant,
+    ) -> Self {
+        Orphan {
+            kind,
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            lease,
+            place: place.map(str::to_owned),
+            until: sent_at + lease.max(LONGEST_PLACE) + Duration::from_secs(1),
+        }
+    }
 }
 
 struct Entry {
@@ -51,26 +76,37 @@ struct Entry {
     answered: Mutex<u8>,
 }
 
-/// The orphans of one client, by key and owner.
+/// A key and an owner.
+type OwnerOfKey = (String, String);
+
+/// The orphans of one client, by key and owner — one per lock kind (a
+/// thread may read and write one read/write lock, and lose both).
 #[derive(Default)]
 pub(crate) struct Orphans {
     /// How many are pending: the acquire path looks at nothing else when
     /// there are none.
     count: AtomicUsize,
-    map: Mutex<HashMap<(String, String), Arc<Entry>>>,
+    map: Mutex<HashMap<OwnerOfKey, Vec<Arc<Entry>>>>,
 }
 
 impl Orphans {
-    /// Records `orphan` (replacing an older one of the same owner and key).
+    /// Records `orphan` (replacing an older one of the same owner, key and
+    /// kind: undoing the newer undoes both).
     pub(crate) fn add(&self, orphan: Orphan) {
         let id = (orphan.key.clone(), orphan.owner.clone());
+        let kind = orphan.kind;
         let entry = Arc::new(Entry {
             orphan,
             answered: Mutex::new(0),
         });
         let mut map = self.map.lock();
-        if map.insert(id, entry).is_none() {
-            self.count.fetch_add(1, Ordering::Relaxed);
+        let entries = map.entry(id).or_default();
+        match entries.iter_mut().find(|e| e.orphan.kind == kind) {
+            Some(old) => *old = entry,
+            None => {
+                entries.push(entry);
+                self.count.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -79,44 +115,59 @@ impl Orphans {
         self.count.load(Ordering::Relaxed) > 0
     }
 
-    /// Before an acquire of `owner` on `key`: undoes its orphan there, if
-    /// any, with `undo` (waiting for a background undo in flight). An error
-    /// means Redis did not answer; the orphan stays.
+    /// Before an acquire of `owner` on `key`: undoes its orphans there, if
+    /// any, with `undo` — waiting for a background undo in flight, but not
+    /// past `end` (then a timeout, as Redis not answering in time). An
+    /// error means Redis did not answer; the orphans stay.
     pub(crate) fn settle(
         &self,
         key: &str,
         owner: &str,
+        end: Option<Instant>,
         undo: impl Fn(&Orphan) -> Result<()>,
     ) -> Result<()> {
         if !self.any() {
             return Ok(());
         }
-        let entry = self
+        let entries = self
             .map
             .lock()
             .get(&(key.to_owned(), owner.to_owned()))
-            .cloned();
-        match entry {
-            Some(entry) => self.finish(&entry, &undo),
-            None => Ok(()),
+            .cloned()
+            .unwrap_or_default();
+        for entry in entries {
+            self.finish(&entry, end, &undo)?;
         }
+        Ok(())
     }
 
     /// Undoes every pending orphan once more (the background pass); true
     /// while some remain.
     pub(crate) fn pass(&self, undo: impl Fn(&Orphan) -> Result<()>) -> bool {
-        let entries: Vec<Arc<Entry>> = self.map.lock().values().cloned().collect();
+        let entries: Vec<Arc<Entry>> = self.map.lock().values().flatten().cloned().collect();
         for entry in entries {
-            if let Err(e) = self.finish(&entry, &undo) {
-                tracing::debug!(key = %entry.orphan.key, error = ?e, "leasehold: undoing a hold whose reply was lost failed; trying again");
+            if let Err(e) = self.finish(&entry, None, &undo) {
+                tracing::debug!(key = %entry.orphan.key, error = ?e, "leasehold: undoing a call whose reply was lost failed; trying again");
             }
         }
         self.any()
     }
 
-    /// Undoes `entry` until answered twice (or expired), then forgets it.
-    fn finish(&self, entry: &Arc<Entry>, undo: &impl Fn(&Orphan) -> Result<()>) -> Result<()> {
-        let mut answered = entry.answered.lock();
+    /// Undoes `entry` until answered twice (or expired), then forgets it;
+    /// waits for an undo of it in flight no longer than `end`.
+    fn finish(
+        &self,
+        entry: &Arc<Entry>,
+        end: Option<Instant>,
+        undo: &impl Fn(&Orphan) -> Result<()>,
+    ) -> Result<()> {
+        let mut answered = match end {
+            None => entry.answered.lock(),
+            Some(end) => entry
+                .answered
+                .try_lock_until(end)
+                .ok_or_else(still_undoing)?,
+        };
         while *answered < 2 && Instant::now() < entry.orphan.until {
             undo(&entry.orphan)?;
             *answered += 1;
@@ -124,11 +175,32 @@ impl Orphans {
         *answered = 2;
         let id = (entry.orphan.key.clone(), entry.orphan.owner.clone());
         let mut map = self.map.lock();
-        if map.get(&id).is_some_and(|e| Arc::ptr_eq(e, entry)) {
-            map.remove(&id);
-            self.count.fetch_sub(1, Ordering::Relaxed);
+        if let Some(entries) = map.get_mut(&id) {
+            let before = entries.len();
+            entries.retain(|e| !Arc::ptr_eq(e, entry));
+            if entries.len() < before {
+                self.count.fetch_sub(1, Ordering::Relaxed);
+            }
+            if entries.is_empty() {
+                map.remove(&id);
+            }
         }
         Ok(())
+    }
+}
+
+/// What a call that ran out of time waiting for a background undo of the
+/// same owner's lost reply says: Redis did not answer it in time.
+fn still_undoing() -> Error {
+    Error::TimedOut {
+        addr: String::new(),
+        timeout: Duration::ZERO,
+        by_deadline: true,
+        source: std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "an earlier lost reply of this owner is still being undone",
+        )
+        .into(),
     }
 }
 
@@ -191,7 +263,6 @@ mod tests {
     use super::*;
     use crate::error::Error;
     use std::cell::Cell;
-    use std::time::Duration;
 
     fn orphan(key: &str, owner: &str, until: Instant) -> Orphan {
         Orphan {
@@ -202,6 +273,59 @@ mod tests {
             place: None,
             until,
         }
+    }
+
+    #[test]
+    fn an_owners_orphans_of_two_kinds_are_both_undone() {
+        let orphans = Orphans::default();
+        let later = Instant::now() + Duration::from_secs(30);
+        let mut read = orphan("k", "o", later);
+        read.kind = Kind::Read;
+        let mut write = orphan("k", "o", later);
+        write.kind = Kind::Write;
+        orphans.add(read);
+        orphans.add(write);
+        let undone = Mutex::new(Vec::new());
+        orphans
+            .settle("k", "o", None, |o| {
+                undone.lock().push(o.kind);
+                Ok(())
+            })
+            .unwrap();
+        let undone = undone.into_inner();
+        assert!(
+            undone.contains(&Kind::Read) && undone.contains(&Kind::Write),
+            "{undone:?}"
+        );
+        assert!(!orphans.any());
+    }
+
+    #[test]
+    fn settling_waits_for_an_undo_in_flight_no_longer_than_the_end() {
+        let orphans = Arc::new(Orphans::default());
+        orphans.add(orphan("k", "o", Instant::now() + Duration::from_secs(30)));
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let background = {
+            let orphans = Arc::clone(&orphans);
+            std::thread::spawn(move || {
+                orphans.pass(|_| {
+                    started_tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(500)); // Redis hangs
+                    Err(down())
+                })
+            })
+        };
+        started_rx.recv().unwrap();
+        let started = Instant::now();
+        let end = started + Duration::from_millis(50);
+        let e = orphans.settle("k", "o", Some(end), |_| Ok(())).unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(e.is_timeout() && e.is_transient(), "{e:?}");
+        background.join().unwrap();
     }
 
     fn down() -> Error {
@@ -217,18 +341,18 @@ mod tests {
         // Another owner's acquire sends nothing.
         let sent = Cell::new(0);
         orphans
-            .settle("k", "other", |_| {
+            .settle("k", "other", None, |_| {
                 sent.set(sent.get() + 1);
                 Ok(())
             })
             .unwrap();
         assert_eq!(sent.get(), 0);
         // Redis down: the owner's acquire fails, the orphan stays.
-        assert!(orphans.settle("k", "o", |_| Err(down())).is_err());
+        assert!(orphans.settle("k", "o", None, |_| Err(down())).is_err());
         assert!(orphans.any());
         // Redis back: answered twice, then forgotten.
         orphans
-            .settle("k", "o", |o| {
+            .settle("k", "o", None, |o| {
                 assert_eq!(o.key, "k");
                 sent.set(sent.get() + 1);
                 Ok(())
@@ -237,7 +361,7 @@ mod tests {
         assert_eq!(sent.get(), 2);
         assert!(!orphans.any());
         orphans
-            .settle("k", "o", |_| panic!("nothing left to undo"))
+            .settle("k", "o", None, |_| panic!("nothing left to undo"))
             .unwrap();
     }
 

@@ -35,8 +35,7 @@ use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
 use crate::options::{check_lease, check_name, deadline_after, Kind, LockOptions};
-use crate::orphans::Orphan;
-use crate::protocol::{Attempt, Fence, Release, Released, Request};
+use crate::protocol::{Attempt, Fence, Released, Request};
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
 
 /// A lock over several independent Redis masters (Redlock).
@@ -347,21 +346,7 @@ impl Redlock {
                 fence: Fence::None,
                 place: None,
             };
-            let mut sent = false;
-            let answer = node.shared().attempt(name, &req, bound, &mut sent);
-            if let Err(e) = &answer {
-                if sent && e.is_unanswered() {
-                    node.shared().orphaned(Orphan {
-                        kind: Kind::Plain,
-                        key: key.clone(),
-                        owner: owner.to_owned(),
-                        lease,
-                        place: None,
-                        until: started + lease + Duration::from_secs(1),
-                    });
-                }
-            }
-            answer
+            node.shared().attempt(name, &req, bound)
         });
         let elapsed = started.elapsed();
         let drift = lease / 100 + Duration::from_millis(2);
@@ -520,33 +505,7 @@ fn release_on(
 ) -> (usize, usize, Vec<Error>) {
     let chosen: Vec<&LockClient> = which.iter().filter_map(|&i| nodes.get(i)).collect();
     let answers = on_every_node(&chosen, |node| {
-        let shared = node.shared();
-        let rel = Release {
-            kind: Kind::Plain,
-            key,
-            field: owner,
-            lease,
-            last: true,
-            successor: None,
-        };
-        let bound = Bound {
-            pool_wait: Some(shared.socket_timeout),
-            deadline: bound.deadline,
-        };
-        let answer = shared.release_script(&rel, bound);
-        if let Err(e) = &answer {
-            if e.is_unanswered() {
-                shared.orphaned(Orphan {
-                    kind: Kind::Plain,
-                    key: key.to_owned(),
-                    owner: owner.to_owned(),
-                    lease,
-                    place: None,
-                    until: Instant::now() + lease,
-                });
-            }
-        }
-        answer
+        node.shared().release_unique(key, owner, lease, bound)
     });
     let (mut ours, mut not_ours, mut errors) = (0, 0, Vec::new());
     for answer in answers {

@@ -162,25 +162,38 @@ impl Shared {
     /// too few replicas → the hold is undone (owner-checked) and the answer
     /// is [`Error::NotReplicated`]. Sending an attempt twice is harmless: a
     /// first hold is set (not incremented), a reentrant count is settled by
-    /// the last local release, a second token is larger. `sent` is set when
-    /// the attempt went out on a connection (a failure after that may have
-    /// run in Redis; one before it — a refused connect — did nothing).
+    /// the last local release, a second token is larger.
+    ///
+    /// An attempt that went out and was not answered may have run: when it
+    /// asked for a first hold (`req.fresh`), what it may have taken is
+    /// undone once Redis answers (see [`orphaned`](Self::orphaned)); a
+    /// reentrant one keeps the owner's real hold (its stale count goes with
+    /// the last release). One that never went out (a refused connect) did
+    /// nothing.
     pub(crate) fn attempt(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         req: &Request<'_>,
         bound: Bound,
-        sent: &mut bool,
     ) -> Result<Attempt> {
-        let (answer, unacked) = self.conns.run(req.key, bound, |con| {
-            *sent = true;
+        let sent_at = Instant::now();
+        let (answer, sent) = self.conns.run_sent(req.key, bound, |con| {
             let answer = self.scripts().acquire(con, req)?;
             let unacked = match answer {
                 Attempt::Acquired { .. } => self.unreplicated(con)?,
                 _ => None,
             };
             Ok((answer, unacked))
-        })?;
+        });
+        let (answer, unacked) = match answer {
+            Err(e) if req.fresh && sent && e.is_unanswered() => {
+                self.orphaned(Orphan::lost(
+                    req.kind, req.key, req.owner, req.lease, req.place, sent_at,
+                ));
+                return Err(e);
+            }
+            other => other?,
+        };
         if let Some(acked) = unacked {
             let field = protocol::hold_field(req.kind, req.owner);
             let _ = self.release_script(
@@ -192,10 +205,7 @@ impl Shared {
                     last: req.fresh,
                     successor: None,
                 },
-                Bound {
-                    pool_wait: Some(self.socket_timeout),
-                    deadline: bound.deadline,
-                },
+                bound.with_pool_wait(self.socket_timeout),
             );
             let (wanted, timeout) = self.replicas.unwrap_or_default();
             return Err(Error::NotReplicated {
@@ -298,26 +308,24 @@ impl Shared {
         lease: Duration,
         bound: Bound,
     ) -> bool {
+        let sent_at = Instant::now();
         match self.leave_place(kind, key, owner, place, bound) {
-            Ok(granted) => granted,
-            Err(e) => {
+            (Ok(granted), _) => granted,
+            (Err(e), sent) => {
+                // Not sent (out of time, no connection), or not answered:
+                // left in the background once Redis answers — and before
+                // this owner's next acquire of the key.
                 tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; leaving it once redis answers");
-                if e.is_unanswered() {
-                    self.orphaned(Orphan {
-                        kind,
-                        key: key.to_owned(),
-                        owner: owner.to_owned(),
-                        lease,
-                        place: place.map(str::to_owned),
-                        until: Instant::now() + lease.max(protocol::LONGEST_PLACE),
-                    });
+                if !sent || e.is_unanswered() {
+                    self.orphaned(Orphan::lost(kind, key, owner, lease, place, sent_at));
                 }
                 false
             }
         }
     }
 
-    /// Leaves `owner`'s waiting place; the error when Redis did not answer.
+    /// Leaves `owner`'s waiting place; the error when Redis did not answer,
+    /// and whether the request went out.
     fn leave_place(
         &self,
         kind: Kind,
@@ -325,12 +333,9 @@ impl Shared {
         owner: &str,
         place: Option<&str>,
         bound: Bound,
-    ) -> Result<bool> {
-        let bound = Bound {
-            pool_wait: Some(self.socket_timeout),
-            deadline: bound.deadline,
-        };
-        self.conns.run(key, bound, |con| {
+    ) -> (Result<bool>, bool) {
+        let bound = bound.with_pool_wait(self.socket_timeout);
+        self.conns.run_sent(key, bound, |con| {
             self.scripts().leave(con, kind, key, owner, place)
         })
     }
@@ -344,7 +349,8 @@ impl Shared {
     /// its own there may have left (see `orphans`), within `bound`. Nothing
     /// to do — the usual case — costs one atomic load.
     pub(crate) fn settle(&self, key: &str, owner: &str, bound: Bound) -> Result<()> {
-        self.orphans.settle(key, owner, |o| self.undo(o, bound))
+        self.orphans
+            .settle(key, owner, bound.end, |o| self.undo(o, bound))
     }
 
     /// A call whose reply was lost (an acquire, a release, leaving a
@@ -387,7 +393,9 @@ impl Shared {
     /// waiting place, release whatever hold it took or kept (all of the
     /// owner's: it has no other here).
     fn undo(&self, o: &Orphan, bound: Bound) -> Result<()> {
-        let granted = self.leave_place(o.kind, &o.key, &o.owner, o.place.as_deref(), bound)?;
+        let granted = self
+            .leave_place(o.kind, &o.key, &o.owner, o.place.as_deref(), bound)
+            .0?;
         let field = protocol::hold_field(o.kind, &o.owner);
         let rel = Release {
             kind: o.kind,
@@ -397,11 +405,7 @@ impl Shared {
             last: true,
             successor: None,
         };
-        let bound = Bound {
-            pool_wait: Some(self.socket_timeout),
-            deadline: bound.deadline,
-        };
-        let released = self.release_script(&rel, bound)?;
+        let released = self.release_script(&rel, bound.with_pool_wait(self.socket_timeout))?;
         tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid a call whose reply was lost");
         Ok(())
     }
@@ -560,8 +564,36 @@ impl Shared {
         }
     }
 
-    /// One release script for `hold`. When the owner's last release went
-    /// out but its reply did not come, it is sent again in the background
+    /// Releases all of the hold of `owner` — an owner of one acquisition
+    /// (a Redlock attempt's) — on plain lock `key`, within `bound`. When
+    /// Redis did not answer or could not be reached, it is sent again in the
+    /// background until Redis answers: no later hold can have this owner.
+    pub(crate) fn release_unique(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        bound: Bound,
+    ) -> Result<Released> {
+        let rel = Release {
+            kind: Kind::Plain,
+            key,
+            field: owner,
+            lease,
+            last: true,
+            successor: None,
+        };
+        let sent_at = Instant::now();
+        let released = self.release_script(&rel, bound.with_pool_wait(self.socket_timeout));
+        if released.as_ref().is_err_and(Error::is_transient) {
+            self.orphaned(Orphan::lost(Kind::Plain, key, owner, lease, None, sent_at));
+        }
+        released
+    }
+
+    /// One release script for `hold`. When the owner's last release was
+    /// not answered (or could not be sent: Redis unreachable, failing over),
+    /// it is sent again in the background
     /// (see [`orphaned`](Self::orphaned)) until Redis answers or the lease
     /// would have ended: [`Error::ReleasePending`].
     fn release_or_retry(
@@ -570,19 +602,18 @@ impl Shared {
         rel: &Release<'_>,
         bound: Bound,
     ) -> Result<Released> {
-        let mut sent = false;
-        let e = match self.conns.run(rel.key, bound, |con| {
-            sent = true;
-            self.scripts().release(con, rel)
-        }) {
-            Ok(released) => return Ok(released),
-            Err(e) => e,
+        let e = match self
+            .conns
+            .run_sent(rel.key, bound, |con| self.scripts().release(con, rel))
+        {
+            (Ok(released), _) => return Ok(released),
+            // Not answered, or not sent while Redis could not be reached: the
+            // owner's last release is sent again until Redis answers.
+            (Err(e), _) if rel.last && e.is_transient() => e,
+            // An answer, or a reentrant count (the owner's last release
+            // settles it).
+            (Err(e), _) => return Err(e),
         };
-        if !(sent && rel.last && e.is_unanswered()) {
-            // Nothing went out (it expires with its lease), an answer, or a
-            // reentrant count (the owner's last release settles it).
-            return Err(e);
-        }
         let until = hold.state.valid_until();
         self.orphaned(Orphan {
             kind: hold.kind,

@@ -218,10 +218,99 @@ fn a_refused_connect_leaves_nothing_to_undo_and_the_next_wait_rides_it_out() {
         RedisServer::start_on_port(port)
     });
     let got = client.try_lock_for("refused", Duration::from_secs(3));
-    let _server = server.join().unwrap();
+    let server = server.join().unwrap();
     assert!(
         matches!(got, Ok(Some(_))),
         "after {:?}: {got:?}",
         started.elapsed()
     );
+    // Nothing was undone on the new server: no release script ran there (a
+    // release deletes the owner's field).
+    let calls = server.command_calls();
+    assert_eq!(calls.get("hdel"), None, "an undo ran: {calls:?}");
+}
+
+#[test]
+fn a_retried_bounded_wait_keeps_its_deadline_while_an_earlier_lost_reply_is_being_undone() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    drop(client.lock("retry:warm").unwrap());
+    server.signal("STOP");
+    // The same thread and name, again and again: the first wait's attempt
+    // went out and was not answered (a lost reply to undo); every later
+    // wait must still end by its deadline.
+    let wait = Duration::from_millis(500);
+    let mut took = Vec::new();
+    for _ in 0..4 {
+        let started = Instant::now();
+        let got = client.try_lock_for("retry", wait);
+        took.push(started.elapsed());
+        assert!(got.is_err(), "{got:?}");
+        thread::sleep(Duration::from_millis(150)); // the background undo starts
+    }
+    server.signal("CONT");
+    for t in &took {
+        assert!(*t <= wait + SLACK, "a 500 ms wait took {t:?}: {took:?}");
+    }
+    assert!(client
+        .try_lock_for("retry", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+}
+
+#[test]
+fn a_wait_queued_behind_a_thread_of_its_own_client_keeps_its_deadline() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let held = client.lock_owned("queued").unwrap();
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let got = client.try_lock_for("queued", Duration::from_millis(600));
+            (
+                started.elapsed(),
+                got.map(|g| g.is_some()).map_err(|e| format!("{e:?}")),
+            )
+        })
+    };
+    thread::sleep(Duration::from_millis(100)); // queued in-process behind `held`
+    server.signal("STOP");
+    // The release pops the queued thread as its successor and waits for a
+    // reply that does not come (the socket timeout, 3 s).
+    let release = thread::spawn(move || held.unlock());
+    let (took, got) = waiter.join().unwrap();
+    server.signal("CONT");
+    let _ = release.join().unwrap();
+    assert!(
+        took <= Duration::from_millis(600) + SLACK,
+        "{took:?}: {got:?}"
+    );
+    assert!(!matches!(got, Ok(true)), "{got:?}");
+    // Whatever the release did is settled: the lock can be had again.
+    assert!(client
+        .try_lock_for("queued", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+}
+
+#[test]
+fn a_request_that_never_reached_a_restarted_redis_leaves_nothing_to_undo() {
+    // Pooled connections that died with the server are found closed (their
+    // request never arrived), then the reconnect is refused: nothing went
+    // out, so nothing is undone once a server answers again.
+    let mut server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    drop(client.lock("gone:warm").unwrap());
+    server.kill();
+    let e = client.try_lock("gone").unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    server.restart();
+    let held = client.try_lock_for("gone", Duration::from_secs(3)).unwrap();
+    assert!(held.is_some());
+    let calls = server.command_calls();
+    assert_eq!(calls.get("hdel"), None, "an undo ran: {calls:?}");
 }

@@ -207,3 +207,42 @@ fn a_release_sent_during_a_pause_is_sent_again_and_the_waiter_gets_in() {
         );
     }
 }
+
+/// A thread that writes and reads one read/write lock loses both releases
+/// on the way (a partition: they never reach Redis): both are sent again,
+/// and the lock is free afterwards (a read hold left behind would shut
+/// writers out for a whole lease, and make the same thread's next write lock
+/// an upgrade).
+#[test]
+fn lost_releases_of_a_write_and_a_read_hold_are_both_sent_again() {
+    use support::proxy::{Fault, FaultProxy};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::builder(&proxy.url())
+        .socket_timeout(SOCKET_TIMEOUT)
+        .connect_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let write = client.write_lock("rw:both").unwrap();
+    let read = client.read_lock("rw:both").unwrap();
+    proxy.set(Fault::Blackhole);
+    let r = read.unlock().unwrap_err();
+    let w = write.unlock().unwrap_err();
+    proxy.set(Fault::Forward);
+    assert!(
+        r.is_release_pending() && w.is_release_pending(),
+        "{r:?} / {w:?}"
+    );
+    let got = other.try_lock_with(
+        "rw:both",
+        LockOptions::new().write().wait(Duration::from_secs(3)),
+    );
+    assert!(
+        matches!(got, Ok(Some(_))),
+        "another writer is shut out: {got:?}"
+    );
+    drop(got);
+    let again = client.write_lock("rw:both");
+    assert!(again.is_ok(), "{again:?}");
+}

@@ -27,6 +27,14 @@ fn application_data_is_never_taken_for_a_lock() {
         .unwrap();
     let _: () = con.set("greeting", "hello").unwrap();
     let _: () = con.rpush("jobs", "a").unwrap();
+    // Keyed by a uuid, counted: still no lock owner (`<uuid>:<n>`).
+    let _: () = con
+        .hset(
+            "clicks",
+            "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b:clicks",
+            "17",
+        )
+        .unwrap();
     // Real locks beside them, of every kind.
     let plain = client.lock("order:pay").unwrap();
     let fair = client.fair_lock("order:ship").unwrap();
@@ -40,6 +48,7 @@ fn application_data_is_never_taken_for_a_lock() {
         ("pages", "a hash"),
         ("greeting", "a string"),
         ("jobs", "a list"),
+        ("clicks", "a hash"),
     ] {
         let e = client.force_unlock(name).unwrap_err();
         assert!(matches!(e, Error::NotALock { .. }), "{name}: {e:?}");

@@ -42,22 +42,24 @@ pub(crate) fn one_scheme(urls: &[String], what: &str) -> Result<bool> {
     Ok(tls != 0)
 }
 
-/// The least time a round trip is given, also one sent at (or after) its
-/// call's deadline: a call with a deadline returns by it plus this.
+/// What a call with a deadline may take beyond it: one round trip on a
+/// loaded machine. Every call of a bounded wait ends by its deadline plus
+/// this, all of them together — no call is sent once that end has passed.
 pub(crate) const LAST_ROUND_TRIP: Duration = Duration::from_millis(20);
 
 /// How long one call to Redis may take: how long it waits for a pooled
-/// connection, and the deadline its round trips end by. The default waits
-/// the connect timeout for a connection and the socket timeout for each
-/// reply.
+/// connection, and when every wait of it — for a connection or a reply —
+/// must be over. The default waits the connect timeout for a connection and
+/// the socket timeout for each reply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Bound {
     /// Wait at most this long for a pooled connection (default: the connect
     /// timeout).
     pub(crate) pool_wait: Option<Duration>,
-    /// No wait — for a connection or a reply — goes past this (plus
-    /// [`LAST_ROUND_TRIP`]); the socket timeout still bounds each reply.
-    pub(crate) deadline: Option<Instant>,
+    /// The hard end of the call (a bounded wait's deadline plus
+    /// [`LAST_ROUND_TRIP`]): nothing waits past it, and nothing is sent
+    /// once it has passed; the socket timeout still bounds each reply.
+    pub(crate) end: Option<Instant>,
 }
 
 impl Bound {
@@ -65,35 +67,56 @@ impl Bound {
     pub(crate) fn pool_wait(wait: Duration) -> Self {
         Bound {
             pool_wait: Some(wait),
-            deadline: None,
+            end: None,
         }
     }
 
-    /// Ends by `deadline` (plus [`LAST_ROUND_TRIP`]); none: as the default.
+    /// Ends by `deadline` plus [`LAST_ROUND_TRIP`]; none: as the default.
     pub(crate) fn until(deadline: Option<Instant>) -> Self {
         Bound {
             pool_wait: None,
-            deadline,
+            end: deadline.map(|d| d + LAST_ROUND_TRIP),
         }
     }
 
-    /// What is left before the deadline, at least [`LAST_ROUND_TRIP`]
-    /// (`None` without one).
-    fn left(&self) -> Option<Duration> {
-        self.deadline.map(|d| {
-            d.saturating_duration_since(Instant::now())
-                .max(LAST_ROUND_TRIP)
-        })
+    /// The same end, waiting at most `wait` for a pooled connection.
+    pub(crate) fn with_pool_wait(self, wait: Duration) -> Self {
+        Bound {
+            pool_wait: Some(wait),
+            ..self
+        }
+    }
+
+    /// What is left before the end (`None` without one).
+    pub(crate) fn left(&self) -> Option<Duration> {
+        self.end
+            .map(|e| e.saturating_duration_since(Instant::now()))
     }
 }
 
-/// Where a call went, for its errors: the server, and how long its last
-/// reply was waited for (and whether the deadline decided that).
+/// Where a call went, for its errors and its caller: the server, how long
+/// its last reply was waited for (and whether the deadline decided that),
+/// and whether its request went out on a connection.
 #[derive(Default)]
 struct At {
     addr: String,
     io: Duration,
     by_deadline: bool,
+    /// The last try sent its request (a failure may have run in Redis);
+    /// false when it failed before — no connection, or one found dead.
+    sent: bool,
+}
+
+/// Who errors name when no node of a cluster could be asked.
+const SEEDS: &str = "the cluster's seeds";
+
+/// The error of a call whose end had passed before it could send anything.
+fn out_of_time() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no time was left before the call's deadline",
+    )
+    .into()
 }
 
 /// Dead pooled connections a command skips before it gives up.
@@ -188,16 +211,32 @@ impl Connections {
         bound: Bound,
         script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        self.run_sent(key, bound, script).0
+    }
+
+    /// As [`run`](Self::run), and whether a failure came after the request
+    /// went out (it may have run in Redis: what it did is to be undone) —
+    /// false when nothing was sent (no connection could be had, the only
+    /// one found had died, the call's end had passed).
+    pub(crate) fn run_sent<T>(
+        &self,
+        key: &str,
+        bound: Bound,
+        script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> (Result<T>, bool) {
         let mut at = At::default();
-        self.send(key, bound, &mut at, script)
-            .map_err(|e| self.explained(e, &at))
+        let result = self
+            .send(key, bound, &mut at, script)
+            .map_err(|e| self.explained(e, &at));
+        (result, at.sent)
     }
 
     /// `e` with what explains it here: the server, how long a reply was
-    /// waited for, the ACL rules this client needs.
+    /// waited for (a timeout of a round trip is a [`Error::TimedOut`]), the
+    /// ACL rules this client needs.
     fn explained(&self, e: Error, at: &At) -> Error {
-        e.at(&at.addr, at.io, at.by_deadline)
-            .with_acl_rules(&self.acl_rules)
+        let waited = (at.sent || at.io.is_zero()).then_some((at.io, at.by_deadline));
+        e.at(&at.addr, waited).with_acl_rules(&self.acl_rules)
     }
 
     /// How long a reply may take within `bound` now, and whether the
@@ -207,6 +246,30 @@ impl Connections {
             Some(left) if left < self.socket_timeout => (left, true),
             _ => (self.socket_timeout, false),
         }
+    }
+
+    /// Runs `script` on `con` within `bound` (after `ASKING` when
+    /// `asking`), noting in `at` that it was sent and how long its reply may
+    /// take; nothing is sent once the end of `bound` has passed.
+    fn on<T>(
+        &self,
+        con: &mut Pooled,
+        bound: Bound,
+        at: &mut At,
+        asking: bool,
+        script: &mut impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        (at.io, at.by_deadline) = self.io_timeout(bound);
+        if at.io.is_zero() {
+            at.sent = false;
+            return Err(out_of_time());
+        }
+        con.set_io_timeout(at.io)?;
+        at.sent = true;
+        if asking {
+            redis::cmd("ASKING").query::<()>(&mut *con)?;
+        }
+        script(con)
     }
 
     /// How long to wait for a pooled connection within `bound` now.
@@ -232,6 +295,11 @@ impl Connections {
                 .cluster
                 .as_ref()
                 .and_then(|c| c.router.node_for(key).ok());
+            at.sent = false;
+            if bound.left().is_some_and(|left| left.is_zero()) {
+                (at.io, at.by_deadline) = (Duration::ZERO, true);
+                return Err(Error::from(out_of_time()));
+            }
             let got = self.connection(key, self.pool_wait(bound), &mut at.addr);
             let mut con = match (got, &self.cluster) {
                 (Ok(con), _) => con,
@@ -247,13 +315,13 @@ impl Connections {
                 }
                 (Err(e), _) => return Err(e),
             };
-            (at.io, at.by_deadline) = self.io_timeout(bound);
-            let sent = con.set_io_timeout(at.io).and_then(|()| script(&mut con));
-            let e = match sent {
+            let e = match self.on(&mut con, bound, at, false, &mut script) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
             if died_idle(&e, &con, tries) {
+                // Nothing it sent reached Redis: send it again elsewhere.
+                at.sent = false;
                 tries += 1;
                 tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 continue;
@@ -278,12 +346,7 @@ impl Connections {
                     let pool = cluster.pool(&node)?;
                     at.addr = pool.addr();
                     let mut con = pool.get(self.pool_wait(bound))?;
-                    (at.io, at.by_deadline) = self.io_timeout(bound);
-                    let asked = con
-                        .set_io_timeout(at.io)
-                        .and_then(|()| redis::cmd("ASKING").query::<()>(&mut *con))
-                        .and_then(|()| script(&mut con));
-                    match asked {
+                    match self.on(&mut con, bound, at, true, &mut script) {
                         Ok(v) => return Ok(v),
                         Err(e) if Retry::of(&e) == Retry::Redirect => {}
                         Err(e) => return Err(Error::from_redis(e, key)),
@@ -292,7 +355,8 @@ impl Connections {
                 (Retry::Later, Some("TRYAGAIN"), _) => {
                     // A multi-key script during a slot migration, its keys
                     // split between the nodes for a moment.
-                    std::thread::sleep(Duration::from_millis(10 * redirects as u64));
+                    let pause = Duration::from_millis(10 * redirects as u64);
+                    std::thread::sleep(bound.left().map_or(pause, |left| left.min(pause)));
                 }
                 (Retry::Later, Some("CLUSTERDOWN"), _) => {
                     // The caller (a waiter) rides it out; the table may have
@@ -323,24 +387,16 @@ impl Connections {
         mut f: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<Vec<T>> {
         let mut on = |pool: &NodePool| {
-            let fail = |e: Error| {
-                let at = At {
-                    addr: pool.addr(),
-                    io: self.socket_timeout,
-                    by_deadline: false,
-                };
-                self.explained(e, &at)
-            };
+            let mut at = At::default();
             let mut tries = 0;
             loop {
-                let mut con = pool.get(None).map_err(fail)?;
-                match con
-                    .set_io_timeout(self.socket_timeout)
-                    .and_then(|()| f(&mut con))
-                {
+                let got = pool.get(None);
+                at.addr = pool.addr();
+                let mut con = got.map_err(|e| self.explained(e, &at))?;
+                match self.on(&mut con, Bound::default(), &mut at, false, &mut f) {
                     Ok(v) => return Ok(v),
                     Err(e) if died_idle(&e, &con, tries) => tries += 1,
-                    Err(e) => return Err(fail(Error::from_redis(e, what))),
+                    Err(e) => return Err(self.explained(Error::from_redis(e, what), &at)),
                 }
             }
         };
@@ -349,9 +405,8 @@ impl Connections {
             Some(cluster) => {
                 let nodes = cluster.router.primaries().map_err(|e| {
                     let at = At {
-                        addr: "the cluster's seeds".into(),
-                        io: self.socket_timeout,
-                        by_deadline: false,
+                        addr: SEEDS.into(),
+                        ..At::default()
                     };
                     self.explained(Error::from_redis(e, what), &at)
                 })?;
@@ -377,7 +432,7 @@ impl Connections {
             }
             Some(cluster) => {
                 let node = cluster.router.node_for(key).map_err(|e| {
-                    *addr = "the cluster's seeds".to_owned();
+                    *addr = SEEDS.to_owned();
                     Error::from_redis(e, key)
                 })?;
                 let pool = cluster.pool(&node)?;

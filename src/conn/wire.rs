@@ -76,7 +76,7 @@ impl Wire {
     }
 
     fn recv(&mut self) -> RedisResult<Value> {
-        let parsed = self.parser.parse_value(&mut self.stream);
+        let parsed = read_reply(&mut self.parser, &mut self.stream);
         if let Err(e) = &parsed {
             // A timeout, a closed socket, bytes that are no reply: whatever
             // follows on this socket cannot be trusted.
@@ -124,7 +124,7 @@ pub(crate) fn handshake(
     }
     stream.write_all(&pipe.get_packed_pipeline())?;
     for i in 0..pipe.len() {
-        let reply = parser.parse_value(&mut *stream)?;
+        let reply = read_reply(parser, stream)?;
         if let Err(e) = reply.extract_error() {
             // Only an ACL refusal of the name is harmless; anything else
             // (AUTH or SELECT refused, a full server) fails the connection.
@@ -136,6 +136,19 @@ pub(crate) fn handshake(
         }
     }
     Ok(())
+}
+
+/// One reply off `stream`; bytes that are not Redis protocol at all (another
+/// service on the port, a TLS port spoken to in clear) are said to be that
+/// (`error::not_redis`).
+fn read_reply(parser: &mut redis::Parser, stream: &mut Stream) -> RedisResult<Value> {
+    parser.parse_value(stream).map_err(|e| {
+        if e.kind() == redis::ErrorKind::Parse {
+            crate::error::not_redis(&e)
+        } else {
+            e
+        }
+    })
 }
 
 impl redis::ConnectionLike for Wire {

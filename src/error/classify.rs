@@ -27,7 +27,7 @@ impl From<redis::RedisError> for Error {
             Error::ReadOnlyReplica { source: err }
         } else if has_code(&err, "OOM") {
             Error::OutOfMemory { source: err }
-        } else if err.kind() == redis::ErrorKind::Parse {
+        } else if is_not_redis(&err) {
             Error::NotRedis {
                 addr: String::new(),
                 source: err,
@@ -45,6 +45,27 @@ impl From<redis::RedisError> for Error {
             Error::Redis { source: err }
         }
     }
+}
+
+/// What our connections make of a reply that is no Redis protocol (see
+/// [`not_redis`]): an I/O error (the connection is unusable) saying so. A
+/// reply of an unexpected type (a conversion error) is not that.
+const NOT_REDIS_REPLY: &str = "the reply is not in the redis protocol";
+
+/// A reply that could not be read as Redis protocol at all, as our
+/// connections report it (`Parse` errors of the `redis` crate's parser on
+/// the socket; conversion errors of a reply are `Parse` errors too, and are
+/// not this).
+pub(crate) fn not_redis(e: &redis::RedisError) -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{NOT_REDIS_REPLY}: {e}"),
+    )
+    .into()
+}
+
+fn is_not_redis(err: &redis::RedisError) -> bool {
+    err.is_io_error() && err.to_string().contains(NOT_REDIS_REPLY)
 }
 
 /// A pipeline's error (`Pipeline failure: [(Index 0, error: "NOAUTH" …)]`)
@@ -198,10 +219,13 @@ mod tests {
     #[test]
     fn a_reply_that_is_not_redis_protocol_is_said_to_be_so() {
         let e = redis::parse_redis_value(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap_err();
-        let typed = Error::from(e);
+        // As the parser says it: a conversion error looks the same, so only
+        // what our connection makes of it is `NotRedis`.
+        assert!(matches!(Error::from(e.clone()), Error::Redis { .. }));
+        let typed = Error::from(not_redis(&e));
         assert!(matches!(typed, Error::NotRedis { .. }), "{typed:?}");
         assert!(!typed.is_transient(), "{typed:?}");
-        let named = typed.at("127.0.0.1:8080", std::time::Duration::ZERO, false);
+        let named = typed.at("127.0.0.1:8080", None);
         assert!(
             named.to_string().contains("127.0.0.1:8080")
                 && named.to_string().contains("redis protocol"),

@@ -6,7 +6,7 @@
 mod classify;
 
 use classify::is_wrongtype;
-pub(crate) use classify::{is_auth_failure, Retry};
+pub(crate) use classify::{is_auth_failure, not_redis, Retry};
 
 use std::fmt;
 
@@ -404,9 +404,14 @@ impl Error {
     }
 
     /// No answer came: the connection broke or the reply timed out — a
-    /// command that went out may or may not have run in Redis.
+    /// command that went out may or may not have run in Redis (whether it
+    /// went out, `conn::Connections::run_sent` says).
     pub(crate) fn is_unanswered(&self) -> bool {
-        matches!(self, Error::TimedOut { .. } | Error::Connection { .. })
+        match self {
+            Error::TimedOut { .. } => true,
+            Error::Connection { source, .. } => !source.is_connection_refusal(),
+            _ => false,
+        }
     }
 
     /// Worth retrying while waiting for a lock (anything but [`Retry::No`]).
@@ -421,11 +426,13 @@ impl Error {
     }
 
     /// The error as met talking to the server at `addr` (no password in
-    /// it) for at most `waited`: the address named where it is missing, and
-    /// a connection error that was the wait for a reply running out told as
-    /// a timeout with its length — `by_deadline` when that was what was left
-    /// before the call's deadline, not the socket timeout.
-    pub(crate) fn at(self, addr: &str, waited: std::time::Duration, by_deadline: bool) -> Self {
+    /// it): the address named where it is missing, and — when the call's
+    /// request went out, `waited` is how long its reply was waited for and
+    /// whether the call's deadline (not the socket timeout) decided that —
+    /// a connection error that was that wait running out told as
+    /// [`Error::TimedOut`] with its length. (A timeout while connecting
+    /// stays a connection error.)
+    pub(crate) fn at(self, addr: &str, waited: Option<(std::time::Duration, bool)>) -> Self {
         let named = |known: String| {
             if known.is_empty() {
                 addr.to_owned()
@@ -433,46 +440,56 @@ impl Error {
                 known
             }
         };
-        match self {
-            Error::Connection { addr: a, source } if source.is_timeout() => Error::TimedOut {
+        match (self, waited) {
+            (Error::Connection { addr: a, source }, Some((timeout, by_deadline)))
+                if source.is_timeout() =>
+            {
+                Error::TimedOut {
+                    addr: named(a),
+                    timeout,
+                    by_deadline,
+                    source,
+                }
+            }
+            (Error::Connection { addr: a, source }, _) => Error::Connection {
                 addr: named(a),
-                timeout: waited,
-                by_deadline,
                 source,
             },
-            Error::Connection { addr: a, source } => Error::Connection {
+            (
+                Error::Pool {
+                    addr: a,
+                    message,
+                    timeout,
+                },
+                _,
+            ) => Error::Pool {
                 addr: named(a),
-                source,
-            },
-            Error::Pool {
-                addr: a,
                 message,
                 timeout,
-            } => Error::Pool {
-                addr: named(a),
-                message,
-                timeout,
             },
-            Error::NotRedis { addr: a, source } => Error::NotRedis {
+            (Error::NotRedis { addr: a, source }, _) => Error::NotRedis {
                 addr: named(a),
                 source,
             },
-            Error::Auth { addr: a, source } => Error::Auth {
+            (Error::Auth { addr: a, source }, _) => Error::Auth {
                 addr: named(a),
                 source,
             },
-            Error::TimedOut {
-                addr: a,
+            (
+                Error::TimedOut {
+                    addr: a,
+                    timeout,
+                    by_deadline,
+                    source,
+                },
+                _,
+            ) => Error::TimedOut {
+                addr: named(a),
                 timeout,
                 by_deadline,
                 source,
-            } => Error::TimedOut {
-                addr: named(a),
-                timeout,
-                by_deadline,
-                source,
             },
-            other => other,
+            (other, _) => other,
         }
     }
 

@@ -75,6 +75,11 @@ struct Slot {
     /// flight): the same owner must not start a fresh hold meanwhile, or
     /// Redis could run the new hold before the release deletes the field.
     releasing: bool,
+    /// A release is handing the lock to the popped waiter `active` (its
+    /// script is in flight). That waiter may give up meanwhile (its
+    /// deadline): its owner then queues like anyone else until the handover
+    /// is resolved, instead of re-entering a hold that may never be its own.
+    handing: bool,
     /// In-process handoffs in a row (reset by a public release).
     streak: u32,
     queue: VecDeque<Arc<Waiter>>,
@@ -92,7 +97,11 @@ struct Slot {
 
 impl Slot {
     fn idle(&self) -> bool {
-        self.holds == 0 && !self.attempting && !self.releasing && self.queue.is_empty()
+        self.holds == 0
+            && !self.attempting
+            && !self.releasing
+            && !self.handing
+            && self.queue.is_empty()
     }
 }
 
@@ -109,9 +118,12 @@ struct Waiter {
 enum WaitState {
     Queued,
     /// Popped by a releasing holder that is running the handoff script: the
-    /// waiter must wait for the outcome (bounded by the releaser's socket
-    /// timeout), as the lock may already be its own.
+    /// waiter waits for the outcome, as the lock may already be its own —
+    /// until its deadline.
     Handing,
+    /// It gave up while being handed the lock (its deadline passed): what
+    /// the handoff may have given it in Redis is its caller's to undo.
+    Abandoned,
     /// The lock is ours; the lease counts from this instant; the token
     /// minted for us when we asked for one.
     Granted(Instant, Option<u64>),
@@ -140,9 +152,16 @@ pub(crate) enum Outcome {
 }
 
 impl Waiter {
-    fn set(&self, state: WaitState) {
-        *self.state.lock() = state;
+    /// Moves the waiter to `state`; false when it had given up meanwhile
+    /// ([`WaitState::Abandoned`]), and nothing changed.
+    fn set(&self, state: WaitState) -> bool {
+        let mut current = self.state.lock();
+        if matches!(*current, WaitState::Abandoned) {
+            return false;
+        }
+        *current = state;
         self.cv.notify_one();
+        true
     }
 }
 
@@ -156,6 +175,10 @@ pub(crate) enum Enter<'a> {
     Granted(Instant, Option<u64>),
     /// The deadline passed while another thread here had the lock.
     TimedOut,
+    /// The deadline passed while a release was handing the lock to us: it
+    /// may be ours in Redis now, with nobody to hold it — the caller undoes
+    /// that (owner-checked, before this owner's next acquire of the key).
+    Abandoned,
 }
 
 impl LocalLocks {
@@ -183,6 +206,7 @@ impl LocalLocks {
                             holds: 0,
                             attempting: true,
                             releasing: false,
+                            handing: false,
                             streak: 0,
                             queue: VecDeque::new(),
                             sub: None,
@@ -194,7 +218,7 @@ impl LocalLocks {
                 }
                 Some(slot) => slot,
             };
-            if slot.active == owner && !slot.releasing {
+            if slot.active == owner && !slot.releasing && !slot.handing {
                 // Reentrant, or our own guard is being released elsewhere.
                 let fresh = slot.holds == 0;
                 slot.attempting = true;
@@ -252,9 +276,22 @@ impl LocalLocks {
                     return Enter::Turn(turn);
                 }
                 WaitState::Handing => {
-                    waiter.cv.wait(&mut state);
+                    let timed_out = match wake_at {
+                        Some(at) => waiter.cv.wait_until(&mut state, at).timed_out(),
+                        None => {
+                            waiter.cv.wait(&mut state);
+                            false
+                        }
+                    };
+                    let given_up = cancel.is_some_and(Cancel::is_cancelled)
+                        || deadline.is_some_and(|d| d <= Instant::now());
+                    if timed_out && given_up && matches!(*state, WaitState::Handing) {
+                        *state = WaitState::Abandoned;
+                        return Enter::Abandoned;
+                    }
                     continue;
                 }
+                WaitState::Abandoned => return Enter::Abandoned,
                 WaitState::Queued => match wake_at {
                     Some(at) => waiter.cv.wait_until(&mut state, at).timed_out(),
                     None => {
@@ -397,6 +434,7 @@ impl LocalLocks {
             next.set(WaitState::Handing);
             slot.active = next.owner.clone();
             slot.epoch += 1;
+            slot.handing = true;
             handover.force = slot.streak < HANDOFFS_WHILE_OTHERS_WAIT;
             if let Some(sub) = &slot.sub {
                 handover.own_subscriptions = u32::from(sub.confirmed());
@@ -598,14 +636,26 @@ impl Handover<'_> {
 
     fn complete(&mut self, outcome: Outcome) {
         let mut slots = self.locks.slots.lock();
+        if self.next.is_some() {
+            if let Some(slot) = slots.get_mut(self.key) {
+                slot.handing = false;
+            }
+        }
         match (self.next.take(), outcome) {
             (Some(next), Outcome::HandedOver(at, fence)) => {
-                if let Some(slot) = slots.get_mut(self.key) {
-                    slot.holds = 1;
-                    slot.streak += 1;
+                if next.set(WaitState::Granted(at, fence)) {
+                    if let Some(slot) = slots.get_mut(self.key) {
+                        slot.holds = 1;
+                        slot.streak += 1;
+                    }
+                    self.locks.handoffs.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    // It gave up meanwhile: the lock is its owner's in Redis
+                    // (its caller undoes that); nobody holds it here.
+                    let dropped = self.locks.promote(&mut slots, self.key);
+                    drop(slots);
+                    drop(dropped);
                 }
-                self.locks.handoffs.fetch_add(1, Ordering::Relaxed);
-                next.set(WaitState::Granted(at, fence));
             }
             (Some(next), outcome) => {
                 // Not handed over: the popped waiter tries Redis first.
@@ -619,7 +669,15 @@ impl Handover<'_> {
                     // Our own subscription receives our own unlock message.
                     messages: self.messages_before + u64::from(self.own_subscriptions),
                 });
-                next.set(WaitState::Promoted(epoch, yield_to));
+                if !next.set(WaitState::Promoted(epoch, yield_to)) {
+                    // It gave up meanwhile: the next one tries instead.
+                    if let Some(slot) = slots.get_mut(self.key) {
+                        slot.attempting = false;
+                    }
+                    let dropped = self.locks.promote(&mut slots, self.key);
+                    drop(slots);
+                    drop(dropped);
+                }
             }
             (None, _) => {
                 if let Some(slot) = slots.get_mut(self.key) {

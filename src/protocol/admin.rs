@@ -10,10 +10,11 @@ use super::{run, unexpected, PubSub};
 use crate::names::{channel_name, line_key, queue_key, rw_channel};
 
 /// The Lua function `shape(key)`: `{'lock'}` when `key` is a lock of any
-/// kind — a hash whose every field is a lock owner (`<client-uuid>:<rest>`:
-/// leasehold's `<uuid>:<n>`, `<uuid>:<n>:write`, `<uuid>:redlock-<n>`,
-/// Redisson's `<uuid>:<thread id>`) holding a hold count, or a read/write
-/// lock's `mode` (`read`, `write`); `{'none'}` when there is no key; and
+/// kind — a hash whose every field is a lock owner (`<client-uuid>:<n>`,
+/// `<client-uuid>:<n>:write` — leasehold's and Redisson's, whose `<n>` is a
+/// thread id — or leasehold's Redlock owner `<client-uuid>:redlock-<n>`)
+/// holding a hold count, or a read/write lock's `mode` (`read`, `write`);
+/// `{'none'}` when there is no key; and
 /// otherwise what it is: `{'type', <type>}` for a key that is no hash,
 /// `{'field', <field>}` for a field that is no lock owner, `{'count',
 /// <field>, <value>}` for an owner without a hold count. The one
@@ -30,9 +31,13 @@ local function shape(key)
     if t ~= 'hash' then
         return {'type', t}
     end
-    local owner = '^' .. string.rep('%x', 8) .. '%-' .. string.rep('%x', 4) .. '%-'
+    local id = '^' .. string.rep('%x', 8) .. '%-' .. string.rep('%x', 4) .. '%-'
         .. string.rep('%x', 4) .. '%-' .. string.rep('%x', 4) .. '%-'
-        .. string.rep('%x', 12) .. ':.'
+        .. string.rep('%x', 12) .. ':'
+    local function owner(f)
+        return string.match(f, id .. '%d+$') or string.match(f, id .. '%d+:write$')
+            or string.match(f, id .. 'redlock%-%d+$')
+    end
     local fields = redis.call('hgetall', key)
     for i = 1, #fields, 2 do
         local f, v = fields[i], fields[i + 1]
@@ -40,7 +45,7 @@ local function shape(key)
             if v ~= 'read' and v ~= 'write' then
                 return {'count', f, v}
             end
-        elseif not string.match(f, owner) then
+        elseif not owner(f) then
             return {'field', f}
         elseif not string.match(v, '^%d+$') then
             return {'count', f, v}
@@ -99,11 +104,11 @@ fn shape_of(reply: &Value) -> RedisResult<Shape> {
         "type" => Shape::Other(format!("a {}", word(1))),
         "field" => Shape::Other(format!(
             "a hash with the field {}, which is no lock owner",
-            quoted(&items[1])
+            items.get(1).map_or_else(String::new, quoted)
         )),
         "count" => Shape::Other(format!(
             "a hash whose field {} holds {}, which is no hold count",
-            quoted(&items[1]),
+            items.get(1).map_or_else(String::new, quoted),
             items.get(2).map_or_else(String::new, quoted)
         )),
         _ => return Err(unexpected("shape", reply)),
@@ -243,5 +248,7 @@ mod tests {
         };
         assert!(what.len() < 200, "{what}");
         assert!(shape_of(&Value::Int(1)).is_err());
+        // A short reply is read, not indexed past its end.
+        assert!(matches!(shape_of(&reply(&["field"])), Ok(Shape::Other(_))));
     }
 }

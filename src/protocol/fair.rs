@@ -24,9 +24,10 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::plain::{granted_fn, mint_fn, GRANT_LEASE, UNLOCK_MESSAGE};
+use super::plain::{granted_fn, mint_fn, UNLOCK_MESSAGE};
 use super::{millis, PubSub};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
+use crate::options::Kind;
 
 /// How long a waiter's place in the queue lasts without being confirmed.
 pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
@@ -167,13 +168,13 @@ return ttl
 "#;
 
 /// Release: KEYS lock, queue, timeouts, channel, leasehold marks, token
-/// counter; ARGV message, lease, owner, grant lease (for a mark that names
-/// none: the waiter's own is in its place, see `granted_fn!`), last (`1`: the owner's
+/// counter; ARGV message, lease, owner, last (`1`: the owner's
 /// last hold in its client — a count above 1 is stale, from a reply that was
 /// lost). Not ours → nil; more holds (and not the last) → count − 1, 0; the
 /// last → delete, and the first live waiter is
 /// woken on its own channel, 1: a leasehold waiter (its mark names its
-/// place) by a **grant** — the lock set to it with the short grant lease, its
+/// place) by a **grant** — the lock set to it with the grant lease its place
+/// names (its own lease, at most 3 s; see `granted_fn!`), its
 /// place gone, the message its place (and a token minted for it when the place ends in
 /// `f`), so it needs no round trip — any other (Redisson's, a single try)
 /// by the unlock message, as Redisson's own release does.
@@ -181,7 +182,7 @@ pub(super) const RELEASE: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
-if ARGV[5] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+if ARGV[4] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0
 end
@@ -275,7 +276,9 @@ impl FairScripts {
         let reply: Value = invocation
             .arg(millis(lease))
             .arg(owner)
-            .arg(millis(QUEUE_LEASE.min(lease)))
+            .arg(millis(
+                super::place_lease(Kind::Fair, lease).unwrap_or(QUEUE_LEASE),
+            ))
             .arg(place.unwrap_or(""))
             .invoke(con)?;
         Ok(match reply {
@@ -312,7 +315,6 @@ impl FairScripts {
             .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(owner)
-            .arg(millis(GRANT_LEASE))
             .arg(if last { "1" } else { "0" })
             .invoke(con)?;
         Ok(freed.map(|n| n == 1))

@@ -134,14 +134,20 @@ pub(crate) fn wait_channel(kind: Kind, key: &str, owner: &str) -> String {
 
 /// The place of `owner`'s wait number `n` in a plain lock's line of waiting
 /// clients (and the mark of a fair waiter's queue entry):
-/// `<owner>#<n>@<grant ms>`, and `f` at the end when the waiter wants a
-/// fencing token (the release that grants it the lock mints one). A grant
-/// names the place, so a grant meant for an earlier wait of the same owner
-/// is never taken for this one; `<grant ms>` is the lease a release that
-/// grants it the lock sets ([`grant_lease`] of the waiter's lease).
+/// `<owner>#<n>@<grant ms>/<place ms>`, and `f` at the end when the waiter
+/// wants a fencing token (the release that grants it the lock mints one). A
+/// grant names the place, so a grant meant for an earlier wait of the same
+/// owner is never taken for this one. `<grant ms>` is the lease a release
+/// that grants it the lock sets ([`grant_lease`] of the waiter's lease),
+/// `<place ms>` how long its place in the line lives unconfirmed
+/// ([`place_lease`]): the scripts read both from the place.
 pub(crate) fn place_of(owner: &str, n: u64, lease: Duration, fenced: bool) -> String {
     let grant = millis(grant_lease(lease));
-    format!("{owner}#{n}@{grant}{}", if fenced { "f" } else { "" })
+    let place = place_lease(Kind::Plain, lease).map_or(grant, millis);
+    format!(
+        "{owner}#{n}@{grant}/{place}{}",
+        if fenced { "f" } else { "" }
+    )
 }
 
 /// The lease a release sets when it grants the lock to a waiter that asked
@@ -156,7 +162,9 @@ pub(crate) fn grant_lease(lease: Duration) -> Duration {
 /// fair queue, the waiting writers) lives unless its waiter, whose lease is
 /// `lease`, confirms it: the kind's place lease, but never longer than that
 /// lease — a stalled waiter first in line keeps a free lock from the others
-/// no longer than it could keep the lock itself. `None` for a reader (it
+/// no longer than it could keep the lock itself — and never shorter than
+/// [`SHORTEST_PLACE`], so a waiter with a very short lease confirms its
+/// place every 100 ms at most, not in a busy loop. `None` for a reader (it
 /// leaves no place).
 pub(crate) fn place_lease(kind: Kind, lease: Duration) -> Option<Duration> {
     let longest = match kind {
@@ -165,8 +173,11 @@ pub(crate) fn place_lease(kind: Kind, lease: Duration) -> Option<Duration> {
         Kind::Plain => plain::PLACE_LEASE,
         Kind::Read => return None,
     };
-    Some(longest.min(lease))
+    Some(lease.clamp(SHORTEST_PLACE, longest))
 }
+
+/// The shortest a waiting place lives unconfirmed (see [`place_lease`]).
+pub(crate) const SHORTEST_PLACE: Duration = Duration::from_millis(300);
 
 /// Whether a refused attempt of `kind` leaves a place in Redis that
 /// expires unless confirmed at least every returned interval (by attempting
@@ -492,11 +503,14 @@ mod tests {
     #[test]
     fn a_place_names_the_lease_its_grant_sets_never_longer_than_the_waiters() {
         let second = Duration::from_secs(1);
-        assert_eq!(place_of("u:1", 7, second, true), "u:1#7@1000f");
-        assert_eq!(place_of("u:1", 8, second * 30, false), "u:1#8@3000");
+        assert_eq!(place_of("u:1", 7, second, true), "u:1#7@1000/1000f");
+        assert_eq!(place_of("u:1", 8, second * 30, false), "u:1#8@3000/3000");
+        let short = Duration::from_millis(50);
+        assert_eq!(place_of("u:1", 9, short, false), "u:1#9@50/300");
         assert_eq!(grant_lease(second), second);
         assert_eq!(grant_lease(second * 30), GRANT_LEASE);
         assert_eq!(place_lease(Kind::Plain, second), Some(second));
+        assert_eq!(place_lease(Kind::Write, short), Some(SHORTEST_PLACE));
         assert_eq!(
             place_lease(Kind::Fair, second * 30),
             Some(fair::QUEUE_LEASE)

@@ -32,6 +32,7 @@ macro_rules! place_lease_ms {
         "3000"
     };
 }
+pub(crate) use place_lease_ms;
 
 /// The longest lease a release sets when it gives the lock to the first
 /// waiter in line (the waiter's own lease when shorter, named in its place:
@@ -99,17 +100,25 @@ end
     };
 }
 
-/// The Lua helper `granted(place)`: the lease in ms a grant to waiting place
-/// `place` sets — the one its waiter asked for, named in the place
-/// (`<owner>#<n>@<ms>[f]`), or [`GRANT_LEASE`] when it names none (also
-/// for the fair lock's marks).
+/// The Lua helpers `granted(place)` — the lease in ms a grant to waiting
+/// place `place` sets — and `placed(place)` — how long the place lives
+/// unconfirmed: the ones its waiter asked for, named in the place
+/// (`<owner>#<n>@<grant ms>/<place ms>[f]`, see `protocol::place_of`), or
+/// [`GRANT_LEASE`] and [`PLACE_LEASE`] when it names none. The numbers are
+/// Rust's (`protocol::grant_lease`, `protocol::place_lease`); the scripts
+/// only read them.
 macro_rules! granted_fn {
     () => {
         concat!(
             r#"
 local function granted(place)
-    return tonumber(string.match(place, '@(%d+)f?$')) or "#,
+    return tonumber(string.match(place, '@(%d+)')) or "#,
             $crate::protocol::plain::grant_lease_ms!(),
+            r#"
+end
+local function placed(place)
+    return tonumber(string.match(place, '@%d+/(%d+)')) or "#,
+            $crate::protocol::plain::place_lease_ms!(),
             r#"
 end
 "#
@@ -147,7 +156,7 @@ local function join()
         return
     end
     local place = KEYS[2] .. ':' .. ARGV[4]
-    local ms = math.min(tonumber(ARGV[1]), "#, place_lease_ms!(), r#")
+    local ms = placed(ARGV[4])
     if redis.call('set', place, 1, 'px', ms, 'nx') then
         redis.call('rpush', KEYS[2], ARGV[4])
     else
@@ -357,7 +366,7 @@ if first then
     -- Left to other libraries' waiters: the place goes back, first, and
     -- its waiter tries again after the marker.
     redis.call('lpush', KEYS[3], first)
-    redis.call('psetex', KEYS[3] .. ':' .. first, granted(first), 1)
+    redis.call('psetex', KEYS[3] .. ':' .. first, placed(first), 1)
     redis.call('psetex', yield, 20, 'y')
     redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(first, '^(.*):'), '0')
 end

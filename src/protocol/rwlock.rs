@@ -43,6 +43,7 @@ use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{millis, PubSub};
 use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
+use crate::options::Kind;
 
 /// How often a read hold re-asserts the shared hash's expiry at least (its
 /// renewal, or for an explicit lease a keep-alive that extends nothing of
@@ -272,7 +273,9 @@ impl RwScripts {
             .arg(millis(lease))
             .arg(write_field(owner))
             .arg(owner)
-            .arg(millis(WRITER_INTENT.min(lease)))
+            .arg(millis(
+                super::place_lease(Kind::Write, lease).unwrap_or(WRITER_INTENT),
+            ))
             .invoke(con)?;
         Ok(match reply {
             Value::Int(-3) => RwAcquire::Upgrade,
