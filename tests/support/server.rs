@@ -1,0 +1,326 @@
+//! One throwaway `redis-server`: started on a free loopback port with no
+//! persistence (`--save "" --appendonly no`) and its log in a temp dir,
+//! ready once it answers PING, killed and reaped on drop; restarted empty on
+//! its port; signalled (`STOP`, `CONT`); asked what it ran
+//! (`INFO commandstats`) and who listens.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A `redis-server` process owned by the test.
+pub struct RedisServer {
+    pub(super) child: Child,
+    pub(super) port: u16,
+    pub(super) dir: PathBuf,
+    pub(super) password: Option<String>,
+    pub(super) extra: Vec<String>,
+    /// The CA (here: the self-signed certificate) of a TLS-only server.
+    pub(super) tls_ca: Option<Vec<u8>>,
+}
+
+impl RedisServer {
+    /// A server with default settings.
+    pub fn start() -> Self {
+        Self::start_with(&[], None)
+    }
+
+    /// A server that requires `password` (`--requirepass`).
+    pub fn start_with_password(password: &str) -> Self {
+        Self::start_with(&["--requirepass", password], Some(password))
+    }
+
+    /// A server with extra command-line settings.
+    pub fn start_with(extra: &[&str], password: Option<&str>) -> Self {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            match Self::try_start(extra, password) {
+                Ok(server) => return server,
+                Err(log) if log.contains("Address already in use") => last_log = log,
+                Err(log) => panic!("redis-server did not start; its log:\n{log}"),
+            }
+        }
+        panic!("redis-server found no free port after 5 tries; last log:\n{last_log}");
+    }
+
+    /// A server with default settings on `port` (which must be free now,
+    /// e.g. one a client was already told to use).
+    pub fn start_on_port(port: u16) -> Self {
+        Self::spawn(port, server_dir(port), Vec::new(), None, None)
+            .unwrap_or_else(|log| panic!("redis-server did not start on port {port}:\n{log}"))
+    }
+
+    fn try_start(extra: &[&str], password: Option<&str>) -> Result<Self, String> {
+        let port = free_port();
+        let dir = server_dir(port);
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Self::spawn(port, dir, extra, password.map(str::to_owned), None)
+    }
+
+    /// Kills the server and starts a new, empty one on the same port (no
+    /// persistence: every key is gone), as a crash and restart would.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let dir = self.dir.clone();
+            match Self::spawn(
+                self.port,
+                dir,
+                self.extra.clone(),
+                self.password.clone(),
+                self.tls_ca.clone(),
+            ) {
+                Ok(mut fresh) => {
+                    std::mem::swap(self, &mut fresh);
+                    // `fresh` is the dead old server now: drop it without
+                    // removing the directory the new one uses.
+                    fresh.dir = PathBuf::new();
+                    return;
+                }
+                Err(log) if Instant::now() < deadline => {
+                    let _ = log;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(log) => panic!("redis-server did not restart on port {}:\n{log}", self.port),
+            }
+        }
+    }
+
+    /// Kills the server and starts a new, empty one on the same port as a
+    /// replica of `primary` — a server whose configuration Sentinel had
+    /// rewritten coming back after a crash.
+    pub fn restart_as_replica_of(&mut self, primary: &RedisServer) {
+        self.extra = vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port().to_string(),
+        ];
+        if let Some(pw) = &self.password {
+            self.extra.extend(["--masterauth".into(), pw.clone()]);
+        }
+        self.restart();
+    }
+
+    pub(super) fn spawn(
+        port: u16,
+        dir: PathBuf,
+        extra: Vec<String>,
+        password: Option<String>,
+        tls_ca: Option<Vec<u8>>,
+    ) -> Result<Self, String> {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
+        let log = dir.join("redis.log");
+        let bin = std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                "`{bin}` was not found: the tests start their own Redis. Install it with \
+                 `apt-get update && apt-get install -y redis-server` (as root), or run \
+                 scripts/test.sh, which does that for you"
+            ),
+            Err(e) => panic!("cannot start `{bin}`: {e}"),
+        };
+        let mut server = RedisServer {
+            child,
+            port,
+            dir,
+            password,
+            extra,
+            tls_ca,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(_)) = server.child.try_wait() {
+                return Err(server.log());
+            }
+            if let Ok(mut con) = server.try_connection() {
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    return Ok(server);
+                }
+            }
+            if Instant::now() > deadline {
+                let log = server.log();
+                panic!(
+                    "redis-server on port {port} did not answer PING within 10 s; its log:\n{log}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`, with the password when there is one.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        match &self.password {
+            Some(p) => format!("{scheme}://:{p}@127.0.0.1:{}/", self.port),
+            None => format!("{scheme}://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// The URL without credentials.
+    pub fn bare_url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(super) fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        #[cfg(feature = "tls")]
+        let client = match &self.tls_ca {
+            Some(ca) => redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            )?,
+            None => redis::Client::open(self.url())?,
+        };
+        #[cfg(not(feature = "tls"))]
+        let client = redis::Client::open(self.url())?;
+        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        con.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(con)
+    }
+
+    /// A plain connection, for inspecting what is in Redis.
+    pub fn connection(&self) -> redis::Connection {
+        self.try_connection()
+            .unwrap_or_else(|e| panic!("cannot connect to test redis: {e}\n{}", self.log()))
+    }
+
+    /// `INFO commandstats` as `command -> calls`.
+    pub fn command_calls(&self) -> HashMap<String, u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.connection())
+            .unwrap();
+        parse_command_calls(&info)
+    }
+
+    /// Clears the command statistics.
+    pub fn reset_stats(&self) {
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query::<()>(&mut self.connection())
+            .unwrap();
+    }
+
+    /// Sends a signal to the server (`STOP`, `CONT`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{sig} failed");
+    }
+
+    /// Kills the server now and waits for it to exit.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill(); // SIGKILL ends a SIGSTOPped server too
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A fresh directory name for one server's files (`spawn` creates it).
+pub(super) fn server_dir(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "leasehold-test-{}-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed),
+        port
+    ))
+}
+
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// `cmdstat_evalsha:calls=3,usec=…` lines → `{"evalsha": 3}`.
+pub fn parse_command_calls(info: &str) -> HashMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// A user of `server` that may read keys but not run the lock commands
+/// (`+get +ping` only); its URL.
+#[allow(dead_code)]
+pub fn user_without_lock_commands(server: &RedisServer) -> String {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("reader")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+get")
+        .arg("+ping")
+        .query(&mut server.connection())
+        .unwrap();
+    format!("redis://reader:pw@127.0.0.1:{}/", server.port())
+}
+
+/// How many leasehold clients listen for plain lock `key` (each waiting
+/// client subscribes to its own grant channel `leasehold_grant:{<key>}:<id>`;
+/// the unlock channel only while another library holds the lock).
+#[allow(dead_code)]
+pub fn listening_clients(server: &RedisServer, key: &str) -> usize {
+    let mut con = server.connection();
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("leasehold_grant:{{{key}}}:*"))
+        .query(&mut con)
+        .unwrap();
+    channels.len()
+}
