@@ -10,7 +10,7 @@ use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::client::LockClient;
 use crate::conn::sentinel::{self, PrimarySettings};
-use crate::conn::{Connections, Router, Target};
+use crate::conn::{Batches, Connections, Connector, Router, Target};
 use crate::conn::{TlsConfig, Wire};
 use crate::error::{redact, Error, Result};
 use crate::names::short_id;
@@ -409,7 +409,7 @@ impl LockClientBuilder {
             };
             let (target, socket, tls) = (Arc::clone(&target), socket_timeout, tls.clone());
             let connect = self.connect_timeout.min(socket);
-            let connector = Box::new(move || {
+            let connector: Connector = Box::new(move || {
                 let client = target.client()?;
                 Wire::connect(client.get_connection_info(), &tls, connect, socket)
             });
@@ -417,10 +417,9 @@ impl LockClientBuilder {
             let registration =
                 Registration::new(&self.key_prefix, &id, self.client_name.as_deref());
             Renewer::start(
-                connector,
+                Batches::new(connector, router, socket),
                 self.watchdog_lease / 30,
                 socket,
-                router,
                 registration,
             )
             .map_err(|source| Error::Thread { source })?

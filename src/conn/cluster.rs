@@ -23,6 +23,7 @@ use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
 use super::stream::TlsConfig;
 use super::wire::Wire;
+use crate::error::Retry;
 use crate::options::ShardedPubSub;
 use crate::protocol::PubSub;
 
@@ -244,7 +245,9 @@ impl Router {
                 .arg(0)
                 .query(&mut con);
             if let Err(e) = &probe {
-                if e.is_io_error() || e.is_timeout() {
+                // The node failing (not refusing the command) decides
+                // nothing: read the table elsewhere.
+                if Retry::of(e) == Retry::Reconnect {
                     return Err(probe.unwrap_err());
                 }
                 tracing::info!(error = %e, "leasehold: the cluster has no sharded pub/sub (PUBSUB SHARDNUMSUB refused); using classic PUBLISH/SUBSCRIBE");
@@ -336,6 +339,15 @@ impl Router {
     }
 }
 
+/// The `MOVED <slot> <host:port>` in an error's text (a subscription the
+/// node refused because the channel's slot is served elsewhere), if any.
+pub(crate) fn moved_in(error: &str) -> Option<(u16, String)> {
+    let mut words = error.split_whitespace();
+    words.position(|w| w == "MOVED")?;
+    let slot = words.next()?.parse::<u16>().ok()?;
+    Some((slot, words.next()?.to_owned()))
+}
+
 /// A cluster routing failure, as a connection error (retried by waiters,
 /// `is_connection()` for callers).
 pub(crate) fn no_node(message: String) -> redis::RedisError {
@@ -348,6 +360,20 @@ pub(crate) fn no_node(message: String) -> redis::RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_refusal_names_the_slot_and_node() {
+        assert_eq!(
+            moved_in("MOVED 3999 127.0.0.1:6381"),
+            Some((3999, "127.0.0.1:6381".to_owned()))
+        );
+        assert_eq!(
+            moved_in("An error was signalled by the server - Moved: MOVED 12 10.0.0.1:7000"),
+            Some((12, "10.0.0.1:7000".to_owned()))
+        );
+        assert_eq!(moved_in("NOPERM this user has no permissions"), None);
+        assert_eq!(moved_in("MOVED x y"), None);
+    }
 
     #[test]
     fn slots_match_the_server() {

@@ -5,6 +5,7 @@
 //! re-reads the cluster table after connection errors — every decision by
 //! the one error classification, [`Retry`].
 
+mod batch;
 pub(crate) mod cluster;
 mod pool;
 pub(crate) mod sentinel;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+pub(crate) use batch::{Batches, Connector};
 pub(crate) use cluster::Router;
 pub(crate) use pool::{NodePool, Pooled};
 pub(crate) use stream::TlsConfig;

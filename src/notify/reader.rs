@@ -11,6 +11,8 @@ use std::time::Instant;
 use redis::Value;
 
 use super::*;
+use crate::conn::cluster::moved_in;
+use crate::protocol::Message;
 
 impl Shared {
     /// The subscriber thread: connect, resubscribe, read until the connection
@@ -134,12 +136,7 @@ impl Shared {
         if let (Some(name), Some((_, router))) = (&what, &self.shard) {
             // `MOVED <slot> <host:port>` (sharded): the slot is served
             // elsewhere; its waiters subscribe again there.
-            let mut words = error.split_whitespace();
-            let moved = words.position(|w| w == "MOVED").and_then(|_| {
-                let slot = words.next()?.parse::<u16>().ok()?;
-                Some((slot, words.next()?.to_owned()))
-            });
-            if let Some((slot, addr)) = moved {
+            if let Some((slot, addr)) = moved_in(&error) {
                 router.note_moved(slot, &addr);
                 if let Some(c) = st.channels.get_mut(name) {
                     c.inflight = c.inflight.saturating_sub(1);
@@ -224,26 +221,28 @@ impl Shared {
                 let Some(c) = st.channels.get_mut(&name) else {
                     return;
                 };
-                if payload.contains(&b'#') {
-                    // A grant (a plain lock's grant channel, a fair waiter's
-                    // own channel): for the waiter to take (and check) when
-                    // it wakes; nobody waits → its place is gone already.
-                    if c.refs > 0 && c.grants.len() < GRANTS_MAX {
-                        c.grants.push(payload.to_vec());
-                        c.permits = (c.permits + 1).min(c.refs);
+                match Message::of(payload) {
+                    // For the waiter to take (and check) when it wakes;
+                    // nobody waits → its place is gone already.
+                    Message::Grant => {
+                        if c.refs > 0 && c.grants.len() < GRANTS_MAX {
+                            c.grants.push(payload.to_vec());
+                            c.permits = (c.permits + 1).min(c.refs);
+                            c.cv.notify_all();
+                        }
+                    }
+                    Message::WakeAll => {
+                        c.messages += 1;
+                        c.broadcasts += 1;
                         c.cv.notify_all();
                     }
-                    return;
-                }
-                // `1` (a write unlock of a read/write lock, Redisson's
-                // READ_UNLOCK_MESSAGE) wakes every waiter; anything else one.
-                c.messages += 1;
-                if payload == b"1" {
-                    c.broadcasts += 1;
-                    c.cv.notify_all();
-                } else if c.refs > 0 {
-                    c.permits = (c.permits + 1).min(c.refs);
-                    c.cv.notify_all();
+                    Message::Unlock => {
+                        c.messages += 1;
+                        if c.refs > 0 {
+                            c.permits = (c.permits + 1).min(c.refs);
+                            c.cv.notify_all();
+                        }
+                    }
                 }
             }
             b"sunsubscribe" if st.channels.get(&name).is_none_or(|c| c.inflight == 0) => {

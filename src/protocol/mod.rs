@@ -4,7 +4,8 @@
 //! answered in one shape ([`Attempt`], [`Released`]) so that the layers above
 //! never match on the kind to read a reply.
 //!
-//! - `plain` — Redisson's `RLock` (and its fenced variant), the renew script;
+//! - `plain` — Redisson's `RLock` (and its fenced variant);
+//! - `renew` — a lease's renewal, as the renewal thread batches it;
 //! - `fair` — Redisson's `RedissonFairLock` layout, with expiring places;
 //! - `rwlock` — Redisson's `RReadWriteLock` layout, writers first;
 //! - `admin` — what a key is (a lock's shape), and an operator's forced
@@ -16,6 +17,7 @@
 pub(crate) mod admin;
 pub(crate) mod fair;
 pub(crate) mod plain;
+pub(crate) mod renew;
 pub(crate) mod rwlock;
 
 use std::borrow::Cow;
@@ -28,7 +30,7 @@ use redis::{
 use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
 use crate::options::Kind;
 
-pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, GRANT_LEASE, RELEASE, RENEW};
+pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, GRANT_LEASE, RELEASE};
 pub(crate) use rwlock::READ_KEEPALIVE;
 
 /// One acquire attempt of any kind.
@@ -366,6 +368,33 @@ impl Scripts {
     }
 }
 
+/// What a message on a lock's channels says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Message {
+    /// A grant (on a client's grant channel or a fair waiter's own
+    /// channel): it names a waiting place (see [`parse_grant`]), for the
+    /// waiter of that place to take.
+    Grant,
+    /// A read/write lock's write unlock (`1`, Redisson's
+    /// `READ_UNLOCK_MESSAGE`): every waiter may try.
+    WakeAll,
+    /// Any other message (`0`, an unlock): one waiter may try.
+    Unlock,
+}
+
+impl Message {
+    /// What `payload` says.
+    pub(crate) fn of(payload: &[u8]) -> Message {
+        if payload.contains(&b'#') {
+            Message::Grant
+        } else if payload == rwlock::WAKE_ALL.as_bytes() {
+            Message::WakeAll
+        } else {
+            Message::Unlock
+        }
+    }
+}
+
 /// `EVALSHA <hash> <numkeys>`, to be followed by keys and arguments: built in
 /// one buffer (the crate's `ScriptInvocation` copies every argument twice).
 fn evalsha(script: &Script, numkeys: usize) -> Cmd {
@@ -429,7 +458,7 @@ mod tests {
             plain::ACQUIRE_FENCED,
             plain::RELEASE,
             plain::LEAVE,
-            plain::RENEW,
+            renew::RENEW,
             fair::PURGE,
             fair::ACQUIRE,
             fair::RELEASE,
@@ -521,6 +550,15 @@ mod tests {
             let longest = place_lease(kind, Duration::MAX).unwrap();
             assert!(longest <= LONGEST_PLACE, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn messages_are_grants_wake_alls_or_unlocks() {
+        assert_eq!(Message::of(b"u:1#7@3000/3000"), Message::Grant);
+        assert_eq!(Message::of(b"u:1#7@3000/3000f 12"), Message::Grant);
+        assert_eq!(Message::of(b"1"), Message::WakeAll);
+        assert_eq!(Message::of(b"0"), Message::Unlock);
+        assert_eq!(Message::of(b""), Message::Unlock);
     }
 
     #[test]

@@ -388,44 +388,6 @@ end
 return redis.call('hexists', KEYS[1], ARGV[2])
 "#;
 
-/// Renew: extends the lease only while our owner field is there; 1 if
-/// renewed, 0 if the lease is no longer ours. Sent in pipelined batches by the
-/// renewal thread (see `renewal.rs`), hence a plain source string.
-///
-/// A read hold of a read/write lock passes its timeout key prefix as
-/// `KEYS[2]`: its own timeout keys are extended (not other readers' — a
-/// crashed reader's hold must run out), it is lost when none of them is left,
-/// and the hash's expiry is only ever lengthened. With `ARGV[3] == "k"`
-/// (keep: a read hold with an explicit lease, `ARGV[1]` what is left of it)
-/// the timeout keys are only checked, not extended, and the hash is kept
-/// alive at least that long — another client (Redisson ≥ 4.4's read
-/// renewal) may have set it shorter.
-pub(crate) const RENEW: &str = r#"
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return 0
-end
-if KEYS[2] then
-    local alive = 0
-    for i = tonumber(redis.call('hget', KEYS[1], ARGV[2])), 1, -1 do
-        if ARGV[3] == 'k' then
-            if redis.call('pttl', KEYS[2] .. ':' .. i) > 0 then
-                alive = alive + 1
-            end
-        else
-            alive = alive + redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])
-        end
-    end
-    if alive == 0 then
-        return 0
-    end
-    local ttl = redis.call('pttl', KEYS[1])
-    redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
-    return 1
-end
-redis.call('pexpire', KEYS[1], ARGV[1])
-return 1
-"#;
-
 /// What an acquire attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {

@@ -32,10 +32,8 @@ use parking_lot::Mutex;
 
 pub use lease::LeaseLost;
 pub(crate) use lease::{LeaseState, Quorum};
-pub(crate) use worker::Connector;
 
-use crate::conn::Router;
-use crate::protocol::RENEW;
+use crate::conn::Batches;
 use crate::stats::Counters;
 use wheel::{Wheel, TICK};
 use worker::{Entry, Worker};
@@ -101,10 +99,9 @@ impl Renewer {
     /// whether another renewal went through, so it may hold the lock no
     /// longer than it can be sure of.
     pub(crate) fn start(
-        connector: Connector,
+        batches: Batches,
         coalesce: Duration,
         io_budget: Duration,
-        router: Option<Arc<Router>>,
         registration: registration::Registration,
     ) -> std::io::Result<Self> {
         let activity = Arc::new(registration::Activity::new());
@@ -119,11 +116,7 @@ impl Renewer {
         let mut worker = Worker {
             rx,
             pending: Arc::clone(&pending),
-            connector,
-            con: None,
-            router,
-            node_cons: HashMap::new(),
-            io_timeout: io_budget,
+            batches,
             coalesce,
             io_budget: io_budget * 2 + TICK,
             wheel: Wheel::new(Instant::now()),
@@ -131,7 +124,6 @@ impl Renewer {
             next_id: 0,
             gate: Arc::clone(&gate),
             counters: Arc::clone(&counters),
-            sha: redis::Script::new(RENEW).get_hash().to_owned(),
             registration,
             activity: Arc::clone(&activity),
         };

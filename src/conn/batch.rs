@@ -1,0 +1,218 @@
+//! Batches for a thread of its own (the renewal thread): its own
+//! connections — one to the server, or one per cluster node, never waiting
+//! behind busy pooled ones — and one pipelined round trip per node for a
+//! batch of commands, each for a key. Cluster redirects are followed here,
+//! as `Connections::run` follows them for single calls: a `MOVED` updates
+//! the slot table and the command goes to the node named, an `ASK` sends it
+//! there after `ASKING`, once; a node that fails makes the table be read
+//! again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, RedisResult, Value};
+
+use super::cluster::{self, Router};
+use super::wire::Wire;
+use crate::error::Retry;
+
+/// Opens the batch thread's connection to the server (or its primary).
+pub(crate) type Connector = Box<dyn Fn() -> RedisResult<Wire> + Send>;
+
+/// The connections of a thread that sends batches.
+pub(crate) struct Batches {
+    connector: Connector,
+    con: Option<Wire>,
+    /// A cluster's router: each command goes to the node serving its key.
+    router: Option<Arc<Router>>,
+    /// Connections to cluster nodes, by `host:port`.
+    node_cons: HashMap<Arc<str>, Wire>,
+    /// Connect and reply timeout of the node connections.
+    io_timeout: Duration,
+}
+
+/// What one batch did: each command's answer (in order), and the round
+/// trips it took.
+pub(crate) struct Sent {
+    pub(crate) answers: Vec<RedisResult<Value>>,
+    pub(crate) round_trips: u64,
+}
+
+impl Batches {
+    pub(crate) fn new(connector: Connector, router: Option<Arc<Router>>, io: Duration) -> Self {
+        Batches {
+            connector,
+            con: None,
+            router,
+            node_cons: HashMap::new(),
+            io_timeout: io,
+        }
+    }
+
+    /// Sends `commands` — each `(key, command)` — in one pipelined round
+    /// trip per node serving their keys, `head` first in each pipeline (e.g.
+    /// `SCRIPT LOAD` of the script the commands run: a pipeline does not
+    /// reload a flushed script cache by itself). Commands a cluster
+    /// redirected are sent once more where it pointed. A command whose node
+    /// cannot be reached, or that failed as a whole, answers with the error
+    /// (retry it later).
+    pub(crate) fn send(&mut self, head: &Cmd, commands: &[(&str, Cmd)]) -> Sent {
+        let mut sent = Sent {
+            answers: (0..commands.len()).map(|_| Ok(Value::Nil)).collect(),
+            round_trips: 0,
+        };
+        let Some(router) = self.router.clone() else {
+            let all: Vec<usize> = (0..commands.len()).collect();
+            self.send_on(None, head, commands, &all, false, &mut sent);
+            return sent;
+        };
+        // A cluster: one batch per primary, each command sent to the node
+        // serving its key's slot (a batch never mixes nodes).
+        let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        for (i, (key, _)) in commands.iter().enumerate() {
+            match router.node_for(key) {
+                Ok(node) => groups.entry(node).or_default().push(i),
+                Err(e) => sent.answers[i] = Err(e),
+            }
+        }
+        let mut redirected: HashMap<(Arc<str>, bool), Vec<usize>> = HashMap::new();
+        for (node, group) in groups {
+            for (i, to, ask) in self.send_on(Some(&node), head, commands, &group, false, &mut sent)
+            {
+                redirected.entry((to, ask)).or_default().push(i);
+            }
+        }
+        // Slots that moved (MOVED) or are moving (ASK: the key is on the
+        // target already): once more, at once, where the node pointed.
+        for ((node, ask), group) in redirected {
+            self.send_on(Some(&node), head, commands, &group, ask, &mut sent);
+        }
+        sent
+    }
+
+    /// Sends the commands numbered `which` in one round trip (to `node` of a
+    /// cluster; `asking`: each after `ASKING`), writing their answers into
+    /// `sent`. Returns the ones a cluster redirected: (index, node, whether
+    /// it was `ASK`) — a `MOVED` is noted in the slot table.
+    fn send_on(
+        &mut self,
+        node: Option<&Arc<str>>,
+        head: &Cmd,
+        commands: &[(&str, Cmd)],
+        which: &[usize],
+        asking: bool,
+        sent: &mut Sent,
+    ) -> Vec<(usize, Arc<str>, bool)> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(head.clone()).ignore();
+        for &i in which {
+            if asking {
+                pipe.cmd("ASKING").ignore();
+            }
+            pipe.add_command(commands[i].1.clone());
+        }
+        sent.round_trips += 1;
+        let result = self.query(node, pipe.ignore_errors());
+        let mut redirected = Vec::new();
+        match result {
+            Ok(answers) if answers.len() == which.len() => {
+                let mut dropped = false;
+                for (&i, answer) in which.iter().zip(answers) {
+                    if let Err(e) = &answer {
+                        if let (Some(router), Some((addr, slot))) =
+                            (&self.router, e.redirect_node())
+                        {
+                            if !asking && Retry::of(e) == Retry::Redirect {
+                                let ask = e.code() == Some("ASK");
+                                if !ask {
+                                    router.moved(slot, addr);
+                                }
+                                redirected.push((i, Arc::from(addr), ask));
+                                continue;
+                            }
+                        }
+                        // The server is a replica now (a failover), loading,
+                        // without a primary: not an answer about the key.
+                        // Reconnect (to the new primary) next time.
+                        if Retry::of(e) != Retry::No && !dropped {
+                            self.drop_connection(node);
+                            dropped = true;
+                        }
+                    }
+                    sent.answers[i] = answer;
+                }
+            }
+            Ok(answers) => {
+                let e = cluster::no_node(format!(
+                    "a batch of {} commands got {} answers",
+                    which.len(),
+                    answers.len()
+                ));
+                self.drop_connection(node);
+                for &i in which {
+                    sent.answers[i] = Err(e.clone());
+                }
+            }
+            Err(e) => {
+                if let Some(router) = &self.router {
+                    let _ = router.refresh(); // a node may have failed over
+                }
+                for &i in which {
+                    sent.answers[i] = Err(e.clone());
+                }
+            }
+        }
+        redirected
+    }
+
+    /// One pipeline to the node serving `key` (the server, when not a
+    /// cluster).
+    pub(crate) fn pipeline(&mut self, key: &str, pipe: &redis::Pipeline) -> RedisResult<()> {
+        let node = match &self.router {
+            Some(router) => Some(router.node_for(key)?),
+            None => None,
+        };
+        self.query(node.as_ref(), pipe).map(drop)
+    }
+
+    fn drop_connection(&mut self, node: Option<&Arc<str>>) {
+        match node {
+            None => self.con = None,
+            Some(node) => {
+                self.node_cons.remove(node);
+            }
+        }
+    }
+
+    /// One round trip on this thread's connection (to `node` of a cluster),
+    /// (re)connecting as needed; a connection that failed is dropped and
+    /// reopened next time.
+    fn query(
+        &mut self,
+        node: Option<&Arc<str>>,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        let con = match (node, &self.router) {
+            (Some(node), Some(router)) => match self.node_cons.get_mut(node) {
+                Some(con) => con,
+                None => {
+                    let info = router.info_for(node).ok_or_else(|| {
+                        cluster::no_node(format!("bad cluster node address {node:?}"))
+                    })?;
+                    let con = router.connect(&info, self.io_timeout, self.io_timeout)?;
+                    self.node_cons.entry(Arc::clone(node)).or_insert(con)
+                }
+            },
+            _ => match self.con.as_mut() {
+                Some(con) => con,
+                None => self.con.insert((self.connector)()?),
+            },
+        };
+        let result = pipe.query(con);
+        if result.is_err() {
+            self.drop_connection(node);
+        }
+        result
+    }
+}

@@ -1,0 +1,88 @@
+//! The renewal of a lease, as the renewal thread sends it in pipelined
+//! batches: the script ([`RENEW`]), one call of it per lease
+//! ([`renew_call`]), what its answer means ([`renewed`]), and the command
+//! that loads it at the head of every batch ([`load`]).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Cmd, Script, Value};
+
+use super::millis;
+
+/// Renew: extends the lease only while our owner field is there; 1 if
+/// renewed, 0 if the lease is no longer ours.
+///
+/// A read hold of a read/write lock passes its timeout key prefix as
+/// `KEYS[2]`: its own timeout keys are extended (not other readers' — a
+/// crashed reader's hold must run out), it is lost when none of them is left,
+/// and the hash's expiry is only ever lengthened. With `ARGV[3] == "k"`
+/// (keep: a read hold with an explicit lease, `ARGV[1]` what is left of it)
+/// the timeout keys are only checked, not extended, and the hash is kept
+/// alive at least that long — another client (Redisson ≥ 4.4's read
+/// renewal) may have set it shorter.
+pub(crate) const RENEW: &str = r#"
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return 0
+end
+if KEYS[2] then
+    local alive = 0
+    for i = tonumber(redis.call('hget', KEYS[1], ARGV[2])), 1, -1 do
+        if ARGV[3] == 'k' then
+            if redis.call('pttl', KEYS[2] .. ':' .. i) > 0 then
+                alive = alive + 1
+            end
+        else
+            alive = alive + redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])
+        end
+    end
+    if alive == 0 then
+        return 0
+    end
+    local ttl = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+    return 1
+end
+redis.call('pexpire', KEYS[1], ARGV[1])
+return 1
+"#;
+
+/// The SHA1 of [`RENEW`], hashed once.
+static RENEW_SHA: LazyLock<String> = LazyLock::new(|| Script::new(RENEW).get_hash().to_owned());
+
+/// `SCRIPT LOAD` of [`RENEW`], for the head of a batch (a pipeline does not
+/// reload a flushed script cache by itself).
+pub(crate) fn load() -> Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(RENEW);
+    cmd
+}
+
+/// The renewal of `owner`'s lease on `key` to `lease` from now. A read hold
+/// passes its timeout key prefix (`timeouts`); a read hold with an explicit
+/// lease passes what is left of it (`keep`): its timeout keys are only
+/// checked and the shared hash kept alive that long.
+pub(crate) fn renew_call(
+    key: &str,
+    owner: &str,
+    lease: Duration,
+    timeouts: Option<&str>,
+    keep: Option<Duration>,
+) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(RENEW_SHA.as_str());
+    match timeouts {
+        None => cmd.arg(1).arg(key),
+        Some(prefix) => cmd.arg(2).arg(key).arg(prefix),
+    };
+    match keep {
+        None => cmd.arg(millis(lease)).arg(owner),
+        Some(left) => cmd.arg(millis(left)).arg(owner).arg("k"),
+    };
+    cmd
+}
+
+/// Whether a renewal's answer says the lease is still ours.
+pub(crate) fn renewed(answer: &Value) -> bool {
+    matches!(answer, Value::Int(1))
+}
