@@ -7,11 +7,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{acquire, Want};
+use crate::acquire::acquire;
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnedLockGuard};
 use crate::names::short_id;
 use crate::options::{check_name, deadline_after, LockOptions};
+use crate::raw::{Raw, Want};
 use crate::shared::Shared;
 use crate::stats::Stats;
 
@@ -297,7 +298,7 @@ impl LockClient {
     /// time ([`Error::TimedOut`]), a peer that is not Redis
     /// ([`Error::NotRedis`]).
     pub fn ping(&self) -> Result<Duration> {
-        let rtts = self.shared.read_every_primary("PING", |con| {
+        let rtts = self.raw().read_every_primary("PING", |con| {
             let sent = Instant::now();
             redis::cmd("PING").query::<String>(con)?;
             Ok(sent.elapsed())
@@ -307,7 +308,7 @@ impl LockClient {
 
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_lease(&self) -> Duration {
-        self.shared.watchdog_lease
+        self.raw().watchdog_lease()
     }
 
     /// Counters of this client (shared by its clones) for export to metrics:
@@ -330,7 +331,8 @@ impl LockClient {
     /// not be reached.
     pub fn is_locked(&self, name: &str) -> Result<bool> {
         check_name(name)?;
-        self.shared.lock_shape(&self.shared.key(name))
+        let raw = self.raw();
+        raw.lock_shape(&raw.key(name))
     }
 
     /// What Redis knows of lock `name` now, for people on call: its kind,
@@ -362,7 +364,8 @@ impl LockClient {
     /// connection errors when Redis could not be reached.
     pub fn inspect(&self, name: &str) -> Result<crate::LockInfo> {
         check_name(name)?;
-        crate::inspect::inspect(&self.shared, name, &self.shared.key(name))
+        let raw = self.raw();
+        crate::inspect::inspect(raw, name, &raw.key(name))
     }
 
     /// **An operator's tool**: the locks (held, or waited for) whose names
@@ -392,7 +395,7 @@ impl LockClient {
     /// Connection errors when a server could not be reached (in a cluster:
     /// any primary); [`Error::NoPermission`](crate::Error) without `+scan`.
     pub fn list(&self, pattern: &str, limit: usize) -> Result<Vec<crate::LockInfo>> {
-        crate::inspect::list(&self.shared, pattern, limit)
+        crate::inspect::list(self.raw(), pattern, limit)
     }
 
     /// **An operator's tool**: releases lock `name` whoever holds it —
@@ -410,7 +413,8 @@ impl LockClient {
     /// connection errors when Redis could not be reached.
     pub fn force_unlock(&self, name: &str) -> Result<bool> {
         check_name(name)?;
-        self.shared.force_unlock(&self.shared.key(name))
+        let raw = self.raw();
+        raw.force_unlock(&raw.key(name))
     }
 
     /// The ACL rules a Redis user needs for this client: every command its
@@ -431,7 +435,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn acl_rules(&self) -> Vec<String> {
-        self.shared.acl_rules().to_vec()
+        self.raw().acl_rules().to_vec()
     }
 
     /// The acquire path for `options`, waiting until `deadline` (`None`: as
@@ -453,19 +457,20 @@ impl LockClient {
         acquire(&self.shared, name, want, deadline)
     }
 
-    /// The state this client shares with its clones and guards.
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// This client's raw lock engine (shared with its clones and guards).
+    pub(crate) fn raw(&self) -> &Arc<Raw> {
+        self.shared.raw()
     }
 }
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let raw = self.raw();
         f.debug_struct("LockClient")
-            .field("id", &format_args!("{}…", short_id(&self.shared.id)))
-            .field("key_prefix", &self.shared.key_prefix)
-            .field("watchdog_lease", &self.shared.watchdog_lease)
-            .field("socket_timeout", &self.shared.socket_timeout)
+            .field("id", &format_args!("{}…", short_id(raw.id())))
+            .field("key_prefix", &raw.key_prefix())
+            .field("watchdog_lease", &raw.watchdog_lease())
+            .field("socket_timeout", &raw.socket_timeout())
             .finish_non_exhaustive()
     }
 }

@@ -1,5 +1,5 @@
 //! `LockGuard`: the RAII handle of one hold. It keeps the hold and hands it
-//! back through the shared client state's release (`Shared::release`). Its
+//! back through the raw layer's one release path (`Raw::release`). Its
 //! owner marker says who owns the hold — the thread that took it (reentrant,
 //! not `Send`) or the guard itself ([`OwnedLockGuard`], `Send`).
 
@@ -12,8 +12,8 @@ use crossbeam_channel::Receiver;
 
 use crate::conn::Bound;
 use crate::error::Result;
+use crate::raw::{Hold, Raw};
 use crate::renewal::LeaseLost;
-use crate::shared::{Hold, Shared};
 /// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
 /// the other `lock*`/`try_*` calls: the thread that took it. The thread can
 /// re-enter the lock (a second `lock` on it returns at once), so the guard
@@ -82,7 +82,7 @@ pub type OwnedLockGuard = LockGuard<Owned>;
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct LockGuard<O = ThisThread> {
-    shared: Arc<Shared>,
+    raw: Arc<Raw>,
     hold: Hold,
     /// Set by `unlock(self)` so that `Drop` does nothing more.
     released: bool,
@@ -90,9 +90,9 @@ pub struct LockGuard<O = ThisThread> {
 }
 
 impl<O> LockGuard<O> {
-    pub(crate) fn new(shared: Arc<Shared>, hold: Hold) -> Self {
+    pub(crate) fn new(raw: Arc<Raw>, hold: Hold) -> Self {
         LockGuard {
-            shared,
+            raw,
             hold,
             released: false,
             owner: PhantomData,
@@ -186,7 +186,7 @@ impl<O> LockGuard<O> {
     /// lease.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.shared.release(&self.hold, Bound::default())
+        self.raw.release(&self.hold, Bound::default())
     }
 }
 
@@ -197,8 +197,8 @@ impl<O> Drop for LockGuard<O> {
         }
         self.released = true;
         // Wait for a pooled connection no longer than one reply may take.
-        let bound = Bound::pool_wait(self.shared.socket_timeout);
-        if let Err(e) = self.shared.release(&self.hold, bound) {
+        let bound = Bound::pool_wait(self.raw.socket_timeout());
+        if let Err(e) = self.raw.release(&self.hold, bound) {
             tracing::warn!(lock = %self.hold.name, error = ?e, "leasehold: releasing a lock on drop failed");
         }
     }

@@ -18,7 +18,7 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::names::{client_key, line_key, queue_key, token_key, writers_key};
-use crate::shared::Shared;
+use crate::raw::Raw;
 
 /// What Redis knows of one lock now (see [`LockClient::inspect`]).
 ///
@@ -191,10 +191,10 @@ const SCAN_COUNT: usize = 200;
 /// field a lock owner with a hold count, or `mode`); application hashes,
 /// counters and leasehold's own companion hashes (client registrations, the
 /// fair lock's waiter marks) are not.
-pub(crate) fn list(shared: &Shared, pattern: &str, limit: usize) -> Result<Vec<LockInfo>> {
-    let prefix = shared.key_prefix.as_str();
+pub(crate) fn list(raw: &Raw, pattern: &str, limit: usize) -> Result<Vec<LockInfo>> {
+    let prefix = raw.key_prefix();
     let matching = format!("{prefix}{pattern}");
-    let found = shared.read_every_primary(&matching, |con| {
+    let found = raw.read_every_primary(&matching, |con| {
         let (mut keys, mut cursor, mut seen) = (Vec::new(), 0u64, 0);
         loop {
             let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -220,13 +220,13 @@ pub(crate) fn list(shared: &Shared, pattern: &str, limit: usize) -> Result<Vec<L
         .collect();
     let mut locks = Vec::new();
     for name in names {
-        let mut info = match read(shared, name, &shared.key(name)) {
+        let mut info = match read(raw, name, &raw.key(name)) {
             Ok(info) => info,
             Err(Error::NotALock { .. }) => continue,
             Err(e) => return Err(e),
         };
         if info.kind != LockKind::Free {
-            name_clients(shared, &mut info)?;
+            name_clients(raw, &mut info)?;
             locks.push(info);
         }
     }
@@ -234,18 +234,18 @@ pub(crate) fn list(shared: &Shared, pattern: &str, limit: usize) -> Result<Vec<L
 }
 
 /// Reads lock `name` (key `key`) as [`LockInfo`].
-pub(crate) fn inspect(shared: &Shared, name: &str, key: &str) -> Result<LockInfo> {
-    let mut info = read(shared, name, key)?;
-    name_clients(shared, &mut info)?;
+pub(crate) fn inspect(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
+    let mut info = read(raw, name, key)?;
+    name_clients(raw, &mut info)?;
     Ok(info)
 }
 
 /// Reads lock `name` (key `key`): what the key is (anything but a lock
 /// is [`Error::NotALock`]), then one pipeline; owners not yet turned into
 /// clients.
-fn read(shared: &Shared, name: &str, key: &str) -> Result<LockInfo> {
-    shared.lock_shape(key)?;
-    let replies: Vec<Value> = shared.read(key, |con| {
+fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
+    raw.lock_shape(key)?;
+    let replies: Vec<Value> = raw.read(key, |con| {
         redis::pipe()
             .cmd("HGETALL")
             .arg(key)
@@ -334,7 +334,7 @@ fn read(shared: &Shared, name: &str, key: &str) -> Result<LockInfo> {
 
 /// Turns every holder's and waiter's owner into its client, from the
 /// clients' registrations: one `HGETALL` per client.
-fn name_clients(shared: &Shared, info: &mut LockInfo) -> Result<()> {
+fn name_clients(raw: &Raw, info: &mut LockInfo) -> Result<()> {
     let mut clients: HashMap<String, Option<ClientInfo>> = HashMap::new();
     let owners = info
         .holders
@@ -346,8 +346,8 @@ fn name_clients(shared: &Shared, info: &mut LockInfo) -> Result<()> {
         if clients.contains_key(&id) {
             continue;
         }
-        let ckey = client_key(&shared.key_prefix, &id);
-        let reply: Value = shared.read(&ckey, |con| redis::cmd("HGETALL").arg(&ckey).query(con))?;
+        let ckey = client_key(raw.key_prefix(), &id);
+        let reply: Value = raw.read(&ckey, |con| redis::cmd("HGETALL").arg(&ckey).query(con))?;
         let fields: HashMap<String, String> = pairs(&reply).into_iter().collect();
         let info = (!fields.is_empty()).then(|| ClientInfo {
             id: id.clone(),

@@ -1,3 +1,46 @@
+// Module map for maintainers. Layers import downward only (checked by
+// `../shared/tools/modcycles` in scripts/test.sh and by tests/layers.rs); a
+// file's opening comment says what it owns. The user's documentation
+// follows (`//!`).
+//
+//   bottom     error/    the one Error and its messages; classify: how a redis
+//                        error becomes one, and the one classification (Retry)
+//              options   LockOptions, Kind, name/lease checks, deadlines
+//              names     keys and channels of Redisson's layouts; short ids
+//              stats     Stats and the counters behind it
+//              tls       rustls for the subscriber socket (feature `tls`)
+//   protocol   protocol/ every script call and its reply per kind (plain, fair,
+//                        rwlock), the renew call (renew), a lock's shape and
+//                        forced release (admin), channel messages; one dispatch
+//                        on Kind; no threads, no pools
+//   conn       conn/     pools, targets (fixed, Sentinel), cluster routing; the
+//                        one place that follows redirects (calls: `run`;
+//                        batches: `batch`); our socket and wire, one handshake
+//   machinery  notify/   the shared subscriber: its book of channels, wake-ups,
+//                        grants kept per waiter, slots that move
+//              renewal/  the watchdog thread: lease state, timer wheel, the
+//                        batches it sends, loss; the client's registration
+//              ledger/   the one ledger of holds (count, token, lease state and
+//                        renewal share per owner field); the plain lock's
+//                        in-process queue and its handover
+//   raw        raw/      one lock's operations for every kind (attempt with
+//                        WAIT and undo, release, leave, forced release, reads);
+//                        a guard's hold (the one acquire ending, the one
+//                        release path); one acquisition for the wait loop;
+//                        lost replies and the thread that undoes them
+//   wait       wait      the one acquire/wait loop (attempt, park, grant, leave,
+//                        outages, deadline), behind two seams (tests: fakes)
+//   shared     shared    a client's parts assembled: raw engine and subscriber
+//   faces      acquire   LockClient's acquire path over raw + wait
+//              guard     LockGuard, OwnedLockGuard (over a raw hold)
+//              client    LockClient: the ladder, operators' calls
+//              builder   LockClientBuilder and the constructors
+//              redlock   Redlock over independent masters (a raw hold per node)
+//              fenced    FencedStore
+//              inspect   LockClient::inspect and list: holders, waiters, clients
+//   binary     bin/      the operators' `leasehold` CLI (feature `cli`), the
+//                        public API only
+
 //! Distributed locks on Redis with RAII guards, the way Redisson gives them to
 //! Java: unique owners, owner-checked atomic unlock, reentrancy, leases, and
 //! waiting on pub/sub instead of polling.
@@ -200,40 +243,6 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// Module map for maintainers. Layers import downward only (checked by
-// `../shared/tools/modcycles` in scripts/test.sh); a file's opening comment
-// says what it owns.
-//
-//   bottom      error     the one Error; the one Redis error classification (Retry)
-//               options   LockOptions, Kind, name/lease checks, deadline arithmetic
-//               names     keys and channels of Redisson's layouts; short ids
-//               stats     Stats and the counters behind it
-//               tls       rustls for the subscriber socket (feature `tls`)
-//   protocol    protocol/ scripts and replies per kind (plain, fair, rwlock), one
-//                         dispatch on Kind; no threads, no pools
-//   conn        conn/     pools, targets (fixed, Sentinel + its settings), cluster routing, `run`;
-//                         our socket (`stream`: reads on after EINTR) and command
-//                         connection (`wire`), one handshake for all
-//   machinery   notify/   the shared pub/sub subscriber (per node when a cluster
-//                         shards): lingering subscriptions, unlock messages,
-//                         grants kept per waiter, slots that move
-//               renewal/  the watchdog thread: lease state, wheel, worker
-//               local/    the in-process queue and handoff
-//               orphans   acquires whose reply was lost, undone once Redis
-//                         answers; live fair/read/write holds
-//   shared      shared    what a client and its guards share; the release path
-//   wait        wait      the one acquire/wait loop (attempt, park, grant, leave),
-//                         behind two seams (tests: fakes)
-//   top         acquire   input checks, the local turn, the kind adapter → wait
-//               guard     LockGuard, OwnedLockGuard (call Shared::release)
-//               client    LockClient and its ladder
-//               builder   LockClientBuilder and the constructors
-//               redlock   Redlock over independent masters
-//               fenced    FencedStore
-//               inspect   LockClient::inspect: holders, waiters, clients
-//   binary      bin/      the operators' `leasehold` CLI (feature `cli`),
-//                         the public API only
-
 mod acquire;
 mod builder;
 mod client;
@@ -242,12 +251,12 @@ mod error;
 mod fenced;
 mod guard;
 mod inspect;
-mod local;
+mod ledger;
 mod names;
 mod notify;
 mod options;
-mod orphans;
 mod protocol;
+mod raw;
 mod redlock;
 mod renewal;
 mod shared;

@@ -34,8 +34,8 @@ use crate::client::LockClient;
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
-use crate::options::{check_lease, check_name, deadline_after, Kind, LockOptions};
-use crate::protocol::{Attempt, Fence, Released, Request};
+use crate::options::{check_lease, check_name, deadline_after, LockOptions};
+use crate::raw::Hold;
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
 
 /// A lock over several independent Redis masters (Redlock).
@@ -337,16 +337,7 @@ impl Redlock {
         let lease = lease.unwrap_or(inner.lease);
         let started = Instant::now();
         let answers = on_every_node(&inner.nodes, |node| {
-            let req = Request {
-                kind: Kind::Plain,
-                key: &key,
-                owner,
-                lease,
-                fresh: true,
-                fence: Fence::None,
-                place: None,
-            };
-            node.shared().attempt(name, &req, bound)
+            node.raw().attempt_unique(name, &key, owner, lease, bound)
         });
         let elapsed = started.elapsed();
         let drift = lease / 100 + Duration::from_millis(2);
@@ -355,8 +346,8 @@ impl Redlock {
         let (mut busy, mut errors) = (0, Vec::new());
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
-                Ok(Attempt::Acquired { .. }) => held.push(i),
-                Ok(_) => busy += 1,
+                Ok(true) => held.push(i),
+                Ok(false) => busy += 1,
                 Err(e) => errors.push(e),
             }
         }
@@ -392,29 +383,27 @@ impl Redlock {
     ) -> RedlockGuard {
         let inner = &self.inner;
         let state = LeaseState::new(started + validity);
-        let mut nodes = Vec::with_capacity(held.len());
-        if watchdog {
-            let quorum = Quorum::new(
-                held.len(),
-                self.majority(),
-                Arc::clone(&state),
-                Arc::clone(&inner.leases_lost),
-            );
-            for &i in held {
-                let node_state = inner.nodes[i]
-                    .shared()
-                    .lease_state(&key, owner, lease, true, started, lease, None);
-                node_state.join(&quorum);
-                nodes.push((i, Some(node_state)));
-            }
-        } else {
-            nodes.extend(held.iter().map(|&i| (i, None)));
-        }
+        let quorum = Quorum::new(
+            held.len(),
+            self.majority(),
+            Arc::clone(&state),
+            Arc::clone(&inner.leases_lost),
+        );
+        let nodes = held
+            .iter()
+            .map(|&i| {
+                let hold = inner.nodes[i]
+                    .raw()
+                    .hold_unique(name, &key, owner, lease, watchdog, started);
+                if watchdog {
+                    hold.state.join(&quorum);
+                }
+                (i, hold)
+            })
+            .collect();
         RedlockGuard {
             redlock: self.clone(),
             name: name.to_owned(),
-            key,
-            owner: owner.to_owned(),
             lease,
             valid_until: started + validity,
             watchdog,
@@ -490,11 +479,11 @@ fn on_every_node<N: Sync, T: Send>(nodes: &[N], f: impl Fn(&N) -> T + Sync) -> V
     })
 }
 
-/// The release script on the nodes numbered `which`, each within the node
-/// timeout and `bound`; how many said the hold was theirs, how many said it
-/// was not, and the errors. A node that took the release but did not
-/// answer sends it again in the background until it answers (the owner is
-/// one acquisition's alone, so nothing later can be released by it).
+/// The release script on the nodes numbered `which` — which took a hold
+/// an attempt that failed as a whole will not keep — each within the node
+/// timeout and `bound`. A node that did not answer sends it again in the
+/// background until it answers (the owner is one acquisition's alone, so
+/// nothing later can be released by it).
 fn release_on(
     nodes: &[LockClient],
     which: &[usize],
@@ -502,20 +491,11 @@ fn release_on(
     owner: &str,
     lease: Duration,
     bound: Bound,
-) -> (usize, usize, Vec<Error>) {
+) {
     let chosen: Vec<&LockClient> = which.iter().filter_map(|&i| nodes.get(i)).collect();
-    let answers = on_every_node(&chosen, |node| {
-        node.shared().release_unique(key, owner, lease, bound)
+    on_every_node(&chosen, |node| {
+        let _ = node.raw().release_unique(key, owner, lease, bound);
     });
-    let (mut ours, mut not_ours, mut errors) = (0, 0, Vec::new());
-    for answer in answers {
-        match answer {
-            Ok(Released::NotHeld) => not_ours += 1,
-            Ok(_) => ours += 1,
-            Err(e) => errors.push(e),
-        }
-    }
-    (ours, not_ours, errors)
 }
 
 /// A Redlock hold; dropping it releases the lock on every node.
@@ -523,16 +503,15 @@ fn release_on(
 pub struct RedlockGuard {
     redlock: Redlock,
     name: String,
-    key: String,
-    owner: String,
     lease: Duration,
     /// The end of the validity computed at acquire time.
     valid_until: Instant,
     watchdog: bool,
     /// The hold's own state: its lost signal.
     state: Arc<LeaseState>,
-    /// The nodes that granted the hold, with their renewed lease (watchdog).
-    nodes: Vec<(usize, Option<Arc<LeaseState>>)>,
+    /// The nodes that granted the hold, with the hold each keeps (renewed
+    /// there with a watchdog lease).
+    nodes: Vec<(usize, Hold)>,
     released: bool,
 }
 
@@ -551,7 +530,7 @@ impl RedlockGuard {
         let alive = self
             .nodes
             .iter()
-            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.is_held()))
+            .filter(|(_, hold)| hold.state.is_held())
             .count();
         alive >= self.redlock.majority()
     }
@@ -591,24 +570,20 @@ impl RedlockGuard {
 
     fn release(&self) -> Result<()> {
         let nodes = &self.redlock.inner.nodes;
-        for (i, state) in &self.nodes {
-            if let Some(state) = state {
-                nodes[*i]
-                    .shared()
-                    .stop_renewing(&self.key, &self.owner, state);
+        // Released on every node that granted it, by the raw layer's one
+        // release path (renewal stops, a lost reply is sent again).
+        let answers = on_every_node(&self.nodes, |(i, hold)| match nodes.get(*i) {
+            Some(node) => node.raw().release(hold, Bound::default()),
+            None => Ok(()),
+        });
+        let (mut ours, mut errors) = (0, Vec::new());
+        for answer in answers {
+            match answer {
+                Ok(()) => ours += 1,
+                Err(e) if e.is_not_held() => {}
+                Err(e) => errors.push(e),
             }
         }
-        // Released on every node that granted it, lost or not: parts left
-        // on a minority of nodes would only hold up the next holder.
-        let which: Vec<usize> = self.nodes.iter().map(|(i, _)| *i).collect();
-        let (ours, _, errors) = release_on(
-            nodes,
-            &which,
-            &self.key,
-            &self.owner,
-            self.lease,
-            Bound::default(),
-        );
         let majority = self.redlock.majority();
         let not_held = || Error::NotHeld {
             name: self.name.clone(),

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::notify::{Listen, Notifier, Subscription};
 use crate::options::{deadline_min, Cancel};
+use crate::raw::{Answer, Channels, Got, Granted, LockKind, Wake};
 use crate::stats::Counters;
 
 /// Acquire replies arriving after their lease ran out before we give up.
@@ -25,92 +26,6 @@ pub(crate) const LATE_REPLIES_MAX: u32 = 3;
 /// Backoff between attempts while Redis is unreachable during a wait.
 const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const OUTAGE_BACKOFF_MAX: Duration = Duration::from_millis(500);
-
-/// What one attempt of a kind found.
-#[derive(Debug)]
-pub(crate) enum Answer<H> {
-    /// Held now.
-    Held(H),
-    /// Held by someone else: try again after at most this long (the kind
-    /// caps it: the holder's lease, or how often it must confirm its place).
-    Wait(Duration),
-}
-
-/// How waiters of a kind are woken on its channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// Each unlock message wakes one waiter of the client; wake-ups granted
-    /// before an attempt are stale once it ran (cleared first).
-    One,
-    /// Read/write: waiters of one client share the wake-ups, so none clears
-    /// them (that could swallow another's); a wake-all message (`1`) wakes
-    /// everyone whose attempt came before it.
-    OneOrAll,
-}
-
-/// What a waiter subscribes to: the channel that announces its chance, and
-/// (plain) its client's grant channel for the lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Channels {
-    pub(crate) channel: String,
-    /// Plain: the lock key and the client's grant channel for it.
-    pub(crate) line: Option<(String, String)>,
-    /// Plain: the unlock channel `channel` is heard too (see
-    /// [`LockKind::hears_unlock`]).
-    pub(crate) unlock: bool,
-}
-
-/// What a grant message means to the waiter it names.
-#[derive(Debug)]
-pub(crate) enum Granted<H> {
-    /// Held now, with the lease Redis set for it (from the last attempt on).
-    Held(H, Duration),
-    /// Ours, but the lock needs an attempt to be taken as asked (its own
-    /// lease, a token, replica acknowledgement): the attempt finds it set to
-    /// us and takes it.
-    Accept,
-}
-
-/// A wait that ended holding the lock.
-#[derive(Debug)]
-pub(crate) struct Got<H> {
-    pub(crate) held: H,
-    /// When the request that set the lease was sent (the lease counts from
-    /// then).
-    pub(crate) sent_at: Instant,
-    /// The lease Redis set: the kind's, or a grant's shorter one.
-    pub(crate) lease: Duration,
-}
-
-/// What one lock kind does at Redis; the loop decides everything else.
-pub(crate) trait LockKind {
-    /// What a successful attempt returns.
-    type Held;
-    /// One attempt. Errors the loop may ride out are those
-    /// [`Error::is_transient`] calls so.
-    fn attempt(&mut self) -> Result<Answer<Self::Held>>;
-    /// Gives back a hold whose reply arrived after its lease had run out
-    /// (owner-checked, best effort).
-    fn undo(&mut self, held: Self::Held);
-    /// The lease an attempt asks for.
-    fn lease(&self) -> Duration;
-    /// The channels that announce our chance.
-    fn channels(&self) -> Channels;
-    /// Plain: whether the unlock channel must be heard now (the last
-    /// attempt found another library's holder, whose release only publishes
-    /// there; or the wait has no place in line to be granted).
-    fn hears_unlock(&self) -> bool;
-    /// What a message on our grant channel means to us (`None`: not ours —
-    /// another wait's, or garbage).
-    fn granted(&mut self, grant: &[u8]) -> Option<Granted<Self::Held>>;
-    /// How waiters on that channel are woken.
-    fn wake(&self) -> Wake;
-    /// Whether a `Wait` answer left a place of ours in Redis (a fair queue
-    /// place, a waiting writer's place) that must be left on giving up.
-    fn holds_place(&self) -> bool;
-    /// Leaves that place (owner-checked, best effort).
-    fn leave(&mut self);
-}
 
 /// Where the loop subscribes, parks and learns how long an outage may last.
 pub(crate) trait Env {

@@ -44,8 +44,9 @@
 //! A subscription Redis refuses (NOPERM) is never confirmed; its waiters
 //! retry on their own (the wait loop), and `stats()` shows why.
 //!
-//! Files: this one keeps the book of channels and routes to the subscriber
-//! of a channel; `subscription.rs` is the waiters' side; `reader.rs` is the
+//! Files: this one routes to the subscriber of a channel; `book.rs` keeps
+//! its book of channels (what each waiter listens to, what was sent and
+//! confirmed); `subscription.rs` is the waiters' side; `reader.rs` is the
 //! thread (connect, resubscribe, read, route); `connect.rs` opens its
 //! connection.
 
@@ -56,12 +57,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+mod book;
 mod connect;
 mod reader;
 mod subscription;
 use crate::conn::stream::Stream;
 use crate::conn::{Router, Target, TlsConfig};
 use crate::protocol::PubSub;
+use book::{await_confirmed, toggle, toggle_unlock, Channel, State};
 use redis::ConnectionInfo;
 pub(crate) use subscription::Subscription;
 
@@ -150,288 +153,6 @@ impl Listen<'_> {
     fn channel(&self) -> &str {
         match self {
             Listen::Channel(c) | Listen::Line { channel: c, .. } => c,
-        }
-    }
-}
-
-#[derive(Default)]
-struct State {
-    channels: HashMap<String, Channel>,
-    /// Grant channels → the plain lock's subscription they belong to.
-    routes: HashMap<String, String>,
-    /// Plain lock keys → their channel, to resume a subscription by key.
-    lines: HashMap<String, String>,
-    /// Write half of the live connection; `None` while disconnected.
-    writer: Option<Stream>,
-    /// The (un)subscribe commands sent on it and not yet answered, in order
-    /// (the subscription each serves): what a refusal (an error reply)
-    /// refers to.
-    sent: Sent,
-    /// Sharded pub/sub (`SSUBSCRIBE`).
-    sharded: bool,
-    thread_started: bool,
-    closed: bool,
-}
-
-/// (Un)subscribe commands in flight: the subscription each serves.
-type Sent = std::collections::VecDeque<String>;
-
-struct Channel {
-    /// The channel the subscription is named after is subscribed: always,
-    /// but for a plain lock's (its unlock channel, besides the grant
-    /// channel) only while another library holds the lock. What the last
-    /// command sent asked for.
-    unlock: bool,
-    /// Redis refused a subscription of it (NOPERM): nothing it waits for can
-    /// come, so it is never confirmed.
-    refused: bool,
-    /// Sharded: its slot is served elsewhere now (`MOVED`, or Redis
-    /// unsubscribed it when the slot left): its waiters subscribe again on
-    /// the slot's node.
-    moved: bool,
-    /// The plain lock key it serves.
-    key: Option<String>,
-    /// The client's grant channel (a plain lock's).
-    grant: Option<String>,
-    /// Local waiters holding a [`Subscription`].
-    refs: usize,
-    /// The last command sent for it subscribed (it did not unsubscribe).
-    live: bool,
-    /// Since when nobody uses it (it lingers).
-    idle_since: Option<Instant>,
-    /// Subscribe/unsubscribe commands sent and not yet acknowledged.
-    inflight: u32,
-    /// Grants received for a waiter to take (the messages, unparsed).
-    grants: Vec<Vec<u8>>,
-    /// Wake-ups granted and not yet taken.
-    permits: usize,
-    /// Unlock messages received on this channel since it was registered.
-    messages: u64,
-    /// Wake-all messages (`1`) received since the channel was registered:
-    /// every waiter that saw fewer wakes, whatever the permits say.
-    broadcasts: u64,
-    /// Waiters of this channel retried while it was not subscribed (after a
-    /// disconnect, or a confirmation that came too late): wake them all once
-    /// Redis confirms the subscription.
-    resync: bool,
-    cv: Arc<Condvar>,
-}
-
-impl Channel {
-    fn new(listen: Listen<'_>) -> Self {
-        let (unlock, grant, key) = match listen {
-            Listen::Channel(_) => (true, None, None),
-            Listen::Line {
-                key, grant, unlock, ..
-            } => (unlock, Some(grant.to_owned()), Some(key.to_owned())),
-        };
-        Channel {
-            unlock,
-            refused: false,
-            moved: false,
-            key,
-            grant,
-            refs: 0,
-            live: false,
-            idle_since: None,
-            inflight: 0,
-            grants: Vec::new(),
-            permits: 0,
-            messages: 0,
-            broadcasts: 0,
-            resync: false,
-            cv: Arc::new(Condvar::new()),
-        }
-    }
-
-    fn wake_all(&mut self) {
-        self.permits = self.refs;
-        self.cv.notify_all();
-    }
-
-    /// Sharded: the slot is served by another node now; nothing of it comes
-    /// here any more. Its waiters wake and subscribe again (see
-    /// [`Subscription::moved`]).
-    fn slot_moved(&mut self) {
-        self.moved = true;
-        self.live = false;
-        self.wake_all();
-    }
-
-    /// Appends the commands that (un)subscribe everything this channel
-    /// listens to, recording them in `sent`; returns how many
-    /// acknowledgements they bring.
-    fn commands(
-        &mut self,
-        name: &str,
-        subscribe: bool,
-        sharded: bool,
-        out: &mut Vec<u8>,
-        sent: &mut Sent,
-    ) -> u32 {
-        if subscribe {
-            self.refused = false;
-        }
-        let cmd = subscribe_command(subscribe, sharded);
-        let mut one = |wire: &str| {
-            redis::cmd(cmd).arg(wire).write_packed_command(out);
-            sent.push_back(name.to_owned());
-        };
-        let mut acks = 0;
-        if let Some(grant) = &self.grant {
-            one(grant);
-            acks += 1;
-        }
-        if self.unlock {
-            one(name);
-            acks += 1;
-        }
-        acks
-    }
-}
-
-/// `SUBSCRIBE`, `UNSUBSCRIBE`, or their sharded forms.
-fn subscribe_command(subscribe: bool, sharded: bool) -> &'static str {
-    match (subscribe, sharded) {
-        (true, false) => "SUBSCRIBE",
-        (false, false) => "UNSUBSCRIBE",
-        (true, true) => "SSUBSCRIBE",
-        (false, true) => "SUNSUBSCRIBE",
-    }
-}
-
-/// The live connection's writing side: the socket, the commands in flight,
-/// whether it is a sharded subscriber.
-struct Link<'a> {
-    w: &'a mut Stream,
-    sent: &'a mut Sent,
-    sharded: bool,
-}
-
-impl Link<'_> {
-    /// The same link for one more command (of several in a loop).
-    fn again(&mut self) -> Link<'_> {
-        Link {
-            w: self.w,
-            sent: self.sent,
-            sharded: self.sharded,
-        }
-    }
-}
-
-/// Waits until Redis has acknowledged every command sent for `channel` on
-/// the live connection, or `confirm_by`. Past it, the caller retries
-/// unsubscribed: the channel's waiters are woken again once Redis confirms,
-/// or a message published before then is lost to them.
-fn await_confirmed(
-    st: &mut parking_lot::MutexGuard<'_, State>,
-    cv: &Condvar,
-    channel: &str,
-    confirm_by: Instant,
-) {
-    loop {
-        let confirmed =
-            st.writer.is_some() && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
-        if confirmed {
-            return;
-        }
-        if cv.wait_until(st, confirm_by).timed_out() {
-            if let Some(c) = st.channels.get_mut(channel) {
-                c.resync = true;
-            }
-            return;
-        }
-    }
-}
-
-/// A plain lock's subscription `name` (its unlock channel) starts or stops
-/// hearing the unlock channel besides its grant channel: one command, one
-/// acknowledgement.
-fn toggle_unlock(link: Link<'_>, name: &str, c: &mut Channel, on: bool) {
-    let mut bytes = Vec::new();
-    redis::cmd(subscribe_command(on, link.sharded))
-        .arg(name)
-        .write_packed_command(&mut bytes);
-    link.sent.push_back(name.to_owned());
-    c.inflight += 1;
-    c.unlock = on;
-    send(link.w, &bytes);
-}
-
-/// Sends the commands that (un)subscribe channel `name`, counting the
-/// acknowledgements they bring.
-fn toggle(link: Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
-    let mut bytes = Vec::new();
-    c.inflight += c.commands(name, subscribe, link.sharded, &mut bytes, link.sent);
-    c.live = subscribe;
-    send(link.w, &bytes);
-}
-
-impl State {
-    /// Forgets channel `name` and the wire names that route to it.
-    fn remove(&mut self, name: &str) {
-        if let Some(c) = self.channels.remove(name) {
-            if let Some(g) = c.grant {
-                self.routes.remove(&g);
-            }
-            if let Some(k) = c.key {
-                self.lines.remove(&k);
-            }
-        }
-    }
-
-    /// Forgets the channels nobody waits on (lingering ones, on a new or
-    /// lost connection: nothing to resubscribe them for).
-    fn forget_idle(&mut self) {
-        let idle: Vec<String> = self
-            .channels
-            .iter()
-            .filter(|(_, c)| c.refs == 0)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in idle {
-            self.remove(&name);
-        }
-    }
-
-    /// The channel a wire name (channel, grant channel) serves.
-    fn route<'a>(&'a self, wire: &'a str) -> &'a str {
-        self.routes.get(wire).map_or(wire, String::as_str)
-    }
-
-    /// The channels, and the live connection's writing side (`None` while
-    /// disconnected) to send their commands on.
-    fn split(&mut self) -> (&mut HashMap<String, Channel>, Option<Link<'_>>) {
-        let State {
-            channels,
-            writer,
-            sent,
-            sharded,
-            ..
-        } = self;
-        let link = writer.as_mut().map(|w| Link {
-            w,
-            sent,
-            sharded: *sharded,
-        });
-        (channels, link)
-    }
-
-    /// Channel `name`'s entry, and the link to send its commands on.
-    fn parts(&mut self, name: &str) -> (Option<&mut Channel>, Option<Link<'_>>) {
-        let (channels, link) = self.split();
-        (channels.get_mut(name), link)
-    }
-
-    /// Ends lingering subscriptions idle since before `cutoff`.
-    fn sweep(&mut self, cutoff: Instant) {
-        let (channels, Some(mut link)) = self.split() else {
-            return;
-        };
-        for (name, c) in channels.iter_mut() {
-            if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
-                toggle(link.again(), name, c, false);
-            }
         }
     }
 }

@@ -405,7 +405,7 @@ pub(crate) enum Acquire {
 }
 
 /// Whom a release may hand the lock to directly: a thread of the same
-/// client queued for it (see `local`).
+/// client queued for it (the ledger's handover picks it).
 #[derive(Clone, Copy)]
 pub(crate) struct Successor<'h> {
     pub(crate) owner: &'h str,

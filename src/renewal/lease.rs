@@ -93,6 +93,12 @@ impl LeaseState {
         *self.valid_until.lock()
     }
 
+    /// An acquire set the lease again (a reentrant hold): it is known to be
+    /// ours until `until`.
+    pub(crate) fn extend(&self, until: Instant) {
+        *self.valid_until.lock() = until;
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
     }
@@ -123,7 +129,7 @@ impl LeaseState {
     /// Marks the lease lost once, counting it in `lost_count` before anyone
     /// is told (a holder woken by the signal sees the counter already up);
     /// returns whether this call did it.
-    pub(super) fn mark_lost(&self, why: LeaseLost, lost_count: &AtomicU64) -> bool {
+    pub(crate) fn mark_lost(&self, why: LeaseLost, lost_count: &AtomicU64) -> bool {
         if self.lost.swap(true, Ordering::AcqRel) {
             return false;
         }

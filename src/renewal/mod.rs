@@ -60,15 +60,13 @@ struct Pending {
 /// that short-lived leases do not pile up until the next renewal.
 const QUEUE_WAKE: usize = 1_024;
 
-/// The client's side of the renewal thread: a registry of watchdog leases
-/// (reentrant guards of one owner share one entry) and the queue to it.
+/// The client's side of the renewal thread: the queue of new leases to it.
+/// Which guards share a lease, and when the last of them goes, is the
+/// ledger's (reentrant guards of one owner share one registration).
 pub(crate) struct Renewer {
     /// Wakes the thread; dropping it (with the client) makes the thread exit.
     wake: Sender<()>,
     pending: Arc<Pending>,
-    /// Live watchdog leases by lock key, then owner (a key has one owner in
-    /// the normal case; looked up by `&str`, so no allocation at unlock).
-    registry: Mutex<HashMap<Arc<str>, Vec<Registered>>>,
     /// Held by the thread while it sends a batch; taken briefly at unlock so
     /// that no renewal of a cancelled lease is sent after unlock returns.
     gate: Arc<Mutex<()>>,
@@ -76,12 +74,6 @@ pub(crate) struct Renewer {
     /// Until when the client's registration is written (see
     /// `registration`).
     activity: Arc<registration::Activity>,
-}
-
-struct Registered {
-    owner: Arc<str>,
-    refs: usize,
-    state: Arc<LeaseState>,
 }
 
 impl Renewer {
@@ -133,7 +125,6 @@ impl Renewer {
         Ok(Renewer {
             wake,
             pending,
-            registry: Mutex::new(HashMap::new()),
             gate,
             counters,
             activity,
@@ -149,10 +140,11 @@ impl Renewer {
         }
     }
 
-    /// Registers a watchdog lease (or joins the entry of a reentrant hold).
-    /// Redis set `set` from `sent_at` on (the lease itself, or a grant's
-    /// shorter one, which the first renewal lengthens to `lease`).
-    /// `timeouts`: the timeout key prefix of a read hold (read/write lock).
+    /// Registers a watchdog lease for renewal. Redis set `set` from
+    /// `sent_at` on (the lease itself, or a grant's shorter one, which the
+    /// first renewal lengthens to `lease`). `timeouts`: the timeout key
+    /// prefix of a read hold (read/write lock). Stop it with
+    /// [`cancel`](Self::cancel).
     pub(crate) fn register(
         &self,
         key: &str,
@@ -162,49 +154,22 @@ impl Renewer {
         set: Duration,
         timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
-        let mut reg = self.registry.lock();
-        let key: Arc<str> = match reg.get_key_value(key) {
-            Some((k, _)) => Arc::clone(k),
-            None => Arc::from(key),
-        };
-        let holders = reg.entry(Arc::clone(&key)).or_default();
-        if let Some(r) = holders.iter_mut().find(|r| &*r.owner == owner) {
-            if !r.state.is_lost() {
-                r.refs += 1;
-                *r.state.valid_until.lock() = sent_at + set;
-                return Arc::clone(&r.state);
-            }
-            // A lost entry replaced by a fresh hold: the thread drops it.
-            r.state.cancelled.store(true, Ordering::Release);
-            self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
-            let state = self.enqueue(
-                Arc::clone(&key),
-                Arc::clone(&r.owner),
-                lease,
-                sent_at,
-                set,
-                timeouts,
-                None,
-            );
-            r.refs = 1;
-            r.state = Arc::clone(&state);
-            return state;
-        }
-        let owner: Arc<str> = Arc::from(owner);
-        let state = self.enqueue(key, Arc::clone(&owner), lease, sent_at, set, timeouts, None);
-        holders.push(Registered {
-            owner,
-            refs: 1,
-            state: Arc::clone(&state),
-        });
-        state
+        self.enqueue(
+            Arc::from(key),
+            Arc::from(owner),
+            lease,
+            sent_at,
+            set,
+            timeouts,
+            None,
+        )
     }
 
     /// A read hold with an explicit lease (`set`, from `sent_at`): not
     /// renewed, but until it ends the thread keeps the shared hash alive as
     /// long as it (see [`READ_KEEPALIVE`](crate::protocol::READ_KEEPALIVE)).
     /// Each such hold has an entry of its own (its own end); give it back
-    /// with [`stop_keeping`](Self::stop_keeping).
+    /// with [`cancel`](Self::cancel).
     pub(crate) fn keep(
         &self,
         key: &str,
@@ -225,11 +190,20 @@ impl Renewer {
         )
     }
 
-    /// A kept read hold ends: the thread sends nothing more for it once
-    /// this returns.
-    pub(crate) fn stop_keeping(&self, state: &Arc<LeaseState>) {
-        state.cancelled.store(true, Ordering::Release);
-        drop(self.gate.lock()); // wait out a batch in flight
+    /// A lease is done with (its last guard went): the thread sends
+    /// nothing more for it once this returns (it drops the entry when it
+    /// next meets it). `registered`: it was a watchdog lease (counted live).
+    pub(crate) fn cancel(&self, state: &Arc<LeaseState>, registered: bool) {
+        if state.cancelled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if !state.is_lost() {
+            // A lost lease is never sent again; a live one may be in flight.
+            drop(self.gate.lock()); // wait out a batch in flight
+        }
+        if registered {
+            self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// A new lease for the renewal thread: queued, waking the thread only when
@@ -273,34 +247,5 @@ impl Renewer {
             self.counters.live_leases.fetch_add(1, Ordering::Relaxed);
         }
         state
-    }
-
-    /// One guard of `state` is going away. When it was the last, renewal
-    /// stops before this returns (the thread drops the entry when it next
-    /// meets it).
-    pub(crate) fn release(&self, key: &str, owner: &str, state: &Arc<LeaseState>) {
-        let mut reg = self.registry.lock();
-        let Some(holders) = reg.get_mut(key) else {
-            return;
-        };
-        let Some(i) = holders.iter().position(|r| &*r.owner == owner) else {
-            return;
-        };
-        let r = &mut holders[i];
-        if !Arc::ptr_eq(&r.state, state) {
-            return; // this guard's entry was already replaced
-        }
-        r.refs -= 1;
-        if r.refs > 0 {
-            return;
-        }
-        holders.swap_remove(i);
-        if holders.is_empty() {
-            reg.remove(key);
-        }
-        drop(reg);
-        state.cancelled.store(true, Ordering::Release);
-        drop(self.gate.lock()); // wait out a batch in flight
-        self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
     }
 }

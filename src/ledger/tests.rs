@@ -1,14 +1,31 @@
-//! The in-process queue's state machine, without Redis. Compiled only under
-//! #[cfg(test)] (see `local/mod.rs`).
+//! The ledger without Redis: counting holds (reentrancy, generations,
+//! tokens, the shared renewed lease) and the plain lock's in-process queue.
+//! Compiled only under #[cfg(test)] (see `ledger/mod.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::*;
+use crate::options::Cancel;
 
 fn lease(valid_for: Duration) -> Arc<LeaseState> {
     LeaseState::new(Instant::now() + valid_for)
 }
 
-fn queued(locks: &LocalLocks) -> u64 {
+fn queued(locks: &Ledger) -> u64 {
     locks.queued.load(Ordering::Relaxed)
+}
+
+/// An explicit lease of `valid_for`, taken now: the hold as a turn records it.
+fn hold(turn: Turn<'_>, valid_for: Duration) -> Added {
+    turn.acquired(false, Instant::now() + valid_for, None, &mut || {
+        lease(valid_for)
+    })
+}
+
+/// The guards the ledger counts for `field` on `key`.
+fn count(locks: &Ledger, key: &str, field: &str) -> u32 {
+    locks.holds(key, field).0
 }
 
 fn wait_until(mut cond: impl FnMut() -> bool) {
@@ -21,12 +38,12 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn release_hands_over_to_the_first_queued_thread() {
-    let locks = LocalLocks::default();
+    let locks = Ledger::default();
     let Enter::Turn(turn) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!("a free slot is ours at once");
     };
     assert!(turn.fresh());
-    turn.acquired(&lease(Duration::from_secs(30)), None);
+    hold(turn, Duration::from_secs(30));
     std::thread::scope(|s| {
         let b = s.spawn(|| {
             matches!(
@@ -35,7 +52,7 @@ fn release_hands_over_to_the_first_queued_thread() {
             )
         });
         wait_until(|| queued(&locks) == 1);
-        let handover = locks.release("k", "a");
+        let handover = locks.release("k", "a", 0, false);
         assert!(handover.last());
         let next = handover.successor().expect("b is queued");
         assert_eq!(next.owner, "b");
@@ -45,40 +62,40 @@ fn release_hands_over_to_the_first_queued_thread() {
     });
     assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
     // b holds now: its release with nobody queued frees the slot.
-    let handover = locks.release("k", "b");
+    let handover = locks.release("k", "b", 0, false);
     assert!(handover.last() && handover.successor().is_none());
     handover.finish(Outcome::Other);
-    assert!(locks.slots.lock().is_empty());
+    assert!(locks.keys.lock().is_empty());
 }
 
 #[test]
 fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
-    let locks = LocalLocks::default();
+    let locks = Ledger::default();
     let Enter::Turn(t1) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
-    t1.acquired(&lease(Duration::from_secs(30)), None);
+    hold(t1, Duration::from_secs(30));
     let Enter::Turn(t2) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!("reentry is not queued")
     };
     assert!(!t2.fresh(), "a hold of this owner is alive");
-    t2.acquired(&lease(Duration::from_secs(30)), None);
-    let inner = locks.release("k", "a");
+    hold(t2, Duration::from_secs(30));
+    let inner = locks.release("k", "a", 0, false);
     assert!(!inner.last() && inner.successor().is_none());
     inner.finish(Outcome::Other);
-    let outer = locks.release("k", "a");
+    let outer = locks.release("k", "a", 0, false);
     assert!(outer.last());
     outer.finish(Outcome::Other);
-    assert!(locks.slots.lock().is_empty());
+    assert!(locks.keys.lock().is_empty());
 }
 
 #[test]
 fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
-    let locks = LocalLocks::default();
+    let locks = Ledger::default();
     let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
-    t.acquired(&lease(Duration::from_millis(50)), None);
+    hold(t, Duration::from_millis(50));
     // a re-enters (its attempt is in flight) …
     let Enter::Turn(reentry) = locks.enter("k", "a", Duration::from_secs(1), false, None, None)
     else {
@@ -100,22 +117,28 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
         assert!(b.join().unwrap(), "b took over after a's lease ran out");
     });
     drop(reentry); // a's attempt ends (failed) after the takeover
-    let slots = locks.slots.lock();
-    let slot = &slots["k"];
+    let keys = locks.keys.lock();
+    let entry = &keys["k"];
+    let slot = entry.line.as_ref().unwrap();
     assert_eq!(slot.active, "b");
     assert!(slot.attempting, "still b's turn");
-    assert_eq!(slot.holds, 0);
+    assert_eq!(entry.count("b"), 0);
+    assert_eq!(
+        entry.count("a"),
+        0,
+        "a's guards count for nothing here any more"
+    );
 }
 
 #[test]
 fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
-    let locks = LocalLocks::default();
+    let locks = Ledger::default();
     let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
-    t.acquired(&lease(Duration::from_secs(30)), None);
+    hold(t, Duration::from_secs(30));
     // The last guard's release is in flight on another thread …
-    let handover = locks.release("k", "a");
+    let handover = locks.release("k", "a", 0, false);
     assert!(handover.last() && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
@@ -142,11 +165,11 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
 
 #[test]
 fn a_queued_thread_leaves_at_its_deadline() {
-    let locks = LocalLocks::default();
+    let locks = Ledger::default();
     let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
-    t.acquired(&lease(Duration::from_secs(30)), None);
+    hold(t, Duration::from_secs(30));
     let deadline = Instant::now() + Duration::from_millis(50);
     assert!(matches!(
         locks.enter(
@@ -160,7 +183,12 @@ fn a_queued_thread_leaves_at_its_deadline() {
         Enter::TimedOut
     ));
     assert!(Instant::now() >= deadline);
-    assert!(locks.slots.lock()["k"].queue.is_empty());
+    assert!(locks.keys.lock()["k"]
+        .line
+        .as_ref()
+        .unwrap()
+        .queue
+        .is_empty());
     assert!(matches!(
         locks.enter(
             "k",
@@ -178,11 +206,11 @@ fn a_queued_thread_leaves_at_its_deadline() {
 /// slices of the cancel, with no deadline of its own.
 #[test]
 fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
-    let locks = LocalLocks::default();
+    let locks = Ledger::default();
     let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
-    t.acquired(&lease(Duration::from_secs(30)), None);
+    hold(t, Duration::from_secs(30));
     let cancel = Cancel::new();
     std::thread::scope(|s| {
         let b = s.spawn(|| {
@@ -201,16 +229,21 @@ fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
             at - cancelled
         );
     });
-    assert!(locks.slots.lock()["k"].queue.is_empty());
+    assert!(locks.keys.lock()["k"]
+        .line
+        .as_ref()
+        .unwrap()
+        .queue
+        .is_empty());
 }
 
 #[test]
 fn a_public_release_for_others_promotes_with_a_yield() {
-    let locks = LocalLocks::default();
+    let locks = Ledger::default();
     let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
-    t.acquired(&lease(Duration::from_secs(30)), None);
+    hold(t, Duration::from_secs(30));
     std::thread::scope(|s| {
         let b =
             s.spawn(
@@ -220,7 +253,7 @@ fn a_public_release_for_others_promotes_with_a_yield() {
                 },
             );
         wait_until(|| queued(&locks) == 1);
-        let handover = locks.release("k", "a");
+        let handover = locks.release("k", "a", 0, false);
         assert!(handover.successor().is_some());
         handover.finish(Outcome::FreedForOthers);
         assert_eq!(
@@ -230,4 +263,99 @@ fn a_public_release_for_others_promotes_with_a_yield() {
         );
     });
     assert_eq!(locks.handoffs.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn holds_are_counted_per_field_with_their_token() {
+    let ledger = Ledger::default();
+    let d = Duration::from_secs(30);
+    let until = Instant::now() + d;
+    let a = ledger.add("k", "o", false, until, Some(7), &mut || lease(d));
+    assert_eq!(a.fence, Some(7), "a first fenced hold keeps its token");
+    let b = ledger.add("k", "o", false, until, None, &mut || lease(d));
+    assert_eq!(b.fence, Some(7), "a reentrant hold returns the outer token");
+    assert_eq!(ledger.holds("k", "o"), (2, Some(7)));
+    assert_eq!(count(&ledger, "k", "o:write"), 0, "fields count apart");
+    assert!(!ledger.remove("k", "o", a.generation, false).last);
+    assert!(ledger.remove("k", "o", b.generation, false).last);
+    assert_eq!(
+        ledger.holds("k", "o"),
+        (0, None),
+        "the token goes with the holds"
+    );
+    assert!(ledger.keys.lock().is_empty());
+}
+
+#[test]
+fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them() {
+    let ledger = Ledger::default();
+    let d = Duration::from_secs(30);
+    let until = Instant::now() + d;
+    let made = std::cell::Cell::new(0);
+    let mut new = || {
+        made.set(made.get() + 1);
+        lease(d)
+    };
+    let a = ledger.add("k", "o", true, until, None, &mut new);
+    let b = ledger.add("k", "o", true, until, None, &mut new);
+    assert!(
+        Arc::ptr_eq(&a.state, &b.state),
+        "one lease, one registration"
+    );
+    assert_eq!(made.get(), 1);
+    // An explicit lease of the same owner has a lease of its own.
+    let e = ledger.add("k", "o", false, until, None, &mut || lease(d));
+    assert!(!Arc::ptr_eq(&a.state, &e.state));
+    let gone = |g, renewed| ledger.remove("k", "o", g, renewed);
+    assert_eq!(
+        gone(a.generation, true),
+        Removed {
+            last: false,
+            stop_renewal: false
+        }
+    );
+    assert_eq!(
+        gone(b.generation, true),
+        Removed {
+            last: false,
+            stop_renewal: true
+        }
+    );
+    assert_eq!(
+        gone(e.generation, false),
+        Removed {
+            last: true,
+            stop_renewal: false
+        }
+    );
+}
+
+#[test]
+fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothing() {
+    let ledger = Ledger::default();
+    let d = Duration::from_secs(30);
+    let until = Instant::now() + d;
+    let old = ledger.add("k", "o", true, until, Some(1), &mut || lease(d));
+    let older = ledger.add("k", "o", true, until, None, &mut || lease(d));
+    old.state
+        .mark_lost(crate::renewal::LeaseLost::NotOurs, &AtomicU64::new(0));
+    let new = ledger.add("k", "o", true, until, Some(2), &mut || lease(d));
+    assert!(!Arc::ptr_eq(&old.state, &new.state), "a new lease");
+    assert_eq!(ledger.holds("k", "o"), (1, Some(2)), "the first hold again");
+    assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));
+    assert_eq!(
+        ledger.remove("k", "o", old.generation, true),
+        Removed::STALE
+    );
+    assert_eq!(
+        ledger.remove("k", "o", older.generation, true),
+        Removed::STALE
+    );
+    assert_eq!(
+        ledger.remove("k", "o", new.generation, true),
+        Removed {
+            last: true,
+            stop_renewal: true
+        }
+    );
 }

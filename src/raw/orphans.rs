@@ -1,4 +1,6 @@
-//! Holds a lost reply may have left behind, and when they are undone.
+//! Calls whose reply was lost — an acquire, a release, leaving a waiting
+//! place — and their undo, done by a thread of this client that holds only
+//! a `Weak` to it.
 //!
 //! An acquire whose reply never came (a socket timeout, a connection that
 //! broke mid-call) may still have run in Redis: the lock is then held by an
@@ -13,8 +15,7 @@
 //!
 //! Only a *first* hold is ever orphaned: an owner that already holds the
 //! lock in this client (a reentrant acquire) would lose its real hold to an
-//! undo. [`Holds`] counts the live holds of fair, read and write locks for
-//! that (the plain lock's in-process queue knows its own).
+//! undo (the ledger says which acquire is a first hold).
 //!
 //! An undo counts once it has been answered twice in a row: the first answer
 //! may come from an undo Redis ran before the lost acquire (both waiting in
@@ -28,9 +29,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::Raw;
+use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::options::Kind;
-use crate::protocol::LONGEST_PLACE;
+use crate::protocol::{self, Release, LONGEST_PLACE};
+
+/// How often the background undo of lost calls tries again.
+const UNDO_RETRY: Duration = Duration::from_millis(100);
 
 /// A call whose reply was lost (an acquire attempt, a release, leaving a
 /// waiting place): what undoing it takes.
@@ -204,57 +210,70 @@ fn still_undoing() -> Error {
     }
 }
 
-/// Live holds of fair, read and write locks in this client, by key and hash
-/// field: whether an acquire is its owner's first hold, and a release its
-/// last. Looked up without allocating (the acquire and release paths).
-#[derive(Default)]
-pub(crate) struct Holds {
-    map: Mutex<HashMap<String, HashMap<String, u32>>>,
-}
+impl Raw {
+    /// Before an acquire of `owner` on `key`: undoes what a lost reply of
+    /// its own there may have left, within `bound`. Nothing to do — the
+    /// usual case — costs one atomic load.
+    pub(crate) fn settle(&self, key: &str, owner: &str, bound: Bound) -> Result<()> {
+        self.orphans
+            .settle(key, owner, bound.end, |o| self.undo(o, bound))
+    }
 
-impl Holds {
-    pub(crate) fn add(&self, key: &str, field: &str) {
-        let mut map = self.map.lock();
-        let fields = match map.get_mut(key) {
-            Some(fields) => fields,
-            None => map.entry(key.to_owned()).or_default(),
-        };
-        match fields.get_mut(field) {
-            Some(n) => *n += 1,
-            None => {
-                fields.insert(field.to_owned(), 1);
+    /// A call whose reply was lost (an acquire, a release, leaving a
+    /// place): undone in the background as soon as Redis answers (and
+    /// before the owner's next acquire of the key). The thread that does it
+    /// holds only a `Weak` to the client: it ends with the client.
+    pub(crate) fn orphaned(self: &Arc<Self>, orphan: Orphan) {
+        tracing::debug!(key = %orphan.key, "leasehold: a reply was lost; undoing what the call may have done once redis answers");
+        self.orphans.add(orphan);
+        let mut undoing = self.undoing.lock();
+        if *undoing {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("leasehold-undo".into())
+            .spawn(move || loop {
+                std::thread::sleep(UNDO_RETRY);
+                let Some(raw) = weak.upgrade() else {
+                    return; // the client is gone; what is left expires
+                };
+                if !raw.orphans.pass(|o| raw.undo(o, Bound::default())) {
+                    let mut undoing = raw.undoing.lock();
+                    if !raw.orphans.any() {
+                        *undoing = false;
+                        return;
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => *undoing = true,
+            // The owner's next acquire still undoes it; otherwise it expires.
+            Err(e) => {
+                tracing::warn!(error = %e, "leasehold: cannot start the thread that undoes lost calls")
             }
         }
     }
 
-    /// One hold fewer; true when it was the field's last.
-    pub(crate) fn remove(&self, key: &str, field: &str) -> bool {
-        let mut map = self.map.lock();
-        let Some(fields) = map.get_mut(key) else {
-            return true;
+    /// One owner-checked undo of a lost call, within `bound`: leave its
+    /// waiting place, release whatever hold it took or kept (all of the
+    /// owner's: it has no other here).
+    fn undo(&self, o: &Orphan, bound: Bound) -> Result<()> {
+        let granted = self
+            .leave_place(o.kind, &o.key, &o.owner, o.place.as_deref(), bound)
+            .0?;
+        let field = protocol::hold_field(o.kind, &o.owner);
+        let rel = Release {
+            kind: o.kind,
+            key: &o.key,
+            field: &field,
+            lease: o.lease,
+            last: true,
+            successor: None,
         };
-        let last = match fields.get_mut(field) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            _ => {
-                fields.remove(field);
-                true
-            }
-        };
-        if fields.is_empty() {
-            map.remove(key);
-        }
-        last
-    }
-
-    /// Whether `field` holds `key` through a live guard of this client.
-    pub(crate) fn holds(&self, key: &str, field: &str) -> bool {
-        self.map
-            .lock()
-            .get(key)
-            .is_some_and(|fields| fields.contains_key(field))
+        let released = self.release_script(&rel, bound.with_pool_wait(self.socket_timeout))?;
+        tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid a call whose reply was lost");
+        Ok(())
     }
 }
 
@@ -383,17 +402,5 @@ mod tests {
         }));
         assert_eq!(sent.get(), 2);
         assert!(!orphans.pass(|_| Ok(())), "b undone on the next pass");
-    }
-
-    #[test]
-    fn holds_count_per_key_and_field() {
-        let holds = Holds::default();
-        holds.add("k", "o");
-        holds.add("k", "o");
-        assert!(!holds.remove("k", "o"), "one hold remains");
-        assert!(holds.holds("k", "o"));
-        assert!(!holds.holds("k", "o:write"));
-        assert!(holds.remove("k", "o"), "the last");
-        assert!(!holds.holds("k", "o"));
     }
 }

@@ -1,0 +1,244 @@
+//! A release of the plain lock in-process ([`Handover`]): when the holder
+//! releases its last hold and a thread of this client is queued, the
+//! release script hands the lock straight to that thread (one round trip:
+//! the owner field is replaced and the lease set for the new owner), unless
+//! other processes wait for it too — then a client keeps the lock for at
+//! most [`HANDOFFS_WHILE_OTHERS_WAIT`] handoffs in a row before the release
+//! grants it to the first client waiting in line (or, for other libraries'
+//! waiters, publishes it). Whether others wait is read inside the script
+//! (the line, and `PUBSUB NUMSUB` of the unlock channel, which leasehold's
+//! waiters hear only while another library holds the lock), so the decision
+//! and the handoff are one atomic step.
+//!
+//! When the lock is not handed over (released publicly, lost, or the
+//! release failed), the first queued thread becomes the representative and
+//! tries Redis itself, waking on pub/sub like any other waiter.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::queue::{slot_of, WaitState, Waiter};
+use crate::protocol::Successor;
+use super::{Held, Ledger, Removed};
+
+/// Consecutive in-process handoffs allowed while other clients wait for the
+/// same lock; then the lock is released publicly and the queued thread here
+/// lets the others take it first. Keeps one busy process from keeping a lock
+/// for itself while waiters elsewhere starve.
+pub(crate) const HANDOFFS_WHILE_OTHERS_WAIT: u32 = 2;
+
+/// After a release that went public because other clients waited, the
+/// thread queued here lets them take the lock first: it waits for the next
+/// unlock message (someone else's release) before it tries, at most this long
+/// (in case those waiters gave up meanwhile).
+pub(crate) const YIELD_WAIT: Duration = Duration::from_millis(10);
+
+/// Consecutive in-process handoffs allowed when Redis sees no other waiter:
+/// a bound for waiters Redis cannot see (e.g. polling clients of another
+/// library), which still get a chance every this many turns.
+pub(crate) const HANDOFFS_MAX: u32 = 64;
+
+/// Other clients were woken by our release: wait until the unlock channel
+/// has delivered more than `messages` messages (ours included) before trying.
+#[derive(Clone, Copy)]
+pub(crate) struct YieldTo {
+    pub(crate) messages: u64,
+}
+
+/// How a release ended, for [`Handover::finish`].
+pub(crate) enum Outcome {
+    /// The lock passed to the successor; its lease counts from this instant;
+    /// the token minted for it, if it asked for one.
+    HandedOver(Instant, Option<u64>),
+    /// Released publicly while other clients waited for it.
+    FreedForOthers,
+    /// Anything else: freed, still held by other holds, not ours.
+    Other,
+}
+
+impl Ledger {
+    /// Starts releasing one hold of `owner` on plain lock `key` (a guard of
+    /// `generation`; `renewed`: on the shared lease). When it was the last
+    /// hold here and a thread is queued, the returned handover names it.
+    pub(crate) fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &str,
+        generation: u64,
+        renewed: bool,
+    ) -> Handover<'a> {
+        let mut handover = Handover {
+            locks: self,
+            key,
+            next: None,
+            force: false,
+            own_subscriptions: 0,
+            messages_before: 0,
+            last: false,
+            stop_renewal: false,
+            finished: false,
+        };
+        let mut keys = self.keys.lock();
+        let Some(entry) = keys.get_mut(key) else {
+            handover.finished = true;
+            return handover;
+        };
+        if entry.line.as_ref().is_none_or(|slot| slot.active != owner) {
+            handover.finished = true;
+            return handover;
+        }
+        let Removed { last, stop_renewal } = entry.remove(owner, generation, renewed);
+        handover.stop_renewal = stop_renewal;
+        let Some(slot) = entry.line.as_mut() else {
+            handover.finished = true;
+            return handover;
+        };
+        if !last || slot.attempting {
+            handover.finished = true;
+            return handover;
+        }
+        handover.last = true;
+        if slot.streak >= HANDOFFS_MAX {
+            // Release publicly; `finish` promotes the first in the queue.
+            slot.releasing = true;
+            return handover;
+        }
+        if let Some(next) = slot.queue.pop_front() {
+            next.set(WaitState::Handing);
+            slot.active = next.owner.clone();
+            slot.epoch += 1;
+            slot.handing = true;
+            handover.force = slot.streak < HANDOFFS_WHILE_OTHERS_WAIT;
+            if let Some(sub) = &slot.sub {
+                handover.own_subscriptions = u32::from(sub.confirmed());
+                handover.messages_before = sub.messages();
+            }
+            handover.next = Some(next);
+        } else {
+            slot.releasing = true;
+        }
+        handover
+    }
+}
+
+/// A release in progress; [`finish`](Self::finish) reports what Redis did.
+/// Dropped unfinished (an error), the next queued thread is promoted.
+pub(crate) struct Handover<'a> {
+    locks: &'a Ledger,
+    key: &'a str,
+    next: Option<Arc<Waiter>>,
+    force: bool,
+    own_subscriptions: u32,
+    /// Unlock messages our subscription had seen before the release.
+    messages_before: u64,
+    /// No other guard of the owner is alive here (and none is being taken).
+    last: bool,
+    /// It was the last guard on the owner's shared (renewed) lease.
+    stop_renewal: bool,
+    finished: bool,
+}
+
+impl Handover<'_> {
+    /// Whether this releases the owner's last hold in this client.
+    pub(crate) fn last(&self) -> bool {
+        self.last
+    }
+
+    /// Whether renewal of the owner's shared lease stops (this was the last
+    /// guard on it).
+    pub(crate) fn stop_renewal(&self) -> bool {
+        self.stop_renewal
+    }
+
+    /// The queued thread the lock may go to directly.
+    pub(crate) fn successor(&self) -> Option<Successor<'_>> {
+        self.next.as_ref().map(|w| Successor {
+            owner: &w.owner,
+            lease: w.lease,
+            force: self.force,
+            fenced: w.fenced,
+        })
+    }
+
+    /// What Redis did with the release. Unless the lock was handed over,
+    /// the next queued thread tries Redis itself (after the other clients
+    /// woken by this release, when there were some).
+    pub(crate) fn finish(mut self, outcome: Outcome) {
+        if !self.finished {
+            self.finished = true;
+            self.complete(outcome);
+        }
+    }
+
+    fn complete(&mut self, outcome: Outcome) {
+        let mut keys = self.locks.keys.lock();
+        if self.next.is_some() {
+            if let Some((slot, _)) = slot_of(&mut keys, self.key) {
+                slot.handing = false;
+            }
+        }
+        match (self.next.take(), outcome) {
+            (Some(next), Outcome::HandedOver(at, fence)) => {
+                if next.set(WaitState::Granted(at, fence)) {
+                    if let Some((slot, holds)) = slot_of(&mut keys, self.key) {
+                        // The hold is the successor's now; it takes up its
+                        // lease when it wakes (`take_up`).
+                        slot.streak += 1;
+                        holds.retain(|h| h.field != next.owner);
+                        let mut held = Held::new(&next.owner);
+                        held.count = 1;
+                        held.fence = fence;
+                        holds.push(held);
+                    }
+                    self.locks.handoffs.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    // It gave up meanwhile: the lock is its owner's in Redis
+                    // (its caller undoes that); nobody holds it here.
+                    let dropped = self.locks.promote(&mut keys, self.key);
+                    drop(keys);
+                    drop(dropped);
+                }
+            }
+            (Some(next), outcome) => {
+                // Not handed over: the popped waiter tries Redis first.
+                let mut epoch = 0;
+                if let Some((slot, _)) = slot_of(&mut keys, self.key) {
+                    slot.streak = 0;
+                    slot.attempting = true;
+                    epoch = slot.epoch;
+                }
+                let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(YieldTo {
+                    // Our own subscription receives our own unlock message.
+                    messages: self.messages_before + u64::from(self.own_subscriptions),
+                });
+                if !next.set(WaitState::Promoted(epoch, yield_to)) {
+                    // It gave up meanwhile: the next one tries instead.
+                    if let Some((slot, _)) = slot_of(&mut keys, self.key) {
+                        slot.attempting = false;
+                    }
+                    let dropped = self.locks.promote(&mut keys, self.key);
+                    drop(keys);
+                    drop(dropped);
+                }
+            }
+            (None, _) => {
+                if let Some((slot, _)) = slot_of(&mut keys, self.key) {
+                    slot.releasing = false;
+                }
+                let dropped = self.locks.promote(&mut keys, self.key);
+                drop(keys);
+                drop(dropped);
+            }
+        }
+    }
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            self.complete(Outcome::Other);
+        }
+    }
+}

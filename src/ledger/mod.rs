@@ -1,0 +1,273 @@
+//! The one ledger of holds: for every lock key this client uses, the holds
+//! of each owner field — how many guards hold it here (reentrancy), the
+//! fencing token of those holds, the lease state its watchdog guards share
+//! with the renewal thread (and how many of them do), the lease of its
+//! latest hold — and, for a plain lock, the in-process queue of this
+//! client's threads (`queue`) and the handover of a release to one of them
+//! (`handover`). Every decision that depends on "does this
+//! owner hold it here" reads it here, under one lock per client: whether an
+//! acquire is a first hold or a reentrant one, which token a reentrant
+//! fenced hold returns, whether a release is the owner's last, when renewal
+//! of a lease stops.
+//!
+//! A field's holds are counted per *generation*: when a watchdog lease of
+//! the field was lost and a new hold of it is taken, the older guards no
+//! longer count (their holds are gone in Redis; their release sends
+//! nothing), and the new hold is the field's first again.
+
+mod handover;
+mod queue;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::renewal::LeaseState;
+
+pub(crate) use handover::{Outcome, YIELD_WAIT};
+pub(crate) use queue::{Enter, Turn};
+
+/// The holds of one client, by lock key.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    keys: Mutex<HashMap<String, Entry>>,
+    /// Threads queued behind another thread of this client right now.
+    pub(crate) queued: AtomicU64,
+    /// Locks passed from one thread to another of this client by a release.
+    pub(crate) handoffs: AtomicU64,
+}
+
+/// One lock key's holds here, and its in-process queue (a plain lock).
+#[derive(Default)]
+struct Entry {
+    holds: Vec<Held>,
+    /// A plain lock's in-process queue (see `queue`).
+    line: Option<queue::Slot>,
+}
+
+/// The holds of one owner field on one key.
+struct Held {
+    field: String,
+    /// The guards of this field alive here (of its current generation).
+    count: u32,
+    /// Bumped when the field's watchdog lease was lost and a new hold was
+    /// taken: guards of older generations no longer count.
+    generation: u64,
+    /// The fencing token of its holds, once a fenced hold minted one.
+    fence: Option<u64>,
+    /// The lease its watchdog guards share (registered with the renewal
+    /// thread), and how many of its guards do: renewal stops when the last
+    /// of them goes.
+    shared: Option<Arc<LeaseState>>,
+    renewing: u32,
+    /// The lease of its latest hold (watched by a plain lock's first queued
+    /// thread); `None` while a hold handed over in-process is being taken up.
+    latest: Option<Arc<LeaseState>>,
+}
+
+/// One hold as the ledger gave it: the lease it runs on, the token of the
+/// field's holds, and the generation it counts in.
+pub(crate) struct Added {
+    pub(crate) state: Arc<LeaseState>,
+    pub(crate) fence: Option<u64>,
+    pub(crate) generation: u64,
+    /// A lost shared lease this hold replaced: done with (its guards count
+    /// for nothing any more).
+    pub(crate) replaced: Option<Arc<LeaseState>>,
+}
+
+/// What a guard's going changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Removed {
+    /// It was the field's last guard here: a count Redis still shows for the
+    /// owner is stale, and all of it goes.
+    pub(crate) last: bool,
+    /// Its renewed lease is done with: it was the last guard renewed on the
+    /// field's shared lease — or the guard counted for nothing any more.
+    pub(crate) stop_renewal: bool,
+}
+
+impl Removed {
+    /// A guard that counted for nothing here any more (a lost generation,
+    /// a hold taken over): it changes nothing, and its lease (lost, or
+    /// replaced) is done with.
+    pub(crate) const STALE: Removed = Removed {
+        last: false,
+        stop_renewal: true,
+    };
+}
+
+/// A new lease state for a hold (registered with the renewal thread for a
+/// watchdog lease), made only when the ledger has no live one to share.
+pub(crate) type NewState<'a> = &'a mut dyn FnMut() -> Arc<LeaseState>;
+
+impl Held {
+    fn new(field: &str) -> Self {
+        Held {
+            field: field.to_owned(),
+            count: 0,
+            generation: 0,
+            fence: None,
+            shared: None,
+            renewing: 0,
+            latest: None,
+        }
+    }
+}
+
+impl Entry {
+    fn held(&self, field: &str) -> Option<&Held> {
+        self.holds.iter().find(|h| h.field == field)
+    }
+
+    fn held_mut(&mut self, field: &str) -> Option<&mut Held> {
+        self.holds.iter_mut().find(|h| h.field == field)
+    }
+
+    /// The guards of `field` alive here.
+    fn count(&self, field: &str) -> u32 {
+        self.held(field).map_or(0, |h| h.count)
+    }
+
+    /// Whether nothing is held or queued on the key any more.
+    fn idle(&self) -> bool {
+        self.holds.is_empty() && self.line.as_ref().is_none_or(|l| l.idle(self))
+    }
+
+    /// One more hold of `field`: a watchdog hold (`renewed`) shares the
+    /// field's live shared lease (extended to `until`: the acquire script
+    /// set it) or makes one with `new_state`; an explicit one has a lease of
+    /// its own. `minted`: the token the acquire minted (a first fenced
+    /// hold), kept for the field's later reentrant holds.
+    fn add(
+        &mut self,
+        field: &str,
+        renewed: bool,
+        until: Instant,
+        minted: Option<u64>,
+        new_state: NewState<'_>,
+    ) -> Added {
+        let i = match self.holds.iter().position(|h| h.field == field) {
+            Some(i) => i,
+            None => {
+                self.holds.push(Held::new(field));
+                self.holds.len() - 1
+            }
+        };
+        let h = &mut self.holds[i];
+        let mut replaced = None;
+        if renewed && h.shared.as_ref().is_some_and(|s| s.is_lost()) {
+            // Its watchdog lease was lost: the older guards hold nothing in
+            // Redis any more, and this is the field's first hold again.
+            h.generation += 1;
+            h.count = 0;
+            h.renewing = 0;
+            replaced = h.shared.take();
+            h.fence = None;
+        }
+        let state = match (&h.shared, renewed) {
+            (Some(shared), true) => {
+                shared.extend(until);
+                Arc::clone(shared)
+            }
+            (None, true) => {
+                let state = new_state();
+                h.shared = Some(Arc::clone(&state));
+                state
+            }
+            (_, false) => new_state(),
+        };
+        h.count += 1;
+        h.renewing += u32::from(renewed);
+        if minted.is_some() || h.count == 1 {
+            h.fence = minted;
+        }
+        h.latest = Some(Arc::clone(&state));
+        Added {
+            state,
+            fence: h.fence,
+            generation: h.generation,
+            replaced,
+        }
+    }
+
+    /// One guard of `field` (of `generation`; `renewed`: on the shared
+    /// lease) goes.
+    fn remove(&mut self, field: &str, generation: u64, renewed: bool) -> Removed {
+        let Some(i) = self.holds.iter().position(|h| h.field == field) else {
+            return Removed::STALE;
+        };
+        let h = &mut self.holds[i];
+        if h.generation != generation || h.count == 0 {
+            return Removed::STALE;
+        }
+        h.count -= 1;
+        let mut stop_renewal = false;
+        if renewed && h.renewing > 0 {
+            h.renewing -= 1;
+            stop_renewal = h.renewing == 0;
+            if stop_renewal {
+                h.shared = None;
+            }
+        }
+        let last = h.count == 0;
+        if last {
+            self.holds.swap_remove(i);
+        }
+        Removed { last, stop_renewal }
+    }
+}
+
+/// `key`'s entry, made empty when it has none yet.
+fn entry_of<'k>(keys: &'k mut HashMap<String, Entry>, key: &str) -> &'k mut Entry {
+    keys.entry(key.to_owned()).or_default()
+}
+
+impl Ledger {
+    /// How many guards of `field` hold `key` here, and the token of their
+    /// holds: no guard → an acquire is the field's first hold (a count
+    /// Redis still shows for it is stale).
+    pub(crate) fn holds(&self, key: &str, field: &str) -> (u32, Option<u64>) {
+        let keys = self.keys.lock();
+        match keys.get(key).and_then(|e| e.held(field)) {
+            Some(h) => (h.count, h.fence),
+            None => (0, None),
+        }
+    }
+
+    /// Records one more hold of `field` on `key` (a kind without the
+    /// in-process queue: fair, read, write; or a Redlock node's). See
+    /// [`Entry::add`].
+    pub(crate) fn add(
+        &self,
+        key: &str,
+        field: &str,
+        renewed: bool,
+        until: Instant,
+        minted: Option<u64>,
+        new_state: NewState<'_>,
+    ) -> Added {
+        let mut keys = self.keys.lock();
+        let entry = entry_of(&mut keys, key);
+        entry.add(field, renewed, until, minted, new_state)
+    }
+
+    /// One guard of `field` on `key` goes (a kind without the in-process
+    /// queue). Stale guards (a lost generation) change nothing.
+    pub(crate) fn remove(&self, key: &str, field: &str, generation: u64, renewed: bool) -> Removed {
+        let mut keys = self.keys.lock();
+        let Some(entry) = keys.get_mut(key) else {
+            return Removed::STALE;
+        };
+        let removed = entry.remove(field, generation, renewed);
+        if entry.idle() {
+            keys.remove(key);
+        }
+        removed
+    }
+}

@@ -1,0 +1,574 @@
+//! The plain lock's in-process queue, part of the ledger: one thread per
+//! client and lock name talks to Redis at a time.
+//!
+//! For each plain lock key in use the ledger's entry keeps a slot. The
+//! thread that holds the lock — or, while nobody here holds it, the one
+//! thread trying to get it (the *representative*) — is the slot's active
+//! owner; other threads of the client that want the same name queue here,
+//! in arrival order, and send nothing to Redis while they wait. How many
+//! guards the active owner has, its token and its latest lease are the
+//! ledger's (the entry's holds of that owner). A queued thread leaves at its
+//! deadline; the first one also watches the holder's lease and takes over
+//! when it ran out. How a release passes the lock on is `handover`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::handover::YieldTo;
+use super::{entry_of, Added, Entry, Held, Ledger, NewState};
+use crate::notify::Subscription;
+use crate::options::Cancel;
+use crate::renewal::LeaseState;
+
+pub(super) struct Slot {
+    /// The owner holding the lock (a guard of it in the ledger) or trying
+    /// to get it.
+    pub(super) active: String,
+    /// Bumped whenever `active` changes hands, so that a turn that lost its
+    /// place (taken over meanwhile) cannot update the new owner's counts.
+    pub(super) epoch: u64,
+    /// The active owner is running an acquire attempt right now.
+    pub(super) attempting: bool,
+    /// The active owner's last hold is being released (its script is in
+    /// flight): the same owner must not start a fresh hold meanwhile, or
+    /// Redis could run the new hold before the release deletes the field.
+    pub(super) releasing: bool,
+    /// A release is handing the lock to the popped waiter `active` (its
+    /// script is in flight). That waiter may give up meanwhile (its
+    /// deadline): its owner then queues like anyone else until the handover
+    /// is resolved, instead of re-entering a hold that may never be its own.
+    pub(super) handing: bool,
+    /// In-process handoffs in a row (reset by a public release).
+    pub(super) streak: u32,
+    pub(super) queue: VecDeque<Arc<Waiter>>,
+    /// The client's subscription to the unlock channel, kept while the slot
+    /// lives so that handoffs cost no SUBSCRIBE/UNSUBSCRIBE churn.
+    pub(super) sub: Option<Subscription>,
+}
+
+impl Slot {
+    /// Nothing held, tried, released or queued here any more (`entry`: the
+    /// slot's ledger entry).
+    pub(super) fn idle(&self, entry: &Entry) -> bool {
+        entry.count(&self.active) == 0
+            && !self.attempting
+            && !self.releasing
+            && !self.handing
+            && self.queue.is_empty()
+    }
+}
+
+/// A thread queued behind the active owner.
+pub(super) struct Waiter {
+    pub(super) owner: String,
+    pub(super) lease: Duration,
+    pub(super) fenced: bool,
+    pub(super) state: Mutex<WaitState>,
+    pub(super) cv: Condvar,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum WaitState {
+    Queued,
+    /// Popped by a releasing holder that is running the handoff script: the
+    /// waiter waits for the outcome, as the lock may already be its own —
+    /// until its deadline.
+    Handing,
+    /// It gave up while being handed the lock (its deadline passed): what
+    /// the handoff may have given it in Redis is its caller's to undo.
+    Abandoned,
+    /// The lock is ours; the lease counts from this instant; the token
+    /// minted for us when we asked for one.
+    Granted(Instant, Option<u64>),
+    /// We are the active owner now (of the slot's `epoch`) and must try Redis
+    /// ourselves — first letting other clients go when `yield_to` says they
+    /// were woken for it.
+    Promoted(u64, Option<YieldTo>),
+}
+
+impl Waiter {
+    /// Moves the waiter to `state`; false when it had given up meanwhile
+    /// ([`WaitState::Abandoned`]), and nothing changed.
+    pub(super) fn set(&self, state: WaitState) -> bool {
+        let mut current = self.state.lock();
+        if matches!(*current, WaitState::Abandoned) {
+            return false;
+        }
+        *current = state;
+        self.cv.notify_one();
+        true
+    }
+}
+
+/// What [`Ledger::enter`] decided.
+pub(crate) enum Enter<'a> {
+    /// We are the active owner: try Redis.
+    Turn(Turn<'a>),
+    /// The previous holder handed the lock to us; its lease counts from the
+    /// instant given (when the handoff was sent); the fencing token minted
+    /// for us, when we asked for one.
+    Granted(Instant, Option<u64>),
+    /// The deadline passed while another thread here had the lock.
+    TimedOut,
+    /// The deadline passed while a release was handing the lock to us: it
+    /// may be ours in Redis now, with nobody to hold it — the caller undoes
+    /// that (owner-checked, before this owner's next acquire of the key).
+    Abandoned,
+}
+
+/// The slot of `key` in `keys` with its ledger entry.
+pub(super) fn slot_of<'e>(
+    keys: &'e mut HashMap<String, Entry>,
+    key: &str,
+) -> Option<(&'e mut Slot, &'e mut Vec<Held>)> {
+    let entry = keys.get_mut(key)?;
+    let Entry { holds, line } = entry;
+    Some((line.as_mut()?, holds))
+}
+
+impl Ledger {
+    /// Takes a place for `owner` on plain lock `key`: the active owner's turn
+    /// at once (free slot, or a reentrant hold), or a place in the queue,
+    /// waiting until handed the lock, promoted, or `deadline`.
+    pub(crate) fn enter<'a>(
+        &'a self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        fenced: bool,
+        deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
+    ) -> Enter<'a> {
+        let waiter = {
+            let mut keys = self.keys.lock();
+            let entry = entry_of(&mut keys, key);
+            let (count, fence) = entry.held(owner).map_or((0, None), |h| (h.count, h.fence));
+            let slot = match entry.line.as_mut() {
+                None => {
+                    entry.line = Some(Slot {
+                        active: owner.to_owned(),
+                        epoch: 0,
+                        attempting: true,
+                        releasing: false,
+                        handing: false,
+                        streak: 0,
+                        queue: VecDeque::new(),
+                        sub: None,
+                    });
+                    return Enter::Turn(Turn::new(self, key, 0, count == 0, false));
+                }
+                Some(slot) => slot,
+            };
+            if slot.active == owner && !slot.releasing && !slot.handing {
+                // Reentrant, or our own guard is being released elsewhere.
+                let fresh = count == 0;
+                slot.attempting = true;
+                let mut turn = Turn::new(self, key, slot.epoch, fresh, true);
+                turn.fence = if fresh { None } else { fence };
+                return Enter::Turn(turn);
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Enter::TimedOut;
+            }
+            let waiter = Arc::new(Waiter {
+                owner: owner.to_owned(),
+                lease,
+                fenced,
+                state: Mutex::new(WaitState::Queued),
+                cv: Condvar::new(),
+            });
+            slot.queue.push_back(Arc::clone(&waiter));
+            waiter
+        };
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        let entered = self.wait_in_queue(key, &waiter, deadline, cancel);
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        entered
+    }
+
+    fn wait_in_queue<'a>(
+        &'a self,
+        key: &str,
+        waiter: &Arc<Waiter>,
+        deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
+    ) -> Enter<'a> {
+        loop {
+            // The first in the queue also watches the holder's lease.
+            let lease_end = self.holder_lease_end(key, waiter);
+            let due = match (deadline, lease_end) {
+                (Some(d), Some(l)) => Some(d.min(l)),
+                (d, l) => d.or(l),
+            };
+            // A cancellable wait looks at its handle every so often.
+            let wake_at = match cancel {
+                Some(_) => {
+                    let slice = Instant::now() + Cancel::RESPONSE;
+                    Some(due.map_or(slice, |d| d.min(slice)))
+                }
+                None => due,
+            };
+            let mut state = waiter.state.lock();
+            let timed_out = match *state {
+                WaitState::Granted(at, fence) => return Enter::Granted(at, fence),
+                WaitState::Promoted(epoch, yield_to) => {
+                    let mut turn = Turn::new(self, key, epoch, true, true);
+                    turn.yield_to = yield_to;
+                    return Enter::Turn(turn);
+                }
+                WaitState::Handing => {
+                    let timed_out = match wake_at {
+                        Some(at) => waiter.cv.wait_until(&mut state, at).timed_out(),
+                        None => {
+                            waiter.cv.wait(&mut state);
+                            false
+                        }
+                    };
+                    let given_up = cancel.is_some_and(Cancel::is_cancelled)
+                        || deadline.is_some_and(|d| d <= Instant::now());
+                    if timed_out && given_up && matches!(*state, WaitState::Handing) {
+                        *state = WaitState::Abandoned;
+                        return Enter::Abandoned;
+                    }
+                    continue;
+                }
+                WaitState::Abandoned => return Enter::Abandoned,
+                WaitState::Queued => match wake_at {
+                    Some(at) => waiter.cv.wait_until(&mut state, at).timed_out(),
+                    None => {
+                        waiter.cv.wait(&mut state);
+                        false
+                    }
+                },
+            };
+            if !timed_out || !matches!(*state, WaitState::Queued) {
+                continue;
+            }
+            drop(state);
+            let cancelled = cancel.is_some_and(Cancel::is_cancelled);
+            if !cancelled && due.is_none_or(|d| d > Instant::now()) {
+                continue; // a slice ended, nothing else
+            }
+            if cancelled || deadline.is_some_and(|d| d <= Instant::now()) {
+                if self.leave_queue(key, waiter) {
+                    return Enter::TimedOut;
+                }
+                // Popped meanwhile: the releaser's outcome decides.
+            } else if let Some(epoch) = self.take_over(key, waiter) {
+                return Enter::Turn(Turn::new(self, key, epoch, true, true));
+            }
+        }
+    }
+
+    /// When `waiter` is first in the queue: the instant the holder's lease
+    /// ends as far as this client knows (now, if already lost).
+    fn holder_lease_end(&self, key: &str, waiter: &Arc<Waiter>) -> Option<Instant> {
+        let keys = self.keys.lock();
+        let entry = keys.get(key)?;
+        let slot = entry.line.as_ref()?;
+        if !slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter)) {
+            return None;
+        }
+        let held = entry.held(&slot.active).filter(|h| h.count > 0)?;
+        let lease = held.latest.as_ref()?;
+        Some(if lease.is_lost() {
+            Instant::now()
+        } else {
+            lease.valid_until()
+        })
+    }
+
+    /// The holder's lease ran out while it kept its guard: the first queued
+    /// thread becomes the active owner and tries Redis (which decides; the old
+    /// holder's release then changes nothing here).
+    fn take_over(&self, key: &str, waiter: &Arc<Waiter>) -> Option<u64> {
+        let mut keys = self.keys.lock();
+        let (slot, holds) = slot_of(&mut keys, key)?;
+        let first = slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter));
+        let expired = holds.iter().any(|h| {
+            h.field == slot.active && h.count > 0 && h.latest.as_ref().is_some_and(|l| !l.is_held())
+        });
+        if !first || !expired {
+            return None;
+        }
+        // The old holder's guards count for nothing here any more: its
+        // release changes nothing (Redis decides who holds the lock).
+        holds.retain(|h| h.field != slot.active);
+        slot.queue.pop_front();
+        slot.active = waiter.owner.clone();
+        slot.epoch += 1;
+        slot.attempting = true;
+        slot.streak = 0;
+        Some(slot.epoch)
+    }
+
+    /// Takes up the hold a release handed `owner` in-process
+    /// ([`Enter::Granted`]): its lease (see [`Entry::add`]; `until`, when it
+    /// runs out), watched by the first queued thread.
+    pub(crate) fn take_up(
+        &self,
+        key: &str,
+        owner: &str,
+        renewed: bool,
+        until: Instant,
+        new_state: NewState<'_>,
+    ) -> Added {
+        let mut keys = self.keys.lock();
+        let entry = entry_of(&mut keys, key);
+        let added = match entry.held_mut(owner) {
+            // The handover counted the hold; its lease is new.
+            Some(h) if h.count == 1 && h.latest.is_none() => {
+                let state = new_state();
+                if renewed {
+                    h.shared = Some(Arc::clone(&state));
+                    h.renewing = 1;
+                }
+                h.latest = Some(Arc::clone(&state));
+                Added {
+                    state,
+                    fence: h.fence,
+                    generation: h.generation,
+                    replaced: None,
+                }
+            }
+            _ => entry.add(owner, renewed, until, None, new_state),
+        };
+        if let Some(first) = entry.line.as_ref().and_then(|l| l.queue.front()) {
+            first.cv.notify_one(); // to watch the new lease
+        }
+        added
+    }
+
+    /// Removes a timed-out waiter; false if a releaser popped it first.
+    fn leave_queue(&self, key: &str, waiter: &Arc<Waiter>) -> bool {
+        let mut keys = self.keys.lock();
+        let Some((slot, _)) = slot_of(&mut keys, key) else {
+            return false;
+        };
+        let before = slot.queue.len();
+        slot.queue.retain(|w| !Arc::ptr_eq(w, waiter));
+        if let Some(first) = slot.queue.front() {
+            first.cv.notify_one(); // it may be first now: watch the lease
+        }
+        slot.queue.len() < before
+    }
+
+    /// The active owner's attempt ended: holding (`acquired`: its hold, as
+    /// for [`Entry::add`]) or given up. Returns the hold's lease and token
+    /// — counted in the ledger unless the slot was taken over meanwhile.
+    fn end_turn(
+        &self,
+        key: &str,
+        epoch: u64,
+        acquired: Option<Acquired<'_>>,
+        sub: Option<Subscription>,
+    ) -> Option<Added> {
+        let mut dropped = sub;
+        let mut added = None;
+        {
+            let mut keys = self.keys.lock();
+            let Some(entry) = keys.get_mut(key) else {
+                return acquired.map(Acquired::uncounted);
+            };
+            let Some(slot) = entry.line.as_mut() else {
+                return acquired.map(Acquired::uncounted);
+            };
+            if slot.epoch != epoch {
+                // Taken over while we tried: the slot is someone else's now.
+                return acquired.map(Acquired::uncounted);
+            }
+            slot.attempting = false;
+            if slot.sub.is_none() {
+                slot.sub = dropped.take();
+            }
+            let active = slot.active.clone();
+            let holding = acquired.is_some();
+            if let Some(a) = acquired {
+                added = Some(entry.add(&active, a.renewed, a.until, a.minted, a.new_state));
+                if let Some(first) = entry.line.as_ref().and_then(|l| l.queue.front()) {
+                    first.cv.notify_one(); // to watch the new lease
+                }
+            }
+            if !holding && entry.count(&active) == 0 {
+                dropped = dropped.or(self.promote(&mut keys, key));
+            }
+        }
+        drop(dropped); // may write UNSUBSCRIBE: outside the table lock
+        added
+    }
+
+    /// Nobody here holds `key` any more: the first queued thread becomes the
+    /// active owner, or the slot goes (returning its subscription to drop).
+    pub(super) fn promote(
+        &self,
+        keys: &mut HashMap<String, Entry>,
+        key: &str,
+    ) -> Option<Subscription> {
+        let entry = keys.get_mut(key)?;
+        let slot = entry.line.as_mut()?;
+        slot.streak = 0;
+        if slot.attempting {
+            return None; // that turn decides when it ends
+        }
+        match slot.queue.pop_front() {
+            Some(next) => {
+                slot.active = next.owner.clone();
+                slot.epoch += 1;
+                slot.attempting = true;
+                next.set(WaitState::Promoted(slot.epoch, None));
+                None
+            }
+            None if entry.line.as_ref().is_some_and(|l| l.idle(entry)) => {
+                let sub = entry.line.take().and_then(|l| l.sub);
+                if entry.holds.is_empty() {
+                    keys.remove(key);
+                }
+                sub
+            }
+            None => None,
+        }
+    }
+
+    /// Takes the slot's subscription for the active owner's wait.
+    fn take_subscription(&self, key: &str) -> Option<Subscription> {
+        let mut keys = self.keys.lock();
+        slot_of(&mut keys, key).and_then(|(s, _)| s.sub.take())
+    }
+}
+
+/// A hold an attempt took, as the ledger counts it (see [`Entry::add`]).
+struct Acquired<'n> {
+    renewed: bool,
+    until: Instant,
+    minted: Option<u64>,
+    new_state: NewState<'n>,
+}
+
+impl Acquired<'_> {
+    /// A hold taken after the slot was taken over: its lease of its own,
+    /// counted nowhere (its release changes nothing here).
+    fn uncounted(self) -> Added {
+        Added {
+            state: (self.new_state)(),
+            fence: self.minted,
+            generation: u64::MAX,
+            replaced: None,
+        }
+    }
+}
+
+/// The active owner's turn at Redis; dropping it without
+/// [`acquired`](Self::acquired) passes the turn to the next queued thread.
+pub(crate) struct Turn<'a> {
+    locks: &'a Ledger,
+    key: String,
+    /// The slot's epoch when this turn began.
+    epoch: u64,
+    fresh: bool,
+    sub: Option<Subscription>,
+    /// The slot may keep a subscription we have not taken yet.
+    slot_sub: bool,
+    /// Let other clients take the lock first (see [`YIELD_WAIT`]).
+    pub(crate) yield_to: Option<YieldTo>,
+    /// The token of this owner's live holds, for a reentrant fenced hold.
+    fence: Option<u64>,
+    done: bool,
+}
+
+impl<'a> Turn<'a> {
+    fn new(locks: &'a Ledger, key: &str, epoch: u64, fresh: bool, slot_sub: bool) -> Self {
+        Turn {
+            locks,
+            key: key.to_owned(),
+            epoch,
+            fresh,
+            sub: None,
+            slot_sub,
+            yield_to: None,
+            fence: None,
+            done: false,
+        }
+    }
+
+    /// No guard of this owner is alive here: a hold Redis still shows for it
+    /// is stale (a lost lease, an unconfirmed handoff) and counts as one hold.
+    pub(crate) fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Takes the subscription the slot keeps, if any (already confirmed),
+    /// for this turn's wait; give it back with
+    /// [`keep_subscription`](Self::keep_subscription).
+    pub(crate) fn take_subscription(&mut self) -> Option<Subscription> {
+        if self.sub.is_none() && self.slot_sub {
+            self.slot_sub = false;
+            self.sub = self.locks.take_subscription(&self.key);
+        }
+        self.sub.take()
+    }
+
+    /// Keeps `sub` as this turn's subscription; the slot keeps it when the
+    /// turn ends.
+    pub(crate) fn keep_subscription(&mut self, sub: Option<Subscription>) {
+        if sub.is_some() {
+            self.sub = sub;
+        }
+    }
+
+    /// We hold the lock now (`renewed`: on the watchdog lease; `until`:
+    /// when the lease the attempt set runs out; `minted`: the token the
+    /// attempt minted, if any): the hold's lease and token, as the ledger
+    /// counts them (see [`Entry::add`]).
+    pub(crate) fn acquired(
+        mut self,
+        renewed: bool,
+        until: Instant,
+        minted: Option<u64>,
+        new_state: NewState<'_>,
+    ) -> Added {
+        self.done = true;
+        let acquired = Acquired {
+            renewed,
+            until,
+            minted,
+            new_state,
+        };
+        let sub = self.sub.take();
+        match self
+            .locks
+            .end_turn(&self.key, self.epoch, Some(acquired), sub)
+        {
+            Some(added) => added,
+            None => unreachable_added(),
+        }
+    }
+
+    /// The fencing token this owner's holds already have (reentry), if any.
+    pub(crate) fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.locks
+                .end_turn(&self.key, self.epoch, None, self.sub.take());
+        }
+    }
+}
+
+/// What `Turn::acquired` gives when `end_turn` — which always answers for
+/// an acquired hold — did not (it cannot happen): a lease already over.
+fn unreachable_added() -> Added {
+    Added {
+        state: LeaseState::new(Instant::now()),
+        fence: None,
+        generation: u64::MAX,
+        replaced: None,
+    }
+}

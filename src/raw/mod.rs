@@ -1,0 +1,470 @@
+//! The raw lock layer (`lock_api`'s idea): the operations of one lock on one
+//! key, for every kind — an acquire attempt (with replica acknowledgement,
+//! and the undo of a reply that was lost), a release, leaving a waiting
+//! place, an operator's forced release and reads — and the hold a guard
+//! keeps, recorded in the client's one [`Ledger`] of holds. [`Raw`] is one
+//! client's engine: its identity, connections, scripts, ledger, renewal
+//! thread and lost replies. It is the only place outside `protocol` that
+//! knows lock kinds; the faces above (the blocking guard, Redlock, …) stand
+//! on it and never touch a script.
+//!
+//! Files: this one (the engine and one lock's calls to Redis), `hold`
+//! (a guard's hold: the one acquire ending and the one release path),
+//! `waiting` (one acquisition as the wait loop drives it, every kind),
+//! `orphans` (calls whose reply was lost, and their undo).
+
+mod hold;
+mod orphans;
+mod waiting;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::conn::{Bound, Connections, Pooled};
+use crate::error::{Error, Result};
+use crate::ledger::Ledger;
+use crate::options::Kind;
+use crate::protocol::admin::{Forced, Shape};
+use crate::protocol::{self, Attempt, Fence, PubSub, Release, Request, Scripts};
+use crate::renewal::{LeaseState, Renewer};
+use crate::stats::Counters;
+
+pub(crate) use hold::Hold;
+pub(crate) use orphans::Orphan;
+pub(crate) use waiting::{Answer, Channels, Got, Granted, LockKind, Taken, Waiting, Wake, Want};
+
+/// One client's lock engine, shared by its clones and guards.
+pub(crate) struct Raw {
+    id: uuid::Uuid,
+    /// `"<id>:"`, the start of every owner of this client.
+    owner_prefix: String,
+    conns: Connections,
+    scripts: Scripts,
+    /// The same scripts publishing with `SPUBLISH` (a cluster only).
+    sharded_scripts: Option<Scripts>,
+    key_prefix: String,
+    watchdog_lease: Duration,
+    socket_timeout: Duration,
+    renewer: Renewer,
+    /// The one ledger of holds (and the plain lock's in-process queue).
+    ledger: Ledger,
+    /// Replicas that must acknowledge every acquire (`WAIT n timeout`).
+    replicas: Option<(u32, Duration)>,
+    /// Waits that took a place in a line so far (numbers the places).
+    waits: AtomicU64,
+    /// Calls whose reply was lost, to undo (see `orphans`).
+    orphans: orphans::Orphans,
+    /// Whether the thread that undoes them runs.
+    undoing: Mutex<bool>,
+}
+
+/// The settings and parts a [`Raw`] is made of (see the builder).
+pub(crate) struct Parts {
+    pub(crate) id: uuid::Uuid,
+    pub(crate) conns: Connections,
+    pub(crate) key_prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) socket_timeout: Duration,
+    pub(crate) renewer: Renewer,
+    pub(crate) replicas: Option<(u32, Duration)>,
+}
+
+impl Raw {
+    pub(crate) fn new(parts: Parts) -> Self {
+        let cluster = parts.conns.is_cluster();
+        Raw {
+            id: parts.id,
+            owner_prefix: format!("{}:", parts.id),
+            conns: parts.conns,
+            sharded_scripts: cluster.then(|| Scripts::new(PubSub::Sharded)),
+            scripts: Scripts::new(PubSub::Classic),
+            key_prefix: parts.key_prefix,
+            watchdog_lease: parts.watchdog_lease,
+            socket_timeout: parts.socket_timeout,
+            renewer: parts.renewer,
+            ledger: Ledger::default(),
+            replicas: parts.replicas,
+            waits: AtomicU64::new(0),
+            orphans: orphans::Orphans::default(),
+            undoing: Mutex::new(false),
+        }
+    }
+
+    /// The client's id (the first part of its owners).
+    pub(crate) fn id(&self) -> &uuid::Uuid {
+        &self.id
+    }
+
+    /// The prefix put before every lock name.
+    pub(crate) fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The lease of locks taken without an explicit one.
+    pub(crate) fn watchdog_lease(&self) -> Duration {
+        self.watchdog_lease
+    }
+
+    /// How long one reply may take.
+    pub(crate) fn socket_timeout(&self) -> Duration {
+        self.socket_timeout
+    }
+
+    /// How long a waiter rides out continuous failure.
+    pub(crate) fn outage_limit(&self) -> Duration {
+        self.conns.connect_timeout()
+    }
+
+    /// The client's counters (renewal, waits, losses).
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.renewer.counters
+    }
+
+    /// Threads queued in-process right now, and in-process handoffs so far.
+    pub(crate) fn queue_counts(&self) -> (u64, u64) {
+        (
+            self.ledger.queued.load(Ordering::Relaxed),
+            self.ledger.handoffs.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The client was active at `now` for a lease of `lease`: its
+    /// registration (for operators) is kept written.
+    pub(crate) fn touch(&self, now: Instant, lease: Duration) {
+        self.renewer.touch(now, lease);
+    }
+
+    /// The ACL rules this client needs.
+    pub(crate) fn acl_rules(&self) -> &[String] {
+        self.conns.acl_rules()
+    }
+
+    /// The scripts for the pub/sub in use (decided by the cluster's first
+    /// table read, which every command's routing does first).
+    fn scripts(&self) -> &Scripts {
+        match (self.conns.pubsub(), &self.sharded_scripts) {
+            (PubSub::Sharded, Some(sharded)) => sharded,
+            _ => &self.scripts,
+        }
+    }
+
+    /// `"<client-uuid>:<thread-n>"`, the hash field Redisson uses.
+    pub(crate) fn owner(&self) -> String {
+        self.owner_numbered(thread_number())
+    }
+
+    /// An owner of its own for one acquisition (an owned guard): a number
+    /// drawn from the threads' sequence, so no thread ever has it, and the
+    /// same `<client id>:<number>` form as Redisson's owners.
+    pub(crate) fn unique_owner(&self) -> String {
+        self.owner_numbered(NEXT_THREAD.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn owner_numbered(&self, n: u64) -> String {
+        let mut owner = String::with_capacity(self.owner_prefix.len() + 20);
+        owner.push_str(&self.owner_prefix);
+        push_decimal(&mut owner, n);
+        owner
+    }
+
+    /// The Redis key of lock `name`: the key prefix, then the name.
+    pub(crate) fn key(&self, name: &str) -> String {
+        let mut key = String::with_capacity(self.key_prefix.len() + name.len());
+        key.push_str(&self.key_prefix);
+        key.push_str(name);
+        key
+    }
+
+    /// A new place in a plain lock's line (or a fair queue's mark) for
+    /// `owner`'s next wait, with `lease`.
+    fn next_place(&self, owner: &str, lease: Duration, fenced: bool) -> String {
+        let n = self.waits.fetch_add(1, Ordering::Relaxed);
+        protocol::place_of(owner, n, lease, fenced)
+    }
+
+    /// This client's grant channel for lock `key`.
+    fn grant_channel(&self, key: &str) -> String {
+        crate::names::grant_channel(key, &self.owner_prefix[..self.owner_prefix.len() - 1])
+    }
+
+    /// One acquire attempt of any kind, within `bound`. With replica
+    /// acknowledgement, a hold is followed by `WAIT` on the same connection;
+    /// too few replicas → the hold is undone (owner-checked) and the answer
+    /// is [`Error::NotReplicated`]. Sending an attempt twice is harmless: a
+    /// first hold is set (not incremented), a reentrant count is settled by
+    /// the last local release, a second token is larger.
+    ///
+    /// An attempt that went out and was not answered may have run: when it
+    /// asked for a first hold (`req.fresh`), what it may have taken is
+    /// undone once Redis answers (see [`orphaned`](Self::orphaned)); a
+    /// reentrant one keeps the owner's real hold (its stale count goes with
+    /// the last release). One that never went out (a refused connect) did
+    /// nothing.
+    fn attempt(self: &Arc<Self>, name: &str, req: &Request<'_>, bound: Bound) -> Result<Attempt> {
+        let sent_at = Instant::now();
+        let (answer, sent) = self.conns.run_sent(req.key, bound, |con| {
+            let answer = self.scripts().acquire(con, req)?;
+            let unacked = match answer {
+                Attempt::Acquired { .. } => self.unreplicated(con)?,
+                _ => None,
+            };
+            Ok((answer, unacked))
+        });
+        let (answer, unacked) = match answer {
+            Err(e) if req.fresh && sent && e.is_unanswered() => {
+                self.orphaned(Orphan::lost(
+                    req.kind, req.key, req.owner, req.lease, req.place, sent_at,
+                ));
+                return Err(e);
+            }
+            other => other?,
+        };
+        if let Some(acked) = unacked {
+            let field = protocol::hold_field(req.kind, req.owner);
+            let rel = Release {
+                kind: req.kind,
+                key: req.key,
+                field: &field,
+                lease: req.lease,
+                last: req.fresh,
+                successor: None,
+            };
+            let _ = self.release_script(&rel, bound.with_pool_wait(self.socket_timeout));
+            let (wanted, timeout) = self.replicas.unwrap_or_default();
+            return Err(Error::NotReplicated {
+                name: name.to_owned(),
+                acked,
+                wanted,
+                timeout,
+            });
+        }
+        Ok(answer)
+    }
+
+    /// One attempt at plain lock `key` for `owner`, an owner of one
+    /// acquisition (a Redlock attempt's), with `lease`, within `bound`:
+    /// whether it is held now (false: someone else holds it).
+    pub(crate) fn attempt_unique(
+        self: &Arc<Self>,
+        name: &str,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        bound: Bound,
+    ) -> Result<bool> {
+        let req = Request {
+            kind: Kind::Plain,
+            key,
+            owner,
+            lease,
+            fresh: true,
+            fence: Fence::None,
+            place: None,
+        };
+        Ok(matches!(
+            self.attempt(name, &req, bound)?,
+            Attempt::Acquired { .. }
+        ))
+    }
+
+    /// After an acquire that took a hold, with replica acknowledgement
+    /// required: `WAIT` on the same connection (it waits for this
+    /// connection's writes). `Some(acked)` when too few acknowledged.
+    fn unreplicated(&self, con: &mut Pooled) -> redis::RedisResult<Option<u32>> {
+        let Some((wanted, timeout)) = self.replicas else {
+            return Ok(None);
+        };
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(protocol::millis(timeout))
+            .query(con)?;
+        Ok((acked < i64::from(wanted)).then(|| u32::try_from(acked.max(0)).unwrap_or(0)))
+    }
+
+    /// One release script, within `bound`.
+    fn release_script(&self, rel: &Release<'_>, bound: Bound) -> Result<protocol::Released> {
+        self.conns
+            .run(rel.key, bound, |con| self.scripts().release(con, rel))
+    }
+
+    /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
+    /// waiting writers) within `bound`. True when a plain lock was granted
+    /// to `owner` meanwhile: the caller releases it. When Redis did not
+    /// answer, the leave (and the release of such a grant) is done in the
+    /// background once it does — or the place expires by itself first.
+    fn leave(
+        self: &Arc<Self>,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        place: Option<&str>,
+        lease: Duration,
+        bound: Bound,
+    ) -> bool {
+        let sent_at = Instant::now();
+        match self.leave_place(kind, key, owner, place, bound) {
+            (Ok(granted), _) => granted,
+            (Err(e), sent) => {
+                // Not sent (out of time, no connection), or not answered:
+                // left in the background once Redis answers — and before
+                // this owner's next acquire of the key.
+                tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; leaving it once redis answers");
+                if !sent || e.is_unanswered() {
+                    self.orphaned(Orphan::lost(kind, key, owner, lease, place, sent_at));
+                }
+                false
+            }
+        }
+    }
+
+    /// Leaves `owner`'s waiting place; the error when Redis did not answer,
+    /// and whether the request went out.
+    fn leave_place(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        place: Option<&str>,
+        bound: Bound,
+    ) -> (Result<bool>, bool) {
+        let bound = bound.with_pool_wait(self.socket_timeout);
+        self.conns.run_sent(key, bound, |con| {
+            self.scripts().leave(con, kind, key, owner, place)
+        })
+    }
+
+    /// Deletes lock `key` of any kind and wakes its waiters; false when
+    /// there was none.
+    ///
+    /// # Errors
+    /// [`Error::NotALock`] (nothing changed) when the key is not a lock.
+    pub(crate) fn force_unlock(&self, key: &str) -> Result<bool> {
+        let forced = self.conns.run(key, Bound::default(), |con| {
+            self.scripts().force_unlock(con, key)
+        })?;
+        match forced {
+            Forced::Freed => Ok(true),
+            Forced::NotHeld => Ok(false),
+            Forced::NotALock(what) => Err(Error::NotALock {
+                key: key.to_owned(),
+                what,
+            }),
+        }
+    }
+
+    /// Whether `key` is a lock (true), or nothing (false).
+    ///
+    /// # Errors
+    /// [`Error::NotALock`] when it is something else.
+    pub(crate) fn lock_shape(&self, key: &str) -> Result<bool> {
+        let shape = self
+            .conns
+            .run(key, Bound::default(), |con| self.scripts().shape(con, key))?;
+        match shape {
+            Shape::Lock => Ok(true),
+            Shape::None => Ok(false),
+            Shape::Other(what) => Err(Error::NotALock {
+                key: key.to_owned(),
+                what,
+            }),
+        }
+    }
+
+    /// A read of an operator's tool, on the node serving `key`.
+    pub(crate) fn read<T>(
+        &self,
+        key: &str,
+        read: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.conns.run(key, Bound::default(), read)
+    }
+
+    /// A read on every server holding locks (each primary of a cluster);
+    /// errors name `what`.
+    pub(crate) fn read_every_primary<T>(
+        &self,
+        what: &str,
+        read: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<Vec<T>> {
+        self.conns.on_every_primary(what, read)
+    }
+
+    /// The lease state of a new hold whose request was sent at `sent_at`
+    /// and for which Redis set `set` (the lease, or a grant's shorter one):
+    /// registered with the renewal thread (`watchdog`), kept alive as a read
+    /// hold with an explicit lease (`timeouts`: its timeout key prefix; see
+    /// `Renewer::keep`), or simply expiring.
+    #[allow(clippy::too_many_arguments)]
+    fn new_state(
+        &self,
+        key: &str,
+        field: &str,
+        lease: Duration,
+        watchdog: bool,
+        sent_at: Instant,
+        set: Duration,
+        timeouts: Option<&str>,
+    ) -> Arc<LeaseState> {
+        match timeouts {
+            _ if watchdog => self
+                .renewer
+                .register(key, field, lease, sent_at, set, timeouts),
+            // A read hold keeps the shared hash alive to its own end.
+            Some(timeouts) => self.renewer.keep(key, field, sent_at, set, timeouts),
+            None => LeaseState::new(sent_at + set),
+        }
+    }
+}
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_NUMBER: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A small number, unique in this process, for the calling OS thread.
+fn thread_number() -> u64 {
+    THREAD_NUMBER.with(|n| *n)
+}
+
+/// Appends `n` in decimal without the formatting machinery (hot path).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_digits() {
+        for n in [0u64, 7, 10, 12345, u64::MAX] {
+            let mut s = String::from("x:");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x:{n}"));
+        }
+    }
+
+    #[test]
+    fn thread_numbers_differ_per_thread_and_stay_fixed() {
+        let here = thread_number();
+        assert_eq!(here, thread_number());
+        let there = std::thread::spawn(thread_number).join().unwrap();
+        assert_ne!(here, there);
+    }
+}

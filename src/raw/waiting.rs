@@ -1,0 +1,504 @@
+//! One acquisition as the wait loop drives it ([`Waiting`]), for every lock
+//! kind: what the caller asked for ([`Want`]), the kind's attempt, undo,
+//! channels, wake rule, waiting place and grants — what the loop asks of a
+//! lock ([`LockKind`], in the loop's words: [`Answer`], [`Granted`],
+//! [`Wake`], [`Channels`], [`Got`]) — what differs by kind before the loop
+//! (the plain lock's in-process queue, a fair waiter's place) and the one
+//! acquire ending ([`Waiting::held`]): the hold recorded in the ledger, its
+//! lease registered with the renewal thread.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Hold, Orphan, Raw};
+use crate::conn::Bound;
+use crate::error::{Error, Result};
+use crate::ledger::{Enter, Turn};
+use crate::names::timeout_prefix;
+use crate::options::{check_lease, check_name, Cancel, Kind};
+use crate::protocol::{self, Attempt, Fence, Release, Request};
+
+/// What one attempt of a kind found.
+#[derive(Debug)]
+pub(crate) enum Answer<H> {
+    /// Held now.
+    Held(H),
+    /// Held by someone else: try again after at most this long (the kind
+    /// caps it: the holder's lease, or how often it must confirm its place).
+    Wait(Duration),
+}
+
+/// How waiters of a kind are woken on its channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Each unlock message wakes one waiter of the client; wake-ups granted
+    /// before an attempt are stale once it ran (cleared first).
+    One,
+    /// Read/write: waiters of one client share the wake-ups, so none clears
+    /// them (that could swallow another's); a wake-all message (`1`) wakes
+    /// everyone whose attempt came before it.
+    OneOrAll,
+}
+
+/// What a waiter subscribes to: the channel that announces its chance, and
+/// (plain) its client's grant channel for the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Channels {
+    pub(crate) channel: String,
+    /// Plain: the lock key and the client's grant channel for it.
+    pub(crate) line: Option<(String, String)>,
+    /// Plain: the unlock channel `channel` is heard too (see
+    /// [`LockKind::hears_unlock`]).
+    pub(crate) unlock: bool,
+}
+
+/// What a grant message means to the waiter it names.
+#[derive(Debug)]
+pub(crate) enum Granted<H> {
+    /// Held now, with the lease Redis set for it (from the last attempt on).
+    Held(H, Duration),
+    /// Ours, but the lock needs an attempt to be taken as asked (its own
+    /// lease, a token, replica acknowledgement): the attempt finds it set to
+    /// us and takes it.
+    Accept,
+}
+
+/// A wait that ended holding the lock.
+#[derive(Debug)]
+pub(crate) struct Got<H> {
+    pub(crate) held: H,
+    /// When the request that set the lease was sent (the lease counts from
+    /// then).
+    pub(crate) sent_at: Instant,
+    /// The lease Redis set: the kind's, or a grant's shorter one.
+    pub(crate) lease: Duration,
+}
+
+/// What one lock kind does at Redis; the loop decides everything else.
+pub(crate) trait LockKind {
+    /// What a successful attempt returns.
+    type Held;
+    /// One attempt. Errors the loop may ride out are those
+    /// [`Error::is_transient`] calls so.
+    fn attempt(&mut self) -> Result<Answer<Self::Held>>;
+    /// Gives back a hold whose reply arrived after its lease had run out
+    /// (owner-checked, best effort).
+    fn undo(&mut self, held: Self::Held);
+    /// The lease an attempt asks for.
+    fn lease(&self) -> Duration;
+    /// The channels that announce our chance.
+    fn channels(&self) -> Channels;
+    /// Plain: whether the unlock channel must be heard now (the last
+    /// attempt found another library's holder, whose release only publishes
+    /// there; or the wait has no place in line to be granted).
+    fn hears_unlock(&self) -> bool;
+    /// What a message on our grant channel means to us (`None`: not ours —
+    /// another wait's, or garbage).
+    fn granted(&mut self, grant: &[u8]) -> Option<Granted<Self::Held>>;
+    /// How waiters on that channel are woken.
+    fn wake(&self) -> Wake;
+    /// Whether a `Wait` answer left a place of ours in Redis (a fair queue
+    /// place, a waiting writer's place) that must be left on giving up.
+    fn holds_place(&self) -> bool;
+    /// Leaves that place (owner-checked, best effort).
+    fn leave(&mut self);
+}
+
+/// What the caller asked for.
+#[derive(Clone)]
+pub(crate) struct Want {
+    pub(crate) kind: Kind,
+    /// An explicit lease; `None`: the watchdog lease, renewed.
+    pub(crate) lease: Option<Duration>,
+    pub(crate) fenced: bool,
+    /// The hold gets an owner of its own (an owned guard), not the thread's.
+    pub(crate) owned: bool,
+    /// Another thread may cancel the wait.
+    pub(crate) cancel: Option<Cancel>,
+}
+
+/// How the hold of an acquisition was taken (for [`Waiting::held`]).
+pub(crate) enum Taken<'t> {
+    /// By an attempt (or a grant) of the wait loop.
+    Attempt(Got<Option<u64>>),
+    /// The same, in a turn of the plain lock's in-process queue.
+    Turn(Turn<'t>, Got<Option<u64>>),
+    /// Handed over in-process by a release of this client, sent at the
+    /// instant given, with the token minted for it.
+    HandedOver(Instant, Option<u64>),
+}
+
+/// One acquisition of any kind at Redis, for the wait loop.
+pub(crate) struct Waiting<'a> {
+    raw: &'a Arc<Raw>,
+    name: &'a str,
+    kind: Kind,
+    key: String,
+    owner: String,
+    lease: Duration,
+    /// Asked for a fencing token.
+    fenced: bool,
+    /// No guard of this owner is alive in the client: a count Redis still
+    /// shows for it is stale.
+    fresh: bool,
+    fence: Fence,
+    /// Plain, fair: this wait's place in the line of waiting clients (the
+    /// mark of its fair queue entry).
+    place: Option<String>,
+    /// Plain: the wait takes a place in line once the lock is found held.
+    join: bool,
+    /// The watchdog renews the lease (no explicit lease).
+    watchdog: bool,
+    /// Plain: the last attempt found the lock held by another library's
+    /// client, which only publishes the unlock message when it lets go.
+    foreign: bool,
+    /// What each round trip may take (a bounded wait's deadline).
+    bound: Bound,
+}
+
+impl Raw {
+    /// Starts an acquisition of lock `name` as `want` says, waiting until
+    /// `deadline` at the latest (`None`: as long as it takes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or overlong name, a lease of
+    /// zero or over the limit, a fencing token asked of a read/write lock.
+    pub(crate) fn waiting<'a>(
+        self: &'a Arc<Self>,
+        name: &'a str,
+        want: &Want,
+        deadline: Option<Instant>,
+    ) -> Result<Waiting<'a>> {
+        check_name(name)?;
+        if let Some(lease) = want.lease {
+            check_lease("lease", lease)?;
+        }
+        if want.fenced && matches!(want.kind, Kind::Read | Kind::Write) {
+            return Err(Error::invalid(
+                "fencing tokens are for exclusive locks (plain or fair); a read/write lock has none",
+            ));
+        }
+        let key = self.key(name);
+        let owner = if want.owned {
+            self.unique_owner()
+        } else {
+            self.owner()
+        };
+        // Plain: set from the in-process queue's turn.
+        let fresh = self
+            .ledger
+            .holds(&key, &protocol::hold_field(want.kind, &owner))
+            .0
+            == 0;
+        Ok(Waiting {
+            raw: self,
+            name,
+            kind: want.kind,
+            key,
+            owner,
+            lease: want.lease.unwrap_or(self.watchdog_lease),
+            fenced: want.fenced,
+            fresh,
+            fence: if want.fenced {
+                Fence::Mint
+            } else {
+                Fence::None
+            },
+            place: None,
+            join: false,
+            watchdog: want.lease.is_none(),
+            foreign: false,
+            // A bounded wait's round trips end by its deadline; a single
+            // try's (a deadline already passed) take the socket timeout.
+            bound: Bound::until(deadline.filter(|d| *d > Instant::now())),
+        })
+    }
+}
+
+impl<'a> Waiting<'a> {
+    /// The lock name as the caller gave it.
+    pub(crate) fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// The lock's Redis key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Undoes what a lost reply of this owner on this key may have left
+    /// (before anything else: also before a hold handed over in-process,
+    /// which sends no attempt).
+    pub(crate) fn settle(&self) -> Result<()> {
+        self.raw.settle(&self.key, &self.owner, self.bound)
+    }
+
+    /// Whether this kind waits in the client's in-process queue first (a
+    /// plain lock: one thread per client and name talks to Redis).
+    pub(crate) fn queues_in_process(&self) -> bool {
+        self.kind == Kind::Plain
+    }
+
+    /// Takes a turn in the in-process queue (see `ledger::Ledger::enter`).
+    pub(crate) fn enter(&self, deadline: Option<Instant>, cancel: Option<&Cancel>) -> Enter<'a> {
+        self.raw.ledger.enter(
+            &self.key,
+            &self.owner,
+            self.lease,
+            self.fenced,
+            deadline,
+            cancel,
+        )
+    }
+
+    /// Gave up while a release handed it the lock in-process: what that
+    /// gave it in Redis is undone, owner-checked, once Redis answers (and
+    /// before this owner's next acquire of the key).
+    pub(crate) fn abandoned(&self) {
+        let orphan = Orphan::lost(
+            self.kind,
+            &self.key,
+            &self.owner,
+            self.lease,
+            None,
+            Instant::now(),
+        );
+        self.raw.orphaned(orphan);
+    }
+
+    /// The channel the waiter of a kind without the in-process queue
+    /// listens to (to resume a lingering subscription).
+    pub(crate) fn wait_channel(&self) -> String {
+        protocol::wait_channel(self.kind, &self.key, &self.owner)
+    }
+
+    /// Before the loop, for a wait until `deadline`: a fair waiter marks
+    /// its queue entry with a place, so a release can grant it the lock
+    /// directly; a single try does not wait for a grant.
+    pub(crate) fn take_place(&mut self, deadline: Option<Instant>) {
+        if self.kind == Kind::Fair && deadline.is_none_or(|d| d > Instant::now()) {
+            self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+        }
+    }
+
+    /// A plain lock's channels, hearing the unlock channel too (after a
+    /// release of ours that left the lock to other libraries' waiters).
+    pub(crate) fn channels_hearing_unlock(&self) -> Channels {
+        Channels {
+            unlock: true,
+            ..self.channels()
+        }
+    }
+
+    /// The turn of the in-process queue decides: whether the owner has
+    /// guards alive here (`fresh`) and the token of its holds. A waiter
+    /// takes a place in the line of waiting clients; a single try (a
+    /// `deadline` passed) leaves none. Already subscribed (`subscribed`: a
+    /// busy name), the first attempt takes it; otherwise the attempt after
+    /// subscribing does (the loop retries then anyway), so an uncontended
+    /// lock makes no place at all.
+    pub(crate) fn begin_turn(
+        &mut self,
+        turn: &Turn<'_>,
+        subscribed: bool,
+        deadline: Option<Instant>,
+    ) {
+        self.fresh = turn.fresh();
+        self.fence = match (self.fenced, turn.fence()) {
+            (false, _) => Fence::None,
+            (true, Some(_)) => Fence::Keep,
+            (true, None) => Fence::Mint,
+        };
+        self.join = deadline.is_none_or(|d| d > Instant::now());
+        if self.join && subscribed {
+            self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+        }
+    }
+
+    /// The one acquire ending: the hold taken (`taken`) recorded in the
+    /// ledger — a reentrant hold shares its owner's lease and token, a
+    /// watchdog lease is registered with the renewal thread once — as the
+    /// hold a guard keeps.
+    pub(crate) fn held(self, taken: Taken<'_>) -> Hold {
+        let raw = self.raw;
+        let (sent_at, set, minted) = match &taken {
+            Taken::Attempt(got) | Taken::Turn(_, got) => (got.sent_at, got.lease, got.held),
+            Taken::HandedOver(at, fence) => (*at, self.lease, *fence),
+        };
+        let in_line = !matches!(taken, Taken::Attempt(_));
+        let (key, owner, lease, watchdog) = (&self.key, &self.owner, self.lease, self.watchdog);
+        let field = protocol::hold_field(self.kind, owner).into_owned();
+        let timeouts = (self.kind == Kind::Read).then(|| timeout_prefix(key, owner));
+        let mut new_state = || {
+            raw.new_state(
+                key,
+                &field,
+                lease,
+                watchdog,
+                sent_at,
+                set,
+                timeouts.as_deref(),
+            )
+        };
+        let until = sent_at + set;
+        let added = match taken {
+            Taken::Attempt(_) => {
+                raw.ledger
+                    .add(key, &field, watchdog, until, minted, &mut new_state)
+            }
+            Taken::Turn(turn, _) => turn.acquired(watchdog, until, minted, &mut new_state),
+            Taken::HandedOver(..) => {
+                raw.ledger
+                    .take_up(key, owner, watchdog, until, &mut new_state)
+            }
+        };
+        if let Some(replaced) = &added.replaced {
+            raw.renewer.cancel(replaced, true);
+        }
+        Hold {
+            name: self.name.to_owned(),
+            key: self.key,
+            field,
+            lease,
+            kind: self.kind,
+            // A reentrant fenced hold returns the token it already has.
+            fence: added.fence.filter(|_| self.fenced),
+            state: added.state,
+            renewed: watchdog,
+            generation: added.generation,
+            in_line,
+        }
+    }
+}
+
+impl LockKind for Waiting<'_> {
+    /// The fencing token the attempt minted, if any.
+    type Held = Option<u64>;
+
+    fn attempt(&mut self) -> Result<Answer<Option<u64>>> {
+        // A retry after a lost reply undoes what that one may have done.
+        self.raw.settle(&self.key, &self.owner, self.bound)?;
+        // A waiter is named to operators too (its registration is kept
+        // written while it waits; two atomics).
+        self.raw.touch(Instant::now(), self.lease);
+        let req = Request {
+            kind: self.kind,
+            key: &self.key,
+            owner: &self.owner,
+            lease: self.lease,
+            fresh: self.fresh,
+            fence: self.fence,
+            place: self.place.as_deref(),
+        };
+        match self.raw.attempt(self.name, &req, self.bound)? {
+            Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
+            Attempt::Wait { hint, foreign } => {
+                self.foreign = foreign;
+                if self.join && self.place.is_none() {
+                    // Plain: the next attempt takes a place in line.
+                    self.place = Some(self.raw.next_place(
+                        &self.owner,
+                        self.lease,
+                        self.fence != Fence::None,
+                    ));
+                }
+                // A holder that died without unlocking costs at most its
+                // lease: wake when it would have expired (+1 ms for PTTL's
+                // rounding) — or earlier, to confirm a waiting place.
+                let mut cap = hint.unwrap_or(self.raw.watchdog_lease);
+                if let Some(confirm) =
+                    protocol::waiting_place(self.kind, self.lease).filter(|_| self.holds_place())
+                {
+                    cap = cap.min(confirm);
+                }
+                Ok(Answer::Wait(cap + Duration::from_millis(1)))
+            }
+            Attempt::Upgrade => Err(Error::UpgradeWouldDeadlock {
+                name: self.name.to_owned(),
+            }),
+        }
+    }
+
+    fn undo(&mut self, _minted: Option<u64>) {
+        let field = protocol::hold_field(self.kind, &self.owner);
+        let rel = Release {
+            kind: self.kind,
+            key: &self.key,
+            field: &field,
+            lease: self.lease,
+            last: self.fresh,
+            successor: None,
+        };
+        let bound = self.bound.with_pool_wait(self.raw.socket_timeout);
+        let _ = self.raw.release_script(&rel, bound);
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn channels(&self) -> Channels {
+        Channels {
+            channel: protocol::wait_channel(self.kind, &self.key, &self.owner),
+            line: (self.kind == Kind::Plain)
+                .then(|| (self.key.clone(), self.raw.grant_channel(&self.key))),
+            unlock: self.hears_unlock(),
+        }
+    }
+
+    /// Plain: a waiter in line is granted the lock (or told to try again)
+    /// on its grant channel by a leasehold holder's release; it needs the
+    /// unlock channel only while another library holds the lock — or when
+    /// it has no place in line.
+    fn hears_unlock(&self) -> bool {
+        self.kind != Kind::Plain || self.foreign || self.place.is_none()
+    }
+
+    /// A grant names this wait's place: held at once with the grant's short
+    /// lease (renewal lengthens it) and the token minted for it — unless the
+    /// hold must be taken as asked by an attempt: an explicit lease (its own
+    /// length), a fenced hold the grant brought no token for, replica
+    /// acknowledgement (`WAIT` after the acquire).
+    fn granted(&mut self, grant: &[u8]) -> Option<Granted<Option<u64>>> {
+        let (place, token) = protocol::parse_grant(grant)?;
+        if Some(place) != self.place.as_deref() {
+            return None;
+        }
+        let fenced = self.fence != Fence::None;
+        let direct = self.watchdog && self.raw.replicas.is_none() && (token.is_some() || !fenced);
+        Some(if direct {
+            Granted::Held(token.filter(|_| fenced), protocol::grant_lease(self.lease))
+        } else {
+            Granted::Accept
+        })
+    }
+
+    fn wake(&self) -> Wake {
+        match self.kind {
+            Kind::Read | Kind::Write => Wake::OneOrAll,
+            Kind::Plain | Kind::Fair => Wake::One,
+        }
+    }
+
+    fn holds_place(&self) -> bool {
+        match self.kind {
+            Kind::Plain => self.place.is_some(),
+            kind => protocol::place_lease(kind, self.lease).is_some(),
+        }
+    }
+
+    fn leave(&mut self) {
+        let granted = self.raw.leave(
+            self.kind,
+            &self.key,
+            &self.owner,
+            self.place.as_deref(),
+            self.lease,
+            self.bound,
+        );
+        if granted {
+            // Given to us as we gave up: pass it on.
+            self.undo(None);
+        }
+    }
+}

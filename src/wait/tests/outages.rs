@@ -1,0 +1,221 @@
+//! The wait loop with late replies, transient errors, outages and deadlines.
+
+use super::*;
+
+#[test]
+fn a_reply_after_the_lease_is_undone_and_retried_then_refused() {
+    let late = || Step::Held {
+        after: Duration::from_millis(15),
+    };
+    let mut kind = Scripted::new(vec![late(), late(), late()]);
+    kind.lease = Duration::from_millis(10);
+    let env = fake();
+    let e = run(&mut kind, &env, None).unwrap_err();
+    match e {
+        Error::LeaseExpiredOnArrival {
+            tries, round_trip, ..
+        } => {
+            assert_eq!(tries, LATE_REPLIES_MAX);
+            assert!(round_trip >= Duration::from_millis(10));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(kind.undone, LATE_REPLIES_MAX, "every late hold given back");
+    // One late reply and then a timely one: the timely hold is kept.
+    let mut kind = Scripted::new(vec![
+        late(),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    kind.lease = Duration::from_millis(10);
+    assert_eq!(run(&mut kind, &fake(), None).unwrap(), Some(2));
+    assert_eq!(kind.undone, 1);
+}
+
+#[test]
+fn a_late_reply_past_the_deadline_is_refused_at_once() {
+    let mut kind = Scripted::new(vec![Step::Held {
+        after: Duration::from_millis(15),
+    }]);
+    kind.lease = Duration::from_millis(10);
+    let deadline = Instant::now() + Duration::from_millis(5);
+    let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
+    assert!(
+        matches!(e, Error::LeaseExpiredOnArrival { tries: 1, .. }),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn transient_errors_are_ridden_out_only_once_waiting() {
+    // Before the lock was ever found held: the error is the caller's.
+    let mut kind = Scripted::new(vec![Step::Fail(io_error)]);
+    let e = run(&mut kind, &fake(), None).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    // Waiting: connection errors and LOADING are ridden out.
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Fail(io_error),
+        Step::Fail(loading),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = fake();
+    assert_eq!(run(&mut kind, &env, None).unwrap(), Some(4));
+    let pauses = env.log().iter().filter(|l| l.starts_with("pause")).count();
+    assert_eq!(pauses, 2, "{:?}", env.log());
+    // A refusal is not transient: given up at once, even while waiting.
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Fail(no_permission),
+    ]);
+    let e = run(&mut kind, &fake(), None).unwrap_err();
+    assert!(e.is_refused(), "{e:?}");
+}
+
+#[test]
+fn an_outage_longer_than_the_limit_gives_up_with_its_error() {
+    let mut steps = vec![Step::Wait(Duration::from_millis(1))];
+    steps.extend((0..50).map(|_| Step::Fail(io_error)));
+    let mut kind = Scripted::new(steps);
+    let env = Fake {
+        outage_limit: Duration::from_millis(60),
+        ..Fake::default()
+    };
+    let started = Instant::now();
+    let e = run(&mut kind, &env, None).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert!(started.elapsed() >= Duration::from_millis(60));
+    assert!(
+        kind.attempts < 20,
+        "backoff between tries: {}",
+        kind.attempts
+    );
+}
+
+#[test]
+fn an_outage_is_not_ridden_past_the_deadline() {
+    let mut steps = vec![Step::Wait(Duration::from_millis(1))];
+    steps.extend((0..50).map(|_| Step::Fail(io_error)));
+    let mut kind = Scripted::new(steps);
+    let deadline = Instant::now() + Duration::from_millis(40);
+    let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert!(Instant::now() < deadline + Duration::from_millis(30));
+}
+
+#[test]
+fn the_deadline_ends_the_wait_and_leaves_the_place() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_secs(10)),
+        Step::Wait(Duration::from_secs(10)),
+        Step::Wait(Duration::from_secs(10)),
+    ]);
+    kind.place = true;
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(50);
+    let env = fake();
+    assert_eq!(run(&mut kind, &env, Some(deadline)).unwrap(), None);
+    assert_eq!(kind.left, 1, "the waiting place was left");
+    // The park was capped by the deadline, not by the 10 s hint.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(50) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(
+        kind.attempts, 3,
+        "attempt, retry after subscribing, last try at the deadline"
+    );
+}
+
+#[test]
+fn a_place_is_left_on_error_but_kept_when_held() {
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Fail(no_permission),
+    ]);
+    kind.place = true;
+    assert!(run(&mut kind, &fake(), None).is_err());
+    assert_eq!(kind.left, 1);
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_millis(1)),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    kind.place = true;
+    assert_eq!(run(&mut kind, &fake(), None).unwrap(), Some(2));
+    assert_eq!(kind.left, 0, "the acquire took us out of line itself");
+}
+
+#[test]
+fn a_place_is_left_when_the_waiter_panics() {
+    struct Panics(Scripted);
+    impl LockKind for Panics {
+        type Held = u32;
+        fn attempt(&mut self) -> Result<Answer<u32>> {
+            if self.0.attempts == 1 {
+                panic!("a bug in the attempt");
+            }
+            self.0.attempt()
+        }
+        fn undo(&mut self, h: u32) {
+            self.0.undo(h)
+        }
+        fn lease(&self) -> Duration {
+            self.0.lease()
+        }
+        fn channels(&self) -> Channels {
+            self.0.channels()
+        }
+        fn hears_unlock(&self) -> bool {
+            self.0.hears_unlock()
+        }
+        fn granted(&mut self, grant: &[u8]) -> Option<Granted<u32>> {
+            self.0.granted(grant)
+        }
+        fn wake(&self) -> Wake {
+            self.0.wake()
+        }
+        fn holds_place(&self) -> bool {
+            true
+        }
+        fn leave(&mut self) {
+            self.0.leave()
+        }
+    }
+    let mut kind = Panics(Scripted::new(vec![Step::Wait(Duration::from_millis(1))]));
+    let env = fake();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut sub = None;
+        let _ = wait_for(&mut kind, &env, &mut sub, "lock", None);
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(kind.0.left, 1);
+}
+
+#[test]
+fn a_bounded_wait_rides_out_an_outage_from_its_first_attempt_up_to_its_deadline() {
+    // Refused from the start, back after a few tries: held.
+    let mut kind = Scripted::new(vec![
+        Step::Fail(io_error),
+        Step::Fail(loading),
+        Step::Held {
+            after: Duration::ZERO,
+        },
+    ]);
+    let env = Fake {
+        outage_limit: Duration::from_millis(1), // a bounded wait ignores it
+        ..Fake::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert_eq!(run(&mut kind, &env, Some(deadline)).unwrap(), Some(3));
+    // A single attempt (deadline now) reports the error at once.
+    let mut kind = Scripted::new(vec![Step::Fail(io_error)]);
+    let e = run(&mut kind, &fake(), Some(Instant::now())).unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
+    assert_eq!(kind.attempts, 1);
+}
