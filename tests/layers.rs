@@ -252,15 +252,7 @@ fn only_the_raw_layer_calls_the_protocol_for_a_lock_operation() {
     // the thread a release hands over to as the protocol's `Successor`:
     // one type for it, not a ledger copy converted field by field.)
     const LOCK_OPERATIONS: &[&str] = &[
-        "Scripts",
-        "Request",
-        "Release",
-        "Released",
-        "Attempt",
-        "Fence",
-        "plain",
-        "fair",
-        "rwlock",
+        "Scripts", "Request", "Release", "Released", "Attempt", "Fence", "plain", "fair", "rwlock",
         "admin",
     ];
     let mut wrong = Vec::new();

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::queue::{slot_of, WaitState, Waiter};
-use crate::protocol::Successor;
 use super::{Held, Ledger, Removed};
+use crate::protocol::Successor;
 
 /// Consecutive in-process handoffs allowed while other clients wait for the
 /// same lock; then the lock is released publicly and the queued thread here

@@ -145,9 +145,7 @@ impl Raw {
         rel.last = handover.last();
         // With replica acknowledgement every acquire is its own script and
         // WAIT: no handoff inside the release script.
-        rel.successor = handover
-            .successor()
-            .filter(|_| self.replicas.is_none());
+        rel.successor = handover.successor().filter(|_| self.replicas.is_none());
         let sent_at = Instant::now();
         let released = self.release_or_retry(hold, &rel, bound)?;
         handover.finish(match released {
