@@ -96,30 +96,19 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {
-            // The library's advice, in this tool's words.
-            let said = chain(&*e)
-                .replace("LockClientBuilder::socket_timeout", "--socket-timeout")
-                .replace("sentinel_primary_auth", "--primary-password");
+            // The library's error says each cause once in its `Debug` (the
+            // tool's own errors are plain messages); its advice is put in
+            // this tool's words.
+            let said = match e.downcast_ref::<leasehold::Error>() {
+                Some(e) => format!("{e:?}"),
+                None => e.to_string(),
+            }
+            .replace("LockClientBuilder::socket_timeout", "--socket-timeout")
+            .replace("sentinel_primary_auth", "--primary-password");
             eprintln!("leasehold: {said}");
             ExitCode::from(1)
         }
     }
-}
-
-/// The error, then each cause in its chain once (a cause the message
-/// already says is not said again).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut said = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !said.contains(&text) {
-            said.push_str(": ");
-            said.push_str(&text);
-        }
-        cause = c.source();
-    }
-    said
 }
 
 fn client(cli: &Cli) -> Result<LockClient, Box<dyn std::error::Error>> {
