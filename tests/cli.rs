@@ -210,24 +210,13 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn force_unlock_refuses_application_data_and_list_leaves_it_out() {
-    use redis::Commands;
     let server = RedisServer::start();
     let mut con = server.connection();
-    let _: () = con
-        .hset_multiple("user:1", &[("name", "Ada"), ("email", "ada@example.com")])
-        .unwrap();
-    let _: () = con
-        .hset_multiple("pages", &[("page:1", "17"), ("page:2", "5")])
-        .unwrap();
-    let _: () = con.set("greeting", "hello").unwrap();
+    let data = support::seed_application_data(&mut con);
     let client = LockClient::new(&server.url()).unwrap();
     let _held = client.lock("order:pay").unwrap();
     let url = server.url();
-    for (name, is) in [
-        ("user:1", "a hash"),
-        ("pages", "a hash"),
-        ("greeting", "a string"),
-    ] {
+    for (name, is) in data {
         let out = cli_raw(&["--url", &url, "force-unlock", name, "--yes"]);
         let text = stderr(&out);
         assert!(
@@ -237,12 +226,7 @@ fn force_unlock_refuses_application_data_and_list_leaves_it_out() {
         let out = cli_raw(&["--url", &url, "inspect", name]);
         assert!(stderr(&out).contains("is not a lock"), "{name}");
     }
-    assert_eq!(
-        con.hget::<_, _, String>("user:1", "email").unwrap(),
-        "ada@example.com"
-    );
-    assert_eq!(con.hget::<_, _, i64>("pages", "page:1").unwrap(), 17);
-    assert_eq!(con.get::<_, String>("greeting").unwrap(), "hello");
+    assert!(support::application_data_intact(&mut con));
     let out = cli_raw(&["--url", &url, "list"]);
     let listed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{out:?}");

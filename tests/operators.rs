@@ -8,8 +8,6 @@
 
 mod support;
 
-use std::collections::HashMap;
-
 use leasehold::{Error, LockClient, LockOptions};
 use redis::Commands;
 use support::RedisServer;
@@ -19,13 +17,7 @@ fn application_data_is_never_taken_for_a_lock() {
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
     let mut con = server.connection();
-    let _: () = con
-        .hset_multiple("user:1", &[("name", "Ada"), ("email", "ada@example.com")])
-        .unwrap();
-    let _: () = con
-        .hset_multiple("pages", &[("page:1", "17"), ("page:2", "5")])
-        .unwrap();
-    let _: () = con.set("greeting", "hello").unwrap();
+    let data = support::seed_application_data(&mut con);
     let _: () = con.rpush("jobs", "a").unwrap();
     // Keyed by a uuid, counted: still no lock owner (`<uuid>:<n>`).
     let _: () = con
@@ -43,13 +35,10 @@ fn application_data_is_never_taken_for_a_lock() {
         .lock_with("keys:rotate", LockOptions::new().fenced())
         .unwrap();
 
-    for (name, is) in [
-        ("user:1", "a hash"),
-        ("pages", "a hash"),
-        ("greeting", "a string"),
-        ("jobs", "a list"),
-        ("clicks", "a hash"),
-    ] {
+    for (name, is) in data
+        .into_iter()
+        .chain([("jobs", "a list"), ("clicks", "a hash")])
+    {
         let e = client.force_unlock(name).unwrap_err();
         assert!(matches!(e, Error::NotALock { .. }), "{name}: {e:?}");
         assert!(e.is_wrong_type(), "{name}: {e:?}");
@@ -68,14 +57,7 @@ fn application_data_is_never_taken_for_a_lock() {
     assert!(e.to_string().contains("page:"), "{e}");
 
     // Untouched.
-    let user: HashMap<String, String> = con.hgetall("user:1").unwrap();
-    assert_eq!(
-        user.get("email").map(String::as_str),
-        Some("ada@example.com")
-    );
-    let pages: HashMap<String, i64> = con.hgetall("pages").unwrap();
-    assert_eq!(pages.get("page:1"), Some(&17));
-    assert_eq!(con.get::<_, String>("greeting").unwrap(), "hello");
+    assert!(support::application_data_intact(&mut con));
     assert_eq!(con.llen::<_, i64>("jobs").unwrap(), 1);
 
     // `list` shows the locks, and nothing else.

@@ -38,3 +38,32 @@ pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Application data an operator's tool must never take for a lock: two
+/// hashes and a string, written through `con`. Returns each key with what
+/// it is, as the refusal names it; [`application_data_intact`] checks it.
+pub fn seed_application_data(con: &mut redis::Connection) -> [(&'static str, &'static str); 3] {
+    use redis::Commands;
+    let _: () = con
+        .hset_multiple("user:1", &[("name", "Ada"), ("email", "ada@example.com")])
+        .unwrap();
+    let _: () = con
+        .hset_multiple("pages", &[("page:1", "17"), ("page:2", "5")])
+        .unwrap();
+    let _: () = con.set("greeting", "hello").unwrap();
+    [
+        ("user:1", "a hash"),
+        ("pages", "a hash"),
+        ("greeting", "a string"),
+    ]
+}
+
+/// Whether what [`seed_application_data`] wrote is still there, unchanged.
+pub fn application_data_intact(con: &mut redis::Connection) -> bool {
+    use redis::Commands;
+    con.hget::<_, _, String>("user:1", "email").ok().as_deref() == Some("ada@example.com")
+        && con.hget::<_, _, String>("user:1", "name").ok().as_deref() == Some("Ada")
+        && con.hget::<_, _, i64>("pages", "page:1").ok() == Some(17)
+        && con.hget::<_, _, i64>("pages", "page:2").ok() == Some(5)
+        && con.get::<_, String>("greeting").ok().as_deref() == Some("hello")
+}
