@@ -290,6 +290,30 @@ impl Raw {
             .run(rel.key, bound, |con| self.scripts().release(con, rel))
     }
 
+    /// Undoes `owner`'s hold of `key` (a reply that came too late, or was
+    /// lost), owner-checked, handing it to no one: all of it when `last`,
+    /// else one count. The pool wait is the socket timeout.
+    fn undo_hold(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        last: bool,
+        bound: Bound,
+    ) -> Result<protocol::Released> {
+        let field = protocol::hold_field(kind, owner);
+        let rel = Release {
+            kind,
+            key,
+            field: &field,
+            lease,
+            last,
+            successor: None,
+        };
+        self.release_script(&rel, bound.with_pool_wait(self.socket_timeout))
+    }
+
     /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
     /// waiting writers) within `bound`. True when a plain lock was granted
     /// to `owner` meanwhile: the caller releases it. When Redis did not

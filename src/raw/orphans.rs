@@ -33,7 +33,7 @@ use super::Raw;
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::options::Kind;
-use crate::protocol::{self, Release, LONGEST_PLACE};
+use crate::protocol::LONGEST_PLACE;
 
 /// How often the background undo of lost calls tries again.
 const UNDO_RETRY: Duration = Duration::from_millis(100);
@@ -262,16 +262,7 @@ impl Raw {
         let granted = self
             .leave_place(o.kind, &o.key, &o.owner, o.place.as_deref(), bound)
             .0?;
-        let field = protocol::hold_field(o.kind, &o.owner);
-        let rel = Release {
-            kind: o.kind,
-            key: &o.key,
-            field: &field,
-            lease: o.lease,
-            last: true,
-            successor: None,
-        };
-        let released = self.release_script(&rel, bound.with_pool_wait(self.socket_timeout))?;
+        let released = self.undo_hold(o.kind, &o.key, &o.owner, o.lease, true, bound)?;
         tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid a call whose reply was lost");
         Ok(())
     }

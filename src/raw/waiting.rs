@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::ledger::{Enter, Turn};
 use crate::names::timeout_prefix;
 use crate::options::{check_lease, check_name, Cancel, Kind};
-use crate::protocol::{self, Attempt, Fence, Release, Request};
+use crate::protocol::{self, Attempt, Fence, Request};
 
 /// What one attempt of a kind found.
 #[derive(Debug)]
@@ -420,17 +420,14 @@ impl LockKind for Waiting<'_> {
     }
 
     fn undo(&mut self, _minted: Option<u64>) {
-        let field = protocol::hold_field(self.kind, &self.owner);
-        let rel = Release {
-            kind: self.kind,
-            key: &self.key,
-            field: &field,
-            lease: self.lease,
-            last: self.fresh,
-            successor: None,
-        };
-        let bound = self.bound.with_pool_wait(self.raw.socket_timeout);
-        let _ = self.raw.release_script(&rel, bound);
+        let _ = self.raw.undo_hold(
+            self.kind,
+            &self.key,
+            &self.owner,
+            self.lease,
+            self.fresh,
+            self.bound,
+        );
     }
 
     fn lease(&self) -> Duration {
