@@ -13,13 +13,14 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::ledger::{Enter, YIELD_WAIT};
 use crate::options::{deadline_min, Cancel};
+use crate::park::{block_on, Park};
 use crate::raw::{Hold, Taken, Waiting, Want};
 use crate::shared::Shared;
 use crate::wait::{self, Env, Live};
 
-/// Takes lock `name` as `want` says, waiting until `deadline` (`None`: as
-/// long as it takes); `None` when the deadline passed first,
-/// [`Error::Cancelled`] when the wait was cancelled (a wait that ends
+/// Takes lock `name` as `want` says on this thread, waiting until
+/// `deadline` (`None`: as long as it takes); `None` when the deadline passed
+/// first, [`Error::Cancelled`] when the wait was cancelled (a wait that ends
 /// without the lock, like a deadline).
 pub(crate) fn acquire<O>(
     shared: &Arc<Shared>,
@@ -27,6 +28,20 @@ pub(crate) fn acquire<O>(
     want: Want,
     deadline: Option<Instant>,
 ) -> Result<Option<LockGuard<O>>> {
+    let raw = shared.raw();
+    let hold = block_on(acquire_hold(shared, name, want, deadline))?;
+    Ok(hold.map(|hold| LockGuard::new(Arc::clone(raw), hold)))
+}
+
+/// The one acquire of both faces: lock `name` as `want` says (a thread or a
+/// task waits, `want.park`), until `deadline`; the hold, `None` at the
+/// deadline, [`Error::Cancelled`] when cancelled.
+pub(crate) async fn acquire_hold(
+    shared: &Arc<Shared>,
+    name: &str,
+    want: Want,
+    deadline: Option<Instant>,
+) -> Result<Option<Hold>> {
     let started = Instant::now();
     let raw = shared.raw();
     let counters = raw.counters();
@@ -35,7 +50,7 @@ pub(crate) fn acquire<O>(
     let got = if cancelled() {
         None
     } else {
-        take(shared, name, &want, deadline)?
+        take(shared, name, &want, deadline).await?
     };
     let waited = started.elapsed();
     let outcome = match &got {
@@ -60,24 +75,24 @@ pub(crate) fn acquire<O>(
         None if cancelled() => Err(Error::Cancelled {
             name: name.to_owned(),
         }),
-        got => Ok(got.map(|hold| LockGuard::new(Arc::clone(raw), hold))),
+        got => Ok(got),
     }
 }
 
 /// The hold of lock `name` as `want` says, or `None` at the deadline.
-fn take(
+async fn take(
     shared: &Shared,
     name: &str,
     want: &Want,
     deadline: Option<Instant>,
 ) -> Result<Option<Hold>> {
     let mut waiting = shared.raw().waiting(name, want, deadline)?;
-    let env = live(shared, want.cancel.as_ref());
+    let env = live(shared, want.cancel.as_ref(), want.park);
     // What a lost reply of this owner left here is undone first, riding
     // out an outage as the wait would.
-    wait::ride_out(&env, name, deadline, || waiting.settle())?;
+    wait::ride_out(&env, name, deadline, || waiting.settle()).await?;
     if waiting.queues_in_process() {
-        return in_turn(shared, waiting, &env, deadline);
+        return in_turn(shared, waiting, &env, deadline).await;
     }
     // A subscription still confirmed (the same waiter's channel lingering,
     // a busy read/write lock) is taken before the first attempt: held
@@ -85,19 +100,19 @@ fn take(
     // again.
     let mut sub = shared.notifier().resume(&waiting.wait_channel());
     waiting.take_place(deadline);
-    let got = wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)?;
+    let got = wait::wait_for(&mut waiting, &env, &mut sub, name, deadline).await?;
     Ok(got.map(|got| waiting.held(Taken::Attempt(got))))
 }
 
 /// A kind with the in-process queue: a turn there (or the lock handed over
 /// by a thread of this client), then Redis.
-fn in_turn(
+async fn in_turn(
     shared: &Shared,
     mut waiting: Waiting<'_>,
     env: &Live<'_>,
     deadline: Option<Instant>,
 ) -> Result<Option<Hold>> {
-    let mut turn = match waiting.enter(deadline, env.cancel) {
+    let mut turn = match waiting.enter(deadline, env.cancel).await {
         Enter::Turn(turn) => turn,
         Enter::Granted(sent_at, fence) => {
             return Ok(Some(waiting.held(Taken::HandedOver(sent_at, fence))));
@@ -123,35 +138,38 @@ fn in_turn(
         let until = deadline_min(deadline, Instant::now() + YIELD_WAIT);
         let seen = match &sub {
             Some(s) => {
-                s.listen_unlock(true, until);
+                s.listen_unlock(env.park, true, until).await;
                 yield_to.messages
             }
             None => {
-                let s = env.subscribe(&waiting.channels_hearing_unlock(), until);
+                let s = env
+                    .subscribe(&waiting.channels_hearing_unlock(), until)
+                    .await;
                 let seen = s.messages();
                 sub = Some(s);
                 seen
             }
         };
         if let Some(s) = &sub {
-            s.wait_for_message_after(seen, until);
+            s.wait_for_message_after(env.park, seen, until).await;
         }
     }
     waiting.begin_turn(&turn, sub.is_some(), deadline);
     let name = waiting.name();
-    let got = wait::wait_for(&mut waiting, env, &mut sub, name, deadline);
+    let got = wait::wait_for(&mut waiting, env, &mut sub, name, deadline).await;
     turn.keep_subscription(sub);
     Ok(got?.map(|got| waiting.held(Taken::Turn(turn, got))))
 }
 
 /// The wait loop's view of this client: its notifier, counters, the pool's
-/// connect timeout, and the caller's cancel handle.
-fn live<'a>(shared: &'a Shared, cancel: Option<&'a Cancel>) -> Live<'a> {
+/// connect timeout, the caller's cancel handle, and who waits.
+fn live<'a>(shared: &'a Shared, cancel: Option<&'a Cancel>, park: Park) -> Live<'a> {
     let raw = shared.raw();
     Live {
         notifier: shared.notifier(),
         counters: raw.counters(),
         outage_limit: raw.outage_limit(),
         cancel,
+        park,
     }
 }

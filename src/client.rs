@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnedLockGuard};
 use crate::names::short_id;
 use crate::options::{check_name, deadline_after, LockOptions};
+use crate::park::Park;
 use crate::raw::{Raw, Want};
 use crate::shared::Shared;
 use crate::stats::Stats;
@@ -447,13 +448,7 @@ impl LockClient {
         deadline: Option<Instant>,
         owned: bool,
     ) -> Result<Option<LockGuard<O>>> {
-        let want = Want {
-            kind: options.kind_value(),
-            lease: options.lease_value(),
-            fenced: options.is_fenced(),
-            owned,
-            cancel: options.cancel_value(),
-        };
+        let want = Want::of(&options, owned, Park::Thread);
         acquire(&self.shared, name, want, deadline)
     }
 

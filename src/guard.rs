@@ -13,7 +13,7 @@ use crossbeam_channel::Receiver;
 use crate::conn::Bound;
 use crate::error::Result;
 use crate::raw::{Hold, Raw};
-use crate::renewal::LeaseLost;
+use crate::renewal::{LeaseLost, LeaseState};
 /// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
 /// the other `lock*`/`try_*` calls: the thread that took it. The thread can
 /// re-enter the lock (a second `lock` on it returns at once), so the guard
@@ -156,6 +156,11 @@ impl<O> LockGuard<O> {
     /// ```
     pub fn lost(&self) -> Receiver<LeaseLost> {
         self.hold.state.lost_receiver()
+    }
+
+    /// The lease's state (for the async guard's `lost()`).
+    pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
+        &self.hold.state
     }
 
     /// The lock name as given to `lock`.

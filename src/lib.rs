@@ -9,6 +9,9 @@
 //              names     keys and channels of Redisson's layouts; short ids
 //              stats     Stats and the counters behind it
 //              tls       rustls for the subscriber socket (feature `tls`)
+//              park      how a wait parks (a thread, or a task: wakers, the
+//                        timer thread) and where a round trip runs (inline,
+//                        or the I/O threads): one acquire path for both APIs
 //   protocol   protocol/ every script call and its reply per kind (plain, fair,
 //                        rwlock), the renew call (renew), a lock's shape and
 //                        forced release (admin), channel messages; one dispatch
@@ -34,6 +37,9 @@
 //   faces      acquire   LockClient's acquire path over raw + wait
 //              guard     LockGuard, OwnedLockGuard (over a raw hold)
 //              client    LockClient: the ladder, operators' calls
+//              task/     AsyncLockClient, AsyncLockGuard: the same acquire
+//                        path for tasks (waits park the task, round trips on
+//                        the I/O threads, drop releases in the background)
 //              builder   LockClientBuilder and the constructors
 //              redlock   Redlock over independent masters (a raw hold per node)
 //              fenced    FencedStore
@@ -255,12 +261,14 @@ mod ledger;
 mod names;
 mod notify;
 mod options;
+mod park;
 mod protocol;
 mod raw;
 mod redlock;
 mod renewal;
 mod shared;
 mod stats;
+mod task;
 #[cfg(feature = "tls")]
 mod tls;
 mod wait;
@@ -286,6 +294,7 @@ pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES}
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;
 pub use stats::{Stats, WAIT_BUCKETS_MS};
+pub use task::{AsyncLockClient, AsyncLockGuard};
 
 /// The Lua sources of the lock protocol, for the benches' protocol floor
 /// (the same scripts on a plain connection, without this library around

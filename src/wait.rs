@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::notify::{Listen, Notifier, Subscription};
 use crate::options::{deadline_min, Cancel};
+use crate::park::Park;
 use crate::raw::{Answer, Channels, Got, Granted, LockKind, Wake};
 use crate::stats::Counters;
 
@@ -32,11 +33,11 @@ pub(crate) trait Env {
     /// One subscription to a channel.
     type Sub;
     /// Subscribes (waits for Redis to confirm, at most until `confirm_by`).
-    fn subscribe(&self, channels: &Channels, confirm_by: Instant) -> Self::Sub;
+    async fn subscribe(&self, channels: &Channels, confirm_by: Instant) -> Self::Sub;
     /// A plain lock's subscription: hears the unlock channel too, or no
     /// longer. True when it starts to (confirmed, or `confirm_by` passed):
     /// the waiter attempts again before parking.
-    fn listen_unlock(&self, sub: &Self::Sub, on: bool, confirm_by: Instant) -> bool;
+    async fn listen_unlock(&self, sub: &Self::Sub, on: bool, confirm_by: Instant) -> bool;
     /// Forgets wake-ups granted so far.
     fn clear_permits(&self, sub: &Self::Sub);
     /// Takes the grant messages received so far.
@@ -44,7 +45,7 @@ pub(crate) trait Env {
     /// Wake-all messages seen on the channel so far.
     fn broadcasts(&self, sub: &Self::Sub) -> u64;
     /// Parks until woken by the rule, or `until`.
-    fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
+    async fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
     /// Whether Redis confirmed the subscription (the subscriber is
     /// connected): only then does an unlock message reach the waiter.
     fn listening(&self, sub: &Self::Sub) -> bool;
@@ -53,7 +54,7 @@ pub(crate) trait Env {
     fn moved(&self, sub: &Self::Sub) -> bool;
     /// Pauses during an outage until `until` (on `sub` when there is one, so
     /// a reconnect wakes it early).
-    fn pause(&self, sub: Option<&Self::Sub>, until: Instant);
+    async fn pause(&self, sub: Option<&Self::Sub>, until: Instant);
     /// How long continuous failure is ridden out before giving up.
     fn outage_limit(&self) -> Duration;
     /// Whether the caller cancelled the wait: it ends as at a deadline
@@ -72,7 +73,7 @@ const DEAF_RETRY_MAX: Duration = Duration::from_secs(1);
 /// the in-process queue) and holds the one the wait ended with. Returns the
 /// hold, when its lease was set and how long; `None` when the deadline
 /// passed.
-pub(crate) fn wait_for<K: LockKind, E: Env>(
+pub(crate) async fn wait_for<K: LockKind, E: Env>(
     kind: &mut K,
     env: &E,
     sub: &mut Option<E::Sub>,
@@ -113,9 +114,11 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
         }
         // The lease counts from when the request was sent, not answered.
         let sent_at = Instant::now();
-        let cap = match place.kind.attempt() {
+        let cap = match place.kind.attempt().await {
             Err(e) if (waiting || bounded) && e.is_transient() => {
-                outage.ride(env, name, e, sent_at, deadline, sub.as_ref())?;
+                outage
+                    .ride(env, name, e, sent_at, deadline, sub.as_ref())
+                    .await?;
                 continue;
             }
             Err(e) => return Err(e),
@@ -132,7 +135,7 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
                 }
                 // The reply came after the lease it set had run out: that
                 // is no lock. Undo whatever is left, owner-checked.
-                place.kind.undo(held);
+                place.kind.undo(held).await;
                 late += 1;
                 if late >= LATE_REPLIES_MAX || deadline.is_some_and(|d| d <= Instant::now()) {
                     return Err(Error::LeaseExpiredOnArrival {
@@ -160,7 +163,7 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
             // the retry. A subscriber that cannot connect holds us up no
             // longer than a deaf waiter's retry.
             let confirm_by = wake_at.min(now + DEAF_RETRY_MAX);
-            *sub = Some(env.subscribe(&place.kind.channels(), confirm_by));
+            *sub = Some(env.subscribe(&place.kind.channels(), confirm_by).await);
             continue;
         };
         if env.moved(s) {
@@ -169,13 +172,16 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
             // At once the first time; if it keeps moving, as a deaf waiter.
             *sub = None;
             if std::mem::replace(&mut moved, true) {
-                env.pause(None, wake_at.min(now + deaf));
+                env.pause(None, wake_at.min(now + deaf)).await;
                 deaf = (deaf * 2).min(DEAF_RETRY_MAX);
             }
             continue;
         }
         let confirm_by = wake_at.min(now + DEAF_RETRY_MAX);
-        if env.listen_unlock(s, place.kind.hears_unlock(), confirm_by) {
+        if env
+            .listen_unlock(s, place.kind.hears_unlock(), confirm_by)
+            .await
+        {
             // Another library holds it now: its release is heard from here
             // on, one published before is not — attempt again first.
             continue;
@@ -190,7 +196,7 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
             wake_at = wake_at.min(now + deaf);
             deaf = (deaf * 2).min(DEAF_RETRY_MAX);
         }
-        env.park(s, wake, seen, wake_at);
+        env.park(s, wake, seen, wake_at).await;
         for grant in env.take_grants(s) {
             match place.kind.granted(&grant) {
                 // Made after the attempt that left us waiting (sent at
@@ -216,19 +222,19 @@ pub(crate) fn wait_for<K: LockKind, E: Env>(
 /// an earlier lost reply — riding out an outage as the loop does: a bounded
 /// wait (its deadline still ahead) retries transient errors with backoff up
 /// to its deadline; anything else reports the error at once.
-pub(crate) fn ride_out<T, E: Env>(
+pub(crate) async fn ride_out<T, E: Env, F: std::future::Future<Output = Result<T>>>(
     env: &E,
     name: &str,
     deadline: Option<Instant>,
-    mut step: impl FnMut() -> Result<T>,
+    mut step: impl FnMut() -> F,
 ) -> Result<T> {
     let bounded = deadline.is_some_and(|d| d > Instant::now());
     let mut outage = Outage::default();
     loop {
         let sent_at = Instant::now();
-        match step() {
+        match step().await {
             Err(e) if bounded && e.is_transient() && !env.cancelled() => {
-                outage.ride(env, name, e, sent_at, deadline, None)?;
+                outage.ride(env, name, e, sent_at, deadline, None).await?;
             }
             other => return other,
         }
@@ -267,7 +273,7 @@ impl Outage {
     /// attempt then, its round trip bounded by what is left) — or gives up
     /// with [`Error::Unavailable`] once the deadline has passed or, without
     /// one, the outage lasted longer than the limit.
-    fn ride<E: Env>(
+    async fn ride<E: Env>(
         &mut self,
         env: &E,
         name: &str,
@@ -295,7 +301,7 @@ impl Outage {
             });
         }
         tracing::debug!(lock = %name, error = ?e, "leasehold: redis unavailable while waiting; retrying");
-        env.pause(sub, retry_at);
+        env.pause(sub, retry_at).await;
         Ok(())
     }
 
@@ -306,27 +312,33 @@ impl Outage {
 }
 
 /// The real environment: the client's notifier, counted parking, and the
-/// pool's connect timeout as the outage limit.
+/// pool's connect timeout as the outage limit — for a thread or a task.
 pub(crate) struct Live<'a> {
     pub(crate) notifier: &'a Notifier,
     pub(crate) counters: &'a Counters,
     pub(crate) outage_limit: Duration,
     /// Parks and pauses look at it every [`Cancel::RESPONSE`].
     pub(crate) cancel: Option<&'a Cancel>,
+    /// Who waits.
+    pub(crate) park: Park,
 }
 
 impl Live<'_> {
-    /// Waits with `wait` until `until` (it returns whether it was woken), in
-    /// slices of [`Cancel::RESPONSE`] while a cancel handle is given, so a
-    /// cancel is noticed in time.
-    fn sliced(&self, until: Instant, mut wait: impl FnMut(Instant) -> bool) {
+    /// Waits until `until` in slices of [`Cancel::RESPONSE`] while a cancel
+    /// handle is given, so a cancel is noticed in time: `wait` waits until
+    /// the instant it is given and returns whether it was woken.
+    async fn sliced<F: std::future::Future<Output = bool>>(
+        &self,
+        until: Instant,
+        mut wait: impl FnMut(Instant) -> F,
+    ) {
         let Some(cancel) = self.cancel else {
-            wait(until);
+            wait(until).await;
             return;
         };
         loop {
             let slice = until.min(Instant::now() + Cancel::RESPONSE);
-            if wait(slice) || slice >= until || cancel.is_cancelled() {
+            if wait(slice).await || slice >= until || cancel.is_cancelled() {
                 return;
             }
         }
@@ -336,7 +348,7 @@ impl Live<'_> {
 impl Env for Live<'_> {
     type Sub = Subscription;
 
-    fn subscribe(&self, channels: &Channels, confirm_by: Instant) -> Subscription {
+    async fn subscribe(&self, channels: &Channels, confirm_by: Instant) -> Subscription {
         let listen = match &channels.line {
             Some((key, grant)) => Listen::Line {
                 key,
@@ -346,11 +358,11 @@ impl Env for Live<'_> {
             },
             None => Listen::Channel(&channels.channel),
         };
-        self.notifier.subscribe(listen, confirm_by)
+        self.notifier.subscribe(self.park, listen, confirm_by).await
     }
 
-    fn listen_unlock(&self, sub: &Subscription, on: bool, confirm_by: Instant) -> bool {
-        sub.listen_unlock(on, confirm_by)
+    async fn listen_unlock(&self, sub: &Subscription, on: bool, confirm_by: Instant) -> bool {
+        sub.listen_unlock(self.park, on, confirm_by).await
     }
 
     fn clear_permits(&self, sub: &Subscription) {
@@ -365,15 +377,20 @@ impl Env for Live<'_> {
         sub.broadcasts()
     }
 
-    fn park(&self, sub: &Subscription, wake: Wake, seen: u64, until: Instant) {
+    async fn park(&self, sub: &Subscription, wake: Wake, seen: u64, until: Instant) {
         use std::sync::atomic::Ordering;
         let parked = &self.counters.waiters_parked;
         parked.fetch_add(1, Ordering::Relaxed);
-        self.sliced(until, |until| match wake {
-            Wake::One => sub.wait_until(until),
-            Wake::OneOrAll => sub.wait_until_or_broadcast(seen, until),
-        });
-        parked.fetch_sub(1, Ordering::Relaxed);
+        // Counted while parked, also when a task's wait is dropped here.
+        let _parked = Unpark(parked);
+        let park = self.park;
+        self.sliced(until, |until| async move {
+            match wake {
+                Wake::One => sub.wait_until(park, until).await,
+                Wake::OneOrAll => sub.wait_until_or_broadcast(park, seen, until).await,
+            }
+        })
+        .await;
     }
 
     fn listening(&self, sub: &Subscription) -> bool {
@@ -384,14 +401,18 @@ impl Env for Live<'_> {
         sub.moved()
     }
 
-    fn pause(&self, sub: Option<&Subscription>, until: Instant) {
-        self.sliced(until, |until| match sub {
-            Some(sub) => sub.wait_until(until),
-            None => {
-                std::thread::sleep(until.saturating_duration_since(Instant::now()));
-                false
+    async fn pause(&self, sub: Option<&Subscription>, until: Instant) {
+        let park = self.park;
+        self.sliced(until, |until| async move {
+            match sub {
+                Some(sub) => sub.wait_until(park, until).await,
+                None => {
+                    park.sleep_until(until).await;
+                    false
+                }
             }
-        });
+        })
+        .await;
     }
 
     fn cancelled(&self) -> bool {
@@ -400,6 +421,15 @@ impl Env for Live<'_> {
 
     fn outage_limit(&self) -> Duration {
         self.outage_limit
+    }
+}
+
+/// Takes a parked waiter off the count when its park ends (or is dropped).
+struct Unpark<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Unpark<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

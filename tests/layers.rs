@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("names", 0),
     ("stats", 0),
     ("tls", 0),
+    ("park", 0),
     ("protocol", 1),
     ("conn", 2),
     ("notify", 3),
@@ -32,6 +33,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("redlock", 7),
     ("fenced", 7),
     ("inspect", 7),
+    ("task", 7),
     // The operators' binary: above the library, through its public API.
     ("bin", 8),
 ];
@@ -40,6 +42,7 @@ const LAYERS: &[(&str, u32)] = &[
 const PEERS: &[(&str, &str)] = &[
     ("options", "error"),
     ("tls", "error"),
+    ("park", "error"),
     ("ledger", "notify"),
     ("ledger", "renewal"),
     ("acquire", "guard"),
@@ -48,6 +51,10 @@ const PEERS: &[(&str, &str)] = &[
     ("client", "inspect"),
     ("builder", "client"),
     ("redlock", "client"),
+    ("task", "acquire"),
+    ("task", "client"),
+    ("task", "guard"),
+    ("task", "inspect"),
 ];
 
 fn src() -> PathBuf {

@@ -12,16 +12,17 @@
 //! when it ran out. How a release passes the lock on is `handover`.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::handover::YieldTo;
 use super::{entry_of, Added, Entry, Held, Ledger, NewState};
 use crate::notify::Subscription;
 use crate::options::Cancel;
+use crate::park::{Park, Signal};
 use crate::renewal::LeaseState;
 
 pub(super) struct Slot {
@@ -68,7 +69,10 @@ pub(super) struct Waiter {
     pub(super) lease: Duration,
     pub(super) fenced: bool,
     pub(super) state: Mutex<WaitState>,
-    pub(super) cv: Condvar,
+    pub(super) cv: Signal,
+    /// Bumped (under `state`) to make the waiter look again without a new
+    /// state: a new lease to watch, first in the queue now.
+    nudges: AtomicU64,
 }
 
 #[derive(Clone, Copy)]
@@ -102,6 +106,14 @@ impl Waiter {
         self.cv.notify_one();
         true
     }
+
+    /// Makes the waiter look again (the holder's lease changed, or it may
+    /// be first in the queue now).
+    pub(super) fn nudge(&self) {
+        let _state = self.state.lock();
+        self.nudges.fetch_add(1, Ordering::Relaxed);
+        self.cv.notify_one();
+    }
 }
 
 /// What [`Ledger::enter`] decided.
@@ -133,15 +145,21 @@ pub(super) fn slot_of<'e>(
 impl Ledger {
     /// Takes a place for `owner` on plain lock `key`: the active owner's turn
     /// at once (free slot, or a reentrant hold), or a place in the queue,
-    /// waiting until handed the lock, promoted, or `deadline`.
-    pub(crate) fn enter<'a>(
+    /// waiting until handed the lock, promoted, or `deadline`. A task's wait
+    /// dropped while queued leaves the queue; if a release had handed it
+    /// the lock meanwhile, the hold goes to the next in the queue here, and
+    /// `undo` (made by `forsaken`) undoes it in Redis.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn enter<'a>(
         &'a self,
+        park: Park,
         key: &str,
         owner: &str,
         lease: Duration,
         fenced: bool,
         deadline: Option<Instant>,
         cancel: Option<&Cancel>,
+        forsaken: impl FnOnce() -> Undo,
     ) -> Enter<'a> {
         let waiter = {
             let mut keys = self.keys.lock();
@@ -179,19 +197,30 @@ impl Ledger {
                 lease,
                 fenced,
                 state: Mutex::new(WaitState::Queued),
-                cv: Condvar::new(),
+                cv: Signal::new(),
+                nudges: AtomicU64::new(0),
             });
             slot.queue.push_back(Arc::clone(&waiter));
             waiter
         };
+        let mut queued = Queued {
+            locks: self,
+            key,
+            waiter: &waiter,
+            undo: Some(forsaken()),
+            done: false,
+        };
         self.queued.fetch_add(1, Ordering::Relaxed);
-        let entered = self.wait_in_queue(key, &waiter, deadline, cancel);
-        self.queued.fetch_sub(1, Ordering::Relaxed);
+        let entered = self
+            .wait_in_queue(park, key, &waiter, deadline, cancel)
+            .await;
+        queued.done = true;
         entered
     }
 
-    fn wait_in_queue<'a>(
+    async fn wait_in_queue<'a>(
         &'a self,
+        park: Park,
         key: &str,
         waiter: &Arc<Waiter>,
         deadline: Option<Instant>,
@@ -212,48 +241,47 @@ impl Ledger {
                 }
                 None => due,
             };
-            let mut state = waiter.state.lock();
-            let timed_out = match *state {
-                WaitState::Granted(at, fence) => return Enter::Granted(at, fence),
-                WaitState::Promoted(epoch, yield_to) => {
+            let seen = waiter.nudges.load(Ordering::Relaxed);
+            let woke = waiter
+                .cv
+                .wait(park, &waiter.state, wake_at, |state| match *state {
+                    WaitState::Queued | WaitState::Handing
+                        if waiter.nudges.load(Ordering::Relaxed) == seen =>
+                    {
+                        None
+                    }
+                    state => Some(state),
+                })
+                .await;
+            match woke {
+                Some(WaitState::Granted(at, fence)) => return Enter::Granted(at, fence),
+                Some(WaitState::Promoted(epoch, yield_to)) => {
                     let mut turn = Turn::new(self, key, epoch, true, true);
                     turn.yield_to = yield_to;
                     return Enter::Turn(turn);
                 }
-                WaitState::Handing => {
-                    let timed_out = match wake_at {
-                        Some(at) => waiter.cv.wait_until(&mut state, at).timed_out(),
-                        None => {
-                            waiter.cv.wait(&mut state);
-                            false
-                        }
-                    };
-                    let given_up = cancel.is_some_and(Cancel::is_cancelled)
-                        || deadline.is_some_and(|d| d <= Instant::now());
-                    if timed_out && given_up && matches!(*state, WaitState::Handing) {
+                Some(WaitState::Abandoned) => return Enter::Abandoned,
+                // Nudged: look at the lease again.
+                Some(WaitState::Queued | WaitState::Handing) => continue,
+                None => {}
+            }
+            let cancelled = cancel.is_some_and(Cancel::is_cancelled);
+            let given_up = cancelled || deadline.is_some_and(|d| d <= Instant::now());
+            {
+                let mut state = waiter.state.lock();
+                match *state {
+                    WaitState::Handing if given_up => {
                         *state = WaitState::Abandoned;
                         return Enter::Abandoned;
                     }
-                    continue;
+                    WaitState::Queued => {}
+                    _ => continue, // the outcome came meanwhile, or a slice ended
                 }
-                WaitState::Abandoned => return Enter::Abandoned,
-                WaitState::Queued => match wake_at {
-                    Some(at) => waiter.cv.wait_until(&mut state, at).timed_out(),
-                    None => {
-                        waiter.cv.wait(&mut state);
-                        false
-                    }
-                },
-            };
-            if !timed_out || !matches!(*state, WaitState::Queued) {
-                continue;
             }
-            drop(state);
-            let cancelled = cancel.is_some_and(Cancel::is_cancelled);
             if !cancelled && due.is_none_or(|d| d > Instant::now()) {
                 continue; // a slice ended, nothing else
             }
-            if cancelled || deadline.is_some_and(|d| d <= Instant::now()) {
+            if given_up {
                 if self.leave_queue(key, waiter) {
                     return Enter::TimedOut;
                 }
@@ -261,6 +289,44 @@ impl Ledger {
             } else if let Some(epoch) = self.take_over(key, waiter) {
                 return Enter::Turn(Turn::new(self, key, epoch, true, true));
             }
+        }
+    }
+
+    /// A task's wait dropped while `waiter` was queued: leaves the queue —
+    /// or, popped already, gives up what the release did for it: a hand-over
+    /// in flight is abandoned, a hold handed over goes to the next waiter,
+    /// a promotion is passed on. `Some` when the lock may be its owner's in
+    /// Redis (to undo there; `true`: the hand-over is still on its way).
+    fn forsake(&self, key: &str, waiter: &Arc<Waiter>) -> Option<bool> {
+        let mut keys = self.keys.lock();
+        let (slot, holds) = slot_of(&mut keys, key)?;
+        let before = slot.queue.len();
+        slot.queue.retain(|w| !Arc::ptr_eq(w, waiter));
+        if slot.queue.len() < before {
+            if let Some(first) = slot.queue.front() {
+                first.nudge();
+            }
+            return None;
+        }
+        let mut state = waiter.state.lock();
+        match std::mem::replace(&mut *state, WaitState::Abandoned) {
+            // The release's outcome finds it abandoned (see `Handover`).
+            WaitState::Handing => Some(true),
+            WaitState::Granted(..) => {
+                drop(state);
+                holds.retain(|h| h.field != waiter.owner);
+                let dropped = self.promote(&mut keys, key);
+                drop(keys);
+                drop(dropped);
+                Some(false)
+            }
+            WaitState::Promoted(epoch, _) => {
+                drop(state);
+                drop(keys);
+                drop(Turn::new(self, key, epoch, true, true));
+                None
+            }
+            WaitState::Queued | WaitState::Abandoned => None,
         }
     }
 
@@ -338,7 +404,7 @@ impl Ledger {
             _ => entry.add(owner, renewed, until, None, new_state),
         };
         if let Some(first) = entry.line.as_ref().and_then(|l| l.queue.front()) {
-            first.cv.notify_one(); // to watch the new lease
+            first.nudge(); // to watch the new lease
         }
         added
     }
@@ -352,7 +418,7 @@ impl Ledger {
         let before = slot.queue.len();
         slot.queue.retain(|w| !Arc::ptr_eq(w, waiter));
         if let Some(first) = slot.queue.front() {
-            first.cv.notify_one(); // it may be first now: watch the lease
+            first.nudge(); // it may be first now: watch the lease
         }
         slot.queue.len() < before
     }
@@ -390,7 +456,7 @@ impl Ledger {
             if let Some(a) = acquired {
                 added = Some(entry.add(&active, a.renewed, a.until, a.minted, a.new_state));
                 if let Some(first) = entry.line.as_ref().and_then(|l| l.queue.front()) {
-                    first.cv.notify_one(); // to watch the new lease
+                    first.nudge(); // to watch the new lease
                 }
             }
             if !holding && entry.count(&active) == 0 {
@@ -437,6 +503,34 @@ impl Ledger {
     fn take_subscription(&self, key: &str) -> Option<Subscription> {
         let mut keys = self.keys.lock();
         slot_of(&mut keys, key).and_then(|(s, _)| s.sub.take())
+    }
+}
+
+/// What undoes a hold in Redis that a dropped task's wait was handed
+/// (`true`: the hand-over's script may still be on its way).
+pub(crate) type Undo = Box<dyn FnOnce(bool) + Send>;
+
+/// A place in the queue while its wait is pending: dropped before the wait
+/// ended (a task's future dropped), it forsakes the place.
+struct Queued<'q> {
+    locks: &'q Ledger,
+    key: &'q str,
+    waiter: &'q Arc<Waiter>,
+    undo: Option<Undo>,
+    done: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.locks.queued.fetch_sub(1, Ordering::Relaxed);
+        if self.done {
+            return;
+        }
+        if let Some(in_flight) = self.locks.forsake(self.key, self.waiter) {
+            if let Some(undo) = self.undo.take() {
+                undo(in_flight);
+            }
+        }
     }
 }
 

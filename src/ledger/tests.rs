@@ -7,6 +7,29 @@ use std::time::Duration;
 
 use super::*;
 use crate::options::Cancel;
+use crate::park::{block_on, Park};
+
+/// A thread's turn in the queue (see `Ledger::enter`).
+fn enter<'a>(
+    locks: &'a Ledger,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+    fenced: bool,
+    deadline: Option<Instant>,
+    cancel: Option<&Cancel>,
+) -> Enter<'a> {
+    block_on(locks.enter(
+        Park::Thread,
+        key,
+        owner,
+        lease,
+        fenced,
+        deadline,
+        cancel,
+        || Box::new(|_| {}),
+    ))
+}
 
 fn lease(valid_for: Duration) -> Arc<LeaseState> {
     LeaseState::new(Instant::now() + valid_for)
@@ -39,7 +62,8 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 #[test]
 fn release_hands_over_to_the_first_queued_thread() {
     let locks = Ledger::default();
-    let Enter::Turn(turn) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
+    else {
         panic!("a free slot is ours at once");
     };
     assert!(turn.fresh());
@@ -47,7 +71,7 @@ fn release_hands_over_to_the_first_queued_thread() {
     std::thread::scope(|s| {
         let b = s.spawn(|| {
             matches!(
-                locks.enter("k", "b", Duration::from_secs(1), false, None, None),
+                enter(&locks, "k", "b", Duration::from_secs(1), false, None, None),
                 Enter::Granted(..)
             )
         });
@@ -71,11 +95,11 @@ fn release_hands_over_to_the_first_queued_thread() {
 #[test]
 fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let locks = Ledger::default();
-    let Enter::Turn(t1) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(t1) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     hold(t1, Duration::from_secs(30));
-    let Enter::Turn(t2) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(t2) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!("reentry is not queued")
     };
     assert!(!t2.fresh(), "a hold of this owner is alive");
@@ -92,12 +116,12 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
 #[test]
 fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
     let locks = Ledger::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     hold(t, Duration::from_millis(50));
     // a re-enters (its attempt is in flight) …
-    let Enter::Turn(reentry) = locks.enter("k", "a", Duration::from_secs(1), false, None, None)
+    let Enter::Turn(reentry) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
     else {
         panic!()
     };
@@ -105,7 +129,7 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
         // … while b, first in the queue, sees a's lease run out.
         let b =
             s.spawn(
-                || match locks.enter("k", "b", Duration::from_secs(1), false, None, None) {
+                || match enter(&locks, "k", "b", Duration::from_secs(1), false, None, None) {
                     Enter::Turn(turn) => {
                         assert!(turn.fresh());
                         std::mem::forget(turn); // b keeps its turn for the checks below
@@ -133,7 +157,7 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
 #[test]
 fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
     let locks = Ledger::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     hold(t, Duration::from_secs(30));
@@ -144,7 +168,7 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
         // … so the owner's new lock does not race it at Redis: it queues.
         let again =
             s.spawn(
-                || match locks.enter("k", "a", Duration::from_secs(1), false, None, None) {
+                || match enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) {
                     Enter::Turn(turn) => {
                         let fresh = turn.fresh();
                         drop(turn);
@@ -166,13 +190,14 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
 #[test]
 fn a_queued_thread_leaves_at_its_deadline() {
     let locks = Ledger::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     hold(t, Duration::from_secs(30));
     let deadline = Instant::now() + Duration::from_millis(50);
     assert!(matches!(
-        locks.enter(
+        enter(
+            &locks,
             "k",
             "b",
             Duration::from_secs(1),
@@ -190,7 +215,8 @@ fn a_queued_thread_leaves_at_its_deadline() {
         .queue
         .is_empty());
     assert!(matches!(
-        locks.enter(
+        enter(
+            &locks,
             "k",
             "c",
             Duration::from_secs(1),
@@ -207,14 +233,22 @@ fn a_queued_thread_leaves_at_its_deadline() {
 #[test]
 fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
     let locks = Ledger::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     hold(t, Duration::from_secs(30));
     let cancel = Cancel::new();
     std::thread::scope(|s| {
         let b = s.spawn(|| {
-            let entered = locks.enter("k", "b", Duration::from_secs(1), false, None, Some(&cancel));
+            let entered = enter(
+                &locks,
+                "k",
+                "b",
+                Duration::from_secs(1),
+                false,
+                None,
+                Some(&cancel),
+            );
             (matches!(entered, Enter::TimedOut), Instant::now())
         });
         wait_until(|| queued(&locks) == 1);
@@ -240,14 +274,14 @@ fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
 #[test]
 fn a_public_release_for_others_promotes_with_a_yield() {
     let locks = Ledger::default();
-    let Enter::Turn(t) = locks.enter("k", "a", Duration::from_secs(1), false, None, None) else {
+    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
     hold(t, Duration::from_secs(30));
     std::thread::scope(|s| {
         let b =
             s.spawn(
-                || match locks.enter("k", "b", Duration::from_secs(1), false, None, None) {
+                || match enter(&locks, "k", "b", Duration::from_secs(1), false, None, None) {
                     Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
                     _ => None,
                 },

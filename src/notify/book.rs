@@ -8,10 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Condvar;
-
 use super::{send, Listen};
 use crate::conn::stream::Stream;
+use crate::park::Signal;
 
 #[derive(Default)]
 pub(super) struct State {
@@ -73,7 +72,7 @@ pub(super) struct Channel {
     /// disconnect, or a confirmation that came too late): wake them all once
     /// Redis confirms the subscription.
     pub(super) resync: bool,
-    pub(super) cv: Arc<Condvar>,
+    pub(super) cv: Arc<Signal>,
 }
 
 impl Channel {
@@ -99,7 +98,7 @@ impl Channel {
             messages: 0,
             broadcasts: 0,
             resync: false,
-            cv: Arc::new(Condvar::new()),
+            cv: Arc::new(Signal::new()),
         }
     }
 
@@ -174,31 +173,6 @@ impl Link<'_> {
             w: self.w,
             sent: self.sent,
             sharded: self.sharded,
-        }
-    }
-}
-
-/// Waits until Redis has acknowledged every command sent for `channel` on
-/// the live connection, or `confirm_by`. Past it, the caller retries
-/// unsubscribed: the channel's waiters are woken again once Redis confirms,
-/// or a message published before then is lost to them.
-pub(super) fn await_confirmed(
-    st: &mut parking_lot::MutexGuard<'_, State>,
-    cv: &Condvar,
-    channel: &str,
-    confirm_by: Instant,
-) {
-    loop {
-        let confirmed =
-            st.writer.is_some() && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
-        if confirmed {
-            return;
-        }
-        if cv.wait_until(st, confirm_by).timed_out() {
-            if let Some(c) = st.channels.get_mut(channel) {
-                c.resync = true;
-            }
-            return;
         }
     }
 }

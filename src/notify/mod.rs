@@ -63,8 +63,9 @@ mod reader;
 mod subscription;
 use crate::conn::stream::Stream;
 use crate::conn::{Router, Target, TlsConfig};
+use crate::park::{Park, Signal};
 use crate::protocol::PubSub;
-use book::{await_confirmed, toggle, toggle_unlock, Channel, State};
+use book::{toggle, toggle_unlock, Channel, State};
 use redis::ConnectionInfo;
 pub(crate) use subscription::Subscription;
 
@@ -231,16 +232,25 @@ impl Notifier {
     /// subscription, or until `confirm_by` (then the caller's waits are still
     /// capped by the holder's lease, so nothing hangs). A lingering
     /// subscription is confirmed already: no round trip.
-    pub(crate) fn subscribe(&self, listen: Listen<'_>, confirm_by: Instant) -> Subscription {
+    pub(crate) async fn subscribe(
+        &self,
+        park: Park,
+        listen: Listen<'_>,
+        confirm_by: Instant,
+    ) -> Subscription {
         match self.subscriber(listen.channel()) {
-            Some(shared) => shared.subscribe(listen, confirm_by),
+            Some(shared) => {
+                let sub = shared.subscribe(listen);
+                sub.confirm(park, confirm_by).await;
+                sub
+            }
             // Sharded, and the slot's node unknown (the cluster is down):
             // a subscription that hears nothing and says so, so its waiter
             // retries and subscribes again once the slot is served.
             None => Subscription {
                 shared: Arc::clone(&self.shared),
                 channel: listen.channel().to_owned(),
-                cv: Arc::new(Condvar::new()),
+                cv: Arc::new(Signal::new()),
                 stale: true,
             },
         }
@@ -336,8 +346,9 @@ impl Shared {
         })
     }
 
-    /// See [`Notifier::subscribe`].
-    fn subscribe(self: &Arc<Self>, listen: Listen<'_>, confirm_by: Instant) -> Subscription {
+    /// See [`Notifier::subscribe`]: registers (sending `SUBSCRIBE` when
+    /// needed); the caller awaits the confirmation.
+    fn subscribe(self: &Arc<Self>, listen: Listen<'_>) -> Subscription {
         let shared = self;
         let channel = listen.channel();
         let mut st = shared.state.lock();
@@ -396,9 +407,8 @@ impl Shared {
                 Arc::clone(&entry.cv)
             }
             // Registered above: never; a subscription that never confirms.
-            (None, _) => Arc::new(Condvar::new()),
+            (None, _) => Arc::new(Signal::new()),
         };
-        await_confirmed(&mut st, &cv, channel, confirm_by);
         drop(st);
         Subscription {
             shared: Arc::clone(shared),

@@ -5,15 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Condvar;
-
-use super::{await_confirmed, toggle, toggle_unlock, Shared, LINGER_MAX};
+use super::{toggle, toggle_unlock, Shared, LINGER_MAX};
+use crate::park::{Park, Signal};
 
 /// One waiter's interest in one channel; dropping it gives the interest back.
 pub(crate) struct Subscription {
     pub(super) shared: Arc<Shared>,
     pub(super) channel: String,
-    pub(super) cv: Arc<Condvar>,
+    pub(super) cv: Arc<Signal>,
     /// Made without a subscriber (sharded, no node known for the slot).
     pub(super) stale: bool,
 }
@@ -59,28 +58,51 @@ impl Subscription {
     /// confirmed it, or `confirm_by` — so the waiter attempts again before
     /// parking: an unlock published before the confirmation reached nobody.
     /// Other subscriptions hear their channel always: false.
-    pub(crate) fn listen_unlock(&self, on: bool, confirm_by: Instant) -> bool {
+    pub(crate) async fn listen_unlock(&self, park: Park, on: bool, confirm_by: Instant) -> bool {
         if self.stale {
             return false;
         }
-        let mut st = self.shared.state.lock();
-        let (Some(c), link) = st.parts(&self.channel) else {
-            return false;
-        };
-        if c.grant.is_none() || c.unlock == on {
-            return false;
+        {
+            let mut st = self.shared.state.lock();
+            let (Some(c), link) = st.parts(&self.channel) else {
+                return false;
+            };
+            if c.grant.is_none() || c.unlock == on {
+                return false;
+            }
+            let Some(link) = link.filter(|_| c.live) else {
+                // Disconnected: the reconnect subscribes it as it is now.
+                c.unlock = on;
+                return on;
+            };
+            toggle_unlock(link, &self.channel, c, on);
+            if !on {
+                return false;
+            }
         }
-        let Some(link) = link.filter(|_| c.live) else {
-            // Disconnected: the reconnect subscribes it as it is now.
-            c.unlock = on;
-            return on;
-        };
-        toggle_unlock(link, &self.channel, c, on);
-        if !on {
-            return false;
-        }
-        await_confirmed(&mut st, &self.cv, &self.channel, confirm_by);
+        self.confirm(park, confirm_by).await;
         true
+    }
+
+    /// Waits until Redis has acknowledged every command sent for the
+    /// channel on the live connection, or `confirm_by`. Past it, the caller
+    /// retries unsubscribed: the channel's waiters are woken again once
+    /// Redis confirms, or a message published before then is lost to them.
+    pub(crate) async fn confirm(&self, park: Park, confirm_by: Instant) {
+        let channel = self.channel.as_str();
+        let confirmed = self
+            .cv
+            .wait(park, &self.shared.state, Some(confirm_by), |st| {
+                let done = st.writer.is_some()
+                    && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
+                done.then_some(())
+            })
+            .await;
+        if confirmed.is_none() {
+            if let Some(c) = self.shared.state.lock().channels.get_mut(channel) {
+                c.resync = true;
+            }
+        }
     }
 
     /// Unlock messages this client received on the channel so far.
@@ -91,18 +113,23 @@ impl Subscription {
 
     /// Parks until the channel has received more than `seen` messages, the
     /// connection drops, or `until`. Returns whether a message came.
-    pub(crate) fn wait_for_message_after(&self, seen: u64, until: Instant) -> bool {
-        let mut st = self.shared.state.lock();
-        loop {
-            match st.channels.get(&self.channel) {
-                Some(c) if c.messages > seen => return true,
-                Some(_) if st.writer.is_some() => {}
-                _ => return false, // disconnected: nothing will count
-            }
-            if self.cv.wait_until(&mut st, until).timed_out() {
-                return false;
-            }
-        }
+    pub(crate) async fn wait_for_message_after(
+        &self,
+        park: Park,
+        seen: u64,
+        until: Instant,
+    ) -> bool {
+        let channel = self.channel.as_str();
+        self.cv
+            .wait(park, &self.shared.state, Some(until), |st| {
+                match st.channels.get(channel) {
+                    Some(c) if c.messages > seen => Some(true),
+                    Some(_) if st.writer.is_some() => None,
+                    _ => Some(false), // disconnected: nothing will count
+                }
+            })
+            .await
+            .unwrap_or(false)
     }
 
     /// Wake-all messages this client received on the channel so far.
@@ -113,22 +140,23 @@ impl Subscription {
 
     /// Parks until a wake-up permit (taken), a wake-all message after the
     /// first `seen`, or `until`. Returns whether it was woken.
-    pub(crate) fn wait_until_or_broadcast(&self, seen: u64, until: Instant) -> bool {
-        let mut st = self.shared.state.lock();
-        loop {
-            if let Some(c) = st.channels.get_mut(&self.channel) {
+    pub(crate) async fn wait_until_or_broadcast(
+        &self,
+        park: Park,
+        seen: u64,
+        until: Instant,
+    ) -> bool {
+        let channel = self.channel.as_str();
+        self.cv
+            .wait(park, &self.shared.state, Some(until), |st| {
+                let c = st.channels.get_mut(channel)?;
                 if c.broadcasts > seen {
-                    return true;
+                    return Some(());
                 }
-                if c.permits > 0 {
-                    c.permits -= 1;
-                    return true;
-                }
-            }
-            if self.cv.wait_until(&mut st, until).timed_out() {
-                return false;
-            }
-        }
+                take_permit(&mut c.permits)
+            })
+            .await
+            .is_some()
     }
 
     /// Forgets wake-ups granted so far: called right before an attempt, which
@@ -153,20 +181,21 @@ impl Subscription {
 
     /// Parks until an unlock message (or a reconnect) grants this waiter a
     /// wake-up, or until `until`. Returns whether it was woken.
-    pub(crate) fn wait_until(&self, until: Instant) -> bool {
-        let mut st = self.shared.state.lock();
-        loop {
-            if let Some(c) = st.channels.get_mut(&self.channel) {
-                if c.permits > 0 {
-                    c.permits -= 1;
-                    return true;
-                }
-            }
-            if self.cv.wait_until(&mut st, until).timed_out() {
-                return false;
-            }
-        }
+    pub(crate) async fn wait_until(&self, park: Park, until: Instant) -> bool {
+        let channel = self.channel.as_str();
+        self.cv
+            .wait(park, &self.shared.state, Some(until), |st| {
+                take_permit(&mut st.channels.get_mut(channel)?.permits)
+            })
+            .await
+            .is_some()
     }
+}
+
+/// Takes one wake-up permit, if there is one.
+fn take_permit(permits: &mut usize) -> Option<()> {
+    *permits = permits.checked_sub(1)?;
+    Some(())
 }
 
 impl Drop for Subscription {

@@ -33,6 +33,7 @@ use super::Raw;
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::options::Kind;
+use crate::park::Park;
 use crate::protocol::LONGEST_PLACE;
 
 /// How often the background undo of lost calls tries again.
@@ -253,6 +254,21 @@ impl Raw {
                 tracing::warn!(error = %e, "leasehold: cannot start the thread that undoes lost calls")
             }
         }
+    }
+
+    /// A task's wait dropped with a call of it out (its reply in hand), or
+    /// with a hand-over to it (`in_flight`: its script may not have run
+    /// yet): undone at once on an I/O thread, owner-checked — and, where
+    /// it may still be on its way or Redis does not answer, again by the
+    /// undo thread, as a lost reply is.
+    pub(crate) fn forsake(self: &Arc<Self>, orphan: Orphan, in_flight: bool) {
+        let raw = Arc::clone(self);
+        Park::Task.detach(move || {
+            let undone = raw.undo(&orphan, Bound::default());
+            if in_flight || undone.is_err() {
+                raw.orphaned(orphan);
+            }
+        });
     }
 
     /// One owner-checked undo of a lost call, within `bound`: leave its

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use super::{Hold, Orphan, Raw};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
-use crate::ledger::{Enter, Turn};
+use crate::ledger::{Enter, Turn, Undo};
 use crate::names::timeout_prefix;
 use crate::options::{check_lease, check_name, Cancel, Kind};
+use crate::park::Park;
 use crate::protocol::{self, Attempt, Fence, Request};
 
 /// What one attempt of a kind found.
@@ -80,10 +81,10 @@ pub(crate) trait LockKind {
     type Held;
     /// One attempt. Errors the loop may ride out are those
     /// [`Error::is_transient`] calls so.
-    fn attempt(&mut self) -> Result<Answer<Self::Held>>;
+    async fn attempt(&mut self) -> Result<Answer<Self::Held>>;
     /// Gives back a hold whose reply arrived after its lease had run out
     /// (owner-checked, best effort).
-    fn undo(&mut self, held: Self::Held);
+    async fn undo(&mut self, held: Self::Held);
     /// The lease an attempt asks for.
     fn lease(&self) -> Duration;
     /// The channels that announce our chance.
@@ -100,7 +101,8 @@ pub(crate) trait LockKind {
     /// Whether a `Wait` answer left a place of ours in Redis (a fair queue
     /// place, a waiting writer's place) that must be left on giving up.
     fn holds_place(&self) -> bool;
-    /// Leaves that place (owner-checked, best effort).
+    /// Leaves that place (owner-checked, best effort; a task's leave runs in
+    /// the background).
     fn leave(&mut self);
 }
 
@@ -115,6 +117,23 @@ pub(crate) struct Want {
     pub(crate) owned: bool,
     /// Another thread may cancel the wait.
     pub(crate) cancel: Option<Cancel>,
+    /// Who waits: a thread, or a task.
+    pub(crate) park: Park,
+}
+
+impl Want {
+    /// What `options` ask for, for an owner of its own (`owned`) or the
+    /// thread's, waited for as `park` says.
+    pub(crate) fn of(options: &crate::options::LockOptions, owned: bool, park: Park) -> Self {
+        Want {
+            kind: options.kind_value(),
+            lease: options.lease_value(),
+            fenced: options.is_fenced(),
+            owned,
+            cancel: options.cancel_value(),
+            park,
+        }
+    }
 }
 
 /// How the hold of an acquisition was taken (for [`Waiting::held`]).
@@ -154,6 +173,8 @@ pub(crate) struct Waiting<'a> {
     foreign: bool,
     /// What each round trip may take (a bounded wait's deadline).
     bound: Bound,
+    /// Who waits: a thread, or a task (round trips on the I/O threads).
+    park: Park,
 }
 
 impl Raw {
@@ -211,6 +232,7 @@ impl Raw {
             // A bounded wait's round trips end by its deadline; a single
             // try's (a deadline already passed) take the socket timeout.
             bound: Bound::until(deadline.filter(|d| *d > Instant::now())),
+            park: want.park,
         })
     }
 }
@@ -229,8 +251,35 @@ impl<'a> Waiting<'a> {
     /// Undoes what a lost reply of this owner on this key may have left
     /// (before anything else: also before a hold handed over in-process,
     /// which sends no attempt).
-    pub(crate) fn settle(&self) -> Result<()> {
-        self.raw.settle(&self.key, &self.owner, self.bound)
+    pub(crate) async fn settle(&self) -> Result<()> {
+        if !self.raw.orphans.any() {
+            return Ok(());
+        }
+        let (raw, key, owner, bound) = (
+            Arc::clone(self.raw),
+            self.key.clone(),
+            self.owner.clone(),
+            self.bound,
+        );
+        self.park
+            .io(move || raw.settle(&key, &owner, bound), drop)
+            .await?
+    }
+
+    /// The undo of a lost call of this acquisition (`place`: the waiting
+    /// place it may have taken), for a task's wait dropped meanwhile:
+    /// right away on an I/O thread, else by the client's undo thread.
+    fn forsaken(&self, place: Option<&str>) -> Undo {
+        let raw = Arc::clone(self.raw);
+        let orphan = Orphan::lost(
+            self.kind,
+            &self.key,
+            &self.owner,
+            self.lease,
+            place,
+            Instant::now(),
+        );
+        Box::new(move |in_flight| raw.forsake(orphan, in_flight))
     }
 
     /// Whether this kind waits in the client's in-process queue first (a
@@ -240,15 +289,24 @@ impl<'a> Waiting<'a> {
     }
 
     /// Takes a turn in the in-process queue (see `ledger::Ledger::enter`).
-    pub(crate) fn enter(&self, deadline: Option<Instant>, cancel: Option<&Cancel>) -> Enter<'a> {
-        self.raw.ledger.enter(
-            &self.key,
-            &self.owner,
-            self.lease,
-            self.fenced,
-            deadline,
-            cancel,
-        )
+    pub(crate) async fn enter(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
+    ) -> Enter<'a> {
+        self.raw
+            .ledger
+            .enter(
+                self.park,
+                &self.key,
+                &self.owner,
+                self.lease,
+                self.fenced,
+                deadline,
+                cancel,
+                || self.forsaken(None),
+            )
+            .await
     }
 
     /// Gave up while a release handed it the lock in-process: what that
@@ -375,22 +433,46 @@ impl LockKind for Waiting<'_> {
     /// The fencing token the attempt minted, if any.
     type Held = Option<u64>;
 
-    fn attempt(&mut self) -> Result<Answer<Option<u64>>> {
-        // A retry after a lost reply undoes what that one may have done.
-        self.raw.settle(&self.key, &self.owner, self.bound)?;
+    async fn attempt(&mut self) -> Result<Answer<Option<u64>>> {
         // A waiter is named to operators too (its registration is kept
         // written while it waits; two atomics).
         self.raw.touch(Instant::now(), self.lease);
-        let req = Request {
-            kind: self.kind,
-            key: &self.key,
-            owner: &self.owner,
-            lease: self.lease,
-            fresh: self.fresh,
-            fence: self.fence,
-            place: self.place.as_deref(),
+        let attempt = match self.park {
+            Park::Thread => attempt_at(self.raw, self.name, &self.request(), self.bound),
+            Park::Task => {
+                let raw = Arc::clone(self.raw);
+                let name = self.name.to_owned();
+                let (kind, key, owner, lease) =
+                    (self.kind, self.key.clone(), self.owner.clone(), self.lease);
+                let (fresh, fence, place, bound) =
+                    (self.fresh, self.fence, self.place.clone(), self.bound);
+                // The task's future dropped while the call was out: what it
+                // took (a hold, a place) is undone at once, owner-checked.
+                // A reentrant attempt (not `fresh`) is never undone: the
+                // owner's other holds are in it (a task's hold is never
+                // reentrant: it has an owner of its own).
+                let forsaken = self.forsaken(self.place.as_deref());
+                let lost = move |_: Result<Attempt>| {
+                    if fresh {
+                        forsaken(false);
+                    }
+                };
+                let job = move || {
+                    let req = Request {
+                        kind,
+                        key: &key,
+                        owner: &owner,
+                        lease,
+                        fresh,
+                        fence,
+                        place: place.as_deref(),
+                    };
+                    attempt_at(&raw, &name, &req, bound)
+                };
+                self.park.io(job, lost).await?
+            }
         };
-        match self.raw.attempt(self.name, &req, self.bound)? {
+        match attempt? {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
             Attempt::Wait { hint, foreign } => {
                 self.foreign = foreign;
@@ -419,15 +501,18 @@ impl LockKind for Waiting<'_> {
         }
     }
 
-    fn undo(&mut self, _minted: Option<u64>) {
-        let _ = self.raw.undo_hold(
+    async fn undo(&mut self, _minted: Option<u64>) {
+        let (raw, kind, key, owner) = (
+            Arc::clone(self.raw),
             self.kind,
-            &self.key,
-            &self.owner,
-            self.lease,
-            self.fresh,
-            self.bound,
+            self.key.clone(),
+            self.owner.clone(),
         );
+        let (lease, fresh, bound) = (self.lease, self.fresh, self.bound);
+        let undo = move || {
+            let _ = raw.undo_hold(kind, &key, &owner, lease, fresh, bound);
+        };
+        let _ = self.park.io(undo, drop).await;
     }
 
     fn lease(&self) -> Duration {
@@ -485,17 +570,41 @@ impl LockKind for Waiting<'_> {
     }
 
     fn leave(&mut self) {
-        let granted = self.raw.leave(
+        let (raw, kind, key, owner) = (
+            Arc::clone(self.raw),
             self.kind,
-            &self.key,
-            &self.owner,
-            self.place.as_deref(),
-            self.lease,
-            self.bound,
+            self.key.clone(),
+            self.owner.clone(),
         );
-        if granted {
-            // Given to us as we gave up: pass it on.
-            self.undo(None);
+        let (place, lease, fresh, bound) = (self.place.clone(), self.lease, self.fresh, self.bound);
+        self.park.detach(move || {
+            let granted = raw.leave(kind, &key, &owner, place.as_deref(), lease, bound);
+            if granted {
+                // Given to us as we gave up: pass it on.
+                let _ = raw.undo_hold(kind, &key, &owner, lease, fresh, bound);
+            }
+        });
+    }
+}
+
+impl Waiting<'_> {
+    /// This acquisition's attempt as the protocol takes it.
+    fn request(&self) -> Request<'_> {
+        Request {
+            kind: self.kind,
+            key: &self.key,
+            owner: &self.owner,
+            lease: self.lease,
+            fresh: self.fresh,
+            fence: self.fence,
+            place: self.place.as_deref(),
         }
     }
+}
+
+/// One attempt: first undoing what a lost reply of this owner on this key
+/// may have left (a retry after a lost reply), then the kind's script.
+fn attempt_at(raw: &Arc<Raw>, name: &str, req: &Request<'_>, bound: Bound) -> Result<Attempt> {
+    raw.settle(req.key, req.owner, bound)?;
+    raw.attempt(name, req, bound)
 }

@@ -10,6 +10,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 pub use crate::error::LeaseLost;
+use crate::park::{Park, Signal};
 
 /// The state one lease shares between its guards and the renewal thread.
 pub(crate) struct LeaseState {
@@ -22,6 +23,8 @@ pub(crate) struct LeaseState {
     /// Why it was lost, and the channel handed out by `lost()` — made only
     /// when someone asks for it (most guards never do; it costs allocations).
     signal: Mutex<LostSignal>,
+    /// Wakes the tasks waiting for the loss (notified under `signal`).
+    wake: Signal,
     /// A Redlock hold this lease is one node's part of.
     pub(super) quorum: OnceLock<Arc<Quorum>>,
 }
@@ -73,6 +76,7 @@ impl LeaseState {
             cancelled: AtomicBool::new(false),
             valid_until: Mutex::new(valid_until),
             signal: Mutex::new(LostSignal::default()),
+            wake: Signal::new(),
             quorum: OnceLock::new(),
         })
     }
@@ -126,6 +130,16 @@ impl LeaseState {
         rx
     }
 
+    /// Waits — a task, parked — until the lease is lost; why. An explicit
+    /// lease is not watched: it is never lost this way, it runs out.
+    pub(crate) async fn lost_wait(&self) -> LeaseLost {
+        let why = self
+            .wake
+            .wait(Park::Task, &self.signal, None, |s| s.why.clone())
+            .await;
+        why.unwrap_or(LeaseLost::Unreachable)
+    }
+
     /// Marks the lease lost once, counting it in `lost_count` before anyone
     /// is told (a holder woken by the signal sees the counter already up);
     /// returns whether this call did it.
@@ -139,6 +153,7 @@ impl LeaseState {
             let _ = tx.try_send(why.clone());
         }
         signal.why = Some(why.clone());
+        self.wake.notify_all();
         drop(signal);
         if let Some(quorum) = self.quorum.get() {
             quorum.node_lost(why);

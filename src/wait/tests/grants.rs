@@ -13,7 +13,7 @@ fn a_subscription_handed_in_is_used_and_handed_back() {
     ]);
     let env = fake();
     let mut sub = Some(());
-    let held = wait_for(&mut kind, &env, &mut sub, "lock", None).unwrap();
+    let held = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None)).unwrap();
     assert!(held.is_some());
     assert!(sub.is_some());
     assert_eq!(env.log(), ["clear", "park One seen 0 ~50 ms", "clear"]);
@@ -30,7 +30,7 @@ fn granted_run(
     let env = fake();
     *env.grants.borrow_mut() = grants.into();
     let mut sub = Some(());
-    let got = wait_for(&mut kind, &env, &mut sub, "lock", None).unwrap();
+    let got = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None)).unwrap();
     (kind, env, got)
 }
 
@@ -101,7 +101,7 @@ fn grants_received_before_an_attempt_are_stale_to_it() {
     env.delivered.borrow_mut().push(b"mine".to_vec()); // before the first attempt
     *env.grants.borrow_mut() = vec![vec![], vec![b"mine".as_slice()]].into();
     let mut sub = Some(());
-    let got = wait_for(&mut kind, &env, &mut sub, "lock", None).unwrap();
+    let got = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None)).unwrap();
     assert_eq!(kind.attempts, 2, "the early grant did not end the wait");
     assert_eq!(got.map(|g| g.held), Some(99));
 }

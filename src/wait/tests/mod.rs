@@ -75,7 +75,7 @@ impl Scripted {
 impl LockKind for Scripted {
     type Held = u32;
 
-    fn attempt(&mut self) -> Result<Answer<u32>> {
+    async fn attempt(&mut self) -> Result<Answer<u32>> {
         self.attempts += 1;
         match self
             .steps
@@ -98,7 +98,7 @@ impl LockKind for Scripted {
         }
     }
 
-    fn undo(&mut self, _held: u32) {
+    async fn undo(&mut self, _held: u32) {
         self.undone += 1;
     }
 
@@ -170,7 +170,7 @@ impl Fake {
 impl Env for Fake {
     type Sub = ();
 
-    fn subscribe(&self, channels: &Channels, _confirm_by: Instant) {
+    async fn subscribe(&self, channels: &Channels, _confirm_by: Instant) {
         let unlock = if channels.unlock { " +unlock" } else { "" };
         self.log
             .borrow_mut()
@@ -182,7 +182,7 @@ impl Env for Fake {
         }
     }
 
-    fn listen_unlock(&self, _sub: &(), on: bool, _confirm_by: Instant) -> bool {
+    async fn listen_unlock(&self, _sub: &(), on: bool, _confirm_by: Instant) -> bool {
         if self.unlock.replace(on) == on {
             return false;
         }
@@ -203,7 +203,7 @@ impl Env for Fake {
         7
     }
 
-    fn park(&self, _sub: &(), wake: Wake, seen: u64, until: Instant) {
+    async fn park(&self, _sub: &(), wake: Wake, seen: u64, until: Instant) {
         let ms = until.saturating_duration_since(Instant::now()).as_millis();
         // Rounded to tens of ms so the log does not depend on scheduling.
         let ms = (ms + 5) / 10 * 10;
@@ -228,7 +228,7 @@ impl Env for Fake {
         self.moved.get() > 0
     }
 
-    fn pause(&self, sub: Option<&()>, until: Instant) {
+    async fn pause(&self, sub: Option<&()>, until: Instant) {
         self.log
             .borrow_mut()
             .push(format!("pause subscribed={}", sub.is_some()));
@@ -260,7 +260,8 @@ fn fake() -> Fake {
 
 fn run(kind: &mut Scripted, env: &Fake, deadline: Option<Instant>) -> Result<Option<u32>> {
     let mut sub = None;
-    wait_for(kind, env, &mut sub, "lock", deadline).map(|got| got.map(|g| g.held))
+    crate::park::block_on(wait_for(kind, env, &mut sub, "lock", deadline))
+        .map(|got| got.map(|g| g.held))
 }
 
 #[test]

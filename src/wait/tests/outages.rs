@@ -156,14 +156,14 @@ fn a_place_is_left_when_the_waiter_panics() {
     struct Panics(Scripted);
     impl LockKind for Panics {
         type Held = u32;
-        fn attempt(&mut self) -> Result<Answer<u32>> {
+        async fn attempt(&mut self) -> Result<Answer<u32>> {
             if self.0.attempts == 1 {
                 panic!("a bug in the attempt");
             }
-            self.0.attempt()
+            self.0.attempt().await
         }
-        fn undo(&mut self, h: u32) {
-            self.0.undo(h)
+        async fn undo(&mut self, h: u32) {
+            self.0.undo(h).await
         }
         fn lease(&self) -> Duration {
             self.0.lease()
@@ -191,7 +191,7 @@ fn a_place_is_left_when_the_waiter_panics() {
     let env = fake();
     let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut sub = None;
-        let _ = wait_for(&mut kind, &env, &mut sub, "lock", None);
+        let _ = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None));
     }));
     assert!(unwound.is_err());
     assert_eq!(kind.0.left, 1);

@@ -1,0 +1,86 @@
+//! How a wait parks and where a round trip runs — a thread (the blocking
+//! API) or a task (the async API) — so that one acquire path serves both.
+//!
+//! Every wait of the lock path is an `async fn` taking a [`Park`]. With
+//! [`Park::Thread`] nothing in it ever returns `Pending`: a wait blocks the
+//! calling thread on a condition variable, a round trip runs inline, and
+//! [`block_on`] returns after one poll. With [`Park::Task`] a wait registers
+//! the task's waker with the same [`Signal`] the condition variable hangs
+//! on (and with the timer thread for its deadline), and a round trip runs on
+//! the I/O threads ([`pool`]): no executor thread ever blocks on Redis.
+//!
+//! Runtime-agnostic: nothing here needs or starts an executor.
+
+mod block;
+mod pool;
+mod signal;
+mod timer;
+
+use std::time::Instant;
+
+pub(crate) use block::block_on;
+pub(crate) use signal::Signal;
+pub(crate) use timer::Sleep;
+
+use crate::error::{Error, Result};
+
+/// Who waits: the calling thread, or an async task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Park {
+    /// The blocking API: waits block the thread, round trips run inline.
+    Thread,
+    /// The async API: waits park the task, round trips run on I/O threads.
+    Task,
+}
+
+impl Park {
+    /// Runs `job` — blocking work, a round trip — inline for a thread, on an
+    /// I/O thread for a task. When the task's future is dropped before the
+    /// result reached it, `lost` gets the result (to undo what it did; it
+    /// runs on the I/O thread or in the dropping task, so it must not
+    /// block: hand round trips to [`Park::detach`]).
+    ///
+    /// # Errors
+    /// [`Error::Thread`] when no I/O thread could be started, or one
+    /// stopped without an answer (a bug: the job panicked).
+    pub(crate) async fn io<T: Send + 'static>(
+        self,
+        job: impl FnOnce() -> T + Send + 'static,
+        lost: impl FnOnce(T) + Send + 'static,
+    ) -> Result<T> {
+        match self {
+            Park::Thread => Ok(job()),
+            Park::Task => pool::run(job, lost).await,
+        }
+    }
+
+    /// Runs `job` without waiting for it: inline for a thread (as the
+    /// blocking API always did), on an I/O thread for a task (a drop, a
+    /// cancelled wait leaving its place).
+    pub(crate) fn detach(self, job: impl FnOnce() + Send + 'static) {
+        match self {
+            Park::Thread => job(),
+            Park::Task => {
+                if let Err(job) = pool::spawn(Box::new(job)) {
+                    // No I/O thread: better late on this thread than never.
+                    job();
+                }
+            }
+        }
+    }
+
+    /// Sleeps until `until`.
+    pub(crate) async fn sleep_until(self, until: Instant) {
+        match self {
+            Park::Thread => std::thread::sleep(until.saturating_duration_since(Instant::now())),
+            Park::Task => Sleep::until(until).await,
+        }
+    }
+}
+
+/// The error of an I/O thread that could not run or answer a job.
+fn thread_error(what: &str) -> Error {
+    Error::Thread {
+        source: std::io::Error::other(what.to_owned()),
+    }
+}

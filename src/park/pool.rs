@@ -1,0 +1,193 @@
+//! The I/O threads of waiting tasks: round trips of the async API run here,
+//! never on an executor's thread. One pool for the process, started with
+//! the first job, growing while every thread is busy up to [`THREADS_MAX`];
+//! a job's result goes to its task through a one-shot slot, or — the task's
+//! future dropped meanwhile — to the job's `lost` hook, which undoes it.
+
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Poll, Waker};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::thread_error;
+use crate::error::Result;
+
+/// How many I/O threads at most: round trips are short, and a waiting task
+/// holds none (only a few more threads than the blocking API's, however
+/// many tasks wait).
+pub(crate) const THREADS_MAX: usize = 4;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+struct Pool {
+    jobs: Sender<Job>,
+    queue: Receiver<Job>,
+    threads: AtomicUsize,
+    idle: AtomicUsize,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let (jobs, queue) = unbounded();
+        Pool {
+            jobs,
+            queue,
+            threads: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+        }
+    })
+}
+
+impl Pool {
+    fn work(&self) {
+        loop {
+            self.idle.fetch_add(1, Ordering::SeqCst);
+            let job = self.queue.recv();
+            self.idle.fetch_sub(1, Ordering::SeqCst);
+            match job {
+                // A panicking job (a bug) must not take the thread with it:
+                // its task learns of it through the slot's sender going.
+                Ok(job) => {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Hands `job` to an I/O thread, starting one when none is idle (up to
+/// [`THREADS_MAX`]); gives it back when there is no thread at all.
+pub(super) fn spawn(job: Job) -> std::result::Result<(), Job> {
+    let p = pool();
+    if p.idle.load(Ordering::SeqCst) == 0 {
+        let started = p.threads.fetch_add(1, Ordering::SeqCst);
+        if started < THREADS_MAX {
+            let spawned = std::thread::Builder::new()
+                .name("leasehold-io".into())
+                .spawn(|| pool().work());
+            if let Err(e) = spawned {
+                p.threads.fetch_sub(1, Ordering::SeqCst);
+                tracing::warn!(error = %e, "leasehold: could not start an I/O thread");
+                if started == 0 {
+                    return Err(job);
+                }
+            }
+        } else {
+            p.threads.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    p.jobs.send(job).map_err(|e| e.into_inner())
+}
+
+/// Where a job's result waits for its task.
+struct Slot<T> {
+    value: Option<T>,
+    waker: Option<Waker>,
+    /// The task's future was dropped: the result is the `lost` hook's.
+    gone: bool,
+    /// The job ended without a result (it panicked).
+    failed: bool,
+    lost: Option<Box<dyn FnOnce(T) + Send>>,
+}
+
+/// Sends the job's result to its slot — or, dropped without one, says so.
+struct Reply<T> {
+    slot: Arc<Mutex<Slot<T>>>,
+    sent: bool,
+}
+
+impl<T> Reply<T> {
+    fn send(mut self, value: T) {
+        self.sent = true;
+        let mut slot = self.slot.lock();
+        if slot.gone {
+            let lost = slot.lost.take();
+            drop(slot);
+            if let Some(lost) = lost {
+                lost(value);
+            }
+            return;
+        }
+        slot.value = Some(value);
+        if let Some(waker) = slot.waker.take() {
+            drop(slot);
+            waker.wake();
+        }
+    }
+}
+
+impl<T> Drop for Reply<T> {
+    fn drop(&mut self) {
+        if !self.sent {
+            let mut slot = self.slot.lock();
+            slot.failed = true;
+            if let Some(waker) = slot.waker.take() {
+                drop(slot);
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// The task's end of a job: dropped before the result came, it leaves the
+/// result to the `lost` hook.
+struct Awaiting<T> {
+    slot: Arc<Mutex<Slot<T>>>,
+}
+
+impl<T> Drop for Awaiting<T> {
+    fn drop(&mut self) {
+        let mut slot = self.slot.lock();
+        slot.gone = true;
+        slot.waker = None;
+        // Arrived but not taken: the hook undoes it here.
+        if let (Some(value), Some(lost)) = (slot.value.take(), slot.lost.take()) {
+            drop(slot);
+            lost(value);
+        }
+    }
+}
+
+/// Runs `job` on an I/O thread and waits for its result without blocking.
+pub(super) async fn run<T: Send + 'static>(
+    job: impl FnOnce() -> T + Send + 'static,
+    lost: impl FnOnce(T) + Send + 'static,
+) -> Result<T> {
+    let slot = Arc::new(Mutex::new(Slot {
+        value: None,
+        waker: None,
+        gone: false,
+        failed: false,
+        lost: Some(Box::new(lost)),
+    }));
+    let reply = Reply {
+        slot: Arc::clone(&slot),
+        sent: false,
+    };
+    let awaiting = Awaiting { slot };
+    spawn(Box::new(move || reply.send(job())))
+        .map_err(|_| thread_error("no leasehold I/O thread could be started"))?;
+    poll_fn(|cx| {
+        let mut slot = awaiting.slot.lock();
+        if let Some(value) = slot.value.take() {
+            slot.lost = None;
+            return Poll::Ready(Ok(value));
+        }
+        if slot.failed {
+            return Poll::Ready(Err(thread_error(
+                "a leasehold I/O thread stopped without an answer (a bug: please report it)",
+            )));
+        }
+        match &mut slot.waker {
+            Some(w) => w.clone_from(cx.waker()),
+            None => slot.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    })
+    .await
+}

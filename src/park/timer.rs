@@ -1,0 +1,144 @@
+//! The timer of waiting tasks: one thread for the process, started with the
+//! first task that waits with a deadline, wakes each [`Sleep`] at its
+//! instant. Threads of the blocking API never use it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+#[derive(Default)]
+struct Timers {
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
+    wakers: HashMap<u64, Waker>,
+    started: bool,
+}
+
+struct Wheel {
+    state: Mutex<Timers>,
+    cv: Condvar,
+}
+
+fn wheel() -> &'static Wheel {
+    static WHEEL: OnceLock<Wheel> = OnceLock::new();
+    WHEEL.get_or_init(|| Wheel {
+        state: Mutex::new(Timers::default()),
+        cv: Condvar::new(),
+    })
+}
+
+impl Wheel {
+    fn run(&self) {
+        let mut st = self.state.lock();
+        loop {
+            let now = Instant::now();
+            let mut woken = Vec::new();
+            while let Some(Reverse((at, id))) = st.due.peek().copied() {
+                if at > now {
+                    break;
+                }
+                st.due.pop();
+                if let Some(waker) = st.wakers.remove(&id) {
+                    woken.push(waker);
+                }
+            }
+            if !woken.is_empty() {
+                drop(st);
+                woken.into_iter().for_each(Waker::wake);
+                st = self.state.lock();
+                continue;
+            }
+            match st.due.peek().map(|Reverse((at, _))| *at) {
+                Some(at) => {
+                    self.cv.wait_until(&mut st, at);
+                }
+                None => self.cv.wait(&mut st),
+            }
+        }
+    }
+}
+
+/// A task's sleep until an instant (a future; or registered by hand by a
+/// wait that also waits for a signal).
+pub(crate) struct Sleep {
+    at: Instant,
+    id: u64,
+    registered: bool,
+}
+
+impl Sleep {
+    pub(crate) fn until(at: Instant) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Sleep {
+            at,
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            registered: false,
+        }
+    }
+
+    /// Asks for `waker` to be woken at the instant; true when it has passed
+    /// already.
+    pub(crate) fn register(&mut self, waker: &Waker) -> bool {
+        if self.at <= Instant::now() {
+            return true;
+        }
+        let w = wheel();
+        let mut st = w.state.lock();
+        if !st.started {
+            let spawned = std::thread::Builder::new()
+                .name("leasehold-timer".into())
+                .spawn(|| wheel().run());
+            match spawned {
+                Ok(_) => st.started = true,
+                Err(e) => {
+                    // No timer: the task is polled again at once (it spins
+                    // to its deadline rather than sleep past it).
+                    tracing::warn!(error = %e, "leasehold: could not start the timer thread");
+                    return true;
+                }
+            }
+        }
+        match st.wakers.get_mut(&self.id) {
+            Some(w) => w.clone_from(waker),
+            None => {
+                st.wakers.insert(self.id, waker.clone());
+            }
+        }
+        if !self.registered {
+            self.registered = true;
+            let first = st.due.peek().is_none_or(|Reverse((at, _))| self.at < *at);
+            st.due.push(Reverse((self.at, self.id)));
+            if first {
+                w.cv.notify_one();
+            }
+        }
+        false
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.register(cx.waker()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if self.registered {
+            // Its place in the heap goes when due; the waker goes now.
+            wheel().state.lock().wakers.remove(&self.id);
+        }
+    }
+}

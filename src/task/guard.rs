@@ -1,0 +1,134 @@
+//! `AsyncLockGuard`: the hold of an async acquisition — an owned guard
+//! (`Send`, not reentrant) whose drop hands the release to an I/O thread
+//! (never blocking the task) and whose `unlock().await` is the checked one.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::guard::OwnedLockGuard;
+use crate::park::Park;
+use crate::renewal::LeaseLost;
+
+/// One hold of a distributed lock taken by an async task; dropping it
+/// releases the hold in the background.
+///
+/// Owned by the guard, not by a task or a thread: `Send` and `Sync`, so it
+/// can be held across `.await` in a task that moves between threads, kept
+/// in a struct or handed to another task. Not reentrant: each acquisition
+/// has an owner of its own, so a task that asks for a name it holds waits
+/// for itself (see the README's *Async* section).
+///
+/// Dropping it never blocks: the owner-checked release runs on one of the
+/// library's I/O threads, and a failure is logged through `tracing`.
+/// [`unlock`](Self::unlock)`.await` is the checked release.
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct AsyncLockGuard {
+    guard: Option<OwnedLockGuard>,
+}
+
+impl AsyncLockGuard {
+    pub(crate) fn new(guard: OwnedLockGuard) -> Self {
+        AsyncLockGuard { guard: Some(guard) }
+    }
+
+    fn guard(&self) -> &OwnedLockGuard {
+        match &self.guard {
+            Some(guard) => guard,
+            // Taken only by `unlock(self)` and `drop`, which consume it.
+            None => unreachable!("an AsyncLockGuard keeps its hold until unlock or drop"),
+        }
+    }
+
+    /// The fencing token of this hold, when taken with
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced).
+    pub fn fence(&self) -> Option<u64> {
+        self.guard().fence()
+    }
+
+    /// Whether the lock is still ours as far as this client knows (see
+    /// [`LockGuard::is_held`](crate::LockGuard::is_held)). Never touches
+    /// the network.
+    pub fn is_held(&self) -> bool {
+        self.guard().is_held()
+    }
+
+    /// Until when the lease is known to be ours; `None` once it is not.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.guard().valid_until()
+    }
+
+    /// How long the lease is known to last from now; zero once not held.
+    pub fn remaining(&self) -> Duration {
+        self.guard().remaining()
+    }
+
+    /// The lock name as given.
+    pub fn name(&self) -> &str {
+        self.guard().name()
+    }
+
+    /// The Redis key of the lock.
+    pub fn key(&self) -> &str {
+        self.guard().key()
+    }
+
+    /// The lease this hold was taken with.
+    pub fn lease(&self) -> Duration {
+        self.guard().lease()
+    }
+
+    /// A future that completes with why, once the watchdog finds this
+    /// lease lost — for a `select!` beside the work. It borrows nothing
+    /// (`'static`, `Send`): it may be spawned. An explicit lease is not
+    /// watched: the future then never completes (see
+    /// [`is_held`](Self::is_held)).
+    ///
+    /// ```no_run
+    /// # async fn work() {}
+    /// # async fn run(client: leasehold::AsyncLockClient) -> Result<(), leasehold::Error> {
+    /// let guard = client.lock("rotate:keys").await?;
+    /// let lost = guard.lost();
+    /// # let select = |a, b| async { let _ = (a, b); };
+    /// // e.g. tokio::select! { why = lost => ..., () = work() => ... }
+    /// select(lost, work()).await;
+    /// guard.unlock().await
+    /// # }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = LeaseLost> + Send + 'static {
+        let state = Arc::clone(self.guard().lease_state());
+        async move { state.lost_wait().await }
+    }
+
+    /// Releases this hold, checking that it was still ours; the round trip
+    /// runs on an I/O thread.
+    ///
+    /// # Errors
+    /// As [`LockGuard::unlock`](crate::LockGuard::unlock).
+    pub async fn unlock(mut self) -> Result<()> {
+        match self.guard.take() {
+            Some(guard) => Park::Task.io(move || guard.unlock(), drop).await?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AsyncLockGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            Park::Task.detach(move || drop(guard));
+        }
+    }
+}
+
+impl fmt::Debug for AsyncLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.guard {
+            Some(guard) => f.debug_tuple("AsyncLockGuard").field(guard).finish(),
+            None => f.write_str("AsyncLockGuard(released)"),
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The async face: [`AsyncLockClient`] — the same client (id, line of
+//! waiters, renewal thread, subscriber, in-process queue) as the blocking
+//! [`LockClient`] it is made from, its waits parking tasks instead of
+//! threads (`park::Park::Task`) — and its guard ([`AsyncLockGuard`]).
+//! Thin: the acquire path is the blocking face's own (`acquire`).
+
+mod guard;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use guard::AsyncLockGuard;
+
+use crate::acquire::acquire_hold;
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::inspect::LockInfo;
+use crate::options::{deadline_after, LockOptions};
+use crate::park::Park;
+use crate::raw::Want;
+use crate::shared::Shared;
+use crate::stats::Stats;
+
+/// A lock client for async code: waiting parks the task, not a thread.
+///
+/// Made from a [`LockClient`] ([`LockClient::to_async`]) or a URL
+/// ([`AsyncLockClient::new`]); cheap to clone, and the same client as the
+/// blocking one it was made from — a blocking thread and an async task of
+/// it wait in the same line and hand the lock over to each other.
+///
+/// Runtime-agnostic: no executor is needed or started. A waiting task is
+/// woken by the same unlock message, grant or timer that wakes a blocking
+/// waiter (the timer is one thread for the process); Redis round trips run
+/// on a few I/O threads of the library (at most 4 for the process),
+/// never on the executor's threads. Dropping a future cancels its wait at
+/// once: its place in line is left, and a lock Redis granted it meanwhile
+/// is released.
+///
+/// ```no_run
+/// # async fn pay() {}
+/// # async fn handler() -> Result<(), leasehold::Error> {
+/// let client = leasehold::AsyncLockClient::new("redis://127.0.0.1/")?;
+/// let guard = client.lock("order:pay").await?; // parks the task
+/// pay().await;                                 // held across .await
+/// guard.unlock().await?;                       // or drop: released in the background
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct AsyncLockClient {
+    shared: Arc<Shared>,
+}
+
+impl LockClient {
+    /// The async face of this client: the same client (id, waiters' line,
+    /// renewal, subscriber), for tasks.
+    pub fn to_async(&self) -> AsyncLockClient {
+        AsyncLockClient {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl AsyncLockClient {
+    /// A client for the Redis at `url` with the default settings (see
+    /// [`LockClient::new`]; [`LockClientBuilder`](crate::LockClientBuilder)
+    /// and [`LockClient::to_async`] for the others). Connects lazily.
+    ///
+    /// # Errors
+    /// As [`LockClient::new`].
+    pub fn new(url: &str) -> Result<Self> {
+        LockClient::new(url).map(|c| c.to_async())
+    }
+
+    /// The blocking face of this same client.
+    pub fn blocking(&self) -> LockClient {
+        LockClient {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Takes the lock `name`, waiting as long as it takes; the lease is
+    /// renewed while the guard lives.
+    ///
+    /// # Errors
+    /// As [`LockClient::lock`].
+    pub async fn lock(&self, name: &str) -> Result<AsyncLockGuard> {
+        self.lock_with(name, LockOptions::new()).await
+    }
+
+    /// One attempt: the guard, or `None` when the lock is held elsewhere.
+    ///
+    /// # Errors
+    /// As [`LockClient::try_lock`].
+    pub async fn try_lock(&self, name: &str) -> Result<Option<AsyncLockGuard>> {
+        self.try_lock_with(name, LockOptions::new()).await
+    }
+
+    /// Waits up to `wait`: the guard, or `None` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`LockClient::try_lock_for`].
+    pub async fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<AsyncLockGuard>> {
+        self.try_lock_with(name, LockOptions::new().wait(wait))
+            .await
+    }
+
+    /// Waits until `deadline`: the guard, or `None` when it passed.
+    ///
+    /// # Errors
+    /// As [`LockClient::try_lock_until`].
+    pub async fn try_lock_until(
+        &self,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<Option<AsyncLockGuard>> {
+        self.take(name, LockOptions::new(), Some(deadline)).await
+    }
+
+    /// Takes the fair lock `name` (first come, first served across
+    /// clients), waiting as long as it takes.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub async fn fair_lock(&self, name: &str) -> Result<AsyncLockGuard> {
+        self.lock_with(name, LockOptions::new().fair()).await
+    }
+
+    /// Takes the read side of the read/write lock `name`.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub async fn read_lock(&self, name: &str) -> Result<AsyncLockGuard> {
+        self.lock_with(name, LockOptions::new().read()).await
+    }
+
+    /// Takes the write side of the read/write lock `name`.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub async fn write_lock(&self, name: &str) -> Result<AsyncLockGuard> {
+        self.lock_with(name, LockOptions::new().write()).await
+    }
+
+    /// Takes the lock as `options` say (kind, lease, fencing, a bounded
+    /// wait, a cancel handle); a bounded wait that runs out is
+    /// [`Error::WaitTimedOut`], as for [`LockClient::lock_with`].
+    ///
+    /// # Errors
+    /// As [`LockClient::lock_with`].
+    pub async fn lock_with(&self, name: &str, options: LockOptions) -> Result<AsyncLockGuard> {
+        let waited = options.wait_value();
+        match self.take(name, options, waited.map(deadline_after)).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::WaitTimedOut {
+                name: name.to_owned(),
+                waited: waited.unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// As [`lock_with`](Self::lock_with), but `None` when the wait runs
+    /// out; without [`LockOptions::wait`] one attempt.
+    ///
+    /// # Errors
+    /// As [`LockClient::try_lock_with`].
+    pub async fn try_lock_with(
+        &self,
+        name: &str,
+        options: LockOptions,
+    ) -> Result<Option<AsyncLockGuard>> {
+        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        self.take(name, options, Some(deadline)).await
+    }
+
+    async fn take(
+        &self,
+        name: &str,
+        options: LockOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Option<AsyncLockGuard>> {
+        let want = Want::of(&options, true, Park::Task);
+        let hold = acquire_hold(&self.shared, name, want, deadline).await?;
+        let raw = self.shared.raw();
+        Ok(hold.map(|hold| AsyncLockGuard::new(LockGuard::new(Arc::clone(raw), hold))))
+    }
+
+    /// Runs a call of the blocking client on an I/O thread.
+    async fn offload<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&LockClient) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let client = self.blocking();
+        Park::Task.io(move || call(&client), drop).await?
+    }
+
+    /// Whether the lock `name` is held by anyone (see
+    /// [`LockClient::is_locked`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::is_locked`].
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        let name = name.to_owned();
+        self.offload(move |c| c.is_locked(&name)).await
+    }
+
+    /// Who holds and who waits for the lock `name` (see
+    /// [`LockClient::inspect`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::inspect`].
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
+        let name = name.to_owned();
+        self.offload(move |c| c.inspect(&name)).await
+    }
+
+    /// Deletes the lock `name` whoever holds it — for operators (see
+    /// [`LockClient::force_unlock`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::force_unlock`].
+    pub async fn force_unlock(&self, name: &str) -> Result<bool> {
+        let name = name.to_owned();
+        self.offload(move |c| c.force_unlock(&name)).await
+    }
+
+    /// Checks that Redis answers (see [`LockClient::ping`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::ping`].
+    pub async fn ping(&self) -> Result<Duration> {
+        self.offload(LockClient::ping).await
+    }
+
+    /// This client's counters (shared with its blocking face).
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+}
+
+impl fmt::Debug for AsyncLockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("AsyncLockClient")
+            .field(&self.blocking())
+            .finish()
+    }
+}
