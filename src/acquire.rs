@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::ledger::{Enter, YIELD_WAIT};
+use crate::ledger::{Enter, YieldTo, YIELD_WAIT};
+use crate::notify::Subscription;
 use crate::options::{deadline_min, Cancel};
 use crate::park::{block_on, Park};
 use crate::raw::{Hold, Taken, Waiting, Want};
@@ -90,9 +91,14 @@ async fn take(
     let env = live(shared, want.cancel.as_ref(), want.park);
     // What a lost reply of this owner left here is undone first, riding
     // out an outage as the wait would.
-    wait::ride_out(&env, name, deadline, || waiting.settle()).await?;
+    // The wait loop and the undo of a lost reply live on the heap for the
+    // time they run (one allocation per acquire): a task's future is then
+    // only as large as what it keeps while queued in-process — the state of
+    // most of thousands of waiting tasks.
+    Box::pin(wait::ride_out(&env, name, deadline, || waiting.settle())).await?;
     if waiting.queues_in_process() {
-        return in_turn(shared, waiting, &env, deadline).await;
+        let taken = in_turn(shared, &mut waiting, &env, deadline).await?;
+        return Ok(taken.map(|taken| waiting.held(taken)));
     }
     // A subscription still confirmed (the same waiter's channel lingering,
     // a busy read/write lock) is taken before the first attempt: held
@@ -100,23 +106,22 @@ async fn take(
     // again.
     let mut sub = shared.notifier().resume(&waiting.wait_channel());
     waiting.take_place(deadline);
-    let got = wait::wait_for(&mut waiting, &env, &mut sub, name, deadline).await?;
+    let got = Box::pin(wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)).await?;
     Ok(got.map(|got| waiting.held(Taken::Attempt(got))))
 }
 
 /// A kind with the in-process queue: a turn there (or the lock handed over
-/// by a thread of this client), then Redis.
-async fn in_turn(
+/// by a thread of this client), then Redis. (`waiting` by reference: a
+/// task's future keeps one copy of it while queued.)
+async fn in_turn<'a>(
     shared: &Shared,
-    mut waiting: Waiting<'_>,
+    waiting: &mut Waiting<'a>,
     env: &Live<'_>,
     deadline: Option<Instant>,
-) -> Result<Option<Hold>> {
+) -> Result<Option<Taken<'a>>> {
     let mut turn = match waiting.enter(deadline, env.cancel).await {
         Enter::Turn(turn) => turn,
-        Enter::Granted(sent_at, fence) => {
-            return Ok(Some(waiting.held(Taken::HandedOver(sent_at, fence))));
-        }
+        Enter::Granted(sent_at, fence) => return Ok(Some(Taken::HandedOver(sent_at, fence))),
         Enter::TimedOut => return Ok(None),
         Enter::Abandoned => {
             waiting.abandoned();
@@ -129,36 +134,45 @@ async fn in_turn(
         .take_subscription()
         .or_else(|| shared.notifier().resume_line(waiting.key()));
     if let Some(yield_to) = turn.yield_to.take() {
-        // Our release woke other clients: let them take it first, and try
-        // after the next unlock message (theirs) or a short bound. Without a
-        // subscription yet, subscribe now: our own message came before it,
-        // so any message from here on is someone else's release. Others are
-        // other libraries' waiters: their release only publishes on the
-        // unlock channel, so hear it.
-        let until = deadline_min(deadline, Instant::now() + YIELD_WAIT);
-        let seen = match &sub {
-            Some(s) => {
-                s.listen_unlock(env.park, true, until).await;
-                yield_to.messages
-            }
-            None => {
-                let s = env
-                    .subscribe(&waiting.channels_hearing_unlock(), until)
-                    .await;
-                let seen = s.messages();
-                sub = Some(s);
-                seen
-            }
-        };
-        if let Some(s) = &sub {
-            s.wait_for_message_after(env.park, seen, until).await;
-        }
+        Box::pin(yield_first(waiting, env, &mut sub, yield_to, deadline)).await;
     }
     waiting.begin_turn(&turn, sub.is_some(), deadline);
     let name = waiting.name();
-    let got = wait::wait_for(&mut waiting, env, &mut sub, name, deadline).await;
+    let got = Box::pin(wait::wait_for(waiting, env, &mut sub, name, deadline)).await;
     turn.keep_subscription(sub);
-    Ok(got?.map(|got| waiting.held(Taken::Turn(turn, got))))
+    Ok(got?.map(|got| Taken::Turn(turn, got)))
+}
+
+/// Our release woke other clients: let them take it first, and try after
+/// the next unlock message (theirs) or a short bound. Without a subscription
+/// yet, subscribe now: our own message came before it, so any message from
+/// here on is someone else's release. Others are other libraries' waiters:
+/// their release only publishes on the unlock channel, so hear it.
+async fn yield_first(
+    waiting: &Waiting<'_>,
+    env: &Live<'_>,
+    sub: &mut Option<Subscription>,
+    yield_to: YieldTo,
+    deadline: Option<Instant>,
+) {
+    let until = deadline_min(deadline, Instant::now() + YIELD_WAIT);
+    let seen = match sub.as_ref() {
+        Some(s) => {
+            s.listen_unlock(env.park, true, until).await;
+            yield_to.messages
+        }
+        None => {
+            let s = env
+                .subscribe(&waiting.channels_hearing_unlock(), until)
+                .await;
+            let seen = s.messages();
+            *sub = Some(s);
+            seen
+        }
+    };
+    if let Some(s) = sub.as_ref() {
+        s.wait_for_message_after(env.park, seen, until).await;
+    }
 }
 
 /// The wait loop's view of this client: its notifier, counters, the pool's

@@ -456,3 +456,29 @@ fn a_redisson_waiter_in_the_queue_is_woken_not_granted() {
         "the lock is free for the Redisson waiter to take, not set to it"
     );
 }
+
+/// A hold the release granted directly (no round trip) leaves nothing of
+/// its waiter behind once released: not even its mark (`<place>!` in
+/// `leasehold_fair:{name}`, which once stayed until the hash expired).
+#[test]
+fn a_directly_granted_hold_leaves_no_mark_once_released() {
+    let server = RedisServer::start();
+    let a = LockClient::new(&server.url()).unwrap();
+    let b = LockClient::new(&server.url()).unwrap();
+    let held = a.fair_lock("granted").unwrap();
+    let waiter = thread::spawn(move || {
+        let g = b.fair_lock("granted").unwrap();
+        g.unlock().unwrap();
+        b.stats().acquisitions
+    });
+    let mut con = server.connection();
+    assert!(eventually(Duration::from_secs(5), || queue(
+        &mut con, "granted"
+    )
+    .len()
+        == 1));
+    held.unlock().unwrap();
+    assert_eq!(waiter.join().unwrap(), 1);
+    let marks: Vec<String> = con.hkeys("leasehold_fair:{granted}").unwrap();
+    assert!(marks.is_empty(), "marks left: {marks:?}");
+}

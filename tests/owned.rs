@@ -115,3 +115,28 @@ fn an_owned_guard_of_each_kind_released_on_another_thread_lets_the_next_in() {
         waiter.join().unwrap();
     }
 }
+
+/// An owned hold on an explicit lease that ran out (its guard still alive)
+/// keeps no one of its client out: the next acquire of the name in the same
+/// client — even a single try — takes the in-process turn over and asks
+/// Redis, which decides (it once found the turn taken and gave up).
+#[test]
+fn an_explicit_lease_that_ran_out_does_not_keep_the_same_clients_next_try_out() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let short = LockOptions::new().lease(Duration::from_millis(200));
+    let first = client.lock_owned_with("ran-out", short).unwrap();
+    assert!(client
+        .try_lock_owned_with("ran-out", short)
+        .unwrap()
+        .is_none());
+    thread::sleep(Duration::from_millis(300));
+    assert!(!first.is_held());
+    let second = client.try_lock_owned_with("ran-out", short).unwrap();
+    assert!(
+        second.is_some(),
+        "the lease ran out: the name is free in Redis"
+    );
+    drop(first); // not ours any more: changes nothing
+    assert!(second.unwrap().is_held());
+}

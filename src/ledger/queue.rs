@@ -161,6 +161,7 @@ impl Ledger {
         cancel: Option<&Cancel>,
         forsaken: impl FnOnce() -> Undo,
     ) -> Enter<'a> {
+        // Made only if a queued wait is dropped.
         let waiter = {
             let mut keys = self.keys.lock();
             let entry = entry_of(&mut keys, key);
@@ -189,6 +190,22 @@ impl Ledger {
                 turn.fence = if fresh { None } else { fence };
                 return Enter::Turn(turn);
             }
+            if slot.queue.is_empty()
+                && !slot.attempting
+                && !slot.releasing
+                && !slot.handing
+                && holder_expired(&entry.holds, &slot.active)
+            {
+                // The holder's lease ran out while it kept its guard (an
+                // explicit lease, a lost one): nobody queues behind it —
+                // take the slot over now; Redis decides.
+                entry.holds.retain(|h| h.field != slot.active);
+                slot.active = owner.to_owned();
+                slot.epoch += 1;
+                slot.attempting = true;
+                slot.streak = 0;
+                return Enter::Turn(Turn::new(self, key, slot.epoch, true, true));
+            }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Enter::TimedOut;
             }
@@ -207,7 +224,7 @@ impl Ledger {
             locks: self,
             key,
             waiter: &waiter,
-            undo: Some(forsaken()),
+            forsaken: Some(forsaken),
             done: false,
         };
         self.queued.fetch_add(1, Ordering::Relaxed);
@@ -355,10 +372,7 @@ impl Ledger {
         let mut keys = self.keys.lock();
         let (slot, holds) = slot_of(&mut keys, key)?;
         let first = slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter));
-        let expired = holds.iter().any(|h| {
-            h.field == slot.active && h.count > 0 && h.latest.as_ref().is_some_and(|l| !l.is_held())
-        });
-        if !first || !expired {
+        if !first || !holder_expired(holds, &slot.active) {
             return None;
         }
         // The old holder's guards count for nothing here any more: its
@@ -506,29 +520,37 @@ impl Ledger {
     }
 }
 
+/// Whether the active owner `active` holds guards here on a lease that is
+/// no longer held (ran out, or lost).
+fn holder_expired(holds: &[Held], active: &str) -> bool {
+    holds.iter().any(|h| {
+        h.field == active && h.count > 0 && h.latest.as_ref().is_some_and(|l| !l.is_held())
+    })
+}
+
 /// What undoes a hold in Redis that a dropped task's wait was handed
 /// (`true`: the hand-over's script may still be on its way).
 pub(crate) type Undo = Box<dyn FnOnce(bool) + Send>;
 
 /// A place in the queue while its wait is pending: dropped before the wait
 /// ended (a task's future dropped), it forsakes the place.
-struct Queued<'q> {
+struct Queued<'q, F: FnOnce() -> Undo> {
     locks: &'q Ledger,
     key: &'q str,
     waiter: &'q Arc<Waiter>,
-    undo: Option<Undo>,
+    forsaken: Option<F>,
     done: bool,
 }
 
-impl Drop for Queued<'_> {
+impl<F: FnOnce() -> Undo> Drop for Queued<'_, F> {
     fn drop(&mut self) {
         self.locks.queued.fetch_sub(1, Ordering::Relaxed);
         if self.done {
             return;
         }
         if let Some(in_flight) = self.locks.forsake(self.key, self.waiter) {
-            if let Some(undo) = self.undo.take() {
-                undo(in_flight);
+            if let Some(forsaken) = self.forsaken.take() {
+                forsaken()(in_flight);
             }
         }
     }

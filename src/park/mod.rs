@@ -16,6 +16,9 @@ mod pool;
 mod signal;
 mod timer;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 pub(crate) use block::block_on;
@@ -35,22 +38,25 @@ pub(crate) enum Park {
 
 impl Park {
     /// Runs `job` — blocking work, a round trip — inline for a thread, on an
-    /// I/O thread for a task. When the task's future is dropped before the
-    /// result reached it, `lost` gets the result (to undo what it did; it
-    /// runs on the I/O thread or in the dropping task, so it must not
-    /// block: hand round trips to [`Park::detach`]).
+    /// I/O thread for a task (handed over at once: the future only waits
+    /// for the result, and is small). When the task's future is dropped
+    /// before the result reached it, `lost` gets the result (to undo what
+    /// it did; it runs on the I/O thread or in the dropping task, so it
+    /// must not block: hand round trips to [`Park::detach`]).
     ///
-    /// # Errors
-    /// [`Error::Thread`] when no I/O thread could be started, or one
-    /// stopped without an answer (a bug: the job panicked).
-    pub(crate) async fn io<T: Send + 'static>(
+    /// The future's error is [`Error::Thread`] when no I/O thread could be
+    /// started, or one stopped without an answer (a bug: the job panicked).
+    pub(crate) fn io<T: Send + 'static>(
         self,
         job: impl FnOnce() -> T + Send + 'static,
         lost: impl FnOnce(T) + Send + 'static,
-    ) -> Result<T> {
+    ) -> Io<T> {
         match self {
-            Park::Thread => Ok(job()),
-            Park::Task => pool::run(job, lost).await,
+            Park::Thread => Io::Ready(Some(Ok(job()))),
+            Park::Task => match pool::start(job, lost) {
+                Ok(waiting) => Io::Waiting(waiting),
+                Err(e) => Io::Ready(Some(Err(e))),
+            },
         }
     }
 
@@ -74,6 +80,30 @@ impl Park {
         match self {
             Park::Thread => std::thread::sleep(until.saturating_duration_since(Instant::now())),
             Park::Task => Sleep::until(until).await,
+        }
+    }
+}
+
+/// The result of [`Park::io`]: ready (a thread ran the job), or on its way
+/// from an I/O thread.
+pub(crate) enum Io<T> {
+    Ready(Option<Result<T>>),
+    Waiting(pool::Awaiting<T>),
+}
+
+// Nothing in it is pinned: the slot is behind an `Arc`.
+impl<T> Unpin for Io<T> {}
+
+impl<T> Future for Io<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        match self.get_mut() {
+            Io::Ready(out) => Poll::Ready(
+                out.take()
+                    .unwrap_or_else(|| Err(thread_error("a round trip's result was taken twice"))),
+            ),
+            Io::Waiting(waiting) => waiting.poll(cx),
         }
     }
 }

@@ -4,10 +4,9 @@
 //! a job's result goes to its task through a one-shot slot, or — the task's
 //! future dropped meanwhile — to the job's `lost` hook, which undoes it.
 
-use std::future::poll_fn;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::Mutex;
@@ -136,7 +135,7 @@ impl<T> Drop for Reply<T> {
 
 /// The task's end of a job: dropped before the result came, it leaves the
 /// result to the `lost` hook.
-struct Awaiting<T> {
+pub(crate) struct Awaiting<T> {
     slot: Arc<Mutex<Slot<T>>>,
 }
 
@@ -145,19 +144,23 @@ impl<T> Drop for Awaiting<T> {
         let mut slot = self.slot.lock();
         slot.gone = true;
         slot.waker = None;
-        // Arrived but not taken: the hook undoes it here.
-        if let (Some(value), Some(lost)) = (slot.value.take(), slot.lost.take()) {
+        // Arrived but not taken: the hook undoes it here. (Not arrived: the
+        // hook stays for the I/O thread.)
+        let Some(value) = slot.value.take() else {
+            return;
+        };
+        if let Some(lost) = slot.lost.take() {
             drop(slot);
             lost(value);
         }
     }
 }
 
-/// Runs `job` on an I/O thread and waits for its result without blocking.
-pub(super) async fn run<T: Send + 'static>(
+/// Hands `job` to an I/O thread; its result comes through the returned end.
+pub(super) fn start<T: Send + 'static>(
     job: impl FnOnce() -> T + Send + 'static,
     lost: impl FnOnce(T) + Send + 'static,
-) -> Result<T> {
+) -> Result<Awaiting<T>> {
     let slot = Arc::new(Mutex::new(Slot {
         value: None,
         waker: None,
@@ -172,8 +175,13 @@ pub(super) async fn run<T: Send + 'static>(
     let awaiting = Awaiting { slot };
     spawn(Box::new(move || reply.send(job())))
         .map_err(|_| thread_error("no leasehold I/O thread could be started"))?;
-    poll_fn(|cx| {
-        let mut slot = awaiting.slot.lock();
+    Ok(awaiting)
+}
+
+impl<T> Awaiting<T> {
+    /// The result, once the job ended.
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let mut slot = self.slot.lock();
         if let Some(value) = slot.value.take() {
             slot.lost = None;
             return Poll::Ready(Ok(value));
@@ -188,6 +196,64 @@ pub(super) async fn run<T: Send + 'static>(
             None => slot.waker = Some(cx.waker().clone()),
         }
         Poll::Pending
-    })
-    .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::time::{Duration, Instant};
+
+    fn lost_to(seen: &Arc<AtomicU64>) -> impl FnOnce(u64) + Send + 'static {
+        let seen = Arc::clone(seen);
+        move |v| seen.store(v, Ordering::SeqCst)
+    }
+
+    fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            if Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    #[test]
+    fn a_result_that_arrives_after_its_future_was_dropped_goes_to_the_lost_hook() {
+        let seen = Arc::new(AtomicU64::new(0));
+        let job = || {
+            std::thread::sleep(Duration::from_millis(50));
+            7
+        };
+        drop(start(job, lost_to(&seen)).unwrap());
+        assert!(eventually(|| seen.load(Ordering::SeqCst) == 7));
+    }
+
+    #[test]
+    fn a_result_that_arrived_before_its_future_was_dropped_goes_to_the_lost_hook() {
+        let seen = Arc::new(AtomicU64::new(0));
+        let awaiting = start(|| 9, lost_to(&seen)).unwrap();
+        assert!(eventually(|| awaiting.slot.lock().value.is_some()));
+        drop(awaiting);
+        assert_eq!(seen.load(Ordering::SeqCst), 9);
+    }
+
+    #[test]
+    fn a_result_taken_by_its_task_never_reaches_the_lost_hook() {
+        let seen = Arc::new(AtomicU64::new(0));
+        let mut awaiting = start(|| 5, lost_to(&seen)).unwrap();
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let got = loop {
+            if let Poll::Ready(v) = awaiting.poll(&mut cx) {
+                break v.unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        drop(awaiting);
+        assert_eq!((got, seen.load(Ordering::SeqCst)), (5, 0));
+    }
 }

@@ -171,7 +171,8 @@ return ttl
 /// counter; ARGV message, lease, owner, last (`1`: the owner's
 /// last hold in its client — a count above 1 is stale, from a reply that was
 /// lost). Not ours → nil; more holds (and not the last) → count − 1, 0; the
-/// last → delete, and the first live waiter is
+/// last → delete (and the owner's mark: a hold granted directly kept its
+/// `<place>!`), and the first live waiter is
 /// woken on its own channel, 1: a leasehold waiter (its mark names its
 /// place) by a **grant** — the lock set to it with the grant lease its place
 /// names (its own lease, at most 3 s; see `granted_fn!`), its
@@ -187,6 +188,7 @@ if ARGV[4] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
     return 0
 end
 redis.call('del', KEYS[1])
+redis.call('hdel', KEYS[5], ARGV[3])
 purge(KEYS[5])
 local next = redis.call('lindex', KEYS[2], 0)
 if next then

@@ -289,24 +289,21 @@ impl<'a> Waiting<'a> {
     }
 
     /// Takes a turn in the in-process queue (see `ledger::Ledger::enter`).
-    pub(crate) async fn enter(
-        &self,
+    pub(crate) fn enter<'w>(
+        &'w self,
         deadline: Option<Instant>,
-        cancel: Option<&Cancel>,
-    ) -> Enter<'a> {
-        self.raw
-            .ledger
-            .enter(
-                self.park,
-                &self.key,
-                &self.owner,
-                self.lease,
-                self.fenced,
-                deadline,
-                cancel,
-                || self.forsaken(None),
-            )
-            .await
+        cancel: Option<&'w Cancel>,
+    ) -> impl std::future::Future<Output = Enter<'a>> + 'w {
+        self.raw.ledger.enter(
+            self.park,
+            &self.key,
+            &self.owner,
+            self.lease,
+            self.fenced,
+            deadline,
+            cancel,
+            || self.forsaken(None),
+        )
     }
 
     /// Gave up while a release handed it the lock in-process: what that

@@ -7,6 +7,7 @@
 mod guard;
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,42 +81,55 @@ impl AsyncLockClient {
         }
     }
 
+    // The acquiring methods return their future (no `async fn` layers
+    // around the one acquire): a waiting task's future stays small.
+
     /// Takes the lock `name`, waiting as long as it takes; the lease is
-    /// renewed while the guard lives.
+    /// renewed while the guard lives. Dropping the future cancels the wait.
     ///
     /// # Errors
     /// As [`LockClient::lock`].
-    pub async fn lock(&self, name: &str) -> Result<AsyncLockGuard> {
-        self.lock_with(name, LockOptions::new()).await
+    pub fn lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
+        self.lock_with(name, LockOptions::new())
     }
 
     /// One attempt: the guard, or `None` when the lock is held elsewhere.
     ///
     /// # Errors
     /// As [`LockClient::try_lock`].
-    pub async fn try_lock(&self, name: &str) -> Result<Option<AsyncLockGuard>> {
-        self.try_lock_with(name, LockOptions::new()).await
+    pub fn try_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
+        self.try_lock_with(name, LockOptions::new())
     }
 
-    /// Waits up to `wait`: the guard, or `None` when the wait ran out.
+    /// Waits up to `wait` (counted from the first poll): the guard, or
+    /// `None` when the wait ran out.
     ///
     /// # Errors
     /// As [`LockClient::try_lock_for`].
-    pub async fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<AsyncLockGuard>> {
-        self.try_lock_with(name, LockOptions::new().wait(wait))
-            .await
+    pub fn try_lock_for<'a>(
+        &'a self,
+        name: &'a str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
+        self.take(name, &LockOptions::new(), Until::For(wait), Ok)
     }
 
     /// Waits until `deadline`: the guard, or `None` when it passed.
     ///
     /// # Errors
     /// As [`LockClient::try_lock_until`].
-    pub async fn try_lock_until(
-        &self,
-        name: &str,
+    pub fn try_lock_until<'a>(
+        &'a self,
+        name: &'a str,
         deadline: Instant,
-    ) -> Result<Option<AsyncLockGuard>> {
-        self.take(name, LockOptions::new(), Some(deadline)).await
+    ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
+        self.take(name, &LockOptions::new(), Until::At(deadline), Ok)
     }
 
     /// Takes the fair lock `name` (first come, first served across
@@ -123,41 +137,55 @@ impl AsyncLockClient {
     ///
     /// # Errors
     /// As [`lock`](Self::lock).
-    pub async fn fair_lock(&self, name: &str) -> Result<AsyncLockGuard> {
-        self.lock_with(name, LockOptions::new().fair()).await
+    pub fn fair_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
+        self.lock_with(name, LockOptions::new().fair())
     }
 
     /// Takes the read side of the read/write lock `name`.
     ///
     /// # Errors
     /// As [`lock`](Self::lock).
-    pub async fn read_lock(&self, name: &str) -> Result<AsyncLockGuard> {
-        self.lock_with(name, LockOptions::new().read()).await
+    pub fn read_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
+        self.lock_with(name, LockOptions::new().read())
     }
 
     /// Takes the write side of the read/write lock `name`.
     ///
     /// # Errors
     /// As [`lock`](Self::lock).
-    pub async fn write_lock(&self, name: &str) -> Result<AsyncLockGuard> {
-        self.lock_with(name, LockOptions::new().write()).await
+    pub fn write_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
+        self.lock_with(name, LockOptions::new().write())
     }
 
     /// Takes the lock as `options` say (kind, lease, fencing, a bounded
-    /// wait, a cancel handle); a bounded wait that runs out is
-    /// [`Error::WaitTimedOut`], as for [`LockClient::lock_with`].
+    /// wait counted from the first poll, a cancel handle); a bounded wait
+    /// that runs out is [`Error::WaitTimedOut`], as for
+    /// [`LockClient::lock_with`].
     ///
     /// # Errors
     /// As [`LockClient::lock_with`].
-    pub async fn lock_with(&self, name: &str, options: LockOptions) -> Result<AsyncLockGuard> {
+    pub fn lock_with<'a>(
+        &'a self,
+        name: &'a str,
+        options: LockOptions,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
         let waited = options.wait_value();
-        match self.take(name, options, waited.map(deadline_after)).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::WaitTimedOut {
+        let until = waited.map_or(Until::Forever, Until::For);
+        self.take(name, &options, until, move |got| {
+            got.ok_or_else(|| Error::WaitTimedOut {
                 name: name.to_owned(),
                 waited: waited.unwrap_or_default(),
-            }),
-        }
+            })
+        })
     }
 
     /// As [`lock_with`](Self::lock_with), but `None` when the wait runs
@@ -165,25 +193,37 @@ impl AsyncLockClient {
     ///
     /// # Errors
     /// As [`LockClient::try_lock_with`].
-    pub async fn try_lock_with(
-        &self,
-        name: &str,
+    pub fn try_lock_with<'a>(
+        &'a self,
+        name: &'a str,
         options: LockOptions,
-    ) -> Result<Option<AsyncLockGuard>> {
-        let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.take(name, options, Some(deadline)).await
+    ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
+        let wait = options.wait_value().unwrap_or_default();
+        self.take(name, &options, Until::For(wait), Ok)
     }
 
-    async fn take(
-        &self,
-        name: &str,
-        options: LockOptions,
-        deadline: Option<Instant>,
-    ) -> Result<Option<AsyncLockGuard>> {
-        let want = Want::of(&options, true, Park::Task);
-        let hold = acquire_hold(&self.shared, name, want, deadline).await?;
-        let raw = self.shared.raw();
-        Ok(hold.map(|hold| AsyncLockGuard::new(LockGuard::new(Arc::clone(raw), hold))))
+    /// The one acquire of this face: the lock as `options` say, for an
+    /// owner of its own, waiting `until`; `finish` says what the outcome is
+    /// to the caller (in the one future: no second one around it).
+    fn take<'a, T>(
+        &'a self,
+        name: &'a str,
+        options: &LockOptions,
+        until: Until,
+        finish: impl FnOnce(Option<AsyncLockGuard>) -> Result<T> + Send + 'a,
+    ) -> impl Future<Output = Result<T>> + Send + 'a {
+        let want = Want::of(options, true, Park::Task);
+        let shared = &self.shared;
+        async move {
+            let deadline = match until {
+                Until::Forever => None,
+                Until::For(wait) => Some(deadline_after(wait)),
+                Until::At(at) => Some(at),
+            };
+            let hold = acquire_hold(shared, name, want, deadline).await?;
+            let raw = shared.raw();
+            finish(hold.map(|hold| AsyncLockGuard::new(LockGuard::new(Arc::clone(raw), hold))))
+        }
     }
 
     /// Runs a call of the blocking client on an I/O thread.
@@ -237,6 +277,13 @@ impl AsyncLockClient {
     pub fn stats(&self) -> Stats {
         self.shared.stats()
     }
+}
+
+/// How long an acquire waits (its deadline taken at the first poll).
+enum Until {
+    Forever,
+    For(Duration),
+    At(Instant),
 }
 
 impl fmt::Debug for AsyncLockClient {

@@ -1,0 +1,639 @@
+//! The async API (issue 27) against real servers: an executor's threads
+//! never block (a current-thread runtime keeps a 1 ms ticker on time under
+//! contention and while Redis is stopped), waiting tasks cost no threads and
+//! little memory, a dropped future leaves nothing behind, tasks and threads
+//! of four processes exclude each other, a blocking thread and a task of
+//! one client hand the lock to each other, every kind and `lost()` work
+//! from async code, on tokio and on a second executor (`futures`).
+
+#[path = "child/tasks.rs"]
+mod child;
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::{AsyncLockClient, LockClient, LockOptions};
+use redis::Commands;
+use support::{check_history, child_command, child_done, ChildProcess, Monitor, RedisServer};
+
+/// The tests of this binary count threads and memory of the process: one
+/// at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The longest gap between ticks of a 1 ms ticker task, since the last
+/// `take`.
+#[derive(Clone, Default)]
+struct Ticker {
+    max_gap_us: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    fn spawn(&self) -> tokio::task::JoinHandle<()> {
+        let t = self.clone();
+        tokio::spawn(async move {
+            let mut last = Instant::now();
+            while !t.stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let now = Instant::now();
+                let gap = (now - last).as_micros() as u64;
+                t.max_gap_us.fetch_max(gap, Ordering::Relaxed);
+                last = now;
+            }
+        })
+    }
+
+    fn take(&self) -> Duration {
+        Duration::from_micros(self.max_gap_us.swap(0, Ordering::Relaxed))
+    }
+}
+
+/// The same ticker on an OS thread of its own: how late this machine wakes
+/// a sleeping thread anyway (its load), to tell that from the runtime's.
+fn os_ticker(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Duration> {
+    std::thread::spawn(move || {
+        let mut max = Duration::ZERO;
+        let mut last = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+            let now = Instant::now();
+            max = max.max(now - last);
+            last = now;
+        }
+        max
+    })
+}
+
+/// No gap over 5 ms — or, on a machine that wakes even a bare thread later
+/// than that (CPU load), no gap beyond twice what the bare thread saw.
+fn on_time(gap: Duration, bare: Duration) -> bool {
+    gap <= Duration::from_millis(5).max(bare * 2)
+}
+
+#[test]
+fn a_current_thread_runtime_keeps_a_1ms_ticker_on_time_under_contention_and_a_stopped_redis() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let client = AsyncLockClient::new(&server.url()).unwrap();
+    let rt = current_thread();
+    let stop = Arc::new(AtomicBool::new(false));
+    let bare = os_ticker(Arc::clone(&stop));
+    let (contended, stopped) = rt.block_on(async {
+        let ticker = Ticker::default();
+        let tick = ticker.spawn();
+        // 1,000 tasks lock and unlock 10 contended names, three times each.
+        // (The ticker is measured once all have started: the first poll of
+        // 1,000 tasks spawned at once is the test's own burst of work.)
+        let sections = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..1_000)
+            .map(|i| {
+                let (client, sections) = (client.clone(), Arc::clone(&sections));
+                let started = Arc::clone(&started);
+                tokio::spawn(async move {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..3 {
+                        let g = client.lock(&format!("tick:{}", i % 10)).await.unwrap();
+                        tokio::task::yield_now().await;
+                        g.unlock().await.unwrap();
+                        sections.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        while started.load(Ordering::Relaxed) < 1_000 {
+            tokio::task::yield_now().await;
+        }
+        ticker.take();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(sections.load(Ordering::Relaxed), 3_000);
+        let contended = ticker.take();
+        // Guards alive and waits in progress while Redis is stopped 2 s.
+        let names: Vec<String> = (0..5).map(|i| format!("stop:{i}")).collect();
+        let guards: Vec<_> = futures::future::join_all(names.iter().map(|n| client.lock(n)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let waits: Vec<_> = (0..50)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let opts = LockOptions::new().wait(Duration::from_secs(20));
+                    let g = client.lock_with(&format!("stop:{}", i % 5), opts).await;
+                    g.map(drop)
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ticker.take();
+        server.signal("STOP");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        server.signal("CONT");
+        let stopped = ticker.take();
+        drop(guards); // released in the background
+        for w in waits {
+            w.await.unwrap().unwrap();
+        }
+        let after = ticker.take();
+        ticker.stop.store(true, Ordering::Relaxed);
+        tick.await.unwrap();
+        (contended, stopped.max(after))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let bare = bare.join().unwrap();
+    println!("longest ticker gap: {contended:?} contended, {stopped:?} around a 2 s stop (a bare thread's: {bare:?})");
+    assert!(
+        on_time(contended, bare),
+        "contended: {contended:?} (bare {bare:?})"
+    );
+    assert!(
+        on_time(stopped, bare),
+        "stopped: {stopped:?} (bare {bare:?})"
+    );
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+#[test]
+fn ten_thousand_waiting_tasks_cost_a_handful_of_threads_and_each_gets_its_turn() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let mut holder = ChildProcess::start(&["hold", &server.url(), "many:", "100"]);
+    assert_eq!(holder.line(), "held");
+    let client = AsyncLockClient::new(&server.url()).unwrap();
+    let rt = multi_thread();
+    const TASKS: usize = 10_000;
+    let got = Arc::new(AtomicUsize::new(0));
+    let (before_threads, before_rss) = (threads(), resident_bytes());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let (client, got) = (client.clone(), Arc::clone(&got));
+            rt.spawn(async move {
+                let g = client.lock(&format!("many:{}", i % 100)).await.unwrap();
+                got.fetch_add(1, Ordering::Relaxed);
+                drop(g);
+            })
+        })
+        .collect();
+    let waiting = support::eventually(Duration::from_secs(60), || {
+        client.stats().waiters_parked >= TASKS as u64
+    });
+    assert!(waiting, "waiting: {:?}", client.stats());
+    let (during_threads, during_rss) = (threads(), resident_bytes());
+    let per_task = during_rss.saturating_sub(before_rss) / TASKS as u64;
+    println!(
+        "{TASKS} waiting tasks: {} threads before, {} while waiting; {} bytes resident per waiting task",
+        before_threads, during_threads, per_task
+    );
+    // The I/O threads (at most 4), the timer and the subscriber.
+    assert!(
+        during_threads <= before_threads + 6,
+        "{before_threads} threads before, {during_threads} while waiting"
+    );
+    assert!(per_task <= 2_048, "{per_task} bytes per waiting task");
+    assert_eq!(got.load(Ordering::Relaxed), 0);
+    let started = Instant::now();
+    assert_eq!(holder.ask("release"), "released");
+    rt.block_on(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    println!(
+        "all {TASKS} had their turn {:?} after the release",
+        started.elapsed()
+    );
+    assert_eq!(got.load(Ordering::Relaxed), TASKS);
+}
+
+/// A small deterministic generator (xorshift) for random points.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Every member, field and value of every key on `server` (to look for a
+/// client's id anywhere).
+fn everything(con: &mut redis::Connection) -> Vec<String> {
+    let keys: Vec<String> = con.keys("*").unwrap();
+    let mut all = Vec::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query(con).unwrap();
+        let items: Vec<String> = match kind.as_str() {
+            "hash" => con.hkeys(&key).unwrap(),
+            "zset" => con.zrange(&key, 0, -1).unwrap(),
+            "list" => con.lrange(&key, 0, -1).unwrap(),
+            "set" => con.smembers(&key).unwrap(),
+            "string" => vec![con.get(&key).unwrap()],
+            _ => vec![],
+        };
+        all.extend(items.into_iter().map(|i| format!("{key} {i}")));
+    }
+    all
+}
+
+#[test]
+fn a_thousand_dropped_waits_leave_nothing_in_redis_and_the_next_waiter_gets_in_at_once() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let url = server.url();
+    let mine = LockClient::new(&url).unwrap();
+    // This client's id, as its holds name it.
+    let probe = mine.lock("probe").unwrap();
+    let owner = mine.inspect("probe").unwrap().holders[0].owner.clone();
+    let id = owner.rsplit_once(':').map(|(id, _)| id.to_owned());
+    probe.unlock().unwrap();
+    let client = mine.to_async();
+    let other = LockClient::new(&url).unwrap();
+    let kinds = [
+        ("drop:plain", LockOptions::new()),
+        ("drop:fair", LockOptions::new().fair()),
+        ("drop:rw", LockOptions::new().write()),
+    ];
+    // Another client takes and releases each name all through the storm,
+    // so waits are dropped while queued, while attempting, and after a
+    // release granted them the lock.
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn: Vec<_> = kinds
+        .iter()
+        .map(|(name, opts)| {
+            let (other, stop, name, opts) = (other.clone(), Arc::clone(&stop), *name, *opts);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = other.lock_owned_with(name, opts).unwrap();
+                    std::thread::sleep(Duration::from_millis(3));
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    let rt = multi_thread();
+    let (dropped, held) = rt.block_on(async {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let held = Arc::new(AtomicUsize::new(0));
+        for _ in 0..10 {
+            let batch: Vec<_> = (0..100)
+                .map(|_| {
+                    let (name, opts) = kinds[rng.below(3) as usize];
+                    let after = Duration::from_micros(rng.below(15_000));
+                    let (client, dropped, held) =
+                        (client.clone(), Arc::clone(&dropped), Arc::clone(&held));
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(after, client.lock_with(name, opts)).await {
+                            Err(_) => dropped.fetch_add(1, Ordering::Relaxed),
+                            Ok(g) => {
+                                drop(g.unwrap());
+                                held.fetch_add(1, Ordering::Relaxed)
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in batch {
+                t.await.unwrap();
+            }
+        }
+        (
+            dropped.load(Ordering::Relaxed),
+            held.load(Ordering::Relaxed),
+        )
+    });
+    stop.store(true, Ordering::Relaxed);
+    for c in churn {
+        c.join().unwrap();
+    }
+    println!("{dropped} waits dropped, {held} got the lock first");
+    assert_eq!(dropped + held, 1_000);
+    assert!(dropped >= 500, "most waits must be dropped: {dropped}");
+    // The other client holds every name now; a third waits for each.
+    let guards: Vec<_> = kinds
+        .iter()
+        .map(|(name, opts)| other.lock_owned_with(name, *opts).unwrap())
+        .collect();
+    let mut con = server.connection();
+    let id = id.expect("the client's id in its Debug");
+    let ours = |con: &mut redis::Connection| -> Vec<String> {
+        everything(con)
+            .into_iter()
+            .filter(|i| i.contains(&id) && !i.starts_with("leasehold_client:"))
+            .collect()
+    };
+    assert!(
+        support::eventually(Duration::from_secs(2), || ours(&mut con).is_empty()),
+        "left in redis: {:?}",
+        ours(&mut con)
+    );
+    let third = LockClient::new(&url).unwrap();
+    let waits: Vec<_> = kinds
+        .iter()
+        .map(|(name, opts)| {
+            let (third, name, opts) = (third.clone(), *name, *opts);
+            std::thread::spawn(move || {
+                let g = third
+                    .try_lock_owned_with(name, opts.wait(Duration::from_secs(10)))
+                    .unwrap()
+                    .expect("the next waiter gets in");
+                let at = Instant::now();
+                g.unlock().unwrap();
+                at
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300)); // all three waiting
+    let released = Instant::now();
+    drop(guards);
+    for (w, (name, _)) in waits.into_iter().zip(kinds.iter()) {
+        let took = w.join().unwrap() - released;
+        println!("{name}: the next waiter got in {took:?} after the release");
+        assert!(took < Duration::from_millis(200), "{name}: {took:?}");
+    }
+    // Nothing at all is left but the clients' registrations (for operators).
+    let locks_left = |con: &mut redis::Connection| -> Vec<String> {
+        everything(con)
+            .into_iter()
+            .filter(|i| !i.starts_with("leasehold_client:"))
+            .collect()
+    };
+    assert!(
+        support::eventually(Duration::from_secs(2), || locks_left(&mut con).is_empty()),
+        "keys left: {:?}",
+        locks_left(&mut con)
+    );
+}
+
+#[test]
+fn four_processes_mixing_tasks_and_threads_never_overlap() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    const ROUNDS: usize = 12;
+    let children: Vec<_> = (0..4)
+        .map(|p| {
+            child_command(&[
+                "mixed",
+                &server.url(),
+                "mix",
+                "4",
+                "2",
+                &ROUNDS.to_string(),
+                &format!("p{p}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let done: u64 = children
+        .into_iter()
+        .map(|c| child_done(&c.wait_with_output().unwrap()))
+        .sum();
+    assert_eq!(done, (4 * 6 * ROUNDS) as u64);
+    let (finished, unfinished) = check_history(&mut server.connection(), &["mix"], None);
+    assert_eq!((finished, unfinished), (done, 0));
+}
+
+#[test]
+fn a_thread_and_a_task_of_one_client_hand_the_lock_to_each_other() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let tasks = client.to_async();
+    let rt = multi_thread();
+    for _ in 0..20 {
+        let held = client.lock_owned("hand").unwrap();
+        let waiter = rt.spawn({
+            let tasks = tasks.clone();
+            async move { tasks.lock("hand").await.unwrap() }
+        });
+        std::thread::sleep(Duration::from_millis(5));
+        held.unlock().unwrap();
+        let task_guard = rt.block_on(waiter).unwrap();
+        let thread = std::thread::spawn({
+            let client = client.clone();
+            move || client.lock_owned("hand").unwrap().unlock().unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(5));
+        rt.block_on(task_guard.unlock()).unwrap();
+        thread.join().unwrap();
+    }
+    let handoffs = client.stats().handoffs;
+    println!("{handoffs} in-process handoffs in 40 hand-overs");
+    assert!(handoffs >= 30, "handed over in-process: {handoffs}");
+}
+
+#[test]
+fn every_kind_lost_and_the_operators_calls_from_async_code() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .unwrap()
+        .to_async();
+    let rt = current_thread();
+    rt.block_on(async {
+        // Fenced: tokens grow.
+        let a = client
+            .lock_with("k:fenced", LockOptions::new().fenced())
+            .await
+            .unwrap();
+        let t1 = a.fence().unwrap();
+        a.unlock().await.unwrap();
+        let b = client
+            .lock_with("k:fenced", LockOptions::new().fenced())
+            .await
+            .unwrap();
+        assert!(b.fence().unwrap() > t1);
+        drop(b);
+        // Fair, read/write: two readers share, a writer waits for both.
+        let f = client.fair_lock("k:fair").await.unwrap();
+        assert!(client
+            .try_lock_with("k:fair", LockOptions::new().fair())
+            .await
+            .unwrap()
+            .is_none());
+        drop(f);
+        let r1 = client.read_lock("k:rw").await.unwrap();
+        let r2 = client.read_lock("k:rw").await.unwrap();
+        let opts = LockOptions::new().write().wait(Duration::from_millis(200));
+        let started = Instant::now();
+        assert!(client.try_lock_with("k:rw", opts).await.unwrap().is_none());
+        assert!(started.elapsed() >= Duration::from_millis(190));
+        drop((r1, r2));
+        let w = client.write_lock("k:rw").await.unwrap();
+        w.unlock().await.unwrap();
+        // A bounded wait: `lock_with` times out as an error, `try_*` as None.
+        let held = client.lock("k:held").await.unwrap();
+        let e = client
+            .lock_with(
+                "k:held",
+                LockOptions::new().wait(Duration::from_millis(100)),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is_wait_timeout(), "{e:?}");
+        assert!(client
+            .try_lock_for("k:held", Duration::from_millis(50))
+            .await
+            .unwrap()
+            .is_none());
+        // An explicit lease runs out.
+        let leased = client
+            .lock_with(
+                "k:lease",
+                LockOptions::new().lease(Duration::from_millis(200)),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!leased.is_held());
+        assert!(client.try_lock("k:lease").await.unwrap().is_some());
+        // Operators' calls.
+        let info = client.inspect("k:held").await.unwrap();
+        assert_eq!(info.holders.len(), 1, "{info:?}");
+        assert!(client.is_locked("k:held").await.unwrap());
+        assert!(client.force_unlock("k:held").await.unwrap());
+        // `lost()`: the key removed, the watchdog finds it gone.
+        let lost = held.lost();
+        let why = tokio::time::timeout(Duration::from_secs(3), lost).await;
+        assert!(why.is_ok(), "lost() never completed");
+        assert!(!held.is_held());
+        assert!(held.unlock().await.unwrap_err().is_not_held());
+    });
+}
+
+#[test]
+fn uncontended_async_lock_unlock_is_two_round_trips() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let client = AsyncLockClient::new(&server.url()).unwrap();
+    let rt = current_thread();
+    rt.block_on(async {
+        client.lock("rt").await.unwrap().unlock().await.unwrap();
+    });
+    let monitor = Monitor::start(&server);
+    const N: usize = 50;
+    rt.block_on(async {
+        for _ in 0..N {
+            client.lock("rt").await.unwrap().unlock().await.unwrap();
+        }
+    });
+    let sent = monitor.client_commands();
+    let lock_path: Vec<_> = sent
+        .iter()
+        .filter(|c| *c != "hset" && *c != "pexpire")
+        .collect();
+    assert_eq!(lock_path.len(), 2 * N, "{sent:?}");
+    assert!(lock_path.iter().all(|c| *c == "evalsha"), "{sent:?}");
+}
+
+/// A second executor: `futures`' single-threaded pool and thread pool.
+#[test]
+fn the_futures_executors_wait_time_out_and_cancel() {
+    use futures::task::SpawnExt;
+    let _serial = serial();
+    let server = RedisServer::start();
+    let client = AsyncLockClient::new(&server.url()).unwrap();
+    let inside = Arc::new(AtomicBool::new(false));
+    let sections = Arc::new(AtomicUsize::new(0));
+    let mut pool = futures::executor::LocalPool::new();
+    for _ in 0..40 {
+        let (client, inside, sections) =
+            (client.clone(), Arc::clone(&inside), Arc::clone(&sections));
+        pool.spawner()
+            .spawn(async move {
+                for _ in 0..5 {
+                    let g = client.lock("fx").await.unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two inside");
+                    futures::future::ready(()).await;
+                    inside.store(false, Ordering::SeqCst);
+                    g.unlock().await.unwrap();
+                    sections.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .unwrap();
+    }
+    pool.run();
+    assert_eq!(sections.load(Ordering::Relaxed), 200);
+    let threads = futures::executor::ThreadPool::builder()
+        .pool_size(2)
+        .create()
+        .unwrap();
+    let held = futures::executor::block_on(client.lock("fx:held")).unwrap();
+    let bounded = threads
+        .spawn_with_handle({
+            let client = client.clone();
+            async move {
+                let started = Instant::now();
+                let got = client
+                    .try_lock_for("fx:held", Duration::from_millis(300))
+                    .await
+                    .unwrap();
+                (got.is_none(), started.elapsed())
+            }
+        })
+        .unwrap();
+    let (timed_out, took) = futures::executor::block_on(bounded);
+    assert!(timed_out);
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    // A wait dropped (cancelled by a select) leaves the line at once: the
+    // next wait gets the lock as soon as it is free.
+    futures::executor::block_on(async {
+        let wait = std::pin::pin!(client.lock("fx:held"));
+        let now = std::pin::pin!(futures::future::ready(()));
+        futures::future::select(wait, now).await;
+    });
+    let next = threads
+        .spawn_with_handle({
+            let client = client.clone();
+            async move { client.lock("fx:held").await.unwrap() }
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let released = Instant::now();
+    futures::executor::block_on(held.unlock()).unwrap();
+    let g = futures::executor::block_on(next);
+    assert!(released.elapsed() < Duration::from_secs(1));
+    drop(g);
+}
