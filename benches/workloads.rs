@@ -12,6 +12,9 @@
 //! - W3 many names: 8 threads on distinct names. Floor: the raw pair on 8
 //!   connections.
 //! - W4 renewal: 100,000 live watchdog guards (see `common/w4.rs`).
+//! - A1 / A2c, the async API: one task's lock + unlock against W1's blocking
+//!   pairs, and 8 tasks with a client each in the W2c shape (see
+//!   `common/tasks.rs`).
 //! - Handoff floors beside W2c: a token ring over `BLPOP` and a bare grant
 //!   lock, the least a handoff through Redis costs (see `common/floors.rs`).
 //!
@@ -37,6 +40,8 @@ mod floors;
 mod measure;
 #[path = "common/table.rs"]
 mod table;
+#[path = "common/tasks.rs"]
+mod tasks;
 #[path = "common/uncontended.rs"]
 mod uncontended;
 #[path = "common/w4.rs"]
@@ -163,6 +168,11 @@ fn main() {
                     );
                 }
             }
+            "async" => {
+                let a = tasks::a1(&url, secs);
+                let (w2c_lh, a2c) = (w2c(Kind::Leasehold, &url, secs), tasks::a2c(&url, secs));
+                println!("{}", table::async_lines(&a, &w2c_lh, &a2c));
+            }
             "floors" => {
                 let f = floors::measure(&url, secs);
                 println!("{}", table::floors_line(&f, rtt));
@@ -176,7 +186,9 @@ fn main() {
                 );
             }
             other => {
-                eprintln!("BENCH_ONLY: w1, w3, w2p, w2c, w2P, floors, w5 or fair, not {other}")
+                eprintln!(
+                    "BENCH_ONLY: w1, w3, w2p, w2c, w2P, async, floors, w5 or fair, not {other}"
+                )
             }
         }
         return;
@@ -189,6 +201,18 @@ fn main() {
     let (w2p_raw, w2p_lh) = median_round(rounds, |k| w2p(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] W2c 8 threads, a client each: raw spin floor, then leasehold…");
     let (w2c_raw, w2c_lh) = median_round(rounds, |k| w2c(k, &url, secs), |c| c.pairs_per_s);
+    eprintln!("[{mode}] A1 / A2c the async API: one task uncontended, 8 tasks a client each…");
+    let a1 = tasks::a1(&url, secs);
+    // Each round: W2c's blocking threads, then the tasks; the median
+    // round's pair is compared.
+    let (a2c_w2c, a2c) = median_round(
+        rounds,
+        |k| match k {
+            Kind::Raw => w2c(Kind::Leasehold, &url, secs),
+            _ => tasks::a2c(&url, secs),
+        },
+        |c| c.pairs_per_s,
+    );
     eprintln!("[{mode}] W2P 8 processes x 1 thread: raw spin floor, then leasehold…");
     let (w2pp_raw, w2pp_lh) = median_round(rounds, |k| w2pp(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] handoff floors: a token ring, a bare grant lock…");
@@ -219,6 +243,9 @@ fn main() {
         w2p_lh,
         w2c_raw,
         w2c_lh,
+        a1,
+        a2c_w2c,
+        a2c,
         w2pp_raw,
         w2pp_lh,
         floors,

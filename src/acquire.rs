@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::ledger::{Enter, YieldTo, YIELD_WAIT};
+use crate::ledger::{Enter, Turn, YieldTo, YIELD_WAIT};
 use crate::notify::Subscription;
 use crate::options::{deadline_min, Cancel};
 use crate::park::{block_on, Park};
@@ -97,7 +97,20 @@ async fn take(
     // most of thousands of waiting tasks.
     Box::pin(wait::ride_out(&env, name, deadline, || waiting.settle())).await?;
     if waiting.queues_in_process() {
-        let taken = in_turn(shared, &mut waiting, &env, deadline).await?;
+        // A turn in the client's queue first (or the lock handed over by a
+        // release of this client): where most waiting tasks wait, so the
+        // rest of the turn lives on the heap for the time it runs.
+        let taken = match waiting.enter(deadline, env.cancel).await {
+            Enter::Turn(turn) => {
+                Box::pin(in_turn(shared, &mut waiting, &env, turn, deadline)).await?
+            }
+            Enter::Granted(sent_at, fence) => Some(Taken::HandedOver(sent_at, fence)),
+            Enter::TimedOut => None,
+            Enter::Abandoned => {
+                waiting.abandoned();
+                None
+            }
+        };
         return Ok(taken.map(|taken| waiting.held(taken)));
     }
     // A subscription still confirmed (the same waiter's channel lingering,
@@ -110,35 +123,25 @@ async fn take(
     Ok(got.map(|got| waiting.held(Taken::Attempt(got))))
 }
 
-/// A kind with the in-process queue: a turn there (or the lock handed over
-/// by a thread of this client), then Redis. (`waiting` by reference: a
-/// task's future keeps one copy of it while queued.)
+/// A kind with the in-process queue, its turn there taken: Redis.
 async fn in_turn<'a>(
     shared: &Shared,
     waiting: &mut Waiting<'a>,
     env: &Live<'_>,
+    mut turn: Turn<'a>,
     deadline: Option<Instant>,
 ) -> Result<Option<Taken<'a>>> {
-    let mut turn = match waiting.enter(deadline, env.cancel).await {
-        Enter::Turn(turn) => turn,
-        Enter::Granted(sent_at, fence) => return Ok(Some(Taken::HandedOver(sent_at, fence))),
-        Enter::TimedOut => return Ok(None),
-        Enter::Abandoned => {
-            waiting.abandoned();
-            return Ok(None);
-        }
-    };
     // A subscription still confirmed (a busy name) is taken before the first
     // attempt: held elsewhere, the waiter parks at once.
     let mut sub = turn
         .take_subscription()
         .or_else(|| shared.notifier().resume_line(waiting.key()));
     if let Some(yield_to) = turn.yield_to.take() {
-        Box::pin(yield_first(waiting, env, &mut sub, yield_to, deadline)).await;
+        yield_first(waiting, env, &mut sub, yield_to, deadline).await;
     }
     waiting.begin_turn(&turn, sub.is_some(), deadline);
     let name = waiting.name();
-    let got = Box::pin(wait::wait_for(waiting, env, &mut sub, name, deadline)).await;
+    let got = wait::wait_for(waiting, env, &mut sub, name, deadline).await;
     turn.keep_subscription(sub);
     Ok(got?.map(|got| Taken::Turn(turn, got)))
 }

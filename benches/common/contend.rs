@@ -23,6 +23,8 @@ pub(crate) enum Kind {
     Leasehold,
     /// leasehold's fair lock (`LockOptions::fair`).
     Fair,
+    /// leasehold's async API (`AsyncLockClient`), tasks not threads.
+    Async,
 }
 
 impl Kind {
@@ -31,6 +33,7 @@ impl Kind {
             Kind::Raw => "raw",
             Kind::Leasehold => "leasehold",
             Kind::Fair => "fair",
+            Kind::Async => "async",
         }
     }
 }
@@ -100,7 +103,7 @@ impl Shared {
         Shared { file }
     }
 
-    fn open(path: &Path) -> Self {
+    pub(crate) fn open(path: &Path) -> Self {
         Shared {
             file: File::options().read(true).write(true).open(path).unwrap(),
         }
@@ -138,7 +141,7 @@ impl Tally {
     /// The critical section: check nobody is inside, ~20 µs of work, a
     /// non-atomic counter increment. Returns the release timestamp to write
     /// just before unlocking.
-    fn critical_section(&mut self, shared: &Shared, me: u64, per_client: u64) {
+    pub(crate) fn critical_section(&mut self, shared: &Shared, me: u64, per_client: u64) {
         let entered = now_ns();
         let [counter, inside, last_release, last_worker] = shared.read();
         if inside != 0 {
@@ -232,6 +235,7 @@ pub(crate) fn contend(
                             tally.critical_section(&shared, me, per_client);
                             g.unlock().unwrap();
                         }
+                        Kind::Async => unreachable!("tasks contend in `tasks::contend_tasks`"),
                     }
                 }
                 (tally, client.stats().handoffs)
@@ -348,7 +352,7 @@ pub(crate) fn w2c(kind: Kind, url: &str, secs: f64) -> Contended {
 /// One contended run on the name `tag`: a fresh shared record, Redis's
 /// command counters around `work` (which returns the workers' tallies and
 /// the in-process handoffs), then the summary.
-fn measured(
+pub(crate) fn measured(
     kind: Kind,
     tag: &str,
     url: &str,

@@ -3,6 +3,7 @@
 
 use crate::contend::Contended;
 use crate::floors::Floors;
+use crate::tasks::AsyncUncontended;
 use crate::uncontended::Uncontended;
 use crate::w4::W4;
 use std::process::Command;
@@ -21,6 +22,10 @@ pub struct Results {
     pub w2p_lh: Contended,
     pub w2c_raw: Contended,
     pub w2c_lh: Contended,
+    pub a1: AsyncUncontended,
+    /// W2c measured in the same rounds as A2c (its median round's).
+    pub a2c_w2c: Contended,
+    pub a2c: Contended,
     pub w2pp_raw: Contended,
     pub w2pp_lh: Contended,
     pub floors: Floors,
@@ -56,6 +61,9 @@ pub fn render(r: &Results) -> String {
         w2p_lh,
         w2c_raw,
         w2c_lh,
+        a1,
+        a2c_w2c,
+        a2c,
         w2pp_raw,
         w2pp_lh,
         floors,
@@ -294,6 +302,10 @@ pub fn render(r: &Results) -> String {
             None,
         );
     }
+    // The async API against the blocking figures of the same run.
+    for (f, blocking, asynch, ratio, target, ok) in async_rows(a1, a2c_w2c, a2c) {
+        row("A async API", &f, blocking, asynch, ratio, target, Some(ok));
+    }
     // What "≤ 3 RTT" asks, measured: the least a handoff through Redis
     // costs here, with no lock at all and with the barest grant lock.
     for (f, floor) in [
@@ -434,4 +446,62 @@ pub fn floors_line(f: &Floors, rtt: f64) -> String {
         f.bare.per_s,
         f.bare.redis_us_per_cs
     )
+}
+
+/// The async API's rows: (figure, blocking, async, ratio, target, met).
+fn async_rows(
+    a1: &AsyncUncontended,
+    w2c: &Contended,
+    a2c: &Contended,
+) -> Vec<(String, String, String, String, &'static str, bool)> {
+    let rate = a2c.pairs_per_s / w2c.pairs_per_s;
+    let p50 = a2c.handoff_p50_us / w2c.handoff_p50_us;
+    vec![
+        (
+            "A1 one task, lock+unlock pairs/s (blocking: W1's, same blocks)".into(),
+            format!("{:.0}", a1.blocking_rate),
+            format!("{:.0}", a1.async_rate),
+            format!("{:.2}", a1.ratio),
+            "≥ 0.90",
+            a1.ratio >= 0.90,
+        ),
+        (
+            "A2c 8 tasks, a client each: critical sections/s (blocking: W2c)".into(),
+            format!("{:.0}", w2c.pairs_per_s),
+            format!("{:.0}", a2c.pairs_per_s),
+            format!("{rate:.2}"),
+            "≥ 1.0",
+            rate >= 1.0,
+        ),
+        (
+            "A2c handoff p50 / p99 µs (blocking: W2c)".into(),
+            format!("{:.0} / {:.0}", w2c.handoff_p50_us, w2c.handoff_p99_us),
+            format!("{:.0} / {:.0}", a2c.handoff_p50_us, a2c.handoff_p99_us),
+            format!("p50 {p50:.2}×"),
+            "p50 ≤ 1.2×",
+            p50 <= 1.2,
+        ),
+        (
+            "A2c client commands / CS".into(),
+            format!("{:.2}", w2c.client_cmds_per_cs),
+            format!("{:.2}", a2c.client_cmds_per_cs),
+            String::new(),
+            "≤ 3",
+            a2c.client_cmds_per_cs <= 3.0,
+        ),
+    ]
+}
+
+/// The async rows alone, as lines (`BENCH_ONLY=async`).
+pub fn async_lines(a1: &AsyncUncontended, w2c: &Contended, a2c: &Contended) -> String {
+    async_rows(a1, w2c, a2c)
+        .into_iter()
+        .map(|(f, b, a, r, target, ok)| {
+            format!(
+                "{f}: blocking {b}, async {a}, {r} (target {target}: {})",
+                met(ok)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

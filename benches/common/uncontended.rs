@@ -141,7 +141,7 @@ pub(crate) fn w3(kind: Kind, url: &str, secs: f64) -> f64 {
                             assert!(raw.try_lock(&name));
                             raw.unlock(&name);
                         }
-                        Kind::Leasehold | Kind::Fair => {
+                        Kind::Leasehold | Kind::Fair | Kind::Async => {
                             client.lock(&name).unwrap().unlock().unwrap()
                         }
                     }

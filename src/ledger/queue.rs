@@ -228,22 +228,10 @@ impl Ledger {
             done: false,
         };
         self.queued.fetch_add(1, Ordering::Relaxed);
-        let entered = self
-            .wait_in_queue(park, key, &waiter, deadline, cancel)
-            .await;
-        queued.done = true;
-        entered
-    }
-
-    async fn wait_in_queue<'a>(
-        &'a self,
-        park: Park,
-        key: &str,
-        waiter: &Arc<Waiter>,
-        deadline: Option<Instant>,
-        cancel: Option<&Cancel>,
-    ) -> Enter<'a> {
-        loop {
+        // (The queue's wait is written out here, not in a function of its
+        // own: a waiting task's future is smaller for it.)
+        let waiter = &waiter;
+        let entered = loop {
             // The first in the queue also watches the holder's lease.
             let lease_end = self.holder_lease_end(key, waiter);
             let due = match (deadline, lease_end) {
@@ -271,13 +259,13 @@ impl Ledger {
                 })
                 .await;
             match woke {
-                Some(WaitState::Granted(at, fence)) => return Enter::Granted(at, fence),
+                Some(WaitState::Granted(at, fence)) => break Enter::Granted(at, fence),
                 Some(WaitState::Promoted(epoch, yield_to)) => {
                     let mut turn = Turn::new(self, key, epoch, true, true);
                     turn.yield_to = yield_to;
-                    return Enter::Turn(turn);
+                    break Enter::Turn(turn);
                 }
-                Some(WaitState::Abandoned) => return Enter::Abandoned,
+                Some(WaitState::Abandoned) => break Enter::Abandoned,
                 // Nudged: look at the lease again.
                 Some(WaitState::Queued | WaitState::Handing) => continue,
                 None => {}
@@ -289,7 +277,7 @@ impl Ledger {
                 match *state {
                     WaitState::Handing if given_up => {
                         *state = WaitState::Abandoned;
-                        return Enter::Abandoned;
+                        break Enter::Abandoned;
                     }
                     WaitState::Queued => {}
                     _ => continue, // the outcome came meanwhile, or a slice ended
@@ -300,13 +288,15 @@ impl Ledger {
             }
             if given_up {
                 if self.leave_queue(key, waiter) {
-                    return Enter::TimedOut;
+                    break Enter::TimedOut;
                 }
                 // Popped meanwhile: the releaser's outcome decides.
             } else if let Some(epoch) = self.take_over(key, waiter) {
-                return Enter::Turn(Turn::new(self, key, epoch, true, true));
+                break Enter::Turn(Turn::new(self, key, epoch, true, true));
             }
-        }
+        };
+        queued.done = true;
+        entered
     }
 
     /// A task's wait dropped while `waiter` was queued: leaves the queue —

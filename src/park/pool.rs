@@ -21,6 +21,9 @@ pub(crate) const THREADS_MAX: usize = 4;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// How long an I/O thread looks for the next job before it parks.
+const LINGER: std::time::Duration = std::time::Duration::from_micros(50);
+
 struct Pool {
     jobs: Sender<Job>,
     queue: Receiver<Job>,
@@ -45,7 +48,22 @@ impl Pool {
     fn work(&self) {
         loop {
             self.idle.fetch_add(1, Ordering::SeqCst);
-            let job = self.queue.recv();
+            // A task's next round trip usually follows its last at once
+            // (an unlock after a lock): look for it a little while, giving
+            // the CPU away, before parking.
+            let mut job = None;
+            let look = std::time::Instant::now();
+            while look.elapsed() < LINGER {
+                if let Ok(j) = self.queue.try_recv() {
+                    job = Some(j);
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            let job = match job {
+                Some(j) => Ok(j),
+                None => self.queue.recv(),
+            };
             self.idle.fetch_sub(1, Ordering::SeqCst);
             match job {
                 // A panicking job (a bug) must not take the thread with it:

@@ -57,7 +57,14 @@ impl Signal {
         let mut tasks = self.tasks.lock();
         match tasks.iter_mut().find(|(i, _)| *i == id) {
             Some((_, w)) => w.clone_from(waker),
-            None => tasks.push((id, waker.clone())),
+            None => {
+                // Most signals have one waiter (a queued task's own): no
+                // room for four.
+                if tasks.capacity() == 0 {
+                    tasks.reserve_exact(1);
+                }
+                tasks.push((id, waker.clone()));
+            }
         }
     }
 
