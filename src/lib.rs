@@ -174,9 +174,13 @@
 //!   stays on the thread that took it. A hold that must move — to another
 //!   thread, into a struct, across a thread pool — is an [`OwnedLockGuard`]
 //!   ([`LockClient::lock_owned`]): `Send`, not reentrant.
-//! - **Async code**: the calls block, so call them in
-//!   `tokio::task::spawn_blocking` (or a thread of your own); a hold that
-//!   lives across `.await` points is an [`OwnedLockGuard`].
+//! - **Async code**: [`AsyncLockClient`] ([`LockClient::to_async`]) is the
+//!   same client for tasks: a wait parks the task (no thread), round trips
+//!   run on the library's I/O threads (never the executor's), dropping a
+//!   future cancels its wait and leaves nothing in Redis, and an
+//!   [`AsyncLockGuard`] is `Send` (held across `.await`; not reentrant) and
+//!   releases in the background on drop. No executor is needed or started.
+//!   Don't call the blocking [`LockClient`] from an `async fn`.
 //!
 //! # Errors
 //! Every fallible call returns [`Error`]: bad input, Redis faults and a lock
