@@ -551,9 +551,15 @@ fn every_kind_lost_and_the_operators_calls_from_async_code() {
         // `lost()`: the key removed, the watchdog finds it gone.
         let lost = held.lost();
         let why = tokio::time::timeout(Duration::from_secs(3), lost).await;
-        assert!(why.is_ok(), "lost() never completed");
+        assert!(matches!(why, Ok(Some(_))), "lost() said {why:?}");
         assert!(!held.is_held());
         assert!(held.unlock().await.unwrap_err().is_not_held());
+        // A watcher spawned on a hold that is then released ends with None.
+        let g = client.lock("k:watched").await.unwrap();
+        let watcher = tokio::spawn(g.lost());
+        g.unlock().await.unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(2), watcher).await;
+        assert!(matches!(ended, Ok(Ok(None))), "{ended:?}");
     });
 }
 
@@ -653,4 +659,41 @@ fn the_futures_executors_wait_time_out_and_cancel() {
     let g = futures::executor::block_on(next);
     assert!(released.elapsed() < Duration::from_secs(1));
     drop(g);
+}
+
+/// The I/O threads are shared by the process: calls stuck on a Redis that
+/// stopped answering must not hold up a client of another, healthy one.
+#[test]
+fn a_stopped_redis_holds_up_no_client_of_another() {
+    let _serial = serial();
+    let (stuck, healthy) = (RedisServer::start(), RedisServer::start());
+    let blocked = AsyncLockClient::new(&stuck.url()).unwrap();
+    let fine = AsyncLockClient::new(&healthy.url()).unwrap();
+    let rt = multi_thread();
+    rt.block_on(async {
+        // Both connected before the stop.
+        blocked.lock("warm").await.unwrap().unlock().await.unwrap();
+        fine.lock("warm").await.unwrap().unlock().await.unwrap();
+    });
+    stuck.signal("STOP");
+    let waits: Vec<_> = (0..8)
+        .map(|i| {
+            let blocked = blocked.clone();
+            rt.spawn(async move { blocked.try_lock(&format!("stuck:{i}")).await })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50)); // every I/O thread stuck
+    let started = Instant::now();
+    rt.block_on(async {
+        for _ in 0..20 {
+            fine.lock("healthy").await.unwrap().unlock().await.unwrap();
+        }
+    });
+    let took = started.elapsed();
+    stuck.signal("CONT");
+    for w in waits {
+        let _ = rt.block_on(w).unwrap();
+    }
+    println!("20 locks on a healthy server took {took:?} while the other was stopped");
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }

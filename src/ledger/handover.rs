@@ -164,14 +164,19 @@ impl Handover<'_> {
     /// What Redis did with the release. Unless the lock was handed over,
     /// the next queued thread tries Redis itself (after the other clients
     /// woken by this release, when there were some).
-    pub(crate) fn finish(mut self, outcome: Outcome) {
-        if !self.finished {
-            self.finished = true;
-            self.complete(outcome);
+    ///
+    /// Returns the owner and lease of a waiter the lock was handed to in
+    /// Redis after it had given up (its deadline, a task's dropped future):
+    /// the caller, who knows the script ran, undoes that hold.
+    pub(crate) fn finish(mut self, outcome: Outcome) -> Option<(String, Duration)> {
+        if self.finished {
+            return None;
         }
+        self.finished = true;
+        self.complete(outcome)
     }
 
-    fn complete(&mut self, outcome: Outcome) {
+    fn complete(&mut self, outcome: Outcome) -> Option<(String, Duration)> {
         let mut keys = self.locks.keys.lock();
         if self.next.is_some() {
             if let Some((slot, _)) = slot_of(&mut keys, self.key) {
@@ -194,10 +199,11 @@ impl Handover<'_> {
                     self.locks.handoffs.fetch_add(1, Ordering::Relaxed);
                 } else {
                     // It gave up meanwhile: the lock is its owner's in Redis
-                    // (its caller undoes that); nobody holds it here.
+                    // (the releaser undoes that); nobody holds it here.
                     let dropped = self.locks.promote(&mut keys, self.key);
                     drop(keys);
                     drop(dropped);
+                    return Some((next.owner.clone(), next.lease));
                 }
             }
             (Some(next), outcome) => {
@@ -231,6 +237,7 @@ impl Handover<'_> {
                 drop(dropped);
             }
         }
+        None
     }
 }
 
@@ -238,7 +245,7 @@ impl Drop for Handover<'_> {
     fn drop(&mut self) {
         if !self.finished {
             self.finished = true;
-            self.complete(Outcome::Other);
+            let _ = self.complete(Outcome::Other);
         }
     }
 }

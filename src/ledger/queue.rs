@@ -111,7 +111,7 @@ impl Waiter {
     /// be first in the queue now).
     pub(super) fn nudge(&self) {
         let _state = self.state.lock();
-        self.nudges.fetch_add(1, Ordering::Relaxed);
+        self.nudges.fetch_add(1, Ordering::SeqCst);
         self.cv.notify_one();
     }
 }
@@ -232,6 +232,9 @@ impl Ledger {
         // own: a waiting task's future is smaller for it.)
         let waiter = &waiter;
         let entered = loop {
+            // Nudges from here on are news: read before what they announce
+            // (a new first in the queue, a new lease) is looked at.
+            let seen = waiter.nudges.load(Ordering::SeqCst);
             // The first in the queue also watches the holder's lease.
             let lease_end = self.holder_lease_end(key, waiter);
             let due = match (deadline, lease_end) {
@@ -246,12 +249,11 @@ impl Ledger {
                 }
                 None => due,
             };
-            let seen = waiter.nudges.load(Ordering::Relaxed);
             let woke = waiter
                 .cv
                 .wait(park, &waiter.state, wake_at, |state| match *state {
                     WaitState::Queued | WaitState::Handing
-                        if waiter.nudges.load(Ordering::Relaxed) == seen =>
+                        if waiter.nudges.load(Ordering::SeqCst) == seen =>
                     {
                         None
                     }

@@ -393,3 +393,74 @@ fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothi
         }
     );
 }
+
+/// A task's queued wait, polled once (it queues) and then dropped.
+fn queued_task<'a>(
+    locks: &'a Ledger,
+    owner: &'a str,
+    undone: &Arc<AtomicU64>,
+) -> std::pin::Pin<Box<impl std::future::Future<Output = Enter<'a>> + 'a>> {
+    let undone = Arc::clone(undone);
+    let mut fut = Box::pin(locks.enter(
+        Park::Task,
+        "k",
+        owner,
+        Duration::from_secs(1),
+        false,
+        None,
+        None,
+        move || -> Undo {
+            Box::new(move |in_flight| undone.store(1 + u64::from(in_flight), Ordering::SeqCst))
+        },
+    ));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let polled = std::future::Future::poll(fut.as_mut(), &mut cx);
+    assert!(polled.is_pending(), "the slot is held: it queues");
+    fut
+}
+
+#[test]
+fn a_task_dropped_while_queued_leaves_the_queue_and_undoes_nothing() {
+    let locks = Ledger::default();
+    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
+    else {
+        panic!()
+    };
+    hold(turn, Duration::from_secs(30));
+    let undone = Arc::new(AtomicU64::new(0));
+    let fut = queued_task(&locks, "b", &undone);
+    assert_eq!(queued(&locks), 1);
+    drop(fut);
+    assert_eq!(queued(&locks), 0);
+    assert_eq!(undone.load(Ordering::SeqCst), 0);
+    let handover = locks.release("k", "a", 0, false);
+    assert!(handover.successor().is_none(), "nobody is queued any more");
+    assert!(handover.finish(Outcome::Other).is_none());
+}
+
+#[test]
+fn a_task_dropped_while_handed_the_lock_leaves_its_hold_to_the_releaser_to_undo() {
+    let locks = Ledger::default();
+    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
+    else {
+        panic!()
+    };
+    hold(turn, Duration::from_secs(30));
+    let undone = Arc::new(AtomicU64::new(0));
+    let fut = queued_task(&locks, "b", &undone);
+    let handover = locks.release("k", "a", 0, false);
+    assert_eq!(handover.successor().map(|s| s.owner), Some("b"));
+    // The task gives up while the hand-over's script is on its way: its
+    // undo is told so, and the releaser — who learns that the script ran —
+    // gets the owner to undo.
+    drop(fut);
+    assert_eq!(
+        undone.load(Ordering::SeqCst),
+        2,
+        "undone, the hand-over in flight"
+    );
+    let gave_up = handover.finish(Outcome::HandedOver(Instant::now(), None));
+    assert_eq!(gave_up.map(|(owner, _)| owner).as_deref(), Some("b"));
+    assert_eq!(queued(&locks), 0);
+    assert!(locks.keys.lock().is_empty(), "nothing held or queued here");
+}

@@ -192,15 +192,22 @@ impl Notifier {
 
     /// The subscriber for `channel`: the classic one, or (a cluster with
     /// sharded pub/sub) the one of the node serving its slot, started on
-    /// first use. `None`: sharded, and no node is known for the slot.
-    fn subscriber(&self, channel: &str) -> Option<Arc<Shared>> {
+    /// first use. `None`: sharded, and no node is known for the slot — as
+    /// the table last read says, unless `refresh` lets it read the table
+    /// again (a round trip: never on a task's path, whose next attempt, on
+    /// an I/O thread, reads it).
+    fn subscriber(&self, channel: &str, refresh: bool) -> Option<Arc<Shared>> {
         let Some(shards) = &self.shards else {
             return Some(Arc::clone(&self.shared));
         };
         if shards.router.pubsub() != PubSub::Sharded {
             return Some(Arc::clone(&self.shared));
         }
-        let node = shards.router.node_for(channel).ok()?;
+        let node = if refresh {
+            shards.router.node_for(channel).ok()?
+        } else {
+            shards.router.known_node(channel)?
+        };
         let mut nodes = shards.nodes.lock();
         if let Some(s) = nodes.get(&node) {
             return Some(Arc::clone(s));
@@ -238,7 +245,7 @@ impl Notifier {
         listen: Listen<'_>,
         confirm_by: Instant,
     ) -> Subscription {
-        match self.subscriber(listen.channel()) {
+        match self.subscriber(listen.channel(), park == Park::Thread) {
             Some(shared) => {
                 let sub = shared.subscribe(listen);
                 sub.confirm(park, confirm_by).await;
@@ -264,7 +271,7 @@ impl Notifier {
     pub(crate) fn resume_line(&self, key: &str) -> Option<Subscription> {
         let shared = match &self.shards {
             Some(s) if s.router.pubsub() == PubSub::Sharded => {
-                self.subscriber(&crate::names::channel_name(key))?
+                self.subscriber(&crate::names::channel_name(key), false)?
             }
             _ => Arc::clone(&self.shared),
         };
@@ -276,7 +283,7 @@ impl Notifier {
     /// The subscription of `channel` when it is still confirmed (see
     /// [`resume_line`](Self::resume_line)).
     pub(crate) fn resume(&self, channel: &str) -> Option<Subscription> {
-        let shared = self.subscriber(channel)?;
+        let shared = self.subscriber(channel, false)?;
         let mut st = shared.state.lock();
         Shared::resume_in(&shared, &mut st, channel)
     }

@@ -99,8 +99,14 @@ impl Subscription {
             })
             .await;
         if confirmed.is_none() {
-            if let Some(c) = self.shared.state.lock().channels.get_mut(channel) {
-                c.resync = true;
+            let mut st = self.shared.state.lock();
+            let live = st.writer.is_some();
+            if let Some(c) = st.channels.get_mut(channel) {
+                // Confirmed meanwhile (between the wait and this lock):
+                // nothing to resync.
+                if !(live && c.inflight == 0) {
+                    c.resync = true;
+                }
             }
         }
     }

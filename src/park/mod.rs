@@ -53,6 +53,9 @@ impl Park {
     ) -> Io<T> {
         match self {
             Park::Thread => Io::Ready(Some(Ok(job()))),
+            // No I/O thread at all (none could be started): better on
+            // this thread than not at all.
+            Park::Task if !pool::available() => Io::Ready(Some(Ok(job()))),
             Park::Task => match pool::start(job, lost) {
                 Ok(waiting) => Io::Waiting(waiting),
                 Err(e) => Io::Ready(Some(Err(e))),

@@ -17,6 +17,8 @@ use parking_lot::{Condvar, Mutex};
 struct Timers {
     due: BinaryHeap<Reverse<(Instant, u64)>>,
     wakers: HashMap<u64, Waker>,
+    /// Entries in `due` whose sleep was dropped before its instant.
+    dropped: usize,
     started: bool,
 }
 
@@ -137,8 +139,46 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if self.registered {
-            // Its place in the heap goes when due; the waker goes now.
-            wheel().state.lock().wakers.remove(&self.id);
+            // The waker goes now; its place in the heap when due — or
+            // with the others dropped early, once they are half of it (long
+            // bounded waits would otherwise pile them up).
+            let mut st = wheel().state.lock();
+            if st.wakers.remove(&self.id).is_some() {
+                st.dropped += 1;
+                if st.dropped > 64 && st.dropped * 2 > st.due.len() {
+                    let Timers { due, wakers, .. } = &mut *st;
+                    due.retain(|Reverse((_, id))| wakers.contains_key(id));
+                    st.dropped = 0;
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn sleeps_dropped_before_their_instant_do_not_pile_up() {
+        let far = Instant::now() + Duration::from_secs(3_600);
+        for _ in 0..1_000 {
+            let mut sleep = Sleep::until(far);
+            assert!(!sleep.register(Waker::noop()));
+        }
+        let st = wheel().state.lock();
+        assert!(st.due.len() < 200, "{} entries left", st.due.len());
+    }
+
+    #[test]
+    fn a_sleep_wakes_its_task_at_its_instant() {
+        let started = Instant::now();
+        crate::park::block_on(Sleep::until(started + Duration::from_millis(30)));
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(30) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
     }
 }

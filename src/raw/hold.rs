@@ -117,6 +117,9 @@ impl Raw {
             // Renewal stops (when this was the last guard on the lease)
             // before the release.
             self.stop(hold, removed);
+            if removed.last {
+                hold.state.released();
+            }
             if hold.state.is_lost() {
                 return Err(not_held());
             }
@@ -137,6 +140,9 @@ impl Raw {
                 stop_renewal: handover.stop_renewal(),
             },
         );
+        if handover.last() {
+            hold.state.released();
+        }
         if hold.state.is_lost() {
             // Someone else may hold it now: send nothing at all (dropping the
             // handover lets the next local thread try Redis itself).
@@ -148,11 +154,16 @@ impl Raw {
         rel.successor = handover.successor().filter(|_| self.replicas.is_none());
         let sent_at = Instant::now();
         let released = self.release_or_retry(hold, &rel, bound)?;
-        handover.finish(match released {
+        let gave_up = handover.finish(match released {
             Released::HandedOver { fence } => Outcome::HandedOver(sent_at, fence),
             Released::FreedForOthers => Outcome::FreedForOthers,
             _ => Outcome::Other,
         });
+        if let Some((owner, lease)) = gave_up {
+            // Handed to a waiter that gave up while the script was on its
+            // way: it holds the lock in Redis with nobody to release it.
+            let _ = self.undo_hold(Kind::Plain, &hold.key, &owner, lease, true, bound);
+        }
         match released {
             Released::NotHeld => Err(not_held()),
             _ => Ok(()),

@@ -66,6 +66,8 @@ impl Quorum {
 #[derive(Default)]
 struct LostSignal {
     why: Option<LeaseLost>,
+    /// The hold's last guard released it: nothing more to watch.
+    released: bool,
     channel: Option<(Sender<LeaseLost>, Receiver<LeaseLost>)>,
 }
 
@@ -130,14 +132,24 @@ impl LeaseState {
         rx
     }
 
-    /// Waits — a task, parked — until the lease is lost; why. An explicit
-    /// lease is not watched: it is never lost this way, it runs out.
-    pub(crate) async fn lost_wait(&self) -> LeaseLost {
-        let why = self
-            .wake
-            .wait(Park::Task, &self.signal, None, |s| s.why.clone())
-            .await;
-        why.unwrap_or(LeaseLost::Unreachable)
+    /// Waits — a task, parked — until the lease is lost (why), or its hold
+    /// was released (`None`). An explicit lease is not watched: it is never
+    /// lost this way, it runs out.
+    pub(crate) async fn lost_wait(&self) -> Option<LeaseLost> {
+        self.wake
+            .wait(Park::Task, &self.signal, None, |s| match &s.why {
+                Some(why) => Some(Some(why.clone())),
+                None => s.released.then_some(None),
+            })
+            .await
+            .flatten()
+    }
+
+    /// The hold's last guard released it: tasks waiting for a loss stop.
+    pub(crate) fn released(&self) {
+        let mut signal = self.signal.lock();
+        signal.released = true;
+        self.wake.notify_all();
     }
 
     /// Marks the lease lost once, counting it in `lost_count` before anyone

@@ -81,10 +81,11 @@ impl AsyncLockGuard {
         self.guard().lease()
     }
 
-    /// A future that completes with why, once the watchdog finds this
-    /// lease lost — for a `select!` beside the work. It borrows nothing
-    /// (`'static`, `Send`): it may be spawned. An explicit lease is not
-    /// watched: the future then never completes (see
+    /// A future that completes with why once the watchdog finds this
+    /// lease lost — for a `select!` beside the work — or with `None` once
+    /// the guard released the lock first. It borrows nothing (`'static`,
+    /// `Send`): it may be spawned. An explicit lease is not watched: the
+    /// future then completes only at the release (see
     /// [`is_held`](Self::is_held)).
     ///
     /// ```no_run
@@ -98,7 +99,7 @@ impl AsyncLockGuard {
     /// guard.unlock().await
     /// # }
     /// ```
-    pub fn lost(&self) -> impl Future<Output = LeaseLost> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
         let state = Arc::clone(self.guard().lease_state());
         async move { state.lost_wait().await }
     }
