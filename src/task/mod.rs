@@ -34,8 +34,9 @@ use crate::stats::Stats;
 /// Runtime-agnostic: no executor is needed or started. A waiting task is
 /// woken by the same unlock message, grant or timer that wakes a blocking
 /// waiter (the timer is one thread for the process); Redis round trips run
-/// on a few I/O threads of the library (at most 4 for the process),
-/// never on the executor's threads. Dropping a future cancels its wait at
+/// on a few I/O threads of the library (4 for the process, more only while
+/// all are stuck on a server that does not answer), never on the
+/// executor's threads. Dropping a future cancels its wait at
 /// once: its place in line is left, and a lock Redis granted it meanwhile
 /// is released.
 ///
