@@ -95,7 +95,9 @@ async fn take(
     // time they run (one allocation per acquire): a task's future is then
     // only as large as what it keeps while queued in-process — the state of
     // most of thousands of waiting tasks.
-    Box::pin(wait::ride_out(&env, name, deadline, || waiting.settle())).await?;
+    if waiting.unsettled() {
+        Box::pin(wait::ride_out(&env, name, deadline, || waiting.settle())).await?;
+    }
     if waiting.queues_in_process() {
         // A turn in the client's queue first (or the lock handed over by a
         // release of this client): where most waiting tasks wait, so the

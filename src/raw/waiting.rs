@@ -251,8 +251,14 @@ impl<'a> Waiting<'a> {
     /// Undoes what a lost reply of this owner on this key may have left
     /// (before anything else: also before a hold handed over in-process,
     /// which sends no attempt).
+    /// Whether a lost reply of this client may have left something to undo
+    /// first (see [`settle`](Self::settle)).
+    pub(crate) fn unsettled(&self) -> bool {
+        self.raw.orphans.any()
+    }
+
     pub(crate) async fn settle(&self) -> Result<()> {
-        if !self.raw.orphans.any() {
+        if !self.unsettled() {
             return Ok(());
         }
         let (raw, key, owner, bound) = (
