@@ -35,50 +35,50 @@ impl AsyncLockGuard {
         AsyncLockGuard { guard: Some(guard) }
     }
 
-    fn guard(&self) -> &OwnedLockGuard {
-        match &self.guard {
-            Some(guard) => guard,
-            // Taken only by `unlock(self)` and `drop`, which consume it.
-            None => unreachable!("an AsyncLockGuard keeps its hold until unlock or drop"),
-        }
+    /// The hold; taken only by `unlock(self)` and `drop`, which consume the
+    /// guard — so always there for the accessors (which read a released
+    /// hold's values as none, should that ever change).
+    fn guard(&self) -> Option<&OwnedLockGuard> {
+        self.guard.as_ref()
     }
 
     /// The fencing token of this hold, when taken with
     /// [`LockOptions::fenced`](crate::LockOptions::fenced).
     pub fn fence(&self) -> Option<u64> {
-        self.guard().fence()
+        self.guard().and_then(OwnedLockGuard::fence)
     }
 
     /// Whether the lock is still ours as far as this client knows (see
     /// [`LockGuard::is_held`](crate::LockGuard::is_held)). Never touches
     /// the network.
     pub fn is_held(&self) -> bool {
-        self.guard().is_held()
+        self.guard().is_some_and(OwnedLockGuard::is_held)
     }
 
     /// Until when the lease is known to be ours; `None` once it is not.
     pub fn valid_until(&self) -> Option<Instant> {
-        self.guard().valid_until()
+        self.guard().and_then(OwnedLockGuard::valid_until)
     }
 
     /// How long the lease is known to last from now; zero once not held.
     pub fn remaining(&self) -> Duration {
-        self.guard().remaining()
+        self.guard()
+            .map_or(Duration::ZERO, OwnedLockGuard::remaining)
     }
 
     /// The lock name as given.
     pub fn name(&self) -> &str {
-        self.guard().name()
+        self.guard().map_or("", OwnedLockGuard::name)
     }
 
     /// The Redis key of the lock.
     pub fn key(&self) -> &str {
-        self.guard().key()
+        self.guard().map_or("", OwnedLockGuard::key)
     }
 
     /// The lease this hold was taken with.
     pub fn lease(&self) -> Duration {
-        self.guard().lease()
+        self.guard().map_or(Duration::ZERO, OwnedLockGuard::lease)
     }
 
     /// A future that completes with why once the watchdog finds this
@@ -100,8 +100,13 @@ impl AsyncLockGuard {
     /// # }
     /// ```
     pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
-        let state = Arc::clone(self.guard().lease_state());
-        async move { state.lost_wait().await }
+        let state = self.guard().map(|g| Arc::clone(g.lease_state()));
+        async move {
+            match state {
+                Some(state) => state.lost_wait().await,
+                None => None,
+            }
+        }
     }
 
     /// Releases this hold, checking that it was still ours; the round trip
