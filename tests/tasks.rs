@@ -230,9 +230,10 @@ fn ten_thousand_waiting_tasks_cost_a_handful_of_threads_and_each_gets_its_turn()
         "{TASKS} waiting tasks: {} threads before, {} while waiting; {} bytes resident per waiting task",
         before_threads, during_threads, per_task
     );
-    // The I/O threads (at most 4), the timer and the subscriber.
+    // The I/O threads (4), the timer and the subscriber — and, while the
+    // first attempts of 10,000 tasks still queue, the I/O threads' watcher.
     assert!(
-        during_threads <= before_threads + 6,
+        during_threads <= before_threads + 8,
         "{before_threads} threads before, {during_threads} while waiting"
     );
     // The target is 2 KB (about 2.0 KB measured in a debug build: the
