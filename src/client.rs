@@ -439,6 +439,17 @@ impl LockClient {
         self.raw().acl_rules().to_vec()
     }
 
+    /// An owned hold of `name` as `options` say, waiting until `deadline`
+    /// (`None`: as long as it takes); `None` when it passed.
+    pub(crate) fn take_owned(
+        &self,
+        name: &str,
+        options: LockOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Option<OwnedLockGuard>> {
+        self.take(name, options, deadline, true)
+    }
+
     /// The acquire path for `options`, waiting until `deadline` (`None`: as
     /// long as it takes); `owned`: for an owner of its own.
     fn take<O>(

@@ -43,6 +43,8 @@
 //              builder   LockClientBuilder and the constructors
 //              redlock   Redlock over independent masters (a raw hold per node)
 //              fenced    FencedStore
+//              multi     lock_all: several names in one canonical order,
+//                        MultiLockGuard
 //              inspect   LockClient::inspect and list: holders, waiters, clients
 //   binary     bin/      the operators' `leasehold` CLI (feature `cli`), the
 //                        public API only
@@ -262,6 +264,7 @@ mod fenced;
 mod guard;
 mod inspect;
 mod ledger;
+mod multi;
 mod names;
 mod notify;
 mod options;
@@ -294,6 +297,7 @@ pub use error::{Error, Result};
 pub use fenced::FencedStore;
 pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
 pub use inspect::{ClientInfo, HoldMode, Holder, LockInfo, LockKind, WaitQueue, Waiter};
+pub use multi::MultiLockGuard;
 pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;

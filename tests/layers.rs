@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("fenced", 7),
     ("inspect", 7),
     ("task", 7),
+    ("multi", 7),
     // The operators' binary: above the library, through its public API.
     ("bin", 8),
 ];
@@ -52,6 +53,8 @@ const PEERS: &[(&str, &str)] = &[
     ("builder", "client"),
     ("redlock", "client"),
     ("task", "acquire"),
+    ("multi", "client"),
+    ("multi", "guard"),
     ("task", "client"),
     ("task", "guard"),
     ("task", "inspect"),

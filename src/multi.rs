@@ -1,0 +1,212 @@
+//! `lock_all`: several names at once, every one or none — taken one by one
+//! in one canonical order (the names sorted), so two callers that want the
+//! same names, in whatever order they list them, can never hold one each
+//! and wait for the other's (the deadlock Redisson's `MultiLock` has). A
+//! bounded wait has one deadline for all; a wait that ends without every
+//! name gives back those it took. The guard ([`MultiLockGuard`]) holds one
+//! owned hold per name (each renewed by the client's renewal thread) and
+//! releases them all. Thin: each name is the plain lock path's own.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+use crate::guard::OwnedLockGuard;
+use crate::options::{check_name, deadline_after, LockOptions};
+use crate::renewal::LeaseLost;
+
+/// The holds of several names, taken together by
+/// [`LockClient::lock_all`]; dropping it releases every one.
+///
+/// `Send` and not reentrant, as an [`OwnedLockGuard`] (each name has a hold
+/// of its own owner). Each lease is renewed while the guard lives; a lease
+/// lost is reported by [`lost`](Self::lost) and [`is_held`](Self::is_held).
+#[must_use = "if unused the locks are released at once"]
+#[clippy::has_significant_drop]
+pub struct MultiLockGuard {
+    /// In the canonical order they were taken.
+    guards: Vec<OwnedLockGuard>,
+}
+
+impl MultiLockGuard {
+    /// The names held, in the order they were taken (sorted).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(OwnedLockGuard::name)
+    }
+
+    /// The guard of each name, in the order they were taken: its fencing
+    /// token, lease and loss signal.
+    pub fn guards(&self) -> &[OwnedLockGuard] {
+        &self.guards
+    }
+
+    /// Whether every lease is still ours, as far as this client knows.
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(OwnedLockGuard::is_held)
+    }
+
+    /// Why the first lease found lost was lost, if one was (the watchdog's
+    /// verdict; never touches the network).
+    pub fn lost(&self) -> Option<LeaseLost> {
+        self.guards.iter().find_map(|g| g.lost().try_recv().ok())
+    }
+
+    /// Releases every hold (in the reverse order), checking each was still
+    /// ours.
+    ///
+    /// # Errors
+    /// The first error of a release (as [`OwnedLockGuard::unlock`]); the
+    /// other holds are released all the same.
+    pub fn unlock(mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some(guard) = self.guards.pop() {
+            if let Err(e) = guard.unlock() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+impl Drop for MultiLockGuard {
+    fn drop(&mut self) {
+        while let Some(guard) = self.guards.pop() {
+            drop(guard);
+        }
+    }
+}
+
+impl fmt::Debug for MultiLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("names", &self.names().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The names in the one order every caller takes them: sorted, each once.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for no name at all or a name the lock path
+/// refuses (empty, too long).
+fn canonical<S: AsRef<str>>(names: &[S]) -> Result<Vec<&str>> {
+    let mut sorted: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+    if sorted.is_empty() {
+        return Err(Error::invalid("lock_all needs at least one name"));
+    }
+    for name in &sorted {
+        check_name(name)?;
+    }
+    sorted.sort_unstable();
+    sorted.dedup();
+    Ok(sorted)
+}
+
+impl LockClient {
+    /// Takes every lock in `names` — waiting as long as it takes — or none:
+    /// a transfer that needs `acct:1` and `acct:2`. The names are taken in
+    /// one order whatever order they are given in (sorted), so two callers
+    /// wanting the same names cannot deadlock; names on different cluster
+    /// nodes work. Each hold has an owner of its own (not reentrant).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// let both = client.lock_all(&["acct:2", "acct:1"])?; // takes acct:1, then acct:2
+    /// // … move money from one to the other …
+    /// both.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::InvalidArgument`] for no name.
+    /// Whatever error ends the wait, the names taken so far are released.
+    pub fn lock_all<S: AsRef<str>>(&self, names: &[S]) -> Result<MultiLockGuard> {
+        self.lock_all_with(names, LockOptions::new())
+    }
+
+    /// [`lock_all`](Self::lock_all) waiting at most `wait` for all of them:
+    /// `None` when the wait ran out, and then none of them is held.
+    ///
+    /// # Errors
+    /// As [`lock_all`](Self::lock_all).
+    pub fn try_lock_all_for<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        wait: Duration,
+    ) -> Result<Option<MultiLockGuard>> {
+        self.take_all(names, &LockOptions::new(), Some(deadline_after(wait)))
+    }
+
+    /// [`lock_all`](Self::lock_all) with options for every name: the kind
+    /// (fair, read, write), fencing, an explicit lease, a bounded wait for
+    /// all of them together (running out is [`Error::WaitTimedOut`]), a
+    /// cancel handle.
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with).
+    pub fn lock_all_with<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        options: LockOptions,
+    ) -> Result<MultiLockGuard> {
+        let waited = options.wait_value();
+        match self.take_all(names, &options, waited.map(deadline_after))? {
+            Some(all) => Ok(all),
+            None => Err(Error::WaitTimedOut {
+                name: names
+                    .iter()
+                    .map(AsRef::as_ref)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                waited: waited.unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Every name in the canonical order until `deadline` (one for all);
+    /// `None` when it passed — what was taken is released by the drop.
+    fn take_all<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        options: &LockOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Option<MultiLockGuard>> {
+        let names = canonical(names)?;
+        let mut all = MultiLockGuard {
+            guards: Vec::with_capacity(names.len()),
+        };
+        for name in names {
+            match self.take_owned(name, *options, deadline)? {
+                Some(guard) => all.guards.push(guard),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(all))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_taken_sorted_and_once() {
+        assert_eq!(
+            canonical(&["b", "a", "c", "a"]).unwrap(),
+            vec!["a", "b", "c"]
+        );
+        let empty: [&str; 0] = [];
+        assert!(canonical(&empty).unwrap_err().is_invalid_argument());
+        assert!(canonical(&["a", ""]).unwrap_err().is_invalid_argument());
+    }
+
+    #[test]
+    fn the_guard_is_send() {
+        fn send<T: Send + 'static>() {}
+        send::<MultiLockGuard>();
+    }
+}

@@ -1,0 +1,103 @@
+//! Several names at once (issue 28, `lock_all`): two processes taking the
+//! same three names in opposite orders never deadlock and never overlap; a
+//! bounded `lock_all` that cannot get one name returns in time holding none;
+//! names on three cluster primaries.
+
+#[path = "child/multi.rs"]
+mod child;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockOptions};
+use support::{check_history, child_command, child_done, RedisCluster, RedisServer};
+
+/// Two processes, `rounds` each, the names in opposite orders; returns the
+/// sections each finished.
+fn opposite_orders(url: &str, names: &[&str], rounds: usize, records: Option<&str>) -> u64 {
+    let forward = names.join(",");
+    let backward = names.iter().rev().copied().collect::<Vec<_>>().join(",");
+    let started = Instant::now();
+    let children: Vec<_> = [("f", &forward), ("b", &backward)]
+        .into_iter()
+        .map(|(tag, order)| {
+            let mut cmd = child_command(&["lockall", url, order, &rounds.to_string(), tag]);
+            if let Some(r) = records {
+                cmd.env("LEASEHOLD_RECORDS_URL", r);
+            }
+            cmd.stdout(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    let done = children
+        .into_iter()
+        .map(|c| child_done(&c.wait_with_output().unwrap()))
+        .sum();
+    println!("{} sections in {:?}", done, started.elapsed());
+    done
+}
+
+#[test]
+fn two_processes_taking_three_names_in_opposite_orders_never_deadlock_or_overlap() {
+    let server = RedisServer::start();
+    const ROUNDS: usize = 1_000;
+    let names = ["acct:1", "acct:2", "acct:3"];
+    let done = opposite_orders(&server.url(), &names, ROUNDS, None);
+    assert_eq!(done, 2 * ROUNDS as u64);
+    let (finished, unfinished) = check_history(&mut server.connection(), &names, None);
+    assert_eq!((finished, unfinished), (3 * done, 0));
+}
+
+#[test]
+fn a_bounded_lock_all_that_cannot_get_one_name_returns_in_time_holding_none() {
+    let server = RedisServer::start();
+    let (mine, other) = (
+        LockClient::new(&server.url()).unwrap(),
+        LockClient::new(&server.url()).unwrap(),
+    );
+    let held = other.lock_owned("b").unwrap();
+    let started = Instant::now();
+    let got = mine
+        .try_lock_all_for(&["c", "b", "a"], Duration::from_millis(300))
+        .unwrap();
+    let took = started.elapsed();
+    assert!(got.is_none());
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(800),
+        "{took:?}"
+    );
+    // "a" was taken first (sorted) and given back: free for anyone.
+    for name in ["a", "c"] {
+        assert!(other.try_lock(name).unwrap().is_some(), "{name} is held");
+    }
+    let e = mine
+        .lock_all_with(
+            &["a", "b"],
+            LockOptions::new().wait(Duration::from_millis(100)),
+        )
+        .unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    drop(held);
+    let all = mine.lock_all(&["b", "a", "c", "a"]).unwrap();
+    assert_eq!(all.names().collect::<Vec<_>>(), ["a", "b", "c"]);
+    assert!(all.is_held() && all.lost().is_none());
+    assert!(other.try_lock("b").unwrap().is_none());
+    drop(all);
+    assert!(other.try_lock("b").unwrap().is_some());
+}
+
+#[test]
+fn names_on_three_cluster_primaries_are_taken_together() {
+    let cluster = RedisCluster::start(3, 0);
+    let records = RedisServer::start();
+    // One name on each primary.
+    let names: Vec<String> = cluster
+        .primaries()
+        .into_iter()
+        .map(|p| support::name_in_slot(&cluster, cluster.first_slot_of(p), &format!("node{p}:")))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let done = opposite_orders(&cluster.urls().join(","), &names, 200, Some(&records.url()));
+    assert_eq!(done, 400);
+    let (finished, _) = check_history(&mut records.connection(), &names, None);
+    assert_eq!(finished, 3 * done);
+}
