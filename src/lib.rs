@@ -302,7 +302,7 @@ pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES}
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;
 pub use stats::{Stats, WAIT_BUCKETS_MS};
-pub use task::{AsyncLockClient, AsyncLockGuard};
+pub use task::{AsyncLockClient, AsyncLockGuard, AsyncMultiLockGuard};
 
 /// The Lua sources of the lock protocol, for the benches' protocol floor
 /// (the same scripts on a plain connection, without this library around

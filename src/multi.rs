@@ -92,7 +92,7 @@ impl fmt::Debug for MultiLockGuard {
 /// # Errors
 /// [`Error::InvalidArgument`] for no name at all or a name the lock path
 /// refuses (empty, too long).
-fn canonical<S: AsRef<str>>(names: &[S]) -> Result<Vec<&str>> {
+pub(crate) fn canonical<S: AsRef<str>>(names: &[S]) -> Result<Vec<&str>> {
     let mut sorted: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
     if sorted.is_empty() {
         return Err(Error::invalid("lock_all needs at least one name"));

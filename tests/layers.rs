@@ -53,6 +53,7 @@ const PEERS: &[(&str, &str)] = &[
     ("builder", "client"),
     ("redlock", "client"),
     ("task", "acquire"),
+    ("task", "multi"),
     ("multi", "client"),
     ("multi", "guard"),
     ("task", "client"),

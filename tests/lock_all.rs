@@ -101,3 +101,52 @@ fn names_on_three_cluster_primaries_are_taken_together() {
     let (finished, _) = check_history(&mut records.connection(), &names, None);
     assert_eq!(finished, 3 * done);
 }
+
+/// The async face: tasks of two clients take the same names in opposite
+/// orders; a `lock_all` future dropped while it waits for its second name
+/// gives back the first.
+#[test]
+fn tasks_take_names_together_and_a_dropped_wait_gives_back_what_it_took() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        leasehold::AsyncLockClient::new(&server.url()).unwrap(),
+        leasehold::AsyncLockClient::new(&server.url()).unwrap(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    rt.block_on(async {
+        let tasks: Vec<_> = [(a.clone(), ["x", "y", "z"]), (b.clone(), ["z", "y", "x"])]
+            .into_iter()
+            .map(|(client, names)| {
+                let inside = inside.clone();
+                tokio::spawn(async move {
+                    for _ in 0..200 {
+                        let opts = LockOptions::new().wait(Duration::from_secs(10));
+                        let all = client.lock_all_with(&names, opts).await.unwrap();
+                        assert!(!inside.swap(true, std::sync::atomic::Ordering::SeqCst));
+                        tokio::task::yield_now().await;
+                        inside.store(false, std::sync::atomic::Ordering::SeqCst);
+                        all.unlock().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // b holds "y"; a's wait for x, y takes x first, then waits for y —
+        // dropped there, x goes back.
+        let y = b.lock("y").await.unwrap();
+        let wait = a.lock_all(&["y", "x"]);
+        assert!(tokio::time::timeout(Duration::from_millis(200), wait)
+            .await
+            .is_err());
+        let x = tokio::time::timeout(Duration::from_secs(2), b.lock("x")).await;
+        assert!(matches!(x, Ok(Ok(_))), "x was given back: {x:?}");
+        drop(y);
+    });
+}

@@ -5,6 +5,7 @@
 //! Thin: the acquire path is the blocking face's own (`acquire`).
 
 mod guard;
+mod multi;
 
 use std::fmt;
 use std::future::Future;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use guard::AsyncLockGuard;
+pub use multi::AsyncMultiLockGuard;
 
 use crate::acquire::acquire_hold;
 use crate::client::LockClient;
@@ -281,6 +283,7 @@ impl AsyncLockClient {
 }
 
 /// How long an acquire waits (its deadline taken at the first poll).
+#[derive(Clone, Copy)]
 enum Until {
     Forever,
     For(Duration),

@@ -1,0 +1,130 @@
+//! `AsyncLockClient::lock_all`: several names at once for a task, in the
+//! one canonical order of `multi` (every one or none; one deadline for all);
+//! dropping the future mid-way gives back the names already taken.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use super::{AsyncLockClient, AsyncLockGuard, Until};
+use crate::error::{Error, Result};
+use crate::multi::canonical;
+use crate::options::{deadline_after, LockOptions};
+
+/// The holds of several names taken together by a task
+/// ([`AsyncLockClient::lock_all`]); dropping it releases every one in the
+/// background.
+#[must_use = "if unused the locks are released at once"]
+#[clippy::has_significant_drop]
+pub struct AsyncMultiLockGuard {
+    guards: Vec<AsyncLockGuard>,
+}
+
+impl AsyncMultiLockGuard {
+    /// The names held, in the order they were taken (sorted).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(AsyncLockGuard::name)
+    }
+
+    /// The guard of each name, in the order they were taken.
+    pub fn guards(&self) -> &[AsyncLockGuard] {
+        &self.guards
+    }
+
+    /// Whether every lease is still ours, as far as this client knows.
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(AsyncLockGuard::is_held)
+    }
+
+    /// Releases every hold (in the reverse order), checking each.
+    ///
+    /// # Errors
+    /// The first error of a release; the others are released all the same.
+    pub async fn unlock(mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some(guard) = self.guards.pop() {
+            if let Err(e) = guard.unlock().await {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+impl fmt::Debug for AsyncMultiLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncMultiLockGuard")
+            .field("names", &self.names().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsyncLockClient {
+    /// Takes every lock in `names` or none, in one order whatever order
+    /// they are given in (see [`LockClient::lock_all`](crate::LockClient::lock_all)).
+    ///
+    /// # Errors
+    /// As [`LockClient::lock_all`](crate::LockClient::lock_all).
+    pub async fn lock_all<S: AsRef<str>>(&self, names: &[S]) -> Result<AsyncMultiLockGuard> {
+        self.lock_all_with(names, LockOptions::new()).await
+    }
+
+    /// [`lock_all`](Self::lock_all) waiting at most `wait` for all of them:
+    /// `None` when it ran out, and then none of them is held.
+    ///
+    /// # Errors
+    /// As [`lock_all`](Self::lock_all).
+    pub async fn try_lock_all_for<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        wait: Duration,
+    ) -> Result<Option<AsyncMultiLockGuard>> {
+        self.take_all(names, LockOptions::new(), Some(deadline_after(wait)))
+            .await
+    }
+
+    /// [`lock_all`](Self::lock_all) with options for every name (a bounded
+    /// wait for all together: running out is [`Error::WaitTimedOut`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::lock_all_with`](crate::LockClient::lock_all_with).
+    pub async fn lock_all_with<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        options: LockOptions,
+    ) -> Result<AsyncMultiLockGuard> {
+        let waited = options.wait_value();
+        let deadline = waited.map(deadline_after);
+        self.take_all(names, options, deadline)
+            .await?
+            .ok_or_else(|| Error::WaitTimedOut {
+                name: names
+                    .iter()
+                    .map(AsRef::as_ref)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                waited: waited.unwrap_or_default(),
+            })
+    }
+
+    async fn take_all<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        options: LockOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Option<AsyncMultiLockGuard>> {
+        let names = canonical(names)?;
+        let mut all = AsyncMultiLockGuard {
+            guards: Vec::with_capacity(names.len()),
+        };
+        let until = deadline.map_or(Until::Forever, Until::At);
+        for name in names {
+            match self.take(name, &options, until, Ok).await? {
+                Some(guard) => all.guards.push(guard),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(all))
+    }
+}
