@@ -300,12 +300,18 @@ impl Redlock {
                     None => now - since >= inner.give_up_after,
                 };
                 if give_up {
+                    // At a deadline, the last round's silent nodes are the
+                    // wait running out of time, whatever ended that round.
+                    let first = errors.into_iter().next().map(|e| match deadline {
+                        Some(_) => e.at_deadline(),
+                        None => e,
+                    });
                     return Err(Error::NoQuorum {
                         name: name.to_owned(),
                         acquired,
                         needed: self.majority(),
                         nodes: inner.nodes.len(),
-                        first_error: errors.into_iter().next().map(Box::new),
+                        first_error: first.map(Box::new),
                     });
                 }
             } else {

@@ -302,6 +302,26 @@ pub enum Error {
 }
 
 impl Error {
+    /// This error as the end of a wait whose deadline passed: a reply that
+    /// did not come was the wait running out of time (the advice to raise
+    /// the socket timeout would not help).
+    pub(crate) fn at_deadline(self) -> Self {
+        match self {
+            Error::TimedOut {
+                addr,
+                timeout,
+                source,
+                ..
+            } => Error::TimedOut {
+                addr,
+                timeout,
+                by_deadline: true,
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// True when a guard tried to release or extend a lock it no longer held.
     pub fn is_not_held(&self) -> bool {
         matches!(self, Error::NotHeld { .. })
@@ -610,6 +630,29 @@ mod tests {
     #[test]
     fn error_is_send_sync_static() {
         assert_send_sync_static::<Error>();
+    }
+
+    /// A Redlock wait that gave up at its deadline while a node stayed
+    /// silent once advised raising the socket timeout (its last round had
+    /// ended by the node timeout): at a deadline, a timeout is the wait's.
+    #[test]
+    fn a_timeout_at_the_deadline_does_not_advise_a_longer_socket_timeout() {
+        let io = redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            "Resource temporarily unavailable",
+        ));
+        let by_socket = Error::TimedOut {
+            addr: "127.0.0.1:1".into(),
+            timeout: std::time::Duration::from_millis(300),
+            by_deadline: false,
+            source: io,
+        };
+        assert!(by_socket
+            .to_string()
+            .contains("raise LockClientBuilder::socket_timeout"));
+        let at_deadline = by_socket.at_deadline().to_string();
+        assert!(!at_deadline.contains("raise"), "{at_deadline}");
+        assert!(at_deadline.contains("deadline"), "{at_deadline}");
     }
 
     #[test]
