@@ -87,6 +87,19 @@ impl fmt::Debug for MultiLockGuard {
     }
 }
 
+/// A bounded `lock_all` that ran out: [`Error::WaitTimedOut`] naming
+/// every name.
+pub(crate) fn timed_out<S: AsRef<str>>(names: &[S], waited: Option<Duration>) -> Error {
+    Error::WaitTimedOut {
+        name: names
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<_>>()
+            .join(", "),
+        waited: waited.unwrap_or_default(),
+    }
+}
+
 /// The names in the one order every caller takes them: sorted, each once.
 ///
 /// # Errors
@@ -156,14 +169,7 @@ impl LockClient {
         let waited = options.wait_value();
         match self.take_all(names, &options, waited.map(deadline_after))? {
             Some(all) => Ok(all),
-            None => Err(Error::WaitTimedOut {
-                name: names
-                    .iter()
-                    .map(AsRef::as_ref)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                waited: waited.unwrap_or_default(),
-            }),
+            None => Err(timed_out(names, waited)),
         }
     }
 

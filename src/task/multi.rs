@@ -6,8 +6,8 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::{AsyncLockClient, AsyncLockGuard, Until};
-use crate::error::{Error, Result};
-use crate::multi::canonical;
+use crate::error::Result;
+use crate::multi::{canonical, timed_out};
 use crate::options::{deadline_after, LockOptions};
 
 /// The holds of several names taken together by a task
@@ -85,7 +85,7 @@ impl AsyncLockClient {
     }
 
     /// [`lock_all`](Self::lock_all) with options for every name (a bounded
-    /// wait for all together: running out is [`Error::WaitTimedOut`]).
+    /// wait for all together: running out is [`Error::WaitTimedOut`](crate::Error::WaitTimedOut)).
     ///
     /// # Errors
     /// As [`LockClient::lock_all_with`](crate::LockClient::lock_all_with).
@@ -98,14 +98,7 @@ impl AsyncLockClient {
         let deadline = waited.map(deadline_after);
         self.take_all(names, options, deadline)
             .await?
-            .ok_or_else(|| Error::WaitTimedOut {
-                name: names
-                    .iter()
-                    .map(AsRef::as_ref)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                waited: waited.unwrap_or_default(),
-            })
+            .ok_or_else(|| timed_out(names, waited))
     }
 
     async fn take_all<S: AsRef<str>>(
