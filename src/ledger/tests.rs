@@ -419,14 +419,20 @@ fn queued_task<'a>(
     fut
 }
 
-#[test]
-fn a_task_dropped_while_queued_leaves_the_queue_and_undoes_nothing() {
+/// A ledger where "a" holds "k" (its turn taken, a 30 s lease).
+fn held_by_a() -> Ledger {
     let locks = Ledger::default();
     let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
     else {
-        panic!()
+        panic!("a free slot is ours at once")
     };
     hold(turn, Duration::from_secs(30));
+    locks
+}
+
+#[test]
+fn a_task_dropped_while_queued_leaves_the_queue_and_undoes_nothing() {
+    let locks = held_by_a();
     let undone = Arc::new(AtomicU64::new(0));
     let fut = queued_task(&locks, "b", &undone);
     assert_eq!(queued(&locks), 1);
@@ -440,12 +446,7 @@ fn a_task_dropped_while_queued_leaves_the_queue_and_undoes_nothing() {
 
 #[test]
 fn a_task_dropped_while_handed_the_lock_leaves_its_hold_to_the_releaser_to_undo() {
-    let locks = Ledger::default();
-    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!()
-    };
-    hold(turn, Duration::from_secs(30));
+    let locks = held_by_a();
     let undone = Arc::new(AtomicU64::new(0));
     let fut = queued_task(&locks, "b", &undone);
     let handover = locks.release("k", "a", 0, false);

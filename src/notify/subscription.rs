@@ -84,15 +84,30 @@ impl Subscription {
         true
     }
 
+    /// Waits until `check` (on the subscriber's book, under its mutex, with
+    /// this subscription's channel) answers, or `until` — the one wait of
+    /// every method below, for a thread or a task.
+    async fn wait_on<R>(
+        &self,
+        park: Park,
+        until: Instant,
+        mut check: impl FnMut(&mut super::book::State, &str) -> Option<R>,
+    ) -> Option<R> {
+        let channel = self.channel.as_str();
+        self.cv
+            .wait(park, &self.shared.state, Some(until), |st| {
+                check(st, channel)
+            })
+            .await
+    }
+
     /// Waits until Redis has acknowledged every command sent for the
     /// channel on the live connection, or `confirm_by`. Past it, the caller
     /// retries unsubscribed: the channel's waiters are woken again once
     /// Redis confirms, or a message published before then is lost to them.
     pub(crate) async fn confirm(&self, park: Park, confirm_by: Instant) {
-        let channel = self.channel.as_str();
         let confirmed = self
-            .cv
-            .wait(park, &self.shared.state, Some(confirm_by), |st| {
+            .wait_on(park, confirm_by, |st, channel| {
                 let done = st.writer.is_some()
                     && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
                 done.then_some(())
@@ -101,7 +116,7 @@ impl Subscription {
         if confirmed.is_none() {
             let mut st = self.shared.state.lock();
             let live = st.writer.is_some();
-            if let Some(c) = st.channels.get_mut(channel) {
+            if let Some(c) = st.channels.get_mut(&self.channel) {
                 // Confirmed meanwhile (between the wait and this lock):
                 // nothing to resync.
                 if !(live && c.inflight == 0) {
@@ -125,17 +140,15 @@ impl Subscription {
         seen: u64,
         until: Instant,
     ) -> bool {
-        let channel = self.channel.as_str();
-        self.cv
-            .wait(park, &self.shared.state, Some(until), |st| {
-                match st.channels.get(channel) {
-                    Some(c) if c.messages > seen => Some(true),
-                    Some(_) if st.writer.is_some() => None,
-                    _ => Some(false), // disconnected: nothing will count
-                }
-            })
-            .await
-            .unwrap_or(false)
+        self.wait_on(park, until, |st, channel| {
+            match st.channels.get(channel) {
+                Some(c) if c.messages > seen => Some(true),
+                Some(_) if st.writer.is_some() => None,
+                _ => Some(false), // disconnected: nothing will count
+            }
+        })
+        .await
+        .unwrap_or(false)
     }
 
     /// Wake-all messages this client received on the channel so far.
@@ -152,17 +165,15 @@ impl Subscription {
         seen: u64,
         until: Instant,
     ) -> bool {
-        let channel = self.channel.as_str();
-        self.cv
-            .wait(park, &self.shared.state, Some(until), |st| {
-                let c = st.channels.get_mut(channel)?;
-                if c.broadcasts > seen {
-                    return Some(());
-                }
-                take_permit(&mut c.permits)
-            })
-            .await
-            .is_some()
+        self.wait_on(park, until, |st, channel| {
+            let c = st.channels.get_mut(channel)?;
+            if c.broadcasts > seen {
+                return Some(());
+            }
+            take_permit(&mut c.permits)
+        })
+        .await
+        .is_some()
     }
 
     /// Forgets wake-ups granted so far: called right before an attempt, which
@@ -188,13 +199,11 @@ impl Subscription {
     /// Parks until an unlock message (or a reconnect) grants this waiter a
     /// wake-up, or until `until`. Returns whether it was woken.
     pub(crate) async fn wait_until(&self, park: Park, until: Instant) -> bool {
-        let channel = self.channel.as_str();
-        self.cv
-            .wait(park, &self.shared.state, Some(until), |st| {
-                take_permit(&mut st.channels.get_mut(channel)?.permits)
-            })
-            .await
-            .is_some()
+        self.wait_on(park, until, |st, channel| {
+            take_permit(&mut st.channels.get_mut(channel)?.permits)
+        })
+        .await
+        .is_some()
     }
 }
 

@@ -52,6 +52,48 @@ pub(crate) struct Request<'a> {
     pub(crate) place: Option<&'a str>,
 }
 
+impl Request<'_> {
+    /// The same request owning its strings (to send from another thread).
+    pub(crate) fn to_owned(&self) -> OwnedRequest {
+        OwnedRequest {
+            kind: self.kind,
+            key: self.key.to_owned(),
+            owner: self.owner.to_owned(),
+            lease: self.lease,
+            fresh: self.fresh,
+            fence: self.fence,
+            place: self.place.map(str::to_owned),
+        }
+    }
+}
+
+/// A [`Request`] that owns its strings.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedRequest {
+    kind: Kind,
+    key: String,
+    owner: String,
+    lease: Duration,
+    pub(crate) fresh: bool,
+    fence: Fence,
+    place: Option<String>,
+}
+
+impl OwnedRequest {
+    /// The request it holds.
+    pub(crate) fn request(&self) -> Request<'_> {
+        Request {
+            kind: self.kind,
+            key: &self.key,
+            owner: &self.owner,
+            lease: self.lease,
+            fresh: self.fresh,
+            fence: self.fence,
+            place: self.place.as_deref(),
+        }
+    }
+}
+
 /// What an acquire attempt found, for every kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {

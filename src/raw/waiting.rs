@@ -445,10 +445,8 @@ impl LockKind for Waiting<'_> {
             Park::Task => {
                 let raw = Arc::clone(self.raw);
                 let name = self.name.to_owned();
-                let (kind, key, owner, lease) =
-                    (self.kind, self.key.clone(), self.owner.clone(), self.lease);
-                let (fresh, fence, place, bound) =
-                    (self.fresh, self.fence, self.place.clone(), self.bound);
+                let (req, bound) = (self.request().to_owned(), self.bound);
+                let fresh = req.fresh;
                 // The task's future dropped while the call was out: what it
                 // took (a hold, a place) is undone at once, owner-checked.
                 // A reentrant attempt (not `fresh`) is never undone: the
@@ -460,18 +458,7 @@ impl LockKind for Waiting<'_> {
                         forsaken(false);
                     }
                 };
-                let job = move || {
-                    let req = Request {
-                        kind,
-                        key: &key,
-                        owner: &owner,
-                        lease,
-                        fresh,
-                        fence,
-                        place: place.as_deref(),
-                    };
-                    attempt_at(&raw, &name, &req, bound)
-                };
+                let job = move || attempt_at(&raw, &name, &req.request(), bound);
                 self.park.io(job, lost).await?
             }
         };
