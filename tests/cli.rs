@@ -61,9 +61,19 @@ fn the_cli_inspects_lists_force_unlocks_and_watches() {
         .lock_with("order:pay", LockOptions::new().fenced())
         .unwrap();
     let fence = held.fence().unwrap();
+    // The waiter keeps the lock it gets until told (after the watch below
+    // ended), so the watch sees exactly one change: a release that came
+    // while the watch still ran was a third, under load.
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let w = {
         let waiter = waiter.clone();
-        thread::spawn(move || waiter.lock("order:pay").map(drop))
+        thread::spawn(move || {
+            let g = waiter.lock("order:pay")?;
+            let _ = got_tx.send(());
+            let _ = done_rx.recv();
+            g.unlock()
+        })
     };
     assert!(eventually(Duration::from_secs(5), || {
         let info = service.inspect("order:pay").unwrap();
@@ -118,7 +128,7 @@ fn the_cli_inspects_lists_force_unlocks_and_watches() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(service.is_locked("order:pay").unwrap());
 
-    // watch: the release below shows up as a change.
+    // watch: the release below shows up as a change (the waiter in).
     let watch = Command::new(env!("CARGO_BIN_EXE_leasehold-cli"))
         .args(["--url", &server.url(), "--prefix", "ops:"])
         .args(["watch", "order:pay", "--interval", "50", "--for", "1.5"])
@@ -129,8 +139,12 @@ fn the_cli_inspects_lists_force_unlocks_and_watches() {
     // Confirmed: the lock goes, its waiter gets in, the holder learns it.
     let freed = stdout(&cli(&server, &["force-unlock", "order:pay"], "y\n"));
     assert!(freed.contains("order:pay: released"), "{freed}");
-    w.join().unwrap().unwrap();
+    got_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the waiter got in");
     let watched = String::from_utf8_lossy(&watch.wait_with_output().unwrap().stdout).into_owned();
+    done_tx.send(()).unwrap();
+    w.join().unwrap().unwrap();
     println!("{watched}");
     let changes: Vec<&str> = watched.lines().filter(|l| l.starts_with("[+")).collect();
     assert_eq!(
@@ -139,7 +153,12 @@ fn the_cli_inspects_lists_force_unlocks_and_watches() {
         "the watch printed the change only: {watched}"
     );
     assert!(changes[0].contains("exclusive"), "{watched}");
-    assert!(watched.contains("free"), "{watched}");
+    // The change: the forced release let the waiter in.
+    let after = &watched[watched.find(changes[1]).unwrap_or(0)..];
+    assert!(
+        after.contains("held by thread") && after.contains("billing-worker-4"),
+        "{watched}"
+    );
     let again = stdout(&cli(&server, &["force-unlock", "--yes", "order:pay"], ""));
     assert!(again.contains("was not held"), "{again}");
     drop(held);
