@@ -182,7 +182,7 @@ async fn yield_first(
 
 /// The wait loop's view of this client: its notifier, counters, the pool's
 /// connect timeout, the caller's cancel handle, and who waits.
-fn live<'a>(shared: &'a Shared, cancel: Option<&'a Cancel>, park: Park) -> Live<'a> {
+pub(crate) fn live<'a>(shared: &'a Shared, cancel: Option<&'a Cancel>, park: Park) -> Live<'a> {
     let raw = shared.raw();
     Live {
         notifier: shared.notifier(),

@@ -45,6 +45,8 @@
 //              fenced    FencedStore
 //              multi     lock_all: several names in one canonical order,
 //                        MultiLockGuard
+//              semaphore/ Semaphore, PermitGuard: leased permits over the raw
+//                        layer's permits and the one wait loop
 //              inspect   LockClient::inspect and list: holders, waiters, clients
 //   binary     bin/      the operators' `leasehold` CLI (feature `cli`), the
 //                        public API only
@@ -273,6 +275,7 @@ mod protocol;
 mod raw;
 mod redlock;
 mod renewal;
+mod semaphore;
 mod shared;
 mod stats;
 mod task;
@@ -301,8 +304,11 @@ pub use multi::MultiLockGuard;
 pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::LeaseLost;
+pub use semaphore::{PermitGuard, PermitInfo, Semaphore, SemaphoreInfo, SemaphoreWaiter};
 pub use stats::{Stats, WAIT_BUCKETS_MS};
-pub use task::{AsyncLockClient, AsyncLockGuard, AsyncMultiLockGuard};
+pub use task::{
+    AsyncLockClient, AsyncLockGuard, AsyncMultiLockGuard, AsyncPermitGuard, AsyncSemaphore,
+};
 
 /// The Lua sources of the lock protocol, for the benches' protocol floor
 /// (the same scripts on a plain connection, without this library around

@@ -1,5 +1,5 @@
 //! Names in Redis: every key and channel of Redisson's lock layouts (plain,
-//! fenced, fair, read/write), derived from the lock key, plus the short client
+//! fenced, fair, read/write) and its expirable semaphore, derived from the lock key, plus the short client
 //! id shown in logs. Pure string functions, no I/O.
 //!
 //! Companion keys carry the lock key's hash tag (`{<key>}`, or the key's own
@@ -181,7 +181,49 @@ const ACL_COMMANDS: &[&str] = &[
     "+zremrangebyscore",
     "+zcard",
     "+zscore",
+    "+zcount",
+    "+incrby",
+    "+decrby",
 ];
+
+/// The keys and channel of a semaphore whose counter is `key`: Redisson's
+/// `RPermitExpirableSemaphore` layout — the counter of available permits
+/// `<key>`, the lease table `{<key>}:timeout` (a sorted set of permit ids
+/// scored by expiry, epoch ms) and the channel `redisson_sc:{<key>}` — plus
+/// leasehold's line of waiting acquisitions `leasehold_sline:{<key>}` (a
+/// list of places; each place `<line>:<place>` holds the permit ids its
+/// waiter will be granted). Companions follow Redisson's brace rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SemaphoreKeys {
+    pub(crate) counter: String,
+    pub(crate) timeout: String,
+    pub(crate) channel: String,
+    pub(crate) line: String,
+}
+
+impl SemaphoreKeys {
+    pub(crate) fn of(key: &str) -> Self {
+        SemaphoreKeys {
+            counter: key.to_owned(),
+            timeout: suffix_name(key, "timeout"),
+            channel: prefix_name("redisson_sc", key),
+            line: prefix_name(SEMAPHORE_LINE, key),
+        }
+    }
+
+    /// The channel on which client `id` hears that a release granted one of
+    /// its waiting acquisitions its permits:
+    /// `leasehold_sgrant:{<key>}:<id>` (the scripts derive it from the line
+    /// key; a test checks that both agree).
+    pub(crate) fn grant_channel(&self, id: &str) -> String {
+        let tail = &self.line[SEMAPHORE_LINE.len()..];
+        format!("{SEMAPHORE_GRANT}{tail}:{id}")
+    }
+}
+
+/// What a semaphore's line and grant channels are named after.
+pub(crate) const SEMAPHORE_LINE: &str = "leasehold_sline";
+pub(crate) const SEMAPHORE_GRANT: &str = "leasehold_sgrant";
 
 /// The ACL rules (`ACL SETUSER <user> on ><password> <rules…>`) a Redis user
 /// needs for every lock kind under `key_prefix`: the commands, the keys of
@@ -223,6 +265,8 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
         "redisson_lock_timeout",
         "leasehold_fair",
         "redisson_rwlock",
+        "redisson_sc", // named among a semaphore script's keys
+        SEMAPHORE_LINE,
     ] {
         companion('~', key);
     }
@@ -230,6 +274,8 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
         "redisson_lock__channel",
         "leasehold_grant",
         "redisson_rwlock",
+        "redisson_sc",
+        SEMAPHORE_GRANT,
     ] {
         companion('&', channel);
     }

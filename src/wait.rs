@@ -1,4 +1,5 @@
-//! The one acquire loop of every Redis lock kind — plain, fair, read, write:
+//! The one acquire loop of every Redis lock kind — plain, fair, read, write,
+//! and a semaphore's permits:
 //! attempt → held / wait / refused; the reply that came after its lease;
 //! riding out an outage (a bounded wait up to its deadline, an unbounded one
 //! up to the outage limit); the deadline; subscribe-then-retry; parking; a
@@ -46,6 +47,18 @@ pub(crate) trait Env {
     fn broadcasts(&self, sub: &Self::Sub) -> u64;
     /// Parks until woken by the rule, or `until`.
     async fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
+    /// [`Wake::Claim`]: takes the grants received so far that name `claim`
+    /// (others are left for their waiters).
+    fn take_claims(&self, sub: &Self::Sub, claim: &str) -> Vec<Vec<u8>> {
+        let _ = claim;
+        self.take_grants(sub)
+    }
+    /// [`Wake::Claim`]: parks until a grant naming `claim` or a wake-up, or
+    /// `until`.
+    async fn park_claim(&self, sub: &Self::Sub, claim: &str, until: Instant) {
+        let _ = claim;
+        self.park(sub, Wake::One, 0, until).await;
+    }
     /// Whether Redis confirmed the subscription (the subscriber is
     /// connected): only then does an unlock message reach the waiter.
     fn listening(&self, sub: &Self::Sub) -> bool;
@@ -105,12 +118,12 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
                 0
             }
             (Some(s), Wake::OneOrAll) => env.broadcasts(s),
-            (None, _) => 0,
+            (_, Wake::Claim) | (None, _) => 0,
         };
         if let Some(s) = sub.as_ref() {
             // A grant already made is found by this attempt (the lock is set
             // to us); only grants after it are news.
-            drop(env.take_grants(s));
+            drop(grants(env, s, &*place.kind));
         }
         // The lease counts from when the request was sent, not answered.
         let sent_at = Instant::now();
@@ -196,8 +209,14 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             wake_at = wake_at.min(now + deaf);
             deaf = (deaf * 2).min(DEAF_RETRY_MAX);
         }
-        env.park(s, wake, seen, wake_at).await;
-        for grant in env.take_grants(s) {
+        match place.kind.claim() {
+            Some(claim) if wake == Wake::Claim => {
+                let claim = claim.to_owned();
+                env.park_claim(s, &claim, wake_at).await;
+            }
+            _ => env.park(s, wake, seen, wake_at).await,
+        }
+        for grant in grants(env, s, &*place.kind) {
             match place.kind.granted(&grant) {
                 // Made after the attempt that left us waiting (sent at
                 // `sent_at`): its lease runs at least that long from then.
@@ -215,6 +234,15 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
                 None => {}
             }
         }
+    }
+}
+
+/// The grants received on `sub` for `kind`'s wait: all of them, or (a kind
+/// whose grants are claimed) those naming its place.
+fn grants<K: LockKind, E: Env>(env: &E, sub: &E::Sub, kind: &K) -> Vec<Vec<u8>> {
+    match kind.claim() {
+        Some(claim) if kind.wake() == Wake::Claim => env.take_claims(sub, claim),
+        _ => env.take_grants(sub),
     }
 }
 
@@ -355,6 +383,7 @@ impl Env for Live<'_> {
                 channel: &channels.channel,
                 grant,
                 unlock: channels.unlock,
+                claims: channels.claims,
             },
             None => Listen::Channel(&channels.channel),
         };
@@ -373,6 +402,22 @@ impl Env for Live<'_> {
         sub.take_grants()
     }
 
+    fn take_claims(&self, sub: &Subscription, claim: &str) -> Vec<Vec<u8>> {
+        sub.take_claims(claim)
+    }
+
+    async fn park_claim(&self, sub: &Subscription, claim: &str, until: Instant) {
+        use std::sync::atomic::Ordering;
+        let parked = &self.counters.waiters_parked;
+        parked.fetch_add(1, Ordering::Relaxed);
+        let _parked = Unpark(parked);
+        let park = self.park;
+        self.sliced(until, |until| async move {
+            sub.wait_claim_until(park, claim, until).await
+        })
+        .await;
+    }
+
     fn broadcasts(&self, sub: &Subscription) -> u64 {
         sub.broadcasts()
     }
@@ -386,7 +431,7 @@ impl Env for Live<'_> {
         let park = self.park;
         self.sliced(until, |until| async move {
             match wake {
-                Wake::One => sub.wait_until(park, until).await,
+                Wake::One | Wake::Claim => sub.wait_until(park, until).await,
                 Wake::OneOrAll => sub.wait_until_or_broadcast(park, seen, until).await,
             }
         })

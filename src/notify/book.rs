@@ -49,8 +49,12 @@ pub(super) struct Channel {
     pub(super) moved: bool,
     /// The plain lock key it serves.
     pub(super) key: Option<String>,
-    /// The client's grant channel (a plain lock's).
+    /// The client's grant channel (a plain lock's, a semaphore's).
     pub(super) grant: Option<String>,
+    /// Its grants are claimed by the waiter whose place they name, not
+    /// taken by whoever wakes (a semaphore's: several waiters of the client
+    /// share the subscription).
+    pub(super) claims: bool,
     /// Local waiters holding a [`Subscription`].
     pub(super) refs: usize,
     /// The last command sent for it subscribed (it did not unsubscribe).
@@ -77,11 +81,15 @@ pub(super) struct Channel {
 
 impl Channel {
     pub(super) fn new(listen: Listen<'_>) -> Self {
-        let (unlock, grant, key) = match listen {
-            Listen::Channel(_) => (true, None, None),
+        let (unlock, grant, key, claims) = match listen {
+            Listen::Channel(_) => (true, None, None, false),
             Listen::Line {
-                key, grant, unlock, ..
-            } => (unlock, Some(grant.to_owned()), Some(key.to_owned())),
+                key,
+                grant,
+                unlock,
+                claims,
+                ..
+            } => (unlock, Some(grant.to_owned()), Some(key.to_owned()), claims),
         };
         Channel {
             unlock,
@@ -89,6 +97,7 @@ impl Channel {
             moved: false,
             key,
             grant,
+            claims,
             refs: 0,
             live: false,
             idle_since: None,

@@ -141,11 +141,14 @@ pub(crate) enum Listen<'a> {
     /// A plain lock (`key`): the client's grant channel for it, and its
     /// unlock channel `channel` too when `unlock` (another library holds
     /// the lock). The subscription is named after the unlock channel.
+    /// A semaphore's subscription is one too (`key`: its line, `channel`:
+    /// Redisson's, heard always), whose grants are claimed (`claims`).
     Line {
         key: &'a str,
         channel: &'a str,
         grant: &'a str,
         unlock: bool,
+        claims: bool,
     },
 }
 
@@ -269,9 +272,20 @@ impl Notifier {
     /// it parks at once when the lock is held. No allocation when there is
     /// none (classic pub/sub).
     pub(crate) fn resume_line(&self, key: &str) -> Option<Subscription> {
+        self.resume_line_on(key, || crate::names::channel_name(key))
+    }
+
+    /// The subscription of line `key` (a plain lock's key, a semaphore's
+    /// line) when it is still confirmed; `channel` names the channel it is
+    /// named after (needed in a sharded cluster only).
+    pub(crate) fn resume_line_on(
+        &self,
+        key: &str,
+        channel: impl FnOnce() -> String,
+    ) -> Option<Subscription> {
         let shared = match &self.shards {
             Some(s) if s.router.pubsub() == PubSub::Sharded => {
-                self.subscriber(&crate::names::channel_name(key), false)?
+                self.subscriber(&channel(), false)?
             }
             _ => Arc::clone(&self.shared),
         };

@@ -222,6 +222,19 @@ impl Shared {
                     return;
                 };
                 match Message::of(payload) {
+                    // A claimed grant (a semaphore's): kept for the waiter
+                    // whose place it names (the oldest goes when too many
+                    // wait: theirs were left meanwhile); the others woken
+                    // look and park again.
+                    Message::Grant if c.claims => {
+                        if c.refs > 0 {
+                            if c.grants.len() >= GRANTS_MAX {
+                                c.grants.remove(0);
+                            }
+                            c.grants.push(payload.to_vec());
+                            c.cv.notify_all();
+                        }
+                    }
                     // For the waiter to take (and check) when it wakes;
                     // nobody waits → its place is gone already.
                     Message::Grant => {
@@ -231,12 +244,13 @@ impl Shared {
                             c.cv.notify_all();
                         }
                     }
-                    Message::WakeAll => {
+                    Message::WakeAll if !c.claims => {
                         c.messages += 1;
                         c.broadcasts += 1;
                         c.cv.notify_all();
                     }
-                    Message::Unlock => {
+                    // A semaphore's count (`1` too): one waiter tries.
+                    Message::Unlock | Message::WakeAll => {
                         c.messages += 1;
                         if c.refs > 0 {
                             c.permits = (c.permits + 1).min(c.refs);

@@ -176,6 +176,36 @@ impl Subscription {
         .is_some()
     }
 
+    /// A subscription whose grants are claimed (a semaphore's: several
+    /// waiters of one client share it): parks until a grant naming `claim`
+    /// arrived (left for [`take_claims`](Self::take_claims)), a wake-up
+    /// permit (taken), or `until`. Returns whether it was woken.
+    pub(crate) async fn wait_claim_until(&self, park: Park, claim: &str, until: Instant) -> bool {
+        self.wait_on(park, until, |st, channel| {
+            let c = st.channels.get_mut(channel)?;
+            if c.grants.iter().any(|g| names(g, claim)) {
+                return Some(());
+            }
+            take_permit(&mut c.permits)
+        })
+        .await
+        .is_some()
+    }
+
+    /// Takes the grants received so far that name `claim`, leaving the
+    /// others' for them.
+    pub(crate) fn take_claims(&self, claim: &str) -> Vec<Vec<u8>> {
+        let mut st = self.shared.state.lock();
+        let Some(c) = st.channels.get_mut(&self.channel) else {
+            return Vec::new();
+        };
+        let (mine, others) = std::mem::take(&mut c.grants)
+            .into_iter()
+            .partition(|g| names(g, claim));
+        c.grants = others;
+        mine
+    }
+
     /// Forgets wake-ups granted so far: called right before an attempt, which
     /// sees everything those messages announced.
     pub(crate) fn clear_permits(&self) {
@@ -207,6 +237,12 @@ impl Subscription {
     }
 }
 
+/// Whether grant message `grant` names place `claim` (the place, then
+/// nothing or a space and what the grant brings).
+fn names(grant: &[u8], claim: &str) -> bool {
+    grant.starts_with(claim.as_bytes()) && matches!(grant.get(claim.len()), None | Some(b' '))
+}
+
 /// Takes one wake-up permit, if there is one.
 fn take_permit(permits: &mut usize) -> Option<()> {
     *permits = permits.checked_sub(1)?;
@@ -234,12 +270,13 @@ impl Drop for Subscription {
         }
         c.grants.clear();
         match link {
-            // Linger: the next waiter finds it subscribed — to its grant
-            // channel: nobody waits for another library's release now, and
-            // a lingering unlock subscription would count as its waiter.
+            // Linger: the next waiter finds it subscribed — a plain lock's
+            // to its grant channel only: nobody waits for another library's
+            // release now, and a lingering unlock subscription would count
+            // as its waiter (a semaphore's waiters hear both always).
             Some(link) if lingering < LINGER_MAX && !c.moved => {
                 c.idle_since = Some(Instant::now());
-                if c.grant.is_some() && c.unlock {
+                if c.grant.is_some() && c.unlock && !c.claims {
                     toggle_unlock(link, &self.channel, c, false);
                 }
             }

@@ -8,6 +8,8 @@
 //! - `renew` — a lease's renewal, as the renewal thread batches it;
 //! - `fair` — Redisson's `RedissonFairLock` layout, with expiring places;
 //! - `rwlock` — Redisson's `RReadWriteLock` layout, writers first;
+//! - `semaphore` — Redisson's `RPermitExpirableSemaphore` layout, with a
+//!   line of waiting acquisitions and grants;
 //! - `admin` — what a key is (a lock's shape), and an operator's forced
 //!   release of any kind.
 //!
@@ -19,6 +21,7 @@ pub(crate) mod fair;
 pub(crate) mod plain;
 pub(crate) mod renew;
 pub(crate) mod rwlock;
+pub(crate) mod semaphore;
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -279,6 +282,7 @@ pub(crate) struct Scripts {
     fair: fair::FairScripts,
     rw: rwlock::RwScripts,
     admin: admin::AdminScripts,
+    semaphore: semaphore::SemaphoreScripts,
 }
 
 impl Scripts {
@@ -288,7 +292,13 @@ impl Scripts {
             fair: fair::FairScripts::new(pubsub),
             rw: rwlock::RwScripts::new(pubsub),
             admin: admin::AdminScripts::new(pubsub),
+            semaphore: semaphore::SemaphoreScripts::new(pubsub),
         }
+    }
+
+    /// The semaphore's scripts.
+    pub(crate) fn semaphore(&self) -> &semaphore::SemaphoreScripts {
+        &self.semaphore
     }
 
     /// Deletes lock `key` of any kind and wakes its waiters (an operator's
@@ -513,6 +523,13 @@ mod tests {
             rwlock::CANCEL_WRITER,
             admin::FORCE_UNLOCK,
             admin::SHAPE,
+            semaphore::ACQUIRE,
+            semaphore::RELEASE,
+            semaphore::LEAVE,
+            semaphore::SET_PERMITS,
+            semaphore::ADD_PERMITS,
+            semaphore::AVAILABLE,
+            semaphore::INSPECT,
         ]
     }
 

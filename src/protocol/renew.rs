@@ -21,7 +21,27 @@ use super::millis;
 /// the timeout keys are only checked, not extended, and the hash is kept
 /// alive at least that long — another client (Redisson ≥ 4.4's read
 /// renewal) may have set it shorter.
+///
+/// Semaphore permits (`ARGV[3] == "p"`): `KEYS[1]` is the lease table,
+/// `ARGV[2]` the permits' ids (16 bytes each); all of them get the lease
+/// `ARGV[1]` from now (the server's clock) while every one is still there
+/// and has not expired — an expired permit is never revived (any script may
+/// have counted it back already); otherwise 0.
 pub(crate) const RENEW: &str = r#"
+if ARGV[3] == 'p' then
+    local clock = redis.call('time')
+    local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    for i = 1, #ARGV[2] - 15, 16 do
+        local score = redis.call('zscore', KEYS[1], string.sub(ARGV[2], i, i + 15))
+        if not score or tonumber(score) <= now then
+            return 0
+        end
+    end
+    for i = 1, #ARGV[2] - 15, 16 do
+        redis.call('zadd', KEYS[1], 'xx', now + tonumber(ARGV[1]), string.sub(ARGV[2], i, i + 15))
+    end
+    return 1
+end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return 0
 end
@@ -79,6 +99,19 @@ pub(crate) fn renew_call(
         None => cmd.arg(millis(lease)).arg(owner),
         Some(left) => cmd.arg(millis(left)).arg(owner).arg("k"),
     };
+    cmd
+}
+
+/// The renewal of semaphore permits `ids` (16 bytes each) in the lease
+/// table `timeouts` to `lease` from now.
+pub(crate) fn renew_permits_call(timeouts: &str, ids: &[u8], lease: Duration) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(RENEW_SHA.as_str())
+        .arg(1)
+        .arg(timeouts)
+        .arg(millis(lease))
+        .arg(ids)
+        .arg("p");
     cmd
 }
 

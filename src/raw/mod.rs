@@ -11,10 +11,12 @@
 //! Files: this one (the engine and one lock's calls to Redis), `hold`
 //! (a guard's hold: the one acquire ending and the one release path),
 //! `waiting` (one acquisition as the wait loop drives it, every kind),
-//! `orphans` (calls whose reply was lost, and their undo).
+//! `orphans` (calls whose reply was lost, and their undo), `permits` (a
+//! semaphore's permits: one acquisition, the hold, the release, its calls).
 
 mod hold;
 mod orphans;
+mod permits;
 mod waiting;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +36,7 @@ use crate::stats::Counters;
 
 pub(crate) use hold::Hold;
 pub(crate) use orphans::Orphan;
+pub(crate) use permits::PermitHold;
 pub(crate) use waiting::{Answer, Channels, Got, Granted, LockKind, Taken, Waiting, Wake, Want};
 
 /// One client's lock engine, shared by its clones and guards.

@@ -39,6 +39,10 @@ pub(crate) enum Wake {
     /// them (that could swallow another's); a wake-all message (`1`) wakes
     /// everyone whose attempt came before it.
     OneOrAll,
+    /// A semaphore: waiters of one client share the subscription; each is
+    /// woken by a grant that names its place (see [`LockKind::claim`]), and
+    /// one by each count announced on the channel; none clears wake-ups.
+    Claim,
 }
 
 /// What a waiter subscribes to: the channel that announces its chance, and
@@ -51,6 +55,9 @@ pub(crate) struct Channels {
     /// Plain: the unlock channel `channel` is heard too (see
     /// [`LockKind::hears_unlock`]).
     pub(crate) unlock: bool,
+    /// Grants are claimed by the waiter whose place they name (a
+    /// semaphore's: [`Wake::Claim`]).
+    pub(crate) claims: bool,
 }
 
 /// What a grant message means to the waiter it names.
@@ -104,6 +111,11 @@ pub(crate) trait LockKind {
     /// Leaves that place (owner-checked, best effort; a task's leave runs in
     /// the background).
     fn leave(&mut self);
+    /// [`Wake::Claim`]: the place a grant for this wait names, once it has
+    /// one.
+    fn claim(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// What the caller asked for.
@@ -515,6 +527,7 @@ impl LockKind for Waiting<'_> {
             line: (self.kind == Kind::Plain)
                 .then(|| (self.key.clone(), self.raw.grant_channel(&self.key))),
             unlock: self.hears_unlock(),
+            claims: false,
         }
     }
 

@@ -162,6 +162,30 @@ impl Renewer {
             set,
             timeouts,
             None,
+            None,
+        )
+    }
+
+    /// Registers semaphore permits `ids` (16 bytes each) in the lease table
+    /// `timeouts` for renewal, as [`register`](Self::register) does a lock's
+    /// lease: all of them together, lost when one is.
+    pub(crate) fn register_permits(
+        &self,
+        timeouts: &str,
+        ids: &[u8],
+        lease: Duration,
+        sent_at: Instant,
+        set: Duration,
+    ) -> Arc<LeaseState> {
+        self.enqueue(
+            Arc::from(timeouts),
+            Arc::from(""),
+            lease,
+            sent_at,
+            set,
+            None,
+            None,
+            Some(Box::from(ids)),
         )
     }
 
@@ -187,6 +211,7 @@ impl Renewer {
             set,
             Some(timeouts),
             Some(until),
+            None,
         )
     }
 
@@ -220,6 +245,7 @@ impl Renewer {
         set: Duration,
         timeouts: Option<&str>,
         until: Option<Instant>,
+        permits: Option<Box<[u8]>>,
     ) -> Arc<LeaseState> {
         let state = LeaseState::new(sent_at + set);
         let mut entry = Entry {
@@ -230,6 +256,7 @@ impl Renewer {
             due: sent_at,
             timeouts: timeouts.map(Box::from),
             until,
+            permits,
         };
         entry.due = sent_at + entry.period();
         entry.lease = lease;

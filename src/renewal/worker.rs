@@ -33,6 +33,9 @@ pub(super) struct Entry {
     /// A read hold with an explicit lease: it ends then, and until then
     /// the thread only keeps the shared hash alive (see `RENEW`'s keep).
     pub(super) until: Option<Instant>,
+    /// Semaphore permits: their ids (16 bytes each); `key` is then the
+    /// semaphore's lease table.
+    pub(super) permits: Option<Box<[u8]>>,
 }
 
 impl Entry {
@@ -173,7 +176,10 @@ impl Worker {
             }
             // Keep: what is left of an explicit lease.
             let keep = e.until.map(|until| until.saturating_duration_since(now));
-            let call = renew::renew_call(&e.key, &e.owner, e.lease, e.timeouts.as_deref(), keep);
+            let call = match &e.permits {
+                Some(ids) => renew::renew_permits_call(&e.key, ids, e.lease),
+                None => renew::renew_call(&e.key, &e.owner, e.lease, e.timeouts.as_deref(), keep),
+            };
             live.push(*id);
             commands.push((&*e.key, call));
         }

@@ -1,11 +1,13 @@
 //! The async face: [`AsyncLockClient`] — the same client (id, line of
 //! waiters, renewal thread, subscriber, in-process queue) as the blocking
 //! [`LockClient`] it is made from, its waits parking tasks instead of
-//! threads (`park::Park::Task`) — and its guard ([`AsyncLockGuard`]).
+//! threads (`park::Park::Task`) — and its guard ([`AsyncLockGuard`]);
+//! `semaphore`: [`AsyncSemaphore`] and [`AsyncPermitGuard`].
 //! Thin: the acquire path is the blocking face's own (`acquire`).
 
 mod guard;
 mod multi;
+mod semaphore;
 
 use std::fmt;
 use std::future::Future;
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 pub use guard::AsyncLockGuard;
 pub use multi::AsyncMultiLockGuard;
+pub use semaphore::{AsyncPermitGuard, AsyncSemaphore};
 
 use crate::acquire::acquire_hold;
 use crate::client::LockClient;

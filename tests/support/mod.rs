@@ -3,7 +3,8 @@
 //! servers and their certificates), `topology` (replicas, Sentinels,
 //! clusters, slots), `monitor` (`MONITOR`), `history` (checking recorded
 //! critical sections), `child` (test children), `proxy` (a fault proxy),
-//! `redisson` (Redisson's scripts on the wire). No test uses a server it did
+//! `redisson` (Redisson's scripts on the wire), `redisson_semaphore` (its
+//! expirable semaphore's). No test uses a server it did
 //! not start.
 #![allow(dead_code, unused_imports)]
 
@@ -12,6 +13,7 @@ pub mod history;
 pub mod monitor;
 pub mod proxy;
 pub mod redisson;
+pub mod redisson_semaphore;
 pub mod server;
 pub mod tls;
 pub mod topology;

@@ -111,6 +111,7 @@ impl LockKind for Scripted {
             channel: "chan".into(),
             line: None,
             unlock: self.foreign,
+            claims: false,
         }
     }
 

@@ -1,0 +1,398 @@
+//! A semaphore's permits at the raw layer: one acquisition as the wait loop
+//! drives it ([`PermitWaiting`], a [`LockKind`]: its attempt, grants, place
+//! in line and leave), the hold a permit guard keeps ([`PermitHold`]) and
+//! its one release path, and the semaphore's other calls (set and add
+//! permits, the count available, an operator's read).
+//!
+//! An acquisition draws its permit ids once (16 bytes each: the first 8 of
+//! the client's id, then 8 random ones) and sends the same ids with every
+//! attempt and with its place in line, so an attempt sent twice takes
+//! nothing twice, a grant gives the permits the waiter already knows, and
+//! the leave that ends a wait without permits gives back whatever a lost
+//! reply or a late grant gave it — by id, so never anyone else's.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Answer, Channels, Got, Granted, LockKind, Raw, Wake, Want};
+use crate::conn::Bound;
+use crate::error::{Error, Result};
+use crate::names::SemaphoreKeys;
+use crate::options::{check_lease, check_name, Kind};
+use crate::park::Park;
+use crate::protocol;
+use crate::protocol::semaphore::{self, Acquire, State, MAX_PERMITS_AT_ONCE};
+use crate::renewal::LeaseState;
+
+/// One acquisition of permits, for the wait loop.
+pub(crate) struct PermitWaiting<'a> {
+    raw: &'a Arc<Raw>,
+    name: &'a str,
+    keys: Arc<SemaphoreKeys>,
+    permits: u32,
+    /// The ids of the permits asked for (16 bytes each), fixed for the
+    /// whole acquisition.
+    ids: Arc<[u8]>,
+    /// The acquisition's own owner (`<client id>:<n>`), which its place in
+    /// line names.
+    owner: String,
+    lease: Duration,
+    /// The watchdog renews the permits (no explicit lease).
+    watchdog: bool,
+    /// This wait's place in line, once it waits.
+    place: Option<String>,
+    /// Whether the wait may take a place (not a single try).
+    join: bool,
+    /// An attempt went out and no answer came: it may have taken the
+    /// permits or a place; the next attempt finds them, and a wait that
+    /// ends without them leaves (gives them back).
+    unsettled: bool,
+    bound: Bound,
+    park: Park,
+}
+
+/// The permits a permit guard holds.
+pub(crate) struct PermitHold {
+    /// The semaphore name as the caller gave it.
+    pub(crate) name: String,
+    pub(crate) keys: Arc<SemaphoreKeys>,
+    pub(crate) ids: Arc<[u8]>,
+    pub(crate) permits: u32,
+    /// Shared with the renewal thread (when renewed).
+    pub(crate) state: Arc<LeaseState>,
+    /// Whether the watchdog renews them (no explicit lease given).
+    pub(crate) renewed: bool,
+}
+
+impl Raw {
+    /// The keys of semaphore `name` (the key prefix, then the name).
+    pub(crate) fn semaphore_keys(&self, name: &str) -> SemaphoreKeys {
+        SemaphoreKeys::of(&self.key(name))
+    }
+
+    /// Starts an acquisition of `permits` permits of semaphore `name` as
+    /// `want` says (its lease, cancel handle, who waits), waiting until
+    /// `deadline` at the latest (`None`: as long as it takes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or overlong name, no permits
+    /// or too many at once, a lease of zero or over the limit, or a lock's
+    /// option (a fencing token, a lock kind).
+    pub(crate) fn permit_waiting<'a>(
+        self: &'a Arc<Self>,
+        name: &'a str,
+        permits: u32,
+        want: &Want,
+        deadline: Option<Instant>,
+    ) -> Result<PermitWaiting<'a>> {
+        check_name(name)?;
+        if permits == 0 || permits > MAX_PERMITS_AT_ONCE {
+            return Err(Error::invalid(format_args!(
+                "asked for {permits} permits at once; ask for 1 to {MAX_PERMITS_AT_ONCE}"
+            )));
+        }
+        if let Some(lease) = want.lease {
+            check_lease("lease", lease)?;
+        }
+        if want.fenced || want.kind != Kind::Plain {
+            return Err(Error::invalid(
+                "a semaphore's permits take a lease, a wait and a cancel handle; fencing tokens and lock kinds (fair, read, write) are for locks",
+            ));
+        }
+        let prefix = &self.id.as_bytes()[..8];
+        let mut ids = Vec::with_capacity(16 * permits as usize);
+        for _ in 0..permits {
+            ids.extend_from_slice(prefix);
+            ids.extend_from_slice(&uuid::Uuid::new_v4().as_bytes()[..8]);
+        }
+        Ok(PermitWaiting {
+            raw: self,
+            name,
+            keys: Arc::new(self.semaphore_keys(name)),
+            permits,
+            ids: ids.into(),
+            owner: self.unique_owner(),
+            lease: want.lease.unwrap_or(self.watchdog_lease),
+            watchdog: want.lease.is_none(),
+            place: None,
+            join: deadline.is_none_or(|d| d > Instant::now()),
+            unsettled: false,
+            bound: Bound::until(deadline.filter(|d| *d > Instant::now())),
+            park: want.park,
+        })
+    }
+
+    /// Gives back the permits of `hold` within `bound`: renewal stops
+    /// first. An error when one of them was no longer ours (its lease ran
+    /// out, or it was removed): they were given back all the same.
+    pub(crate) fn release_permits(&self, hold: &PermitHold, bound: Bound) -> Result<()> {
+        self.renewer.cancel(&hold.state, hold.renewed);
+        let released = self.conns.run(&hold.keys.counter, bound, |con| {
+            self.scripts()
+                .semaphore()
+                .release(con, &hold.keys, &hold.ids)
+        })?;
+        if released.alive < hold.permits {
+            return Err(Error::NotHeld {
+                name: hold.name.clone(),
+                lost: hold.state.lost_why(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sets semaphore `name`'s number of permits (those taken count); with
+    /// `only_if_unset`, only when none was set yet (false: it was).
+    pub(crate) fn set_permits(&self, name: &str, total: u32, only_if_unset: bool) -> Result<bool> {
+        check_name(name)?;
+        let keys = self.semaphore_keys(name);
+        self.conns.run(&keys.counter, Bound::default(), |con| {
+            self.scripts()
+                .semaphore()
+                .set_permits(con, &keys, total, only_if_unset)
+        })
+    }
+
+    /// Adds `delta` permits to semaphore `name` (negative: takes them
+    /// away); the count available after.
+    pub(crate) fn add_permits(&self, name: &str, delta: i64) -> Result<i64> {
+        check_name(name)?;
+        let keys = self.semaphore_keys(name);
+        self.conns.run(&keys.counter, Bound::default(), |con| {
+            self.scripts().semaphore().add_permits(con, &keys, delta)
+        })
+    }
+
+    /// The permits of semaphore `name` available now, after expired ones
+    /// went back (`None`: never set).
+    pub(crate) fn available_permits(&self, name: &str) -> Result<Option<i64>> {
+        check_name(name)?;
+        let keys = self.semaphore_keys(name);
+        self.conns.run(&keys.counter, Bound::default(), |con| {
+            self.scripts().semaphore().available(con, &keys)
+        })
+    }
+
+    /// An operator's read of semaphore `name`.
+    pub(crate) fn inspect_semaphore(&self, name: &str) -> Result<State> {
+        check_name(name)?;
+        let keys = self.semaphore_keys(name);
+        self.conns.run(&keys.counter, Bound::default(), |con| {
+            self.scripts().semaphore().inspect(con, &keys)
+        })
+    }
+
+    /// Leaves `place` (if any) and gives back permits `ids` if they were
+    /// given to us, within `bound`: best effort, by id.
+    fn leave_permits(&self, keys: &SemaphoreKeys, place: Option<&str>, ids: &[u8], bound: Bound) {
+        let bound = bound.with_pool_wait(self.socket_timeout);
+        let left = self.conns.run(&keys.counter, bound, |con| {
+            self.scripts()
+                .semaphore()
+                .leave(con, keys, place.unwrap_or(""), ids)
+        });
+        if let Err(e) = left {
+            // The place expires by itself, the permits with their lease.
+            tracing::debug!(key = %keys.counter, error = ?e, "leasehold: leaving a semaphore's line failed; its place and permits expire by themselves");
+        }
+    }
+}
+
+impl PermitWaiting<'_> {
+    /// Before the loop: a subscription was resumed (a busy semaphore), so
+    /// the first attempt already takes a place in line.
+    pub(crate) fn take_place(&mut self) {
+        if self.join && self.place.is_none() {
+            self.place = Some(self.raw.next_place(&self.owner, self.lease, false));
+        }
+    }
+
+    /// The semaphore's line key (its subscription is named after it).
+    pub(crate) fn line(&self) -> &str {
+        &self.keys.line
+    }
+
+    /// The semaphore's channel (Redisson's).
+    pub(crate) fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    /// The wait ended without the permits (a deadline, a cancel, an error):
+    /// what an unanswered attempt may have taken is given back, in the
+    /// background. The loop leaves a place it knows of itself.
+    pub(crate) fn give_up(&mut self) {
+        if self.unsettled {
+            self.unsettled = false;
+            self.leave();
+        }
+    }
+
+    /// The one acquire ending: the permits as a guard holds them, their
+    /// lease registered with the renewal thread unless explicit.
+    pub(crate) fn held(self, got: Got<()>) -> PermitHold {
+        let raw = self.raw;
+        let state = if self.watchdog {
+            raw.renewer.register_permits(
+                &self.keys.timeout,
+                &self.ids,
+                self.lease,
+                got.sent_at,
+                got.lease,
+            )
+        } else {
+            LeaseState::new(got.sent_at + got.lease)
+        };
+        raw.touch(got.sent_at, self.lease);
+        PermitHold {
+            name: self.name.to_owned(),
+            keys: self.keys,
+            ids: self.ids,
+            permits: self.permits,
+            state,
+            renewed: self.watchdog,
+        }
+    }
+}
+
+impl LockKind for PermitWaiting<'_> {
+    type Held = ();
+
+    async fn attempt(&mut self) -> Result<Answer<()>> {
+        self.raw.touch(Instant::now(), self.lease);
+        let (raw, keys, ids) = (
+            Arc::clone(self.raw),
+            Arc::clone(&self.keys),
+            Arc::clone(&self.ids),
+        );
+        let (permits, lease, place, bound) =
+            (self.permits, self.lease, self.place.clone(), self.bound);
+        let job = {
+            let place = place.clone();
+            move || {
+                raw.conns.run_sent(&keys.counter, bound, |con| {
+                    raw.scripts().semaphore().acquire(
+                        con,
+                        &keys,
+                        permits,
+                        lease,
+                        place.as_deref(),
+                        &ids,
+                    )
+                })
+            }
+        };
+        // A task's future dropped while the attempt was out: what it took
+        // (permits, a place) is given back at once, by id.
+        let lost = {
+            let (raw, keys, ids) = (
+                Arc::clone(self.raw),
+                Arc::clone(&self.keys),
+                Arc::clone(&self.ids),
+            );
+            move |_: (Result<Acquire>, bool)| {
+                Park::Task.detach(move || raw.leave_permits(&keys, place.as_deref(), &ids, bound));
+            }
+        };
+        let (answer, sent) = self.park.io(job, lost).await?;
+        let answer = match answer {
+            Err(e) => {
+                if sent && e.is_unanswered() {
+                    self.unsettled = true;
+                }
+                return Err(e);
+            }
+            Ok(answer) => answer,
+        };
+        match answer {
+            Acquire::Acquired => {
+                self.unsettled = false;
+                Ok(Answer::Held(()))
+            }
+            Acquire::Wait { hint, .. } => {
+                if self.join && self.place.is_none() {
+                    // The next attempt takes a place in line.
+                    self.place = Some(self.raw.next_place(&self.owner, self.lease, false));
+                }
+                // Permits whose holder died come back when their lease ends:
+                // wake then to take them back (+1 ms is in the hint) — or
+                // earlier, to confirm our place.
+                let mut cap = hint.unwrap_or(self.raw.watchdog_lease);
+                if let Some(confirm) = protocol::waiting_place(Kind::Plain, self.lease)
+                    .filter(|_| self.place.is_some())
+                {
+                    cap = cap.min(confirm);
+                }
+                Ok(Answer::Wait(cap))
+            }
+        }
+    }
+
+    async fn undo(&mut self, _held: ()) {
+        let (raw, keys, ids, bound) = (
+            Arc::clone(self.raw),
+            Arc::clone(&self.keys),
+            Arc::clone(&self.ids),
+            self.bound,
+        );
+        let undo = move || raw.leave_permits(&keys, None, &ids, bound);
+        let _ = self.park.io(undo, drop).await;
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn channels(&self) -> Channels {
+        let id = self.raw.id.to_string();
+        Channels {
+            channel: self.keys.channel.clone(),
+            line: Some((self.keys.line.clone(), self.keys.grant_channel(&id))),
+            unlock: true,
+            claims: true,
+        }
+    }
+
+    /// Redisson's channel is heard always: its clients' releases (and ours
+    /// when nobody of ours waits) announce permits there.
+    fn hears_unlock(&self) -> bool {
+        true
+    }
+
+    /// A grant names this wait's place: the permits are ours with the
+    /// grant's short lease (renewal lengthens it) — unless the lease is
+    /// explicit: then an attempt takes them with it.
+    fn granted(&mut self, grant: &[u8]) -> Option<Granted<()>> {
+        let place = semaphore::parse_grant(grant)?;
+        if Some(place) != self.place.as_deref() {
+            return None;
+        }
+        Some(if self.watchdog {
+            Granted::Held((), protocol::grant_lease(self.lease))
+        } else {
+            Granted::Accept
+        })
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::Claim
+    }
+
+    fn holds_place(&self) -> bool {
+        self.place.is_some() || self.unsettled
+    }
+
+    fn leave(&mut self) {
+        let (raw, keys, ids) = (
+            Arc::clone(self.raw),
+            Arc::clone(&self.keys),
+            Arc::clone(&self.ids),
+        );
+        let (place, bound) = (self.place.clone(), self.bound);
+        self.park
+            .detach(move || raw.leave_permits(&keys, place.as_deref(), &ids, bound));
+    }
+
+    fn claim(&self) -> Option<&str> {
+        self.place.as_deref()
+    }
+}

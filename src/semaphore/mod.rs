@@ -1,0 +1,303 @@
+//! The semaphore's face: [`Semaphore`] (a handle on one semaphore of a
+//! client: set or add permits, the ladder of acquires, an operator's read)
+//! and the one acquire path of permits for both faces
+//! ([`acquire_permits`]: a [`PermitWaiting`](crate::raw::PermitWaiting) of
+//! the raw layer through the one wait loop). Thin: the raw layer knows the
+//! scripts.
+
+mod guard;
+mod info;
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use guard::PermitGuard;
+pub use info::{PermitInfo, SemaphoreInfo, SemaphoreWaiter};
+
+use crate::acquire::live;
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+use crate::options::{deadline_after, Cancel, LockOptions};
+use crate::park::{block_on, Park};
+use crate::raw::{PermitHold, Want};
+use crate::shared::Shared;
+use crate::wait;
+
+/// A distributed semaphore: at most N permits out at a time, across
+/// processes — N exports, N calls to a rate-limited API.
+///
+/// Made by [`LockClient::semaphore`]; cheap to clone. Its permits are
+/// leased, as locks are: a permit guard's lease is renewed by the client's
+/// renewal thread while it lives, so a holder that works longer than a
+/// lease keeps its permits, and a holder that died gives them back within
+/// one lease. [`PermitGuard::lost`] tells a holder whose permits were taken
+/// back. Waiting acquisitions stand in one line across processes: each
+/// released permit is granted to the first in line (one waiter woken, no
+/// polling).
+///
+/// The layout is Redisson's `RPermitExpirableSemaphore` (the counter
+/// `<name>`, the lease table `{<name>}:timeout`, the channel
+/// `redisson_sc:{<name>}`, 16-byte permit ids), so a Java service and a
+/// Rust service can share one semaphore; see the README's *Semaphores*.
+///
+/// ```no_run
+/// # fn export() {}
+/// # fn main() -> Result<(), leasehold::Error> {
+/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+/// let exports = client.semaphore("exports");
+/// exports.try_set_permits(3)?;         // once; later calls change nothing
+/// let permit = exports.acquire()?;     // blocks while 3 are out
+/// export();
+/// permit.release()?;                   // or drop it
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    shared: Arc<Shared>,
+    name: Arc<str>,
+}
+
+impl LockClient {
+    /// The semaphore `name` (under the client's key prefix). Nothing is
+    /// sent until it is used; [`Semaphore::try_set_permits`] or
+    /// [`Semaphore::set_permits`] give it its permits.
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.shared), name)
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(shared: Arc<Shared>, name: &str) -> Self {
+        Semaphore {
+            shared,
+            name: Arc::from(name),
+        }
+    }
+
+    /// The semaphore's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Gives the semaphore `permits` permits if it has none set yet (as
+    /// Redisson's `trySetPermits`): true when this call set them. Safe to
+    /// call from every process at start-up.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name; Redis errors.
+    pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.shared.raw().set_permits(&self.name, permits, true)
+    }
+
+    /// Sets the semaphore's total to `permits`, counting the permits out
+    /// now (as Redisson's `setPermits`): with 5 out and a new total of 3,
+    /// nobody gets one until 3 more came back. More permits go to the
+    /// waiters first in line at once.
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub fn set_permits(&self, permits: u32) -> Result<()> {
+        self.shared.raw().set_permits(&self.name, permits, false)?;
+        Ok(())
+    }
+
+    /// Adds `delta` permits (negative: takes them away, also below what is
+    /// out now); returns how many are available after.
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub fn add_permits(&self, delta: i64) -> Result<i64> {
+        self.shared.raw().add_permits(&self.name, delta)
+    }
+
+    /// Permits available now (expired ones counted back first); `None`
+    /// when the semaphore has no permits set. Below zero after
+    /// [`add_permits`](Self::add_permits) took away more than were free.
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub fn available(&self) -> Result<Option<i64>> {
+        self.shared.raw().available_permits(&self.name)
+    }
+
+    /// What is in Redis: permits available, each permit out (its id, the
+    /// client that took it when it is a leasehold client, when its lease
+    /// ends) and the line of waiting acquisitions. An operator's read.
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub fn inspect(&self) -> Result<SemaphoreInfo> {
+        let raw = self.shared.raw();
+        let state = raw.inspect_semaphore(&self.name)?;
+        Ok(SemaphoreInfo::of(&self.name, raw.id(), state))
+    }
+
+    /// Takes one permit, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when Redis stays unreachable for longer than
+    /// a wait rides out (the connect timeout); [`Error::InvalidArgument`]
+    /// for a bad name.
+    pub fn acquire(&self) -> Result<PermitGuard> {
+        self.acquire_with(1, LockOptions::new())
+    }
+
+    /// Takes `permits` permits at once (all or none), waiting as long as it
+    /// takes.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for 0
+    /// or more than 1,000 permits.
+    pub fn acquire_many(&self, permits: u32) -> Result<PermitGuard> {
+        self.acquire_with(permits, LockOptions::new())
+    }
+
+    /// Takes one permit if one is free now and nobody waits before us;
+    /// `None` otherwise. One round trip.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and Redis errors at once.
+    pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
+        self.try_acquire_with(1, LockOptions::new())
+    }
+
+    /// Takes one permit, waiting at most `wait`; `None` when it runs out.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
+        self.try_acquire_with(1, LockOptions::new().wait(wait))
+    }
+
+    /// Takes `permits` permits as `options` say: an explicit lease (not
+    /// renewed: the permits go back when it ends), a bounded wait
+    /// ([`Error::WaitTimedOut`] when it runs out), a [`Cancel`] handle.
+    /// Fencing tokens and lock kinds are refused.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many), plus
+    /// [`Error::WaitTimedOut`] and [`Error::Cancelled`].
+    pub fn acquire_with(&self, permits: u32, options: LockOptions) -> Result<PermitGuard> {
+        let started = Instant::now();
+        let wait = options.wait_value();
+        let deadline = wait.map(deadline_after);
+        match self.take(permits, options, deadline)? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::WaitTimedOut {
+                name: self.name.to_string(),
+                waited: wait.map_or_else(|| started.elapsed(), |w| w.min(started.elapsed())),
+            }),
+        }
+    }
+
+    /// Like [`acquire_with`](Self::acquire_with) but `None` when the wait
+    /// runs out; without [`LockOptions::wait`] it makes one attempt.
+    ///
+    /// # Errors
+    /// As [`acquire_with`](Self::acquire_with), without `WaitTimedOut`.
+    pub fn try_acquire_with(
+        &self,
+        permits: u32,
+        options: LockOptions,
+    ) -> Result<Option<PermitGuard>> {
+        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        self.take(permits, options, Some(deadline))
+    }
+
+    fn take(
+        &self,
+        permits: u32,
+        options: LockOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Option<PermitGuard>> {
+        let want = Want::of(&options, true, Park::Thread);
+        let hold = block_on(acquire_permits(
+            &self.shared,
+            &self.name,
+            permits,
+            want,
+            deadline,
+        ))?;
+        Ok(hold.map(|hold| PermitGuard::new(Arc::clone(self.shared.raw()), hold)))
+    }
+
+    /// The client this semaphore is of (for the async face).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The one acquire of permits for both faces: `permits` permits of
+/// semaphore `name` as `want` says (a thread or a task waits), until
+/// `deadline` (`None`: as long as it takes); `None` at the deadline,
+/// [`Error::Cancelled`] when cancelled.
+pub(crate) async fn acquire_permits(
+    shared: &Arc<Shared>,
+    name: &str,
+    permits: u32,
+    want: Want,
+    deadline: Option<Instant>,
+) -> Result<Option<PermitHold>> {
+    let started = Instant::now();
+    let raw = shared.raw();
+    let counters = raw.counters();
+    let cancel = want.cancel.clone();
+    let cancelled = || cancel.as_ref().is_some_and(Cancel::is_cancelled);
+    let mut waiting = raw.permit_waiting(name, permits, &want, deadline)?;
+    if cancelled() {
+        return Err(Error::Cancelled {
+            name: name.to_owned(),
+        });
+    }
+    let env = live(shared, want.cancel.as_ref(), want.park);
+    // A subscription still confirmed (a busy semaphore) is taken before the
+    // first attempt, which then takes a place in line: one round trip
+    // before parking.
+    let mut sub = if deadline.is_none_or(|d| d > Instant::now()) {
+        let channel = waiting.channel().to_owned();
+        shared
+            .notifier()
+            .resume_line_on(waiting.line(), move || channel)
+    } else {
+        None
+    };
+    if sub.is_some() {
+        waiting.take_place();
+    }
+    let got = Box::pin(wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)).await;
+    let waited = started.elapsed();
+    let outcome = match got {
+        Ok(Some(got)) => {
+            counters.acquired(waited);
+            Ok(Some(waiting.held(got)))
+        }
+        Ok(None) => {
+            waiting.give_up();
+            if cancelled() {
+                counters.waits_cancelled.fetch_add(1, Ordering::Relaxed);
+                Err(Error::Cancelled {
+                    name: name.to_owned(),
+                })
+            } else {
+                counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+        }
+        Err(e) => {
+            waiting.give_up();
+            Err(e)
+        }
+    };
+    tracing::debug!(semaphore = %name, permits, waited_us = waited.as_micros() as u64, acquired = matches!(outcome, Ok(Some(_))), "leasehold: acquire permits");
+    outcome
+}

@@ -1,0 +1,273 @@
+//! The async face of semaphores: [`AsyncSemaphore`] (the same acquire of
+//! permits as the blocking [`Semaphore`], its waits parking the task) and
+//! [`AsyncPermitGuard`] (drop gives the permits back in the background;
+//! `release().await` is the checked one).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::AsyncLockClient;
+use crate::error::{Error, Result};
+use crate::options::{deadline_after, LockOptions};
+use crate::park::Park;
+use crate::raw::Want;
+use crate::renewal::LeaseLost;
+use crate::semaphore::{acquire_permits, PermitGuard, Semaphore, SemaphoreInfo};
+
+/// A [`Semaphore`] for async code: waiting parks the task, not a thread.
+/// Dropping an acquire's future cancels its wait at once (its place in line
+/// is left; permits granted meanwhile are given back).
+///
+/// ```no_run
+/// # async fn call_partner() {}
+/// # async fn handler(client: leasehold::AsyncLockClient) -> Result<(), leasehold::Error> {
+/// let partner = client.semaphore("partner-api");
+/// let permit = partner.acquire().await?; // at most N of these at a time
+/// call_partner().await;
+/// permit.release().await?;               // or drop: given back in the background
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct AsyncSemaphore {
+    sem: Semaphore,
+}
+
+impl AsyncLockClient {
+    /// The semaphore `name` (see [`LockClient::semaphore`](crate::LockClient::semaphore)).
+    pub fn semaphore(&self, name: &str) -> AsyncSemaphore {
+        AsyncSemaphore {
+            sem: Semaphore::new(Arc::clone(&self.shared), name),
+        }
+    }
+}
+
+impl AsyncSemaphore {
+    /// The semaphore's name, as given.
+    pub fn name(&self) -> &str {
+        self.sem.name()
+    }
+
+    /// The blocking face of this same semaphore.
+    pub fn blocking(&self) -> Semaphore {
+        self.sem.clone()
+    }
+
+    /// Takes one permit, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`].
+    pub fn acquire(&self) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
+        self.acquire_with(1, LockOptions::new())
+    }
+
+    /// Takes `permits` permits at once, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire_many`].
+    pub fn acquire_many(
+        &self,
+        permits: u32,
+    ) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
+        self.acquire_with(permits, LockOptions::new())
+    }
+
+    /// One attempt: a permit, or `None` when none is free for us now.
+    ///
+    /// # Errors
+    /// As [`Semaphore::try_acquire`].
+    pub fn try_acquire(
+        &self,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        self.try_acquire_with(1, LockOptions::new())
+    }
+
+    /// Waits up to `wait` (counted from the first poll) for one permit.
+    ///
+    /// # Errors
+    /// As [`Semaphore::try_acquire_for`].
+    pub fn try_acquire_for(
+        &self,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        self.try_acquire_with(1, LockOptions::new().wait(wait))
+    }
+
+    /// Takes `permits` permits as `options` say; a bounded wait that runs
+    /// out is [`Error::WaitTimedOut`].
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire_with`].
+    pub fn acquire_with(
+        &self,
+        permits: u32,
+        options: LockOptions,
+    ) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
+        let wait = options.wait_value();
+        let take = self.take(permits, options, wait);
+        async move {
+            take.await?.ok_or_else(|| Error::WaitTimedOut {
+                name: self.name().to_owned(),
+                waited: wait.unwrap_or_default(),
+            })
+        }
+    }
+
+    /// As [`acquire_with`](Self::acquire_with), but `None` when the wait
+    /// runs out; without [`LockOptions::wait`] one attempt.
+    ///
+    /// # Errors
+    /// As [`Semaphore::try_acquire_with`].
+    pub fn try_acquire_with(
+        &self,
+        permits: u32,
+        options: LockOptions,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        let wait = Some(options.wait_value().unwrap_or_default());
+        self.take(permits, options, wait)
+    }
+
+    fn take(
+        &self,
+        permits: u32,
+        options: LockOptions,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        let want = Want::of(&options, true, Park::Task);
+        async move {
+            let shared = self.sem.shared();
+            let deadline = wait.map(deadline_after);
+            let hold = acquire_permits(shared, self.name(), permits, want, deadline).await?;
+            let raw = shared.raw();
+            Ok(hold.map(|hold| AsyncPermitGuard {
+                guard: Some(PermitGuard::new(Arc::clone(raw), hold)),
+            }))
+        }
+    }
+
+    /// Runs a call of the blocking semaphore on an I/O thread.
+    async fn offload<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&Semaphore) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let sem = self.sem.clone();
+        Park::Task.io(move || call(&sem), drop).await?
+    }
+
+    /// See [`Semaphore::try_set_permits`].
+    ///
+    /// # Errors
+    /// As [`Semaphore::try_set_permits`].
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.offload(move |s| s.try_set_permits(permits)).await
+    }
+
+    /// See [`Semaphore::set_permits`].
+    ///
+    /// # Errors
+    /// As [`Semaphore::set_permits`].
+    pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        self.offload(move |s| s.set_permits(permits)).await
+    }
+
+    /// See [`Semaphore::add_permits`].
+    ///
+    /// # Errors
+    /// As [`Semaphore::add_permits`].
+    pub async fn add_permits(&self, delta: i64) -> Result<i64> {
+        self.offload(move |s| s.add_permits(delta)).await
+    }
+
+    /// See [`Semaphore::available`].
+    ///
+    /// # Errors
+    /// As [`Semaphore::available`].
+    pub async fn available(&self) -> Result<Option<i64>> {
+        self.offload(Semaphore::available).await
+    }
+
+    /// See [`Semaphore::inspect`].
+    ///
+    /// # Errors
+    /// As [`Semaphore::inspect`].
+    pub async fn inspect(&self) -> Result<SemaphoreInfo> {
+        self.offload(Semaphore::inspect).await
+    }
+}
+
+impl fmt::Debug for AsyncSemaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("AsyncSemaphore").field(&self.sem).finish()
+    }
+}
+
+/// Permits taken by an async task; dropping the guard gives them back in
+/// the background (never blocking the task). `Send` and `Sync`.
+#[must_use = "if unused the permits are given back at once"]
+#[clippy::has_significant_drop]
+pub struct AsyncPermitGuard {
+    guard: Option<PermitGuard>,
+}
+
+impl AsyncPermitGuard {
+    /// How many permits this guard holds.
+    pub fn permits(&self) -> u32 {
+        self.guard.as_ref().map_or(0, PermitGuard::permits)
+    }
+
+    /// The permits' ids as Redisson shows them.
+    pub fn ids(&self) -> Vec<String> {
+        self.guard
+            .as_ref()
+            .map(PermitGuard::ids)
+            .unwrap_or_default()
+    }
+
+    /// Whether the permits are still ours as far as this client knows.
+    pub fn is_held(&self) -> bool {
+        self.guard.as_ref().is_some_and(PermitGuard::is_held)
+    }
+
+    /// A future that completes with why once the renewal thread finds the
+    /// permits taken back, or with `None` once they were given back first
+    /// (`'static`, `Send`: it may be spawned).
+    pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
+        let state = self.guard.as_ref().map(|g| Arc::clone(g.lease_state()));
+        async move {
+            match state {
+                Some(state) => state.lost_wait().await,
+                None => None,
+            }
+        }
+    }
+
+    /// Gives the permits back, checking that they were still ours; the
+    /// round trip runs on an I/O thread.
+    ///
+    /// # Errors
+    /// As [`PermitGuard::release`].
+    pub async fn release(mut self) -> Result<()> {
+        match self.guard.take() {
+            Some(guard) => Park::Task.io(move || guard.release(), drop).await?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AsyncPermitGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            Park::Task.detach(move || drop(guard));
+        }
+    }
+}
+
+impl fmt::Debug for AsyncPermitGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.guard {
+            Some(guard) => f.debug_tuple("AsyncPermitGuard").field(guard).finish(),
+            None => f.write_str("AsyncPermitGuard(released)"),
+        }
+    }
+}

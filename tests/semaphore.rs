@@ -1,0 +1,460 @@
+//! Semaphores with leased permits (issue 28): never more than N inside
+//! across processes, permits of a killed holder come back within a lease, a
+//! working holder keeps its permits, a permit taken back is reported; one
+//! waiter woken per released permit (commands counted); Redisson's
+//! expirable semaphore on the wire shares one semaphore with us.
+
+#[path = "child/semaphore.rs"]
+mod child;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockOptions};
+use redis::Commands;
+use support::redisson_semaphore::{RedissonSemaphore, Tried};
+use support::{child_command, child_done, ChildProcess, RedisServer};
+
+/// Replays `events:<name>`: the most sections open at once, and the
+/// sections each worker (`<tag>.<thread>`) finished.
+fn replay(
+    con: &mut redis::Connection,
+    name: &str,
+) -> (usize, std::collections::HashMap<String, u64>) {
+    let events: Vec<String> = con.lrange(format!("events:{name}"), 0, -1).unwrap();
+    let mut open = std::collections::HashSet::new();
+    let (mut most, mut per_worker) = (0, std::collections::HashMap::new());
+    for ev in &events {
+        let (kind, id) = ev.split_once(' ').unwrap();
+        match kind {
+            "E" => {
+                assert!(open.insert(id.to_owned()), "{id} entered twice");
+                most = most.max(open.len());
+            }
+            "X" => {
+                assert!(open.remove(id), "{id} left without entering");
+                let worker = id.rsplit_once('.').unwrap().0.to_owned();
+                *per_worker.entry(worker).or_insert(0) += 1;
+            }
+            _ => panic!("bad record {ev:?}"),
+        }
+    }
+    assert!(open.is_empty(), "never left: {open:?}");
+    (most, per_worker)
+}
+
+#[test]
+fn three_permits_four_processes_of_four_threads_never_more_than_three_inside() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    assert!(client.semaphore("exports").try_set_permits(3).unwrap());
+    assert!(!client.semaphore("exports").try_set_permits(7).unwrap());
+    const ROUNDS: usize = 40;
+    let started = Instant::now();
+    let children: Vec<_> = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|tag| {
+            child_command(&[
+                "sem",
+                &server.url(),
+                "exports",
+                "4",
+                &ROUNDS.to_string(),
+                tag,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let done: u64 = children
+        .into_iter()
+        .map(|c| child_done(&c.wait_with_output().unwrap()))
+        .sum();
+    println!("{done} sections in {:?}", started.elapsed());
+    assert_eq!(done, 16 * ROUNDS as u64);
+    let (most, per_worker) = replay(&mut server.connection(), "exports");
+    assert!(most <= 3, "{most} inside at once");
+    assert_eq!(most, 3, "the permits were used: at most {most} inside");
+    assert_eq!(per_worker.len(), 16, "{per_worker:?}");
+    assert!(per_worker.values().all(|n| *n == ROUNDS as u64));
+    assert_eq!(client.semaphore("exports").available().unwrap(), Some(3));
+    let info = client.semaphore("exports").inspect().unwrap();
+    assert!(
+        info.holders.is_empty() && info.waiters.is_empty(),
+        "{info:?}"
+    );
+}
+
+#[test]
+fn a_holder_killed_holding_two_permits_gives_them_back_within_one_lease() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(1_500);
+    let client = LockClient::new(&server.url()).unwrap();
+    let sem = client.semaphore("shards");
+    sem.set_permits(2).unwrap();
+    let mut holder = ChildProcess::start(&["hold", &server.url(), "shards", "2", "1500"]);
+    assert_eq!(holder.line(), "held");
+    assert_eq!(sem.available().unwrap(), Some(0));
+    // Its renewal runs every 500 ms: after 2 s (more than a lease) it
+    // still holds both.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(sem.try_acquire().unwrap().is_none());
+    holder.kill();
+    let killed = Instant::now();
+    let both = sem.acquire_with(2, LockOptions::new().wait(Duration::from_secs(5)));
+    let took = killed.elapsed();
+    let both = both.unwrap();
+    println!("both permits back {took:?} after the kill");
+    assert!(took <= lease + Duration::from_millis(300), "{took:?}");
+    assert_eq!(both.permits(), 2);
+    drop(both);
+    assert_eq!(sem.available().unwrap(), Some(2));
+}
+
+#[test]
+fn a_holder_working_three_leases_keeps_its_permit() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let sem = client.semaphore("slow");
+    sem.set_permits(1).unwrap();
+    let permit = sem.acquire().unwrap();
+    let lost = permit.lost();
+    let other = LockClient::new(&server.url()).unwrap();
+    let other = other.semaphore("slow");
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(other.try_acquire().unwrap().is_none());
+    }
+    assert!(permit.is_held());
+    assert!(lost.try_recv().is_err());
+    permit.release().unwrap();
+    assert!(other.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_permit_removed_by_hand_is_reported_by_lost() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let sem = client.semaphore("hand");
+    sem.set_permits(2).unwrap();
+    let permit = sem.acquire().unwrap();
+    let ids = permit.ids();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(ids[0].len(), 32);
+    let raw: Vec<u8> = (0..32)
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&ids[0][i..i + 2], 16).unwrap())
+        .collect();
+    let mut con = server.connection();
+    let removed: i64 = con.zrem("{hand}:timeout", raw).unwrap();
+    assert_eq!(removed, 1);
+    let why = permit.lost().recv_timeout(Duration::from_secs(2));
+    assert!(why.is_ok(), "lost() said nothing: {why:?}");
+    assert!(!permit.is_held());
+    let e = permit.release().unwrap_err();
+    assert!(e.is_not_held(), "{e:?}");
+}
+
+#[test]
+fn uncontended_acquire_and_release_are_two_round_trips() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let sem = client.semaphore("rt");
+    sem.set_permits(2).unwrap();
+    sem.acquire().unwrap().release().unwrap();
+    let monitor = support::Monitor::start(&server);
+    const N: usize = 50;
+    for _ in 0..N {
+        sem.acquire().unwrap().release().unwrap();
+    }
+    let sent = monitor.client_commands_except("leasehold_client:");
+    assert_eq!(sent.len(), 2 * N, "{sent:?}");
+    assert!(sent.iter().all(|c| c == "evalsha"), "{sent:?}");
+}
+
+#[test]
+fn eight_waiting_clients_cost_at_most_three_commands_per_acquisition() {
+    let server = RedisServer::start();
+    let setup = LockClient::new(&server.url()).unwrap();
+    setup.semaphore("api").set_permits(2).unwrap();
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 60;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| LockClient::new(&server.url()).unwrap())
+        .collect();
+    // Warm up: pools open, scripts loaded, subscribers connected.
+    for c in &clients {
+        c.semaphore("api").acquire().unwrap().release().unwrap();
+    }
+    let monitor = support::Monitor::start(&server);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for c in &clients {
+            s.spawn(move || {
+                let sem = c.semaphore("api");
+                for _ in 0..ROUNDS {
+                    let p = sem.acquire().unwrap();
+                    std::thread::sleep(Duration::from_millis(1));
+                    drop(p);
+                }
+            });
+        }
+    });
+    let took = started.elapsed();
+    // Every command the clients sent (the scripts' own calls left out),
+    // but the registration each client writes every 2 s for operators.
+    let sent = monitor.client_commands_except("leasehold_client:");
+    let per = sent.len() as f64 / (CLIENTS * ROUNDS) as f64;
+    let mut counts = std::collections::BTreeMap::new();
+    for c in &sent {
+        *counts.entry(c.as_str()).or_insert(0) += 1;
+    }
+    println!("{per:.2} commands per acquisition ({counts:?}) in {took:?}");
+    assert!(per <= 3.0, "{per:.2} commands per acquisition: {counts:?}");
+}
+
+#[test]
+fn a_bounded_wait_returns_in_time_and_leaves_no_place() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let sem = client.semaphore("b");
+    sem.set_permits(1).unwrap();
+    let held = sem.acquire().unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let started = Instant::now();
+    let got = other
+        .semaphore("b")
+        .try_acquire_for(Duration::from_millis(300))
+        .unwrap();
+    let took = started.elapsed();
+    assert!(got.is_none());
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(800),
+        "{took:?}"
+    );
+    let e = other
+        .semaphore("b")
+        .acquire_with(1, LockOptions::new().wait(Duration::from_millis(50)))
+        .unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    assert!(support::eventually(Duration::from_secs(2), || {
+        sem.inspect().unwrap().waiters.is_empty()
+    }));
+    let info = sem.inspect().unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert!(info.holders[0].ours);
+    drop(held);
+    assert!(other.semaphore("b").try_acquire().unwrap().is_some());
+    // Bad input is a typed error.
+    for e in [
+        sem.acquire_many(0).unwrap_err(),
+        sem.acquire_many(1_001).unwrap_err(),
+        sem.acquire_with(1, LockOptions::new().fenced())
+            .unwrap_err(),
+        client.semaphore("").acquire().unwrap_err(),
+    ] {
+        assert!(
+            matches!(e, leasehold::Error::InvalidArgument { .. }),
+            "{e:?}"
+        );
+    }
+}
+
+#[test]
+fn waiters_are_served_in_line_and_inspect_shows_them() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let sem = client.semaphore("line");
+    sem.set_permits(2).unwrap();
+    let first = sem.acquire_many(2).unwrap();
+    let order = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        // Three waiters of three clients, in this order: 2 permits, then
+        // 1, then 1 — the one asking for 2 is not overtaken.
+        for (i, permits) in [2u32, 1, 1].into_iter().enumerate() {
+            let (url, order) = (server.url(), &order);
+            s.spawn(move || {
+                let c = LockClient::new(&url).unwrap();
+                let p = c.semaphore("line").acquire_many(permits).unwrap();
+                order.lock().unwrap().push(i);
+                std::thread::sleep(Duration::from_millis(50));
+                drop(p);
+            });
+            let want = i + 1;
+            assert!(support::eventually(Duration::from_secs(2), || {
+                sem.inspect().unwrap().waiters.len() == want
+            }));
+        }
+        let info = sem.inspect().unwrap();
+        assert_eq!(
+            info.waiters.iter().map(|w| w.permits).collect::<Vec<_>>(),
+            [2, 1, 1]
+        );
+        assert_eq!(info.holders.len(), 2);
+        assert_eq!(info.available, Some(0));
+        drop(first);
+    });
+    assert_eq!(order.into_inner().unwrap()[0], 0);
+    assert_eq!(sem.available().unwrap(), Some(2));
+}
+
+#[test]
+fn a_redisson_client_and_leasehold_share_one_semaphore() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let sem = client.semaphore("mixed");
+    let mut java = RedissonSemaphore::new(&server.url(), false);
+    assert!(java.try_set_permits("mixed", 3));
+    assert!(!sem.try_set_permits(5).unwrap());
+    // Counted together.
+    let Tried::Taken(java_ids) = java.try_acquire("mixed", 1, Some(Duration::from_secs(30))) else {
+        panic!("redisson could not take a permit");
+    };
+    let ours = sem.acquire_many(2).unwrap();
+    assert!(sem.try_acquire().unwrap().is_none());
+    assert!(matches!(
+        java.try_acquire("mixed", 1, Some(Duration::from_secs(30))),
+        Tried::Later(Some(_))
+    ));
+    assert_eq!(java.available("mixed"), 0);
+    // A Redisson release wakes our waiter.
+    let waiter = {
+        let url = server.url();
+        std::thread::spawn(move || {
+            let c = LockClient::new(&url).unwrap();
+            let started = Instant::now();
+            let p = c
+                .semaphore("mixed")
+                .try_acquire_for(Duration::from_secs(5))
+                .unwrap();
+            (p.is_some(), started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(java.release("mixed", &java_ids[0]));
+    let (got, took) = waiter.join().unwrap();
+    assert!(got && took < Duration::from_secs(1), "{got} after {took:?}");
+    // Redisson releases ours by id (hex), as its users would.
+    let ids = ours.ids();
+    assert!(java.release("mixed", &ids[0]));
+    drop(ours);
+    assert_eq!(java.available("mixed"), 3);
+
+    // Redisson's expired permit is reclaimed by our waiter.
+    let Tried::Taken(_) = java.try_acquire("mixed", 3, Some(Duration::from_millis(300))) else {
+        panic!("redisson could not take 3 permits");
+    };
+    let started = Instant::now();
+    let p = sem
+        .acquire_with(1, LockOptions::new().wait(Duration::from_secs(3)))
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(1),
+        "{took:?}"
+    );
+    drop(p);
+    assert_eq!(java.available("mixed"), 3);
+
+    // Ours, with an explicit lease (not renewed), reclaimed by Redisson.
+    let short = LockOptions::new().lease(Duration::from_millis(300));
+    let ours = sem.acquire_with(3, short).unwrap();
+    assert!(matches!(
+        java.try_acquire("mixed", 1, None),
+        Tried::Later(_)
+    ));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(matches!(
+        java.try_acquire("mixed", 1, None),
+        Tried::Taken(_)
+    ));
+    assert!(ours.release().unwrap_err().is_not_held());
+}
+
+/// The async face: tasks of two clients share three permits (never more
+/// than three inside); waits dropped at random points leave nothing behind
+/// (no place in line, no permit out).
+#[test]
+fn tasks_share_permits_and_dropped_waits_leave_nothing() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = leasehold::AsyncLockClient::new(&server.url()).unwrap();
+    let b = leasehold::AsyncLockClient::new(&server.url()).unwrap();
+    rt.block_on(async {
+        assert!(a.semaphore("t").try_set_permits(3).await.unwrap());
+        let inside = std::sync::Arc::new(AtomicUsize::new(0));
+        let most = std::sync::Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..60)
+            .map(|i| {
+                let sem = if i % 2 == 0 {
+                    a.semaphore("t")
+                } else {
+                    b.semaphore("t")
+                };
+                let (inside, most) = (inside.clone(), most.clone());
+                tokio::spawn(async move {
+                    for _ in 0..5 {
+                        let p = sem.acquire().await.unwrap();
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        if i % 3 == 0 {
+                            drop(p);
+                        } else {
+                            p.release().await.unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 3);
+        // Dropped waits: another task churns the permits meanwhile.
+        let churn = {
+            let sem = b.semaphore("t");
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    let p = sem.acquire_many(3).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    drop(p);
+                }
+            })
+        };
+        let mut dropped = 0;
+        for i in 0..200u64 {
+            let sem = a.semaphore("t");
+            let wait = Duration::from_micros((i * 7_919) % 4_000);
+            match tokio::time::timeout(wait, sem.acquire_many(1 + (i % 2) as u32)).await {
+                Ok(p) => drop(p.unwrap()),
+                Err(_) => dropped += 1,
+            }
+        }
+        churn.await.unwrap();
+        println!("{dropped} of 200 waits dropped");
+        assert!(dropped > 50, "{dropped}");
+    });
+    let sem = LockClient::new(&server.url()).unwrap().semaphore("t");
+    assert!(
+        support::eventually(Duration::from_secs(3), || {
+            let info = sem.inspect().unwrap();
+            info.waiters.is_empty() && info.holders.is_empty() && info.available == Some(3)
+        }),
+        "{:?}",
+        sem.inspect().unwrap()
+    );
+}
