@@ -15,6 +15,9 @@
 //! - A1 / A2c, the async API: one task's lock + unlock against W1's blocking
 //!   pairs, and 8 tasks with a client each in the W2c shape (see
 //!   `common/tasks.rs`).
+//! - S1 / S2, the semaphore: uncontended acquire + release, and 8 clients
+//!   on 2 permits against a spinning `DECR`/`INCR` floor (see
+//!   `common/sem.rs`).
 //! - Handoff floors beside W2c: a token ring over `BLPOP` and a bare grant
 //!   lock, the least a handoff through Redis costs (see `common/floors.rs`).
 //!
@@ -38,6 +41,8 @@ mod contend;
 mod floors;
 #[path = "common/measure.rs"]
 mod measure;
+#[path = "common/sem.rs"]
+mod sem;
 #[path = "common/table.rs"]
 mod table;
 #[path = "common/tasks.rs"]
@@ -173,6 +178,7 @@ fn main() {
                 let (w2c_lh, a2c) = (w2c(Kind::Leasehold, &url, secs), tasks::a2c(&url, secs));
                 println!("{}", table::async_lines(&a, &w2c_lh, &a2c));
             }
+            "sem" => println!("{}", sem::lines(&sem::measure(&url, secs))),
             "floors" => {
                 let f = floors::measure(&url, secs);
                 println!("{}", table::floors_line(&f, rtt));
@@ -187,7 +193,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "BENCH_ONLY: w1, w3, w2p, w2c, w2P, async, floors, w5 or fair, not {other}"
+                    "BENCH_ONLY: w1, w3, w2p, w2c, w2P, async, sem, floors, w5 or fair, not {other}"
                 )
             }
         }
@@ -223,6 +229,8 @@ fn main() {
     eprintln!("[{mode}] W5 read-mostly: plain lock, then read/write lock…");
     let w5_plain = w5(&url, secs, true);
     let w5_rw = w5(&url, secs, false);
+    eprintln!("[{mode}] S1 / S2 the semaphore: uncontended, 8 clients on 2 permits…");
+    let sem = sem::measure(&url, secs);
     eprintln!("[{mode}] W3 8 threads on distinct names…");
     let (w3_raw, w3_lh) = median_round(rounds, |k| w3(k, &url, secs), |r| *r);
     let w4 = (guards > 0).then(|| {
@@ -256,6 +264,7 @@ fn main() {
         w3_raw,
         w3_lh,
         w4,
+        sem,
     });
     println!("\n{t}");
     if let Some(path) = env("BENCH_SUMMARY") {

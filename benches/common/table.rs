@@ -3,6 +3,7 @@
 
 use crate::contend::Contended;
 use crate::floors::Floors;
+use crate::sem::SemFigures;
 use crate::tasks::AsyncUncontended;
 use crate::uncontended::Uncontended;
 use crate::w4::W4;
@@ -36,6 +37,7 @@ pub struct Results {
     pub w3_raw: f64,
     pub w3_lh: f64,
     pub w4: Option<W4>,
+    pub sem: SemFigures,
 }
 
 fn met(ok: bool) -> &'static str {
@@ -74,6 +76,7 @@ pub fn render(r: &Results) -> String {
         w3_raw,
         w3_lh,
         w4,
+        sem,
     } = r;
     let (secs, rounds, rtt, w3_raw, w3_lh) = (*secs, *rounds, *rtt, *w3_raw, *w3_lh);
     let mut t = String::new();
@@ -305,6 +308,10 @@ pub fn render(r: &Results) -> String {
     // The async API against the blocking figures of the same run.
     for (f, blocking, asynch, ratio, target, ok) in async_rows(a1, a2c_w2c, a2c) {
         row("A async API", &f, blocking, asynch, ratio, target, Some(ok));
+    }
+    // The semaphore against the floor a user would write by hand.
+    for (f, floor, lh, ratio, target, ok) in crate::sem::rows(sem) {
+        row("S semaphore", &f, floor, lh, ratio, target, Some(ok));
     }
     // What "≤ 3 RTT" asks, measured: the least a handoff through Redis
     // costs here, with no lock at all and with the barest grant lock.
