@@ -328,3 +328,53 @@ fn the_cli_names_a_certificate_it_cannot_trust_and_the_address() {
         "the cause: {text}"
     );
 }
+
+#[test]
+fn the_cli_shows_a_semaphores_permits_and_waiters() {
+    let server = RedisServer::start();
+    let service = LockClient::builder(&server.url())
+        .key_prefix("ops:")
+        .build()
+        .unwrap();
+    let sem = service.semaphore("exports");
+    sem.set_permits(2).unwrap();
+    let held = sem.acquire_many(2).unwrap();
+    let waiter = thread::spawn({
+        let sem = sem.clone();
+        move || {
+            sem.try_acquire_for(Duration::from_secs(10))
+                .unwrap()
+                .is_some()
+        }
+    });
+    assert!(eventually(Duration::from_secs(3), || {
+        sem.inspect().unwrap().waiters.len() == 1
+    }));
+    let text = stdout(&cli(&server, &["semaphore", "exports"], ""));
+    assert!(
+        text.starts_with("semaphore exports: 0 available, 2 out"),
+        "{text}"
+    );
+    let info = sem.inspect().unwrap();
+    let client = info.holders[0].client.clone().unwrap();
+    assert!(info.holders.iter().all(|p| p.ours), "{info:?}");
+    assert!(info.waiters[0].owner.starts_with(&client), "{info:?}");
+    let text_client = format!("leasehold client {client}…");
+    assert_eq!(text.matches(&text_client).count(), 2, "{text}");
+    assert!(text.contains("lease left"), "{text}");
+    assert!(
+        text.contains("for 1 permit(s)") && text.contains(&info.waiters[0].owner),
+        "{text}"
+    );
+    let json = stdout(&cli(&server, &["--json", "semaphore", "exports"], ""));
+    assert!(
+        json.starts_with("{\"name\":\"exports\",\"available\":0,"),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"lease_left_ms\":").count(), 2, "{json}");
+    assert!(json.contains("\"permits\":1"), "{json}");
+    drop(held);
+    assert!(waiter.join().unwrap());
+    let text = stdout(&cli(&server, &["semaphore", "nothing"], ""));
+    assert_eq!(text.trim(), "semaphore nothing: no permits set");
+}

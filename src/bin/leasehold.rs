@@ -1,7 +1,8 @@
 //! `leasehold`, the operators' command-line tool (feature `cli`): who holds
 //! a lock and who waits (`inspect`), which locks exist (`list`, by `SCAN`,
-//! bounded), releasing a stuck one (`force-unlock`, confirmed), and
-//! watching one change (`watch`). Readable by a person; `--json` for
+//! bounded), releasing a stuck one (`force-unlock`, confirmed), watching
+//! one change (`watch`), and a semaphore's permits and waiters
+//! (`semaphore`). Readable by a person; `--json` for
 //! scripts. Connects like the library: `--url` / `REDIS_URL`, `--cluster`
 //! seeds or `--sentinel`s with `--master`, `--prefix`, the timeouts, and
 //! (feature `tls`) `--tls-ca`. A failure prints its whole cause chain once,
@@ -79,6 +80,9 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// A semaphore: permits available, each permit out (id, lease left,
+    /// whether a leasehold client took it) and the waiting acquisitions.
+    Semaphore { name: String },
     /// Prints the lock's holders and waiters whenever they change.
     Watch {
         name: String,
@@ -151,6 +155,10 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!("{}", render(&info, cli.json));
         }
         Command::List { pattern, limit } => list(cli, &client, pattern, *limit)?,
+        Command::Semaphore { name } => {
+            let info = client.semaphore(name).inspect()?;
+            println!("{}", render_semaphore(&info, cli.json));
+        }
         Command::ForceUnlock { name, yes } => {
             if !yes {
                 let info = client.inspect(name)?;
@@ -302,6 +310,73 @@ fn text(info: &LockInfo) -> String {
     }
     if let Some(fence) = info.fence {
         out += &format!("\n  last fencing token {fence}");
+    }
+    out
+}
+
+fn render_semaphore(info: &leasehold::SemaphoreInfo, as_json: bool) -> String {
+    let left = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    if as_json {
+        let holders: Vec<String> = info
+            .holders
+            .iter()
+            .map(|p| {
+                format!(
+                    "{{\"id\":{},\"lease_left_ms\":{},\"client\":{}}}",
+                    json_str(&p.id),
+                    json_opt(left(p.expires_in)),
+                    p.client.as_deref().map_or("null".into(), json_str)
+                )
+            })
+            .collect();
+        let waiters: Vec<String> = info
+            .waiters
+            .iter()
+            .map(|w| {
+                format!(
+                    "{{\"owner\":{},\"permits\":{},\"place_left_ms\":{}}}",
+                    json_str(&w.owner),
+                    w.permits,
+                    w.place_expires_in.as_millis()
+                )
+            })
+            .collect();
+        return format!(
+            "{{\"name\":{},\"available\":{},\"holders\":[{}],\"waiters\":[{}]}}",
+            json_str(&info.name),
+            json_opt(info.available),
+            holders.join(","),
+            waiters.join(",")
+        );
+    }
+    let mut out = match info.available {
+        Some(n) => format!(
+            "semaphore {}: {n} available, {} out",
+            info.name,
+            info.holders.len()
+        ),
+        None => format!("semaphore {}: no permits set", info.name),
+    };
+    for p in &info.holders {
+        let lease = match p.expires_in {
+            None => "no lease".to_owned(),
+            Some(d) if d.is_zero() => "expired (given back by the next call)".to_owned(),
+            Some(d) => format!("lease left {} ms", d.as_millis()),
+        };
+        let who = match &p.client {
+            Some(c) => format!("leasehold client {c}…"),
+            None => "another library's".to_owned(),
+        };
+        out.push_str(&format!("\n  permit {} ({who}): {lease}", p.id));
+    }
+    for (i, w) in info.waiters.iter().enumerate() {
+        out.push_str(&format!(
+            "\n  waiting #{}: {} for {} permit(s), place lives {} ms unless confirmed",
+            i + 1,
+            w.owner,
+            w.permits,
+            w.place_expires_in.as_millis()
+        ));
     }
     out
 }

@@ -36,7 +36,7 @@ use crate::stats::Counters;
 
 pub(crate) use hold::Hold;
 pub(crate) use orphans::Orphan;
-pub(crate) use permits::PermitHold;
+pub(crate) use permits::{permit_client, PermitHold};
 pub(crate) use waiting::{Answer, Channels, Got, Granted, LockKind, Taken, Waiting, Wake, Want};
 
 /// One client's lock engine, shared by its clones and guards.

@@ -4,8 +4,8 @@
 //! its one release path, and the semaphore's other calls (set and add
 //! permits, the count available, an operator's read).
 //!
-//! An acquisition draws its permit ids once (16 bytes each: the first 8 of
-//! the client's id, then 8 random ones) and sends the same ids with every
+//! An acquisition draws its permit ids once (16 bytes each, see
+//! [`permit_id`]) and sends the same ids with every
 //! attempt and with its place in line, so an attempt sent twice takes
 //! nothing twice, a grant gives the permits the waiter already knows, and
 //! the leave that ends a wait without permits gives back whatever a lost
@@ -64,6 +64,27 @@ pub(crate) struct PermitHold {
     pub(crate) renewed: bool,
 }
 
+/// The mark in bytes 8 and 9 of a leasehold permit id (see [`permit_id`]).
+const PERMIT_MARK: [u8; 2] = [0x1e, 0xa5];
+
+/// A new permit id of client `client`: the first 8 bytes of the client's
+/// id (its UUID version, 8, among them), [`PERMIT_MARK`], then 6 random
+/// bytes — so an operator sees which client took a permit, and a Redisson
+/// permit (16 random bytes) passes for ours once in about a million.
+pub(crate) fn permit_id(client: &uuid::Uuid) -> [u8; 16] {
+    let mut id = [0; 16];
+    id[..8].copy_from_slice(&client.as_bytes()[..8]);
+    id[8..10].copy_from_slice(&PERMIT_MARK);
+    id[10..].copy_from_slice(&uuid::Uuid::new_v4().as_bytes()[..6]);
+    id
+}
+
+/// The client prefix of a leasehold permit id (the first 8 bytes of its
+/// client's id), `None` for another library's.
+pub(crate) fn permit_client(id: &[u8]) -> Option<&[u8]> {
+    (id.len() == 16 && id[6] >> 4 == 8 && id[8..10] == PERMIT_MARK).then(|| &id[..8])
+}
+
 impl Raw {
     /// The keys of semaphore `name` (the key prefix, then the name).
     pub(crate) fn semaphore_keys(&self, name: &str) -> SemaphoreKeys {
@@ -99,11 +120,9 @@ impl Raw {
                 "a semaphore's permits take a lease, a wait and a cancel handle; fencing tokens and lock kinds (fair, read, write) are for locks",
             ));
         }
-        let prefix = &self.id.as_bytes()[..8];
         let mut ids = Vec::with_capacity(16 * permits as usize);
         for _ in 0..permits {
-            ids.extend_from_slice(prefix);
-            ids.extend_from_slice(&uuid::Uuid::new_v4().as_bytes()[..8]);
+            ids.extend_from_slice(&permit_id(&self.id));
         }
         Ok(PermitWaiting {
             raw: self,
@@ -394,5 +413,24 @@ impl LockKind for PermitWaiting<'_> {
 
     fn claim(&self) -> Option<&str> {
         self.place.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permit_id_names_its_client_and_a_random_one_does_not() {
+        let client = crate::names::new_client_id();
+        let (a, b) = (permit_id(&client), permit_id(&client));
+        assert_ne!(a, b);
+        assert_eq!(permit_client(&a), Some(&client.as_bytes()[..8]));
+        // Redisson's ids are 16 random bytes (a v4 UUID's bytes here).
+        let foreign = (0..1_000)
+            .filter(|_| permit_client(uuid::Uuid::new_v4().as_bytes()).is_some())
+            .count();
+        assert_eq!(foreign, 0);
+        assert_eq!(permit_client(&a[..15]), None);
     }
 }

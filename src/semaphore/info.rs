@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::guard::hex;
 use crate::protocol::semaphore::{State, NO_LEASE_SCORE};
+use crate::raw::permit_client;
 
 /// A semaphore as [`Semaphore::inspect`](crate::Semaphore::inspect) found
 /// it (the first 1,000 permits out and places in line).
@@ -31,6 +32,11 @@ pub struct PermitInfo {
     /// Redisson permit taken without one). Zero: expired, given back by the
     /// next script that runs on the semaphore.
     pub expires_in: Option<Duration>,
+    /// The leasehold client that took it: the start of its id
+    /// (`xxxxxxxx-xxxx-8xxx`, what [`LockClient::inspect`](crate::LockClient::inspect)
+    /// shows of owners in full); `None` for another library's permit
+    /// (Redisson's ids are random).
+    pub client: Option<String>,
     /// Taken by this very client.
     pub ours: bool,
 }
@@ -50,15 +56,22 @@ pub struct SemaphoreWaiter {
 
 impl SemaphoreInfo {
     pub(crate) fn of(name: &str, client: &uuid::Uuid, state: State) -> Self {
-        let prefix = &client.as_bytes()[..8];
+        let mine = &client.as_bytes()[..8];
         let holders = state
             .held
             .iter()
-            .map(|p| PermitInfo {
-                id: hex(&p.id),
-                expires_in: (p.expiry_ms < NO_LEASE_SCORE)
-                    .then(|| Duration::from_millis(p.expiry_ms.saturating_sub(state.now_ms))),
-                ours: p.id.starts_with(prefix),
+            .map(|p| {
+                let by = permit_client(&p.id);
+                PermitInfo {
+                    id: hex(&p.id),
+                    expires_in: (p.expiry_ms < NO_LEASE_SCORE)
+                        .then(|| Duration::from_millis(p.expiry_ms.saturating_sub(state.now_ms))),
+                    client: by.map(|c| {
+                        let h = hex(c);
+                        format!("{}-{}-{}", &h[..8], &h[8..12], &h[12..])
+                    }),
+                    ours: by == Some(mine),
+                }
             })
             .collect();
         let waiters = state
