@@ -131,6 +131,15 @@
 //! also read (and keep reading after it stops writing); a reader asking to
 //! write is refused ([`Error::UpgradeWouldDeadlock`]) instead of hanging.
 //!
+//! # Several names, semaphores
+//! [`LockClient::lock_all`] takes several names in one canonical order (no
+//! deadlock between callers listing them in different orders), all or none.
+//! [`LockClient::semaphore`] gives a [`Semaphore`]: at most N permits out
+//! across processes, each a lease renewed while its [`PermitGuard`] lives
+//! (a crashed holder's permits come back within one lease), waiters granted
+//! in line one per released permit, in Redisson's
+//! `RPermitExpirableSemaphore` layout.
+//!
 //! # Beyond one Redis
 //! [`LockClient::cluster_builder`] routes every lock by its key's slot in a
 //! Redis Cluster (following `MOVED`/`ASK`, one renewal batch per node);

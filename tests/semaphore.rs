@@ -458,3 +458,46 @@ fn tasks_share_permits_and_dropped_waits_leave_nothing() {
         sem.inspect().unwrap()
     );
 }
+
+/// A cluster (sharded pub/sub on Redis ≥ 7): every key and channel of a
+/// semaphore is in its name's slot, waiters are granted across clients.
+#[test]
+fn a_semaphore_on_a_cluster_grants_waiters_across_clients() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cluster = support::RedisCluster::start(3, 0);
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            LockClient::cluster_builder(&cluster.urls())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    for name in ["batch", "{tenant:7}:exports"] {
+        clients[0].semaphore(name).set_permits(2).unwrap();
+        let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for c in &clients {
+                let (inside, most) = (&inside, &most);
+                s.spawn(move || {
+                    let sem = c.semaphore(name);
+                    for _ in 0..25 {
+                        let wait = LockOptions::new().wait(Duration::from_secs(10));
+                        let p = sem.acquire_with(1, wait).unwrap();
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(1));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        drop(p);
+                    }
+                });
+            }
+        });
+        assert_eq!(most.load(Ordering::SeqCst), 2, "{name}");
+        let info = clients[1].semaphore(name).inspect().unwrap();
+        assert_eq!(info.available, Some(2), "{name}: {info:?}");
+        assert!(
+            info.waiters.is_empty() && info.holders.is_empty(),
+            "{info:?}"
+        );
+    }
+}
