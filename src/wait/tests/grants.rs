@@ -49,6 +49,24 @@ fn a_grant_while_parked_is_held_without_another_attempt() {
     assert_eq!(env.log(), ["clear", "park One seen 0 ~10000 ms"]);
 }
 
+/// A semaphore's waiters share one subscription: each takes the grants
+/// that name its place and leaves the others' for them; nothing clears
+/// wake-ups meant for another.
+#[test]
+fn a_claimed_grant_is_taken_and_the_others_are_left() {
+    let mut kind = Scripted::new(vec![Step::Wait(Duration::from_secs(10))]);
+    kind.place = true;
+    kind.wake = Wake::Claim;
+    let env = fake();
+    *env.grants.borrow_mut() = vec![vec![b"other#1".as_slice(), b"mine"]].into();
+    let mut sub = Some(());
+    let got = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "sem", None)).unwrap();
+    assert_eq!(got.map(|g| g.held), Some(99));
+    assert_eq!(kind.attempts, 1);
+    assert_eq!(env.log(), ["claim mine", "park Claim seen 0 ~10000 ms"]);
+    assert_eq!(*env.delivered.borrow(), [b"other#1".to_vec()]);
+}
+
 #[test]
 fn a_grant_for_another_wait_is_ignored() {
     let (kind, _, got) = granted_run(

@@ -141,6 +141,11 @@ impl LockKind for Scripted {
     fn leave(&mut self) {
         self.left += 1;
     }
+
+    /// A waiter whose grants are claimed names its place `mine`.
+    fn claim(&self) -> Option<&str> {
+        (self.wake == Wake::Claim && self.place).then_some("mine")
+    }
 }
 
 /// Records what the loop asked of it; parks sleep until their bound.
@@ -193,6 +198,19 @@ impl Env for Fake {
 
     fn take_grants(&self, _sub: &()) -> Vec<Vec<u8>> {
         std::mem::take(&mut *self.delivered.borrow_mut())
+    }
+
+    fn take_claims(&self, _sub: &(), claim: &str) -> Vec<Vec<u8>> {
+        let (mine, others) = std::mem::take(&mut *self.delivered.borrow_mut())
+            .into_iter()
+            .partition(|g| g == claim.as_bytes());
+        *self.delivered.borrow_mut() = others;
+        mine
+    }
+
+    async fn park_claim(&self, sub: &(), claim: &str, until: Instant) {
+        self.log.borrow_mut().push(format!("claim {claim}"));
+        self.park(sub, Wake::Claim, 0, until).await;
     }
 
     fn clear_permits(&self, _sub: &()) {
