@@ -221,6 +221,16 @@ impl SemaphoreKeys {
     }
 }
 
+/// Lowercase hex of `bytes` (Redisson's form of a permit id).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
 /// What a semaphore's line and grant channels are named after.
 pub(crate) const SEMAPHORE_LINE: &str = "leasehold_sline";
 pub(crate) const SEMAPHORE_GRANT: &str = "leasehold_sgrant";

@@ -240,8 +240,10 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
 /// The grants received on `sub` for `kind`'s wait: all of them, or (a kind
 /// whose grants are claimed) those naming its place.
 fn grants<K: LockKind, E: Env>(env: &E, sub: &E::Sub, kind: &K) -> Vec<Vec<u8>> {
-    match kind.claim() {
-        Some(claim) if kind.wake() == Wake::Claim => env.take_claims(sub, claim),
+    match (kind.wake(), kind.claim()) {
+        (Wake::Claim, Some(claim)) => env.take_claims(sub, claim),
+        // No place yet: nothing on the shared subscription is ours.
+        (Wake::Claim, None) => Vec::new(),
         _ => env.take_grants(sub),
     }
 }

@@ -93,6 +93,11 @@ const LINGER_MAX: usize = 256;
 const SWEEP: Duration = Duration::from_millis(250);
 /// Grants kept per channel for a waiter to take.
 const GRANTS_MAX: usize = 16;
+/// Claimed grants kept per channel (a semaphore's: one per waiting
+/// acquisition of the client that a release may grant at once); past this
+/// the oldest goes (its waiter left, or confirms its place within a
+/// second).
+const CLAIMED_GRANTS_MAX: usize = 256;
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The shared subscriber of one client: one connection (classic pub/sub),

@@ -228,7 +228,7 @@ impl Shared {
                     // look and park again.
                     Message::Grant if c.claims => {
                         if c.refs > 0 {
-                            if c.grants.len() >= GRANTS_MAX {
+                            if c.grants.len() >= CLAIMED_GRANTS_MAX {
                                 c.grants.remove(0);
                             }
                             c.grants.push(payload.to_vec());

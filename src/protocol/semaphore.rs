@@ -38,15 +38,19 @@ pub(crate) const MAX_PERMITS_AT_ONCE: u32 = 1_000;
 
 /// The Lua prelude of every semaphore script: the keys, the server's clock
 /// in ms (`now`), and the helpers `ids(blob)` (16-byte permit ids),
-/// `head()` (the first live place in line and the ids it asks for, dropping
-/// dead places on the way), `reclaim()` (takes expired permits out of the
-/// lease table: how many), `give(n, announce)` (gives `n` permits back: to
-/// the places first in line while what each asks for fits — each set with
-/// the short lease its place names, its place gone, its client told on its
-/// grant channel `leasehold_sgrant:{<key>}:<client id>` with the place —
-/// then, with `announce` and nobody of ours in line, the count available
-/// on Redisson's channel) and `join(place, blob)` (takes or confirms a
-/// place at the end of the line).
+/// `total()` (permits available and out; nil while the counter does not
+/// exist), `head()` (the first live place in line and the ids it asks for,
+/// dropping on the way dead places and places asking for more permits than
+/// the semaphore has — their waiters' next attempt is refused), `reclaim()`
+/// (takes expired permits out of the lease table: how many), `give(n,
+/// announce)` (gives `n` permits back: to the places first in line while
+/// what each asks for fits — each set with the short lease its place names,
+/// its place gone, its client told on its grant channel
+/// `leasehold_sgrant:{<key>}:<client id>` with the place, unless it is the
+/// place of the acquire running (`me`), which answers it — then, with
+/// `announce`, the count left available on Redisson's channel, for its
+/// waiters: they are not in our line) and `join(place, blob)` (takes or
+/// confirms a place at the end of the line).
 macro_rules! prelude {
     () => {
         concat!(
@@ -55,6 +59,7 @@ macro_rules! prelude {
 local N, T, C, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local me = false
 local function ids(blob)
     local out = {}
     for i = 1, #blob - 15, 16 do
@@ -62,14 +67,25 @@ local function ids(blob)
     end
     return out
 end
+local function total()
+    local v = redis.call('get', N)
+    if not v then
+        return nil
+    end
+    return tonumber(v) + redis.call('zcard', T)
+end
 local function head()
+    local all = total()
     local first = redis.call('lindex', L, 0)
     while first do
         local blob = redis.call('get', L .. ':' .. first)
-        if blob and string.match(first, '^.+:.+#.+$') then
+        if blob and string.match(first, '^.+:.+#.+$') and not (all and #blob / 16 > all) then
             return first, blob
         end
         redis.call('lpop', L)
+        if blob then
+            redis.call('del', L .. ':' .. first)
+        end
         first = redis.call('lindex', L, 0)
     end
     return nil
@@ -99,11 +115,13 @@ local function give(n, announce)
         end
         redis.call('lpop', L)
         redis.call('del', L .. ':' .. first)
-        redis.call('publish', 'leasehold_sgrant' .. string.sub(L, 16) .. ':'
-            .. string.match(first, '^(.*):'), first)
+        if first ~= me then
+            redis.call('publish', 'leasehold_sgrant' .. string.sub(L, 16) .. ':'
+                .. string.match(first, '^(.*):'), first)
+        end
         first, blob = head()
     end
-    if announce and avail > 0 and not first then
+    if announce and avail > 0 then
         redis.call('publish', C, avail)
     end
 end
@@ -132,31 +150,48 @@ pub(crate) use reclaim_max;
 /// Acquire. ARGV: permits, lease ms, place (`''`: a single try, no place),
 /// the ids (16 bytes each, as many as permits).
 ///
-/// Expired permits go back first (to the line). Then: our ids already in
-/// the table and alive — a grant to our place came first — are ours, with
-/// our own lease: `{1}`. Otherwise, with nobody before us in line (no
-/// live place, or ours first) and enough permits available, they are
-/// taken (the counter's TTL copied to the table, as Redisson does): `{1}`.
-/// Otherwise our place is taken or confirmed and the reply is
-/// `{0, ms until the soonest lease ends + 1 (-1: no lease ends), available
-/// (-1: the counter does not exist)}`.
+/// Our own ids past their lease (a grant heard too late) and every expired
+/// permit go back first (to the line). Then: our ids in the table — a grant
+/// to our place came first, or just now — are ours, with our own lease:
+/// `{1}`. More permits asked for than the semaphore has in all: our place
+/// goes, `{2, total}`. Otherwise, with nobody before us in line (no live
+/// place, or ours first) and enough permits available, they are taken (the
+/// counter's TTL copied to the table, as Redisson does): `{1}`. Otherwise
+/// our place is taken or confirmed and the reply is `{0, ms until the
+/// soonest lease ends + 1 (-1: no lease ends), available, 1 (0: the
+/// counter does not exist)}`.
 pub(crate) const ACQUIRE: &str = concat!(
     prelude!(),
     r#"
+me = ARGV[3]
 local k = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local mine = ids(ARGV[4])
-give(reclaim(), true)
-local score = redis.call('zscore', T, mine[1])
-if score and tonumber(score) > now then
+local back = 0
+for _, id in ipairs(mine) do
+    local score = redis.call('zscore', T, id)
+    if score and tonumber(score) <= now then
+        back = back + redis.call('zrem', T, id)
+    end
+end
+back = back + reclaim()
+give(back, back > 0)
+if redis.call('zscore', T, mine[1]) then
     for _, id in ipairs(mine) do
         redis.call('zadd', T, 'xx', now + lease, id)
     end
     return {1}
 end
+local all = total()
+if all and k > all then
+    if ARGV[3] ~= '' and redis.call('del', L .. ':' .. ARGV[3]) == 1 then
+        redis.call('lrem', L, 1, ARGV[3])
+    end
+    return {2, all}
+end
 local first = head()
-local avail = tonumber(redis.call('get', N) or '-1')
-if (not first or first == ARGV[3]) and avail >= k then
+local avail = tonumber(redis.call('get', N) or '0')
+if all and (not first or first == ARGV[3]) and avail >= k then
     redis.call('decrby', N, k)
     for _, id in ipairs(mine) do
         redis.call('zadd', T, now + lease, id)
@@ -181,7 +216,10 @@ if soonest[2] and tonumber(soonest[2]) < "#,
     r#" then
     wait = math.max(tonumber(soonest[2]) - now, 0) + 1
 end
-return {0, wait, avail}
+if all then
+    return {0, wait, avail, 1}
+end
+return {0, wait, 0, 0}
 "#
 );
 
@@ -203,15 +241,18 @@ for _, id in ipairs(ids(ARGV[1])) do
         end
     end
 end
-give(present + reclaim(), true)
+local n = present + reclaim()
+give(n, n > 0)
 return {present, alive}
 "#
 );
 
 /// Leave the line. ARGV: place, the ids. The place goes, and so do our
 /// permits if a grant gave them to us meanwhile; what that gives back — and
-/// what our place held up, if it was first — goes to the line. Reply: how
-/// many permits of ours were granted (and are given back now).
+/// what our place held up, if it was first — goes to the line, and what is
+/// left available is announced (Redisson's waiters may have waited behind
+/// our place). Reply: how many permits of ours were granted (and are given
+/// back now).
 pub(crate) const LEAVE: &str = concat!(
     prelude!(),
     r#"
@@ -222,7 +263,7 @@ local ours = 0
 for _, id in ipairs(ids(ARGV[2])) do
     ours = ours + redis.call('zrem', T, id)
 end
-give(ours + reclaim(), ours > 0)
+give(ours + reclaim(), true)
 return ours
 "#
 );
@@ -259,25 +300,26 @@ return 1
 pub(crate) const ADD_PERMITS: &str = concat!(
     prelude!(),
     r#"
-local delta = tonumber(ARGV[1])
-redis.call('incrby', N, delta)
-give(reclaim(), delta > 0)
+redis.call('incrby', N, ARGV[1])
+local back = reclaim()
+give(back, back > 0 or tonumber(ARGV[1]) > 0)
 return tonumber(redis.call('get', N))
 "#
 );
 
 /// Available permits, after expired ones went back (a write, as
-/// Redisson's `availablePermits`). Reply: the counter, `-1` when there is
+/// Redisson's `availablePermits`). Reply: the counter, nil when there is
 /// none.
 pub(crate) const AVAILABLE: &str = concat!(
     prelude!(),
     r#"
-give(reclaim(), true)
-return tonumber(redis.call('get', N) or '-1')
+local back = reclaim()
+give(back, back > 0)
+return redis.call('get', N)
 "#
 );
 
-/// What an operator sees (reads only): `{now ms, counter or -1, {id,
+/// What an operator sees (reads only): `{now ms, counter (nil: none), {id,
 /// expiry, …} of the lease table, {place, ms it lives, permits asked, …}
 /// of the line}`.
 pub(crate) const INSPECT: &str = r#"
@@ -302,7 +344,7 @@ for i, v in ipairs(redis.call('zrange', T, 0, 999, 'withscores')) do
         held[#held + 1] = string.format('%.0f', tonumber(v))
     end
 end
-return {now, tonumber(redis.call('get', N) or '-1'), held, places}
+return {now, redis.call('get', N), held, places}
 "#;
 
 /// What an acquire attempt found.
@@ -317,6 +359,9 @@ pub(crate) enum Acquire {
         hint: Option<Duration>,
         available: Option<i64>,
     },
+    /// More permits asked for than the semaphore has in all (`total`): it
+    /// would wait forever. Our place, if any, is gone.
+    TooMany { total: i64 },
 }
 
 /// What a release found.
@@ -420,10 +465,13 @@ impl SemaphoreScripts {
         match &reply {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1)] => Ok(Acquire::Acquired),
-                [Value::Int(0), Value::Int(wait), Value::Int(avail)] => Ok(Acquire::Wait {
-                    hint: u64::try_from(*wait).ok().map(Duration::from_millis),
-                    available: (*avail >= 0).then_some(*avail),
-                }),
+                [Value::Int(0), Value::Int(wait), Value::Int(avail), Value::Int(exists)] => {
+                    Ok(Acquire::Wait {
+                        hint: u64::try_from(*wait).ok().map(Duration::from_millis),
+                        available: (*exists == 1).then_some(*avail),
+                    })
+                }
+                [Value::Int(2), Value::Int(total)] => Ok(Acquire::TooMany { total: *total }),
                 _ => Err(unexpected("semaphore acquire", &reply)),
             },
             _ => Err(unexpected("semaphore acquire", &reply)),
@@ -486,8 +534,7 @@ impl SemaphoreScripts {
         con: &mut dyn ConnectionLike,
         keys: &SemaphoreKeys,
     ) -> RedisResult<Option<i64>> {
-        let n: i64 = Self::call(con, &self.available, keys, &[])?;
-        Ok((n >= 0).then_some(n))
+        Self::call(con, &self.available, keys, &[])
     }
 
     /// An operator's read of the whole semaphore (the first 1,000 permits
@@ -506,10 +553,13 @@ fn parse_state(reply: &Value) -> Option<State> {
     let Value::Array(items) = reply else {
         return None;
     };
-    let [Value::Int(now), Value::Int(avail), Value::Array(held), Value::Array(line)] =
-        items.as_slice()
-    else {
+    let [Value::Int(now), avail, Value::Array(held), Value::Array(line)] = items.as_slice() else {
         return None;
+    };
+    let available = match avail {
+        Value::Nil => None,
+        Value::BulkString(n) => Some(std::str::from_utf8(n).ok()?.parse().ok()?),
+        _ => return None,
     };
     let bytes = |v: &Value| match v {
         Value::BulkString(b) => Some(b.clone()),
@@ -539,7 +589,7 @@ fn parse_state(reply: &Value) -> Option<State> {
         .collect::<Option<Vec<_>>>()?;
     Some(State {
         now_ms: u64::try_from(*now).ok()?,
-        available: (*avail >= 0).then_some(*avail),
+        available,
         held,
         line,
     })
@@ -591,7 +641,7 @@ mod tests {
     fn an_operators_read_is_parsed() {
         let reply = Value::Array(vec![
             Value::Int(1_000),
-            Value::Int(2),
+            Value::BulkString(b"-2".to_vec()),
             Value::Array(vec![
                 Value::BulkString(vec![1; 16]),
                 Value::BulkString(b"4000".to_vec()),
@@ -603,7 +653,7 @@ mod tests {
             ]),
         ]);
         let state = parse_state(&reply).unwrap();
-        assert_eq!(state.available, Some(2));
+        assert_eq!(state.available, Some(-2));
         assert_eq!(state.held[0].expiry_ms, 4000);
         assert_eq!(state.line[0].permits, 2);
         assert_eq!(parse_state(&Value::Int(1)), None);

@@ -214,6 +214,7 @@ impl Raw {
             lease: hold.lease,
             place: None,
             until,
+            permits: None,
         });
         Err(Error::ReleasePending {
             name: hold.name.clone(),

@@ -32,6 +32,7 @@ use parking_lot::Mutex;
 use super::Raw;
 use crate::conn::Bound;
 use crate::error::{Error, Result};
+use crate::names::SemaphoreKeys;
 use crate::options::Kind;
 use crate::park::Park;
 use crate::protocol::LONGEST_PLACE;
@@ -52,6 +53,17 @@ pub(crate) struct Orphan {
     pub(crate) place: Option<String>,
     /// After this, whatever the call took has expired: nothing to undo.
     pub(crate) until: Instant,
+    /// A semaphore's acquisition (its key is the counter, its owner the
+    /// acquisition's): undone by leaving its place and giving back its
+    /// permits by id.
+    pub(crate) permits: Option<LostPermits>,
+}
+
+/// What a semaphore acquisition's undo needs: the semaphore's keys and the
+/// ids of the permits it asked for.
+pub(crate) struct LostPermits {
+    pub(crate) keys: Arc<SemaphoreKeys>,
+    pub(crate) ids: Arc<[u8]>,
 }
 
 impl Orphan {
@@ -73,7 +85,29 @@ impl Orphan {
             lease,
             place: place.map(str::to_owned),
             until: sent_at + lease.max(LONGEST_PLACE) + Duration::from_secs(1),
+            permits: None,
         }
+    }
+
+    /// A semaphore acquisition of `owner` (permits `lost.ids`, `lease`,
+    /// `place` in line) whose call's reply was lost, sent at `sent_at`.
+    pub(crate) fn lost_permits(
+        lost: LostPermits,
+        owner: &str,
+        lease: Duration,
+        place: Option<&str>,
+        sent_at: Instant,
+    ) -> Self {
+        let mut orphan = Orphan::lost(
+            Kind::Plain,
+            &lost.keys.counter,
+            owner,
+            lease,
+            place,
+            sent_at,
+        );
+        orphan.permits = Some(lost);
+        orphan
     }
 }
 
@@ -275,6 +309,11 @@ impl Raw {
     /// waiting place, release whatever hold it took or kept (all of the
     /// owner's: it has no other here).
     fn undo(&self, o: &Orphan, bound: Bound) -> Result<()> {
+        if let Some(p) = &o.permits {
+            let given = self.leave_permits_once(&p.keys, o.place.as_deref(), &p.ids, bound)?;
+            tracing::debug!(key = %o.key, given, "leasehold: undid a semaphore call whose reply was lost");
+            return Ok(());
+        }
         let granted = self
             .leave_place(o.kind, &o.key, &o.owner, o.place.as_deref(), bound)
             .0?;
@@ -298,6 +337,7 @@ mod tests {
             lease: Duration::from_secs(30),
             place: None,
             until,
+            permits: None,
         }
     }
 

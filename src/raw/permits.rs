@@ -14,7 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Answer, Channels, Got, Granted, LockKind, Raw, Wake, Want};
+use super::orphans::LostPermits;
+use super::{Answer, Channels, Got, Granted, LockKind, Orphan, Raw, Wake, Want};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::SemaphoreKeys;
@@ -45,8 +46,9 @@ pub(crate) struct PermitWaiting<'a> {
     join: bool,
     /// An attempt went out and no answer came: it may have taken the
     /// permits or a place; the next attempt finds them, and a wait that
-    /// ends without them leaves (gives them back).
+    /// ends without them — or is dropped — leaves (gives them back).
     unsettled: bool,
+    /// What each attempt may take (a bounded wait's deadline).
     bound: Bound,
     park: Park,
 }
@@ -144,13 +146,35 @@ impl Raw {
     /// Gives back the permits of `hold` within `bound`: renewal stops
     /// first. An error when one of them was no longer ours (its lease ran
     /// out, or it was removed): they were given back all the same.
-    pub(crate) fn release_permits(&self, hold: &PermitHold, bound: Bound) -> Result<()> {
+    pub(crate) fn release_permits(self: &Arc<Self>, hold: &PermitHold, bound: Bound) -> Result<()> {
         self.renewer.cancel(&hold.state, hold.renewed);
-        let released = self.conns.run(&hold.keys.counter, bound, |con| {
+        let sent_at = Instant::now();
+        let released = match self.conns.run_sent(&hold.keys.counter, bound, |con| {
             self.scripts()
                 .semaphore()
                 .release(con, &hold.keys, &hold.ids)
-        })?;
+        }) {
+            (Ok(released), _) => released,
+            // Sent and not answered: given back (by id) once Redis answers.
+            (Err(e), true) if e.is_unanswered() => {
+                let until = hold.state.valid_until();
+                let lost = LostPermits {
+                    keys: Arc::clone(&hold.keys),
+                    ids: Arc::clone(&hold.ids),
+                };
+                // Its name among lost calls: its first permit id (unique).
+                let owner = crate::names::hex(&hold.ids[..hold.ids.len().min(16)]);
+                let mut orphan = Orphan::lost_permits(lost, &owner, Duration::ZERO, None, sent_at);
+                orphan.until = until.max(sent_at + Duration::from_secs(1));
+                self.orphaned(orphan);
+                return Err(Error::ReleasePending {
+                    name: hold.name.clone(),
+                    lease_left: until.saturating_duration_since(Instant::now()),
+                    source: Box::new(e),
+                });
+            }
+            (Err(e), _) => return Err(e),
+        };
         if released.alive < hold.permits {
             return Err(Error::NotHeld {
                 name: hold.name.clone(),
@@ -202,18 +226,44 @@ impl Raw {
     }
 
     /// Leaves `place` (if any) and gives back permits `ids` if they were
-    /// given to us, within `bound`: best effort, by id.
-    fn leave_permits(&self, keys: &SemaphoreKeys, place: Option<&str>, ids: &[u8], bound: Bound) {
-        let bound = bound.with_pool_wait(self.socket_timeout);
-        let left = self.conns.run(&keys.counter, bound, |con| {
+    /// given to us (by id: never anyone else's), waiting for a connection
+    /// no longer than one reply may take; when Redis does not answer, the
+    /// undo thread does it once Redis does (the place expires by itself
+    /// meanwhile, the permits with their lease).
+    fn leave_permits(
+        self: &Arc<Self>,
+        keys: &Arc<SemaphoreKeys>,
+        owner: &str,
+        place: Option<&str>,
+        ids: &Arc<[u8]>,
+        lease: Duration,
+    ) {
+        let sent_at = Instant::now();
+        let bound = Bound::pool_wait(self.socket_timeout);
+        if let Err(e) = self.leave_permits_once(keys, place, ids, bound) {
+            tracing::debug!(key = %keys.counter, error = ?e, "leasehold: leaving a semaphore's line failed; leaving it once redis answers");
+            let lost = LostPermits {
+                keys: Arc::clone(keys),
+                ids: Arc::clone(ids),
+            };
+            self.orphaned(Orphan::lost_permits(lost, owner, lease, place, sent_at));
+        }
+    }
+
+    /// One leave (see [`leave_permits`](Self::leave_permits)) within
+    /// `bound`: how many permits a grant had given us.
+    pub(super) fn leave_permits_once(
+        &self,
+        keys: &SemaphoreKeys,
+        place: Option<&str>,
+        ids: &[u8],
+        bound: Bound,
+    ) -> Result<u32> {
+        self.conns.run(&keys.counter, bound, |con| {
             self.scripts()
                 .semaphore()
                 .leave(con, keys, place.unwrap_or(""), ids)
-        });
-        if let Err(e) = left {
-            // The place expires by itself, the permits with their lease.
-            tracing::debug!(key = %keys.counter, error = ?e, "leasehold: leaving a semaphore's line failed; its place and permits expire by themselves");
-        }
+        })
     }
 }
 
@@ -248,7 +298,8 @@ impl PermitWaiting<'_> {
 
     /// The one acquire ending: the permits as a guard holds them, their
     /// lease registered with the renewal thread unless explicit.
-    pub(crate) fn held(self, got: Got<()>) -> PermitHold {
+    pub(crate) fn held(mut self, got: Got<()>) -> PermitHold {
+        self.unsettled = false;
         let raw = self.raw;
         let state = if self.watchdog {
             raw.renewer.register_permits(
@@ -264,11 +315,37 @@ impl PermitWaiting<'_> {
         raw.touch(got.sent_at, self.lease);
         PermitHold {
             name: self.name.to_owned(),
-            keys: self.keys,
-            ids: self.ids,
+            keys: Arc::clone(&self.keys),
+            ids: Arc::clone(&self.ids),
             permits: self.permits,
             state,
             renewed: self.watchdog,
+        }
+    }
+
+    /// Leaves our place and gives back our permits (by id), for a thread
+    /// inline, for a task in the background.
+    fn leave_now(&self, place: Option<String>) {
+        let (raw, keys, ids) = (
+            Arc::clone(self.raw),
+            Arc::clone(&self.keys),
+            Arc::clone(&self.ids),
+        );
+        let (owner, lease) = (self.owner.clone(), self.lease);
+        self.park.detach(move || {
+            raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
+        });
+    }
+}
+
+/// A wait dropped while an attempt of it may have taken permits (its reply
+/// lost, and the future dropped before the wait ended — a task's): they are
+/// given back.
+impl Drop for PermitWaiting<'_> {
+    fn drop(&mut self) {
+        if self.unsettled {
+            self.unsettled = false;
+            self.leave_now(self.place.clone());
         }
     }
 }
@@ -289,14 +366,20 @@ impl LockKind for PermitWaiting<'_> {
             let place = place.clone();
             move || {
                 raw.conns.run_sent(&keys.counter, bound, |con| {
-                    raw.scripts().semaphore().acquire(
+                    let answer = raw.scripts().semaphore().acquire(
                         con,
                         &keys,
                         permits,
                         lease,
                         place.as_deref(),
                         &ids,
-                    )
+                    )?;
+                    // Replica acknowledgement, as for every acquire.
+                    let unacked = match answer {
+                        Acquire::Acquired => raw.unreplicated(con)?,
+                        _ => None,
+                    };
+                    Ok((answer, unacked))
                 })
             }
         };
@@ -308,12 +391,15 @@ impl LockKind for PermitWaiting<'_> {
                 Arc::clone(&self.keys),
                 Arc::clone(&self.ids),
             );
-            move |_: (Result<Acquire>, bool)| {
-                Park::Task.detach(move || raw.leave_permits(&keys, place.as_deref(), &ids, bound));
+            let owner = self.owner.clone();
+            move |_: (Result<(Acquire, Option<u32>)>, bool)| {
+                Park::Task.detach(move || {
+                    raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
+                });
             }
         };
         let (answer, sent) = self.park.io(job, lost).await?;
-        let answer = match answer {
+        let (answer, unacked) = match answer {
             Err(e) => {
                 if sent && e.is_unanswered() {
                     self.unsettled = true;
@@ -322,10 +408,27 @@ impl LockKind for PermitWaiting<'_> {
             }
             Ok(answer) => answer,
         };
+        if let Some(acked) = unacked {
+            let _ = self.undo(()).await;
+            let (wanted, timeout) = self.raw.replicas.unwrap_or_default();
+            return Err(Error::NotReplicated {
+                name: self.name.to_owned(),
+                acked,
+                wanted,
+                timeout,
+            });
+        }
         match answer {
             Acquire::Acquired => {
                 self.unsettled = false;
                 Ok(Answer::Held(()))
+            }
+            Acquire::TooMany { total } => {
+                self.place = None; // gone with the refusal
+                Err(Error::invalid(format_args!(
+                    "asked for {} permits of semaphore {:?}, which has {total} in all: it would wait forever; ask for fewer, or raise its permits first",
+                    self.permits, self.name
+                )))
             }
             Acquire::Wait { hint, .. } => {
                 if self.join && self.place.is_none() {
@@ -347,13 +450,13 @@ impl LockKind for PermitWaiting<'_> {
     }
 
     async fn undo(&mut self, _held: ()) {
-        let (raw, keys, ids, bound) = (
+        let (raw, keys, ids) = (
             Arc::clone(self.raw),
             Arc::clone(&self.keys),
             Arc::clone(&self.ids),
-            self.bound,
         );
-        let undo = move || raw.leave_permits(&keys, None, &ids, bound);
+        let (owner, lease) = (self.owner.clone(), self.lease);
+        let undo = move || raw.leave_permits(&keys, &owner, None, &ids, lease);
         let _ = self.park.io(undo, drop).await;
     }
 
@@ -372,20 +475,21 @@ impl LockKind for PermitWaiting<'_> {
     }
 
     /// Redisson's channel is heard always: its clients' releases (and ours
-    /// when nobody of ours waits) announce permits there.
+    /// when permits are left over) announce permits there.
     fn hears_unlock(&self) -> bool {
         true
     }
 
     /// A grant names this wait's place: the permits are ours with the
     /// grant's short lease (renewal lengthens it) — unless the lease is
-    /// explicit: then an attempt takes them with it.
+    /// explicit, or replicas must acknowledge: then an attempt takes them
+    /// as asked.
     fn granted(&mut self, grant: &[u8]) -> Option<Granted<()>> {
         let place = semaphore::parse_grant(grant)?;
         if Some(place) != self.place.as_deref() {
             return None;
         }
-        Some(if self.watchdog {
+        Some(if self.watchdog && self.raw.replicas.is_none() {
             Granted::Held((), protocol::grant_lease(self.lease))
         } else {
             Granted::Accept
@@ -401,14 +505,8 @@ impl LockKind for PermitWaiting<'_> {
     }
 
     fn leave(&mut self) {
-        let (raw, keys, ids) = (
-            Arc::clone(self.raw),
-            Arc::clone(&self.keys),
-            Arc::clone(&self.ids),
-        );
-        let (place, bound) = (self.place.clone(), self.bound);
-        self.park
-            .detach(move || raw.leave_permits(&keys, place.as_deref(), &ids, bound));
+        self.unsettled = false;
+        self.leave_now(self.place.clone());
     }
 
     fn claim(&self) -> Option<&str> {

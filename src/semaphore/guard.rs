@@ -10,6 +10,7 @@ use crossbeam_channel::Receiver;
 
 use crate::conn::Bound;
 use crate::error::Result;
+use crate::names::hex;
 use crate::raw::{PermitHold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
 
@@ -117,14 +118,4 @@ impl fmt::Debug for PermitGuard {
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
-}
-
-/// Lowercase hex of `bytes` (Redisson's form of a permit id).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::guard::hex;
+use crate::names::hex;
 use crate::protocol::semaphore::{State, NO_LEASE_SCORE};
 use crate::raw::permit_client;
 

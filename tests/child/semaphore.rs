@@ -3,7 +3,7 @@
 //!
 //! `sem <url> <name> <threads> <rounds> <tag>` — `threads` threads of one
 //! client take a permit of semaphore `name` `rounds` times each (a 20 s
-//! bound, so a lost wake-up fails the child); inside, each records
+//! bound, so a wait that never ends fails the child); inside, each records
 //! `E <tag>.<thread>.<i>` in `events:<name>`, works 0–3 ms, records
 //! `X <tag>.<thread>.<i>` and gives the permit back. Prints
 //! `done <sections>`.
