@@ -616,3 +616,25 @@ fn redissons_waiters_hear_permits_that_came_back_and_only_those() {
         assert_eq!(waiter.join().unwrap().unwrap(), 3);
     });
 }
+
+/// `replicas(n, timeout)` holds for permits as for locks: an acquire no
+/// replica acknowledged is refused, and its permits are given back.
+#[test]
+fn permits_no_replica_acknowledged_are_refused_and_given_back() {
+    let server = RedisServer::start(); // no replica
+    let client = LockClient::builder(&server.url())
+        .replicas(1, Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let sem = client.semaphore("acked");
+    sem.set_permits(2).unwrap();
+    let e = sem.acquire().unwrap_err();
+    assert!(
+        matches!(e, leasehold::Error::NotReplicated { acked: 0, .. }),
+        "{e:?}"
+    );
+    assert!(support::eventually(Duration::from_secs(1), || {
+        sem.available().unwrap() == Some(2)
+    }));
+    assert!(sem.inspect().unwrap().holders.is_empty());
+}
