@@ -35,6 +35,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("inspect", 7),
     ("task", 7),
     ("multi", 7),
+    ("semaphore", 7),
     // The operators' binary: above the library, through its public API.
     ("bin", 8),
 ];
@@ -59,6 +60,9 @@ const PEERS: &[(&str, &str)] = &[
     ("task", "client"),
     ("task", "guard"),
     ("task", "inspect"),
+    ("semaphore", "acquire"),
+    ("semaphore", "client"),
+    ("task", "semaphore"),
 ];
 
 fn src() -> PathBuf {
