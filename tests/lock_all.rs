@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, LockOptions};
-use support::{check_history, child_command, child_done, RedisCluster, RedisServer};
+use support::{check_history, child_command, children_done, RedisCluster, RedisServer};
 
 /// Two processes, `rounds` each, the names in opposite orders; returns the
 /// sections each finished.
@@ -18,20 +18,13 @@ fn opposite_orders(url: &str, names: &[&str], rounds: usize, records: Option<&st
     let forward = names.join(",");
     let backward = names.iter().rev().copied().collect::<Vec<_>>().join(",");
     let started = Instant::now();
-    let children: Vec<_> = [("f", &forward), ("b", &backward)]
-        .into_iter()
-        .map(|(tag, order)| {
-            let mut cmd = child_command(&["lockall", url, order, &rounds.to_string(), tag]);
-            if let Some(r) = records {
-                cmd.env("LEASEHOLD_RECORDS_URL", r);
-            }
-            cmd.stdout(std::process::Stdio::piped()).spawn().unwrap()
-        })
-        .collect();
-    let done = children
-        .into_iter()
-        .map(|c| child_done(&c.wait_with_output().unwrap()))
-        .sum();
+    let done = children_done([("f", &forward), ("b", &backward)].map(|(tag, order)| {
+        let mut cmd = child_command(&["lockall", url, order, &rounds.to_string(), tag]);
+        if let Some(r) = records {
+            cmd.env("LEASEHOLD_RECORDS_URL", r);
+        }
+        cmd
+    }));
     println!("{} sections in {:?}", done, started.elapsed());
     done
 }

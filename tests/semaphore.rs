@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use leasehold::{LockClient, LockOptions};
 use redis::Commands;
 use support::redisson_semaphore::{RedissonSemaphore, Tried};
-use support::{child_command, child_done, ChildProcess, RedisServer};
+use support::{child_command, children_done, ChildProcess, RedisServer};
 
 /// Replays `events:<name>`: the most sections open at once, and the
 /// sections each worker (`<tag>.<thread>`) finished.
@@ -51,26 +51,16 @@ fn three_permits_four_processes_of_four_threads_never_more_than_three_inside() {
     assert!(!client.semaphore("exports").try_set_permits(7).unwrap());
     const ROUNDS: usize = 40;
     let started = Instant::now();
-    let children: Vec<_> = ["a", "b", "c", "d"]
-        .into_iter()
-        .map(|tag| {
-            child_command(&[
-                "sem",
-                &server.url(),
-                "exports",
-                "4",
-                &ROUNDS.to_string(),
-                tag,
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
-        .collect();
-    let done: u64 = children
-        .into_iter()
-        .map(|c| child_done(&c.wait_with_output().unwrap()))
-        .sum();
+    let done = children_done(["a", "b", "c", "d"].map(|tag| {
+        child_command(&[
+            "sem",
+            &server.url(),
+            "exports",
+            "4",
+            &ROUNDS.to_string(),
+            tag,
+        ])
+    }));
     println!("{done} sections in {:?}", started.elapsed());
     assert_eq!(done, 16 * ROUNDS as u64);
     let (most, per_worker) = replay(&mut server.connection(), "exports");
@@ -637,4 +627,40 @@ fn permits_no_replica_acknowledged_are_refused_and_given_back() {
         sem.available().unwrap() == Some(2)
     }));
     assert!(sem.inspect().unwrap().holders.is_empty());
+}
+
+/// An async permit guard's `lost()` ends with `None` once the permits were
+/// given back (a task `select!`ing on it is not left waiting forever), and
+/// with why when they were taken back.
+#[test]
+fn an_async_permits_lost_future_ends_at_release_or_loss() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = leasehold::AsyncLockClient::new(&server.url()).unwrap();
+    rt.block_on(async {
+        let sem = client.semaphore("al");
+        sem.set_permits(1).await.unwrap();
+        let p = sem.acquire().await.unwrap();
+        let lost = tokio::spawn(p.lost());
+        p.release().await.unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(2), lost).await;
+        assert!(matches!(ended, Ok(Ok(None))), "{ended:?}");
+    });
+    let short = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(600))
+        .build()
+        .unwrap()
+        .to_async();
+    rt.block_on(async {
+        let p = short.semaphore("al").acquire().await.unwrap();
+        let lost = tokio::spawn(p.lost());
+        let mut con = server.connection();
+        let _: i64 = con.del("{al}:timeout").unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(2), lost).await;
+        assert!(matches!(ended, Ok(Ok(Some(_)))), "{ended:?}");
+        assert!(p.release().await.unwrap_err().is_not_held());
+    });
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{AsyncLockClient, LockClient, LockOptions};
 use redis::Commands;
-use support::{check_history, child_command, child_done, ChildProcess, Monitor, RedisServer};
+use support::{check_history, child_command, children_done, ChildProcess, Monitor, RedisServer};
 
 /// The tests of this binary count threads and memory of the process: one
 /// at a time.
@@ -423,26 +423,17 @@ fn four_processes_mixing_tasks_and_threads_never_overlap() {
     let _serial = serial();
     let server = RedisServer::start();
     const ROUNDS: usize = 12;
-    let children: Vec<_> = (0..4)
-        .map(|p| {
-            child_command(&[
-                "mixed",
-                &server.url(),
-                "mix",
-                "4",
-                "2",
-                &ROUNDS.to_string(),
-                &format!("p{p}"),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
-        .collect();
-    let done: u64 = children
-        .into_iter()
-        .map(|c| child_done(&c.wait_with_output().unwrap()))
-        .sum();
+    let done = children_done((0..4).map(|p| {
+        child_command(&[
+            "mixed",
+            &server.url(),
+            "mix",
+            "4",
+            "2",
+            &ROUNDS.to_string(),
+            &format!("p{p}"),
+        ])
+    }));
     assert_eq!(done, (4 * 6 * ROUNDS) as u64);
     let (finished, unfinished) = check_history(&mut server.connection(), &["mix"], None);
     assert_eq!((finished, unfinished), (done, 0));

@@ -148,6 +148,8 @@ impl Raw {
     /// out, or it was removed): they were given back all the same.
     pub(crate) fn release_permits(self: &Arc<Self>, hold: &PermitHold, bound: Bound) -> Result<()> {
         self.renewer.cancel(&hold.state, hold.renewed);
+        // Nothing more to watch: a task waiting for a loss stops.
+        hold.state.released();
         let sent_at = Instant::now();
         let released = match self.conns.run_sent(&hold.keys.counter, bound, |con| {
             self.scripts()

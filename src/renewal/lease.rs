@@ -145,6 +145,15 @@ impl LeaseState {
             .flatten()
     }
 
+    /// A `'static` future of an async guard's `lost()`: why once `state`
+    /// (`None`: released already) is lost, or `None` once released.
+    pub(crate) async fn lost_of(state: Option<Arc<LeaseState>>) -> Option<LeaseLost> {
+        match state {
+            Some(state) => state.lost_wait().await,
+            None => None,
+        }
+    }
+
     /// The hold's last guard released it: tasks waiting for a loss stop.
     pub(crate) fn released(&self) {
         let mut signal = self.signal.lock();

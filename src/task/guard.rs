@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::guard::OwnedLockGuard;
 use crate::park::Park;
-use crate::renewal::LeaseLost;
+use crate::renewal::{LeaseLost, LeaseState};
 
 /// One hold of a distributed lock taken by an async task; dropping it
 /// releases the hold in the background.
@@ -101,12 +101,7 @@ impl AsyncLockGuard {
     /// ```
     pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
         let state = self.guard().map(|g| Arc::clone(g.lease_state()));
-        async move {
-            match state {
-                Some(state) => state.lost_wait().await,
-                None => None,
-            }
-        }
+        LeaseState::lost_of(state)
     }
 
     /// Releases this hold, checking that it was still ours; the round trip

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
 use crate::raw::Want;
-use crate::renewal::LeaseLost;
+use crate::renewal::{LeaseLost, LeaseState};
 use crate::semaphore::{acquire_permits, PermitGuard, Semaphore, SemaphoreInfo};
 
 /// A [`Semaphore`] for async code: waiting parks the task, not a thread.
@@ -234,12 +234,7 @@ impl AsyncPermitGuard {
     /// (`'static`, `Send`: it may be spawned).
     pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
         let state = self.guard.as_ref().map(|g| Arc::clone(g.lease_state()));
-        async move {
-            match state {
-                Some(state) => state.lost_wait().await,
-                None => None,
-            }
-        }
+        LeaseState::lost_of(state)
     }
 
     /// Gives the permits back, checking that they were still ours; the

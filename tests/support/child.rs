@@ -37,6 +37,19 @@ pub fn child_done(out: &std::process::Output) -> u64 {
         .unwrap_or_else(|| panic!("no `done <n>` line: {out:?}"))
 }
 
+/// Runs the checker children `commands` at once and returns the sections
+/// they finished, in all (see [`child_done`]).
+pub fn children_done(commands: impl IntoIterator<Item = Command>) -> u64 {
+    let children: Vec<Child> = commands
+        .into_iter()
+        .map(|mut cmd| cmd.stdout(Stdio::piped()).spawn().unwrap())
+        .collect();
+    children
+        .into_iter()
+        .map(|c| child_done(&c.wait_with_output().unwrap()))
+        .sum()
+}
+
 /// A test child process driven line by line over stdin/stdout; killed and
 /// reaped on drop.
 pub struct ChildProcess {
