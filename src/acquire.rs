@@ -5,7 +5,6 @@
 //! the one wait loop ([`wait::wait_for`]), and the hold as a guard. Counts
 //! and traces each acquire.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,22 +53,11 @@ pub(crate) async fn acquire_hold(
         take(shared, name, &want, deadline).await?
     };
     let waited = started.elapsed();
-    let outcome = match &got {
-        Some(_) => {
-            counters.acquired(waited);
-            let lease = want.lease.unwrap_or(raw.watchdog_lease());
-            raw.touch(started + waited, lease);
-            "acquired"
-        }
-        None if cancelled() => {
-            counters.waits_cancelled.fetch_add(1, Ordering::Relaxed);
-            "cancelled"
-        }
-        None => {
-            counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
-            "timed out"
-        }
-    };
+    let outcome = counters.ended(waited, got.is_some(), cancelled());
+    if got.is_some() {
+        let lease = want.lease.unwrap_or(raw.watchdog_lease());
+        raw.touch(started + waited, lease);
+    }
     // Debug level, no owner: names and timings only.
     tracing::debug!(lock = %name, kind = ?want.kind, waited_us = waited.as_micros() as u64, outcome, "leasehold: acquire");
     match got {

@@ -102,6 +102,21 @@ impl Counters {
             .unwrap_or(WAIT_BUCKETS_MS.len());
         self.wait_time[bucket].fetch_add(1, Ordering::Relaxed);
     }
+
+    /// One acquire (of a lock or of permits) ended after `waited`: held,
+    /// else cancelled or timed out — counted; what to call it in a trace.
+    pub(crate) fn ended(&self, waited: Duration, held: bool, cancelled: bool) -> &'static str {
+        if held {
+            self.acquired(waited);
+            "acquired"
+        } else if cancelled {
+            self.waits_cancelled.fetch_add(1, Ordering::Relaxed);
+            "cancelled"
+        } else {
+            self.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+            "timed out"
+        }
+    }
 }
 
 #[cfg(test)]

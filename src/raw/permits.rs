@@ -186,45 +186,46 @@ impl Raw {
         Ok(())
     }
 
-    /// Sets semaphore `name`'s number of permits (those taken count); with
-    /// `only_if_unset`, only when none was set yet (false: it was).
-    pub(crate) fn set_permits(&self, name: &str, total: u32, only_if_unset: bool) -> Result<bool> {
+    /// One call of semaphore `name`'s scripts on the node serving it.
+    fn on_semaphore<T>(
+        &self,
+        name: &str,
+        mut call: impl FnMut(
+            &semaphore::SemaphoreScripts,
+            &mut dyn redis::ConnectionLike,
+            &SemaphoreKeys,
+        ) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         check_name(name)?;
         let keys = self.semaphore_keys(name);
         self.conns.run(&keys.counter, Bound::default(), |con| {
-            self.scripts()
-                .semaphore()
-                .set_permits(con, &keys, total, only_if_unset)
+            call(self.scripts().semaphore(), con, &keys)
+        })
+    }
+
+    /// Sets semaphore `name`'s number of permits (those taken count); with
+    /// `only_if_unset`, only when none was set yet (false: it was).
+    pub(crate) fn set_permits(&self, name: &str, total: u32, only_if_unset: bool) -> Result<bool> {
+        self.on_semaphore(name, |s, con, keys| {
+            s.set_permits(con, keys, total, only_if_unset)
         })
     }
 
     /// Adds `delta` permits to semaphore `name` (negative: takes them
     /// away); the count available after.
     pub(crate) fn add_permits(&self, name: &str, delta: i64) -> Result<i64> {
-        check_name(name)?;
-        let keys = self.semaphore_keys(name);
-        self.conns.run(&keys.counter, Bound::default(), |con| {
-            self.scripts().semaphore().add_permits(con, &keys, delta)
-        })
+        self.on_semaphore(name, |s, con, keys| s.add_permits(con, keys, delta))
     }
 
     /// The permits of semaphore `name` available now, after expired ones
     /// went back (`None`: never set).
     pub(crate) fn available_permits(&self, name: &str) -> Result<Option<i64>> {
-        check_name(name)?;
-        let keys = self.semaphore_keys(name);
-        self.conns.run(&keys.counter, Bound::default(), |con| {
-            self.scripts().semaphore().available(con, &keys)
-        })
+        self.on_semaphore(name, |s, con, keys| s.available(con, keys))
     }
 
     /// An operator's read of semaphore `name`.
     pub(crate) fn inspect_semaphore(&self, name: &str) -> Result<State> {
-        check_name(name)?;
-        let keys = self.semaphore_keys(name);
-        self.conns.run(&keys.counter, Bound::default(), |con| {
-            self.scripts().semaphore().inspect(con, &keys)
-        })
+        self.on_semaphore(name, |s, con, keys| s.inspect(con, keys))
     }
 
     /// Leaves `place` (if any) and gives back permits `ids` if they were

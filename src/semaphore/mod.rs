@@ -9,7 +9,6 @@ mod guard;
 mod info;
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -276,28 +275,21 @@ pub(crate) async fn acquire_permits(
     }
     let got = Box::pin(wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)).await;
     let waited = started.elapsed();
-    let outcome = match got {
-        Ok(Some(got)) => {
-            counters.acquired(waited);
-            Ok(Some(waiting.held(got)))
+    if !matches!(got, Ok(Some(_))) {
+        waiting.give_up();
+    }
+    let (hold, outcome) = match got {
+        Ok(got) => {
+            let outcome = counters.ended(waited, got.is_some(), cancelled());
+            (Ok(got.map(|got| waiting.held(got))), outcome)
         }
-        Ok(None) => {
-            waiting.give_up();
-            if cancelled() {
-                counters.waits_cancelled.fetch_add(1, Ordering::Relaxed);
-                Err(Error::Cancelled {
-                    name: name.to_owned(),
-                })
-            } else {
-                counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
-                Ok(None)
-            }
-        }
-        Err(e) => {
-            waiting.give_up();
-            Err(e)
-        }
+        Err(e) => (Err(e), "failed"),
     };
-    tracing::debug!(semaphore = %name, permits, waited_us = waited.as_micros() as u64, acquired = matches!(outcome, Ok(Some(_))), "leasehold: acquire permits");
-    outcome
+    tracing::debug!(semaphore = %name, permits, waited_us = waited.as_micros() as u64, outcome, "leasehold: acquire permits");
+    match hold {
+        Ok(None) if cancelled() => Err(Error::Cancelled {
+            name: name.to_owned(),
+        }),
+        hold => hold,
+    }
 }
