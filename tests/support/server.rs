@@ -236,11 +236,7 @@ impl RedisServer {
 
     /// Sends a signal to the server (`STOP`, `CONT`, `KILL`).
     pub fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{sig} failed");
+        signal_pid(self.pid(), sig);
     }
 
     /// Kills the server now and waits for it to exit.
@@ -323,4 +319,16 @@ pub fn listening_clients(server: &RedisServer, key: &str) -> usize {
         .query(&mut con)
         .unwrap();
     channels.len()
+}
+
+/// Sends `sig` to process `pid` with `kill` (a child process of its own:
+/// milliseconds of fork and exec — an async test sends it from a blocking
+/// task, never from its runtime's thread).
+#[allow(dead_code)]
+pub fn signal_pid(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{sig} failed");
 }
