@@ -134,22 +134,32 @@ pub(super) fn is_wrongtype(err: &redis::RedisError) -> bool {
     err.code() == Some("WRONGTYPE") || err.detail().is_some_and(|d| d.contains("WRONGTYPE"))
 }
 
-/// An ACL refusal of a command a script ran (Redis 7 words it without the
-/// NOPERM code: "The user executing the script can't publish to the channel
-/// …", "… can't access at least one of the keys …", "… can't run this
-/// command …").
+/// An ACL refusal of a command a script ran, which servers word without
+/// the NOPERM code: Redis 6.2 and 7 "The user executing the script can't
+/// publish to the channel …" ("… can't access at least one of the keys …",
+/// "… can't run this command …"), Valkey 8 "ACL failure in script: No
+/// permissions to access a channel …".
 fn is_script_acl_refusal(err: &redis::RedisError) -> bool {
-    let said = |s: &str| s.contains("user executing the script can't");
-    err.detail().is_some_and(said) || said(&err.to_string())
+    let said = |s: &str| {
+        s.contains("user executing the script can't") || s.contains("ACL failure in script")
+    };
+    let valkey = err.code() == Some("ACL")
+        && err
+            .detail()
+            .is_some_and(|d| d.starts_with("failure in script"));
+    valkey || err.detail().is_some_and(said) || said(&err.to_string())
 }
 
-/// The error's code, also when a script wrapped it (`ERR … NOPERM …` on
-/// older servers).
+/// The error's code, also when a script wrapped it: Redis 7 keeps the code
+/// (`READONLY … script: …`), Redis 6.2 wraps it in an `ERR Error running
+/// script (call to f_…): @user_script:67: -READONLY …`.
 fn has_code(err: &redis::RedisError, code: &str) -> bool {
     err.code() == Some(code)
-        || err
-            .detail()
-            .is_some_and(|d| d.starts_with(code) || d.contains(&format!(" {code} ")))
+        || err.detail().is_some_and(|d| {
+            d.starts_with(code)
+                || d.contains(&format!(" {code} "))
+                || d.contains(&format!(": -{code} "))
+        })
 }
 
 /// Whether Redis refused our credentials (`WRONGPASS`, `NOAUTH`).
@@ -214,6 +224,42 @@ mod tests {
             lost: None
         }
         .is_transient());
+    }
+
+    /// What each server we support says when a command inside a script
+    /// fails (texts as Redis 7.0, Valkey 8.1 and Redis 6.2 send them): the
+    /// same typed error whichever words it.
+    #[test]
+    fn errors_raised_inside_scripts_are_typed_on_every_server() {
+        let sha = "f_9a4d4e2a0c5e1f3e2b0c8a7d6e5f4a3b2c1d0e9f";
+        for (server, text) in [
+            ("redis 7.0", "READONLY You can't write against a read only replica. script: 9a4d, on @user_script:67.".to_string()),
+            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:67: -READONLY You can't write against a read only replica.")),
+        ] {
+            let e = Error::from(server_error(&text));
+            assert!(matches!(e, Error::ReadOnlyReplica { .. }), "{server}: {e:?}");
+            assert_eq!(Retry::of(&server_error(&text)), Retry::Reconnect, "{server}");
+        }
+        for (server, text) in [
+            ("redis 7.0", "OOM command not allowed when used memory > 'maxmemory'. script: 9a4d, on @user_script:12.".to_string()),
+            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:12: -OOM command not allowed when used memory > 'maxmemory'.")),
+        ] {
+            let e = Error::from(server_error(&text));
+            assert!(matches!(e, Error::OutOfMemory { .. }), "{server}: {e:?}");
+        }
+        for (server, text) in [
+            ("redis 7.0", "ERR The user executing the script can't publish to the channel mentioned in the command script: 9a4d, on @user_script:92.".to_string()),
+            ("valkey 8.1", "ACL failure in script: No permissions to access a channel script: db3dcfcabd286023b54807a498289ec29107c466, on @user_script:92.".to_string()),
+            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:92: @user_script: 92: The user executing the script can't publish to the channel mentioned in the command")),
+            ("redis 6.2 (keys)", format!("ERR Error running script (call to {sha}): @user_script:5: -NOPERM this user has no permissions to access one of the keys used as arguments")),
+        ] {
+            let e = Error::from(server_error(&text));
+            assert!(matches!(e, Error::NoPermission { .. }), "{server}: {e:?}");
+            assert_eq!(Retry::of(&server_error(&text)), Retry::No, "{server}");
+        }
+        // A word inside a message is not a code.
+        let e = Error::from(server_error("ERR value is not READONLYish"));
+        assert!(matches!(e, Error::Redis { .. }), "{e:?}");
     }
 
     #[test]

@@ -7,20 +7,21 @@ use super::server::RedisServer;
 /// commands run inside scripts (`[0 lua]`) apart from real round trips.
 pub struct Monitor {
     con: redis::Connection,
-    url: String,
+    /// The connection that ends the window (an `ECHO` of a marker), opened
+    /// before it starts: a connection's handshake (`CLIENT SETINFO`, which
+    /// Valkey and Redis 7.2+ show in `MONITOR`) is not a client's command.
+    marker: redis::Connection,
 }
 
 impl Monitor {
     pub fn start(server: &RedisServer) -> Self {
+        let marker = server.connection();
         let mut con = server.connection();
         con.send_packed_command(&redis::cmd("MONITOR").get_packed_command())
             .unwrap();
         let ok = con.recv_response().unwrap();
         assert_eq!(ok, redis::Value::Okay, "MONITOR answered {ok:?}");
-        Monitor {
-            con,
-            url: server.url(),
-        }
+        Monitor { con, marker }
     }
 
     /// Stops recording and returns the commands clients sent (not those run
@@ -35,13 +36,9 @@ impl Monitor {
     /// the lock path). An empty `skip` leaves nothing out.
     pub fn client_commands_except(mut self, skip: &str) -> Vec<String> {
         let marker = format!("monitor-end-{}", std::process::id());
-        let mut other = redis::Client::open(self.url.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
         redis::cmd("ECHO")
             .arg(&marker)
-            .query::<String>(&mut other)
+            .query::<String>(&mut self.marker)
             .unwrap();
         let mut out = Vec::new();
         loop {
