@@ -241,7 +241,9 @@ pub(crate) const SEMAPHORE_GRANT: &str = "leasehold_sgrant";
 /// the channels. Both forms of each companion name are covered: `{<key>}`,
 /// and the key's own hash tag when it has braces. `replicas`: `WAIT` too;
 /// `cluster`: `CLUSTER SLOTS`, `ASKING` and sharded pub/sub (`SPUBLISH`,
-/// `SSUBSCRIBE`, `SUNSUBSCRIBE`, `PUBSUB SHARDNUMSUB`, Redis ≥ 7).
+/// `SSUBSCRIBE`, `SUNSUBSCRIBE`, `PUBSUB SHARDNUMSUB`, Redis ≥ 7). The
+/// channels start with `resetchannels` (Redis 6.2 gives a user
+/// `allchannels` by default and then refuses channel patterns).
 pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<String> {
     let p = key_prefix;
     let mut rules: Vec<String> = ACL_COMMANDS.iter().map(|c| (*c).to_owned()).collect();
@@ -261,6 +263,9 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
     // Lock keys; read/write companions `{<key>}:…` (own tag: `<key>:…`).
     rules.push(format!("~{p}*"));
     rules.push(format!("~{{{p}*"));
+    // Redis 6.2 gives a new user `allchannels` (7.x: none), after which a
+    // channel pattern is refused: start the channels from none.
+    rules.push("resetchannels".into());
     let mut companion = |kind: char, name: &str| {
         rules.push(format!("{kind}{name}:{{{p}*"));
         if !p.is_empty() {

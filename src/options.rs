@@ -31,7 +31,9 @@ pub enum ShardedPubSub {
     /// answers), classic otherwise — Redisson's default since 3.22.0.
     #[default]
     Auto,
-    /// Always sharded (the cluster must run Redis ≥ 7).
+    /// Always sharded. A cluster without sharded pub/sub (Redis < 7, e.g.
+    /// 6.2) cannot publish with `SPUBLISH` at all: there the client uses
+    /// classic pub/sub and logs a warning, as `Auto` would.
     On,
     /// Always classic: for deployments whose Redisson is older than 3.22.0
     /// or configured with `ShardedSubscriptionMode.OFF`.

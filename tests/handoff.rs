@@ -70,7 +70,9 @@ fn threads_of_one_client_are_served_in_arrival_order_one_script_per_handoff() {
     // threads sent no acquire attempt and nobody subscribed. (The release
     // script was new to this server: one EVALSHA met NOSCRIPT and was resent.)
     let count = |c: &str| calls.get(c).copied().unwrap_or(0);
-    assert_eq!(count("evalsha") - count("script|load"), 6, "{calls:?}");
+    // (Redis 6.2 counts `SCRIPT LOAD` as `script`, 7 as `script|load`.)
+    let loads = count("script|load") + count("script");
+    assert_eq!(count("evalsha") - loads, 6, "{calls:?}");
     assert_eq!(
         calls.get("publish"),
         Some(&1),

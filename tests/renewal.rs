@@ -151,7 +151,7 @@ fn reentrant_guards_share_one_renewal_entry() {
 
 #[test]
 fn short_pause_keeps_the_lease_and_a_dead_server_loses_it() {
-    let mut server = RedisServer::start_with(&["--enable-debug-command", "yes"], None);
+    let mut server = RedisServer::start_with_debug_command();
     let client = client_with_lease(&server, 1_500);
     let mut con = server.connection();
     let guard = client.lock("paused").unwrap();

@@ -74,15 +74,19 @@ pub(crate) struct Router {
     last_refresh: Mutex<Option<Instant>>,
     /// Rotates the node the subscriber tries first.
     next_node: AtomicUsize,
-    /// The pub/sub in use: [`UNKNOWN`] until the first table read probes
-    /// the cluster (for [`ShardedPubSub::Auto`]), then [`CLASSIC`] or
-    /// [`SHARDED`] for good (as Redisson decides once).
+    /// The pub/sub in use: [`UNKNOWN`] (or [`WANTED`]) until the first
+    /// table read probes the cluster, then [`CLASSIC`] or [`SHARDED`] for
+    /// good (as Redisson decides once).
     pubsub: AtomicU8,
 }
 
+/// [`ShardedPubSub::Auto`], not probed yet.
 const UNKNOWN: u8 = 0;
 const CLASSIC: u8 = 1;
 const SHARDED: u8 = 2;
+/// [`ShardedPubSub::On`], not probed yet: sharded unless the cluster has
+/// none (Redis < 7), which is classic with a warning.
+const WANTED: u8 = 3;
 
 /// A table refresh at most this often (a burst of errors refreshes once).
 const REFRESH_EVERY: Duration = Duration::from_millis(100);
@@ -105,7 +109,7 @@ impl Router {
             next_node: AtomicUsize::new(0),
             pubsub: AtomicU8::new(match pubsub {
                 ShardedPubSub::Auto => UNKNOWN,
-                ShardedPubSub::On => SHARDED,
+                ShardedPubSub::On => WANTED,
                 ShardedPubSub::Off => CLASSIC,
             }),
         }
@@ -237,9 +241,12 @@ impl Router {
     fn read_slots(&self, info: &ConnectionInfo) -> RedisResult<Vec<Option<Arc<str>>>> {
         let mut con = self.connect(info, self.connect_timeout, self.socket_timeout)?;
         let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
-        if self.pubsub.load(Ordering::Relaxed) == UNKNOWN {
+        let asked = self.pubsub.load(Ordering::Relaxed);
+        if asked == UNKNOWN || asked == WANTED {
             // Redisson's probe: sharded pub/sub when the node knows
-            // `PUBSUB SHARDNUMSUB` (Redis ≥ 7); any refusal means classic.
+            // `PUBSUB SHARDNUMSUB` (Redis ≥ 7); any refusal means classic
+            // (Redis 6.2 has no `SPUBLISH`: a release script using it
+            // would fail, so even `On` cannot have it there).
             let probe: RedisResult<Value> = redis::cmd("PUBSUB")
                 .arg("SHARDNUMSUB")
                 .arg(0)
@@ -250,7 +257,11 @@ impl Router {
                 if Retry::of(e) == Retry::Reconnect {
                     return Err(probe.unwrap_err());
                 }
-                tracing::info!(error = %e, "leasehold: the cluster has no sharded pub/sub (PUBSUB SHARDNUMSUB refused); using classic PUBLISH/SUBSCRIBE");
+                if asked == WANTED {
+                    tracing::warn!(error = %e, "leasehold: sharded pub/sub was asked for (ShardedPubSub::On) but the cluster has none (Redis < 7: PUBSUB SHARDNUMSUB refused); using classic PUBLISH/SUBSCRIBE");
+                } else {
+                    tracing::info!(error = %e, "leasehold: the cluster has no sharded pub/sub (PUBSUB SHARDNUMSUB refused); using classic PUBLISH/SUBSCRIBE");
+                }
             }
             let mode = if probe.is_ok() { SHARDED } else { CLASSIC };
             self.pubsub.store(mode, Ordering::Relaxed);

@@ -2,13 +2,16 @@
 //! persistence (`--save "" --appendonly no`) and its log in a temp dir,
 //! ready once it answers PING, killed and reaped on drop; restarted empty on
 //! its port; signalled (`STOP`, `CONT`); asked what it ran
-//! (`INFO commandstats`) and who listens.
+//! (`INFO commandstats`) and who listens. `LEASEHOLD_REDIS_SERVER` names
+//! another server binary (Valkey, an older Redis: scripts/test.sh runs a
+//! matrix of them); [`server_version`] says which one runs.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
@@ -33,6 +36,17 @@ impl RedisServer {
     /// A server that requires `password` (`--requirepass`).
     pub fn start_with_password(password: &str) -> Self {
         Self::start_with(&["--requirepass", password], Some(password))
+    }
+
+    /// A server whose `DEBUG` command may be used (Redis ≥ 7 refuses it
+    /// unless `--enable-debug-command yes`; older servers do not know that
+    /// setting and always allow it).
+    pub fn start_with_debug_command() -> Self {
+        if server_version() >= (7, 0, 0) {
+            Self::start_with(&["--enable-debug-command", "yes"], None)
+        } else {
+            Self::start()
+        }
     }
 
     /// A server with extra command-line settings.
@@ -116,7 +130,10 @@ impl RedisServer {
     ) -> Result<Self, String> {
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
         let log = dir.join("redis.log");
-        let bin = std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        // A setting the server refuses is said on stderr, before the log.
+        let stderr = std::fs::File::create(dir.join("stderr.log"))
+            .map_err(|e| format!("cannot create stderr.log in {dir:?}: {e}"))?;
+        let bin = server_bin();
         let child = Command::new(&bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -127,7 +144,7 @@ impl RedisServer {
             .args(&extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn();
         let child = match child {
             Ok(c) => c,
@@ -245,9 +262,63 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
+    /// The server's log, and what it wrote to stderr (a refused setting).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+        let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let stderr = std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default();
+        if stderr.trim().is_empty() {
+            log
+        } else {
+            format!("{log}\n[stderr]\n{stderr}")
+        }
     }
+
+    /// How many clients listen on `channel` on this node: sharded
+    /// (`PUBSUB SHARDNUMSUB`) or classic (`PUBSUB NUMSUB`) subscribers.
+    /// `None` when the node does not answer.
+    pub fn listeners(&self, channel: &str, sharded: bool) -> Option<i64> {
+        let mut con = self.try_connection().ok()?;
+        let sub = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+        let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg(sub)
+            .arg(channel)
+            .query(&mut con)
+            .ok()?;
+        counts.first().map(|(_, n)| *n)
+    }
+}
+
+/// The server binary the tests start: `$LEASEHOLD_REDIS_SERVER`, or
+/// `redis-server` on the PATH.
+pub fn server_bin() -> String {
+    std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The version of [`server_bin`] (`v=7.0.15` of its `--version`), read once.
+/// Valkey says its own (8.1.8); it behaves as Redis 7.2 for all we use.
+pub fn server_version() -> (u32, u32, u32) {
+    static VERSION: OnceLock<(u32, u32, u32)> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let bin = server_bin();
+        let out = Command::new(&bin)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `{bin} --version`: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or_else(|| panic!("no version in `{bin} --version`: {text}"));
+        let mut parts = v.split('.').map(|p| p.parse().unwrap_or(0));
+        let mut next = || parts.next().unwrap_or(0);
+        (next(), next(), next())
+    })
+}
+
+/// Whether the servers have sharded pub/sub (`SPUBLISH`, `SSUBSCRIBE`:
+/// Redis ≥ 7, Valkey); a cluster of older ones uses classic pub/sub.
+pub fn sharded_pubsub() -> bool {
+    server_version() >= (7, 0, 0)
 }
 
 impl Drop for RedisServer {

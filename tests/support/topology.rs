@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::eventually;
-use super::server::{free_port, server_dir, RedisServer};
+use super::server::{free_port, server_bin, server_dir, RedisServer};
 use super::tls::TlsFiles;
 
 impl RedisServer {
@@ -15,10 +15,10 @@ impl RedisServer {
     pub fn start_cluster_node() -> Self {
         let server = Self::start_with(&["--cluster-enabled", "yes"], None);
         let mut con = server.connection();
+        // ADDSLOTS, not ADDSLOTSRANGE (Redis ≥ 7): every server takes it.
         redis::cmd("CLUSTER")
-            .arg("ADDSLOTSRANGE")
-            .arg(0)
-            .arg(16383)
+            .arg("ADDSLOTS")
+            .arg((0..16384).collect::<Vec<u16>>())
             .query::<()>(&mut con)
             .unwrap();
         assert!(
@@ -114,8 +114,7 @@ impl RedisServer {
                 ),
             )
             .unwrap();
-            let bin =
-                std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let bin = server_bin();
             let child = Command::new(&bin)
                 .arg(&conf)
                 .arg("--sentinel")
@@ -248,6 +247,16 @@ impl RedisCluster {
                 n.log()
             );
         }
+    }
+
+    /// How many clients listen on `channel` in the whole cluster: sharded
+    /// subscribers (on the node of the channel's slot) or classic ones (on
+    /// any node). Nodes that do not answer (killed) count none.
+    pub fn listeners(&self, channel: &str, sharded: bool) -> i64 {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.listeners(channel, sharded))
+            .sum()
     }
 
     /// The seed URLs of every node.
