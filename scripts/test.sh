@@ -5,7 +5,7 @@
 # feature (rediss://, tested against a TLS-only redis-server with certificates
 # made by openssl at test time) the unit tests, the TLS tests and the core
 # lock/wait/renewal tests run again: the feature changes the connection and
-# subscriber code they go through, not the rest. Then the README's examples
+# subscriber code they go through, not the rest. Then the README's and docs/' examples
 # compiled against leasehold alone, the docs, what the published package
 # holds, and (when its toolchain is installed) the minimum Rust version.
 set -euo pipefail
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 ensure_cargo
 started=$SECONDS
 # Each stage's heading, with the seconds since the start (the suite must stay
-# within CI's budget: see README, "Working on leasehold").
+# within CI's budget: see docs/contributing.md, "CI").
 stage() { echo "== $* [t=$((SECONDS - started))s]"; }
 ensure_redis_server
 ensure_redis_cli
@@ -33,13 +33,38 @@ fi
 stage "cargo clippy --all-targets -- -D warnings (default features, then tls)"
 cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls,cli -- -D warnings
-stage "cargo test (unit, integration, doc tests; default features)"
+stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
-stage "the failover soak: locks through repeated Sentinel failovers, about a minute (tests/failover_soak.rs; its figures are the README's failover table)"
-cargo test --test failover_soak -- --nocapture 2>&1 | grep -vE '^(running|test |$)' || { echo "the failover soak failed" >&2; exit 1; }
+stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), and beside it the server matrix"
+# Both mostly wait (for failovers, for leases), so they share the time: the
+# soak, and the matrix's two servers, run at once.
+logs=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-test.XXXXXX")
+cargo test --test failover_soak --no-run --quiet
+cargo test --test failover_soak -- --nocapture >"$logs/soak.log" 2>&1 &
+soak=$!
+ensure_matrix_servers
+run_matrix "$VALKEY_SERVER" "$logs/valkey.log" &
+valkey=$!
+run_matrix "$REDIS62_SERVER" "$logs/redis62.log" &
+redis62=$!
+failed=0
+wait "$valkey" || failed=1
+wait "$redis62" || failed=1
+for server in "$VALKEY_SERVER:$logs/valkey.log" "$REDIS62_SERVER:$logs/redis62.log"; do
+    report_matrix "${server%%:*}" "${server#*:}"
+done
+if wait "$soak"; then
+    grep -vE '^(running|test |$)' "$logs/soak.log"
+else
+    cat "$logs/soak.log" >&2
+    echo "the failover soak failed" >&2
+    failed=1
+fi
+rm -rf "$logs"
+[ "$failed" = 0 ] || exit 1
 stage "cargo test --features tls,cli (unit, TLS, the core lock test, the operators' CLI end to end)"
 cargo test --features tls,cli --lib --test tls --test lock --test cli
-stage "the README's examples as doc tests of a crate that depends only on leasehold (tests/downstream)"
+stage "the examples of the README and docs/*.md as doc tests of a crate that depends only on leasehold (tests/downstream)"
 cp Cargo.lock tests/downstream/Cargo.lock
 (cd tests/downstream && CARGO_TARGET_DIR="$PWD/../../target" cargo test --doc --quiet)
 stage "cargo doc (default features, and every feature)"
