@@ -10,7 +10,7 @@
 //!
 //! With `replicas(1, ..)` no two holds overlap and no write with an older
 //! token is accepted after a newer one; without it, what happens is counted
-//! and printed (the README's failover table quotes a run). Not part of the
+//! and printed (docs/design.md's failover table quotes a run). Not part of the
 //! plain `cargo test` (`test = false` in tests/Cargo.toml): scripts/test.sh
 //! runs it as a stage of its own, with its figures in the log.
 
