@@ -88,12 +88,77 @@ impl std::fmt::Debug for LockClientBuilder {
 }
 
 impl LockClientBuilder {
-    /// For `rediss://` URLs (feature `tls`): trust this root certificate
-    /// (PEM) instead of the platform's trust store — for a server whose
-    /// certificate your own CA signed. Unset by default.
-    #[cfg(feature = "tls")]
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_root_cert = Some(pem.into());
+    /// Most pooled connections open at once; each lock or unlock holds one
+    /// only for its round trip. Defaults to 16.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// A prefix put before every lock name to form the Redis key (e.g.
+    /// `"billing:"`). Defaults to none: the key is the name, as in Redisson.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// A name for this client that operators see: `inspect` shows it beside
+    /// the host and pid of every hold and wait of this client (e.g.
+    /// `"billing-worker-3"`). Unset by default (host and pid still show).
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// The lease of locks taken without an explicit one, renewed every third
+    /// of it while the guard lives. Defaults to 30 s (Redisson's
+    /// `lockWatchdogTimeout`).
+    ///
+    /// A renewal that fails with less than two socket timeouts of the lease
+    /// left makes the lease lost at once (the client could not learn in time
+    /// whether another try went through), so the lease must be longer than
+    /// twice the [socket timeout](Self::socket_timeout) — `build` refuses it
+    /// otherwise — and is best well above: with the defaults, a renewal may
+    /// fail twice before anything is lost. Without a socket timeout of its
+    /// own, a lease under 9 s gets one of a third of the lease.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// How long to wait for a new connection to Redis, and for a pooled one
+    /// when all are busy. Defaults to 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis reply may take before the call fails with a timeout
+    /// error; it also bounds how long a guard's `Drop` can block when Redis is
+    /// unreachable. Defaults to 3 s, or a third of the
+    /// [watchdog lease](Self::watchdog_lease) if that is shorter; must be at
+    /// least 1 ms and below half the watchdog lease.
+    pub fn socket_timeout(mut self, timeout: Duration) -> Self {
+        self.socket_timeout = Some(timeout);
+        self
+    }
+
+    /// Require `replicas` replicas of the primary to acknowledge every
+    /// acquire within `timeout` (Redisson's `checkLockSyncedSlaves`): right
+    /// after the acquire script, `WAIT replicas timeout` runs on the same
+    /// connection. Fewer acknowledgements → the hold is undone
+    /// (owner-checked) and the call fails with [`Error::NotReplicated`]; it
+    /// is not retried, since a replica that is down stays down for a while.
+    ///
+    /// This narrows, not closes, the window in which a failover loses a lock
+    /// (replication stays asynchronous: an acknowledged write can still be
+    /// lost if the primary and that replica fail together). Costs one round
+    /// trip per acquire, and threads of the client no longer hand the lock
+    /// to each other inside the release script (every acquire must be
+    /// acknowledged). `timeout` must be below the
+    /// [socket timeout](Self::socket_timeout). Off by default.
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
         self
     }
 
@@ -134,103 +199,13 @@ impl LockClientBuilder {
         self
     }
 
-    /// A name for this client that operators see: `inspect` shows it beside
-    /// the host and pid of every hold and wait of this client (e.g.
-    /// `"billing-worker-3"`). Unset by default (host and pid still show).
-    pub fn client_name(mut self, name: impl Into<String>) -> Self {
-        self.client_name = Some(name.into());
+    /// For `rediss://` URLs (feature `tls`): trust this root certificate
+    /// (PEM) instead of the platform's trust store — for a server whose
+    /// certificate your own CA signed. Unset by default.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_cert = Some(pem.into());
         self
-    }
-
-    /// Most pooled connections open at once; each lock or unlock holds one
-    /// only for its round trip. Defaults to 16.
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// A prefix put before every lock name to form the Redis key (e.g.
-    /// `"billing:"`). Defaults to none: the key is the name, as in Redisson.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-
-    /// The lease of locks taken without an explicit one, renewed every third
-    /// of it while the guard lives. Defaults to 30 s (Redisson's
-    /// `lockWatchdogTimeout`).
-    ///
-    /// A renewal that fails with less than two socket timeouts of the lease
-    /// left makes the lease lost at once (the client could not learn in time
-    /// whether another try went through), so the lease must be longer than
-    /// twice the [socket timeout](Self::socket_timeout) — `build` refuses it
-    /// otherwise — and is best well above: with the defaults, a renewal may
-    /// fail twice before anything is lost. Without a socket timeout of its
-    /// own, a lease under 9 s gets one of a third of the lease.
-    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
-        self.watchdog_lease = lease;
-        self
-    }
-
-    /// How long to wait for a new connection to Redis, and for a pooled one
-    /// when all are busy. Defaults to 5 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Require `replicas` replicas of the primary to acknowledge every
-    /// acquire within `timeout` (Redisson's `checkLockSyncedSlaves`): right
-    /// after the acquire script, `WAIT replicas timeout` runs on the same
-    /// connection. Fewer acknowledgements → the hold is undone
-    /// (owner-checked) and the call fails with [`Error::NotReplicated`]; it
-    /// is not retried, since a replica that is down stays down for a while.
-    ///
-    /// This narrows, not closes, the window in which a failover loses a lock
-    /// (replication stays asynchronous: an acknowledged write can still be
-    /// lost if the primary and that replica fail together). Costs one round
-    /// trip per acquire, and threads of the client no longer hand the lock
-    /// to each other inside the release script (every acquire must be
-    /// acknowledged). `timeout` must be below the
-    /// [socket timeout](Self::socket_timeout). Off by default.
-    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replicas = Some((replicas, timeout));
-        self
-    }
-
-    /// How long one Redis reply may take before the call fails with a timeout
-    /// error; it also bounds how long a guard's `Drop` can block when Redis is
-    /// unreachable. Defaults to 3 s, or a third of the
-    /// [watchdog lease](Self::watchdog_lease) if that is shorter; must be at
-    /// least 1 ms and below half the watchdog lease.
-    pub fn socket_timeout(mut self, timeout: Duration) -> Self {
-        self.socket_timeout = Some(timeout);
-        self
-    }
-
-    /// The subscriber's TLS configuration for a `rediss://` URL; refuses TLS
-    /// without the `tls` feature and `#insecure` (unverified) TLS.
-    fn tls(&self, info: &redis::ConnectionInfo) -> Result<TlsConfig> {
-        let insecure = match info.addr() {
-            ConnectionAddr::TcpTls { insecure, .. } => *insecure,
-            _ if self.primary.tls => false,
-            _ => return Ok(None),
-        };
-        if insecure {
-            return Err(Error::InvalidUrl {
-                reason: "rediss://…#insecure (TLS without verifying the server) is refused; \
-                         trust your CA with tls_root_certificate instead"
-                    .into(),
-                source: None,
-            });
-        }
-        #[cfg(feature = "tls")]
-        return crate::tls::client_config(self.tls_root_cert.as_deref()).map(Some);
-        #[cfg(not(feature = "tls"))]
-        Err(Error::InvalidUrl {
-            reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
-            source: None,
-        })
     }
 
     /// Checks the settings and builds the client. Nothing connects yet: the
@@ -269,6 +244,31 @@ impl LockClientBuilder {
         let client = self.build()?;
         client.ping()?;
         Ok(client)
+    }
+
+    /// The subscriber's TLS configuration for a `rediss://` URL; refuses TLS
+    /// without the `tls` feature and `#insecure` (unverified) TLS.
+    fn tls(&self, info: &redis::ConnectionInfo) -> Result<TlsConfig> {
+        let insecure = match info.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => *insecure,
+            _ if self.primary.tls => false,
+            _ => return Ok(None),
+        };
+        if insecure {
+            return Err(Error::InvalidUrl {
+                reason: "rediss://…#insecure (TLS without verifying the server) is refused; \
+                         trust your CA with tls_root_certificate instead"
+                    .into(),
+                source: None,
+            });
+        }
+        #[cfg(feature = "tls")]
+        return crate::tls::client_config(self.tls_root_cert.as_deref()).map(Some);
+        #[cfg(not(feature = "tls"))]
+        Err(Error::InvalidUrl {
+            reason: "TLS (rediss://) needs leasehold's `tls` cargo feature".into(),
+            source: None,
+        })
     }
 
     /// Refuses settings that cannot work, and fills in the socket timeout.
@@ -462,15 +462,6 @@ impl LockClient {
         Self::builder(url).build()
     }
 
-    /// A client with every default that has checked Redis answers (see
-    /// [`LockClientBuilder::connect`]).
-    ///
-    /// # Errors
-    /// As [`new`](Self::new), then as [`ping`](Self::ping).
-    pub fn connect(url: &str) -> Result<LockClient> {
-        Self::builder(url).connect()
-    }
-
     /// A builder to change the defaults.
     pub fn builder(url: &str) -> LockClientBuilder {
         LockClientBuilder {
@@ -569,6 +560,15 @@ impl LockClient {
         let mut builder = Self::builder(urls.first().map_or("", String::as_str));
         builder.sentinel = Some((urls, master.to_owned()));
         builder
+    }
+
+    /// A client with every default that has checked Redis answers (see
+    /// [`LockClientBuilder::connect`]).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), then as [`ping`](Self::ping).
+    pub fn connect(url: &str) -> Result<LockClient> {
+        Self::builder(url).connect()
     }
 }
 

@@ -1,7 +1,11 @@
-//! `LockClient`: the handle users hold, and the ladder of ways to take a
-//! lock (`lock`, `try_lock`, `try_lock_for`, `lock_with`, fair and
-//! read/write variants, and owned guards that may change threads). Each call states what it wants and hands it to the
-//! acquire path; constructors live with the builder.
+//! `LockClient`: the handle users hold, and its methods in the order its
+//! page shows them — the ladder of ways to take a lock (`lock`, `try_lock`,
+//! `try_lock_for`, `try_lock_until`, `lock_with`), owned guards that may
+//! change threads, the fair and read/write variants, then operators' calls
+//! (`inspect`, `list`, `is_locked`, `force_unlock`, `ping`, `stats`,
+//! `acl_rules`). Each call states what it wants and hands it to the acquire
+//! path; constructors live with the builder, `lock_all` in `multi`,
+//! `semaphore` in `semaphore/`, `to_async` in `task/`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +38,85 @@ use crate::stats::Stats;
 /// guard.unlock()?; // or just drop it
 /// # Ok(()) }
 /// ```
+///
+/// # Methods
+/// - Making one: [`new`](Self::new), [`builder`](Self::builder),
+///   [`cluster_builder`](Self::cluster_builder),
+///   [`sentinel_builder`](Self::sentinel_builder), [`connect`](Self::connect);
+///   [`to_async`](Self::to_async) for async code.
+/// - The ladder: [`lock`](Self::lock) waits as long as it takes,
+///   [`try_lock`](Self::try_lock) makes one attempt,
+///   [`try_lock_for`](Self::try_lock_for) /
+///   [`try_lock_until`](Self::try_lock_until) wait up to a bound,
+///   [`lock_with`](Self::lock_with) / [`try_lock_with`](Self::try_lock_with)
+///   take [`LockOptions`]. A `try_*` call answers `Ok(None)` when the lock
+///   stayed busy; `lock_with` with [`LockOptions::wait`] answers
+///   [`Error::WaitTimedOut`].
+/// - Guards that move between threads: [`lock_owned`](Self::lock_owned),
+///   [`lock_owned_with`](Self::lock_owned_with),
+///   [`try_lock_owned_with`](Self::try_lock_owned_with).
+/// - Other kinds: [`fair_lock`](Self::fair_lock),
+///   [`read_lock`](Self::read_lock), [`write_lock`](Self::write_lock) and
+///   their `try_*` forms; fencing tokens with [`LockOptions::fenced`].
+/// - Several names: [`lock_all`](Self::lock_all),
+///   [`try_lock_all_for`](Self::try_lock_all_for),
+///   [`lock_all_with`](Self::lock_all_with); permits:
+///   [`semaphore`](Self::semaphore).
+/// - For operators: [`inspect`](Self::inspect), [`list`](Self::list),
+///   [`is_locked`](Self::is_locked), [`force_unlock`](Self::force_unlock),
+///   [`ping`](Self::ping), [`stats`](Self::stats),
+///   [`acl_rules`](Self::acl_rules), [`watchdog_lease`](Self::watchdog_lease).
+///
+/// # In Redis
+/// The layout is Redisson's `RLock`, so a Rust service and a Java service
+/// can guard the same resource: the lock key (the
+/// [key prefix](crate::LockClientBuilder::key_prefix) followed by the name)
+/// is a hash `{"<client-uuid>:<thread-n>": hold_count}` with a `PEXPIRE` of
+/// the lease; the last unlock deletes it and publishes `0` on
+/// `redisson_lock__channel:{<key>}`. Acquire and release are one Lua script
+/// each, so an uncontended lock + unlock is two round trips, and the owner
+/// check happens inside Redis. How waiters are woken is under *Waiting* on
+/// [`lock`](Self::lock).
+///
+/// # Connections and threads
+/// A client has a connection pool (16 by default,
+/// [`pool_size`](crate::LockClientBuilder::pool_size); a call holds a
+/// connection only for its round trips, never while it waits), one
+/// subscriber connection for unlock messages (one per cluster node with
+/// sharded pub/sub), and one renewal thread with its own connection. Clones
+/// share all of it. Don't call it from an `async fn`: use its
+/// [async face](Self::to_async).
+///
+/// # Guarantees
+/// - **One owner at a time, checked in Redis**: acquire, release and renewal
+///   are Lua scripts with the owner check inside; a guard can never release
+///   or extend a lock it does not hold ([`Error::NotHeld`] instead).
+/// - **Loss is reported, not hidden**: a watchdog lease that cannot be
+///   confirmed with two socket timeouts to spare is reported lost
+///   ([`LockGuard::is_held`] turns false, one
+///   [`LeaseLost`](crate::LeaseLost) on [`LockGuard::lost`]) before Redis
+///   expires it; an acquire reply that arrives after its lease ran out never
+///   becomes a guard.
+/// - **A lost reply leaves no hold behind, and a release is never lost**: an
+///   acquire whose reply never came is undone, owner-checked, as soon as
+///   Redis answers again; a release whose reply never came is sent again
+///   until Redis answers or the lease ends ([`Error::ReleasePending`]).
+/// - **Deadlines are kept**: a bounded wait returns by its deadline plus one
+///   round trip, also while Redis hangs, and rides out an outage up to its
+///   deadline ([`Error::Unavailable`] when the deadline comes first).
+/// - **A dead or stalled client costs the others at most the lock's
+///   lease** (a hold granted by a release: at most 3 s).
+/// - **Nothing panics** on bad input or Redis faults, and `Drop` is bounded
+///   by the socket timeout.
+///
+/// No lease lock can stop a holder that was paused (GC, `SIGSTOP`, a VM
+/// migration) past its lease from acting on stale belief; use a
+/// [fenced](LockOptions::fenced) lock and let the resource check the token
+/// ([`FencedStore`](crate::FencedStore)). Redis restarted without
+/// persistence, or a failover with asynchronous replication, can lose a
+/// hold; its holder is told at the next renewal
+/// ([`replicas`](crate::LockClientBuilder::replicas) and
+/// [`Redlock`](crate::Redlock) narrow the second).
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) shared: Arc<Shared>,
@@ -47,12 +130,47 @@ impl LockClient {
     /// holds `name`, this re-enters at once and returns a second guard; the lock
     /// is free only when every guard is gone.
     ///
-    /// While the lock is held by someone else the thread parks: it wakes on the
-    /// holder's unlock message, or when the holder's lease would have run out,
-    /// whichever comes first — it never polls. If Redis goes away while the
-    /// thread waits (a restart, a failover), it keeps trying with backoff for
-    /// up to the connect timeout before it gives up with the connection
-    /// error; pooled connections that died meanwhile are skipped.
+    /// # Waiting
+    /// While someone else holds the lock the thread parks until its grant,
+    /// the holder's unlock message or the end of the holder's lease,
+    /// whichever comes first — it never polls, and a holder that crashed
+    /// costs it at most that lease.
+    ///
+    /// Waiting clients stand in a line in Redis, one place per client and
+    /// lock name (`leasehold_line:{<key>}`, each place expiring 3 s after its
+    /// waiter last confirmed it). A release gives the lock to the first live
+    /// place directly — the release script sets the owner and a short grant
+    /// lease, and only that client hears it, on its own grant channel — so a
+    /// handoff between processes wakes one waiter and costs it no round trip:
+    /// an acquire and a release, two commands per critical section. A grant
+    /// sets the lease its waiter asked for, at most 3 s (the grantee's
+    /// renewal lengthens it), and a waiter's place lives no longer than that
+    /// either: a granted or first-in-line waiter that died or stalled costs
+    /// the next one no more than that, never a watchdog lease.
+    ///
+    /// With no leasehold waiter in line, the release publishes `0` on the
+    /// unlock channel exactly as Redisson's does; a leasehold waiter that
+    /// finds a Redisson holder subscribes to that channel, so the holder's
+    /// release wakes it (waiters of a leasehold holder hear only their grant
+    /// channels, so the unlock channel's subscribers are other libraries'
+    /// waiters). While such waiters are subscribed, at most two grants go out
+    /// in a row before the lock is left to them. Subscriptions (one
+    /// subscriber connection per client, shared and reference-counted) linger
+    /// a second after the last waiter, so a busy name is not resubscribed for
+    /// every wait.
+    ///
+    /// Threads of one client never race each other at Redis: one thread per
+    /// lock name talks to Redis (and holds the client's place in line), the
+    /// others queue in the client in arrival order, and a release hands the
+    /// lock to the next of them inside the release script (one round trip,
+    /// the owner field replaced atomically). While other clients wait in
+    /// line, a client hands it over at most twice in a row, then grants it to
+    /// the first of them.
+    ///
+    /// If Redis goes away while the thread waits (a restart, a failover), it
+    /// keeps trying with backoff for up to the connect timeout before it
+    /// gives up with the connection error; pooled connections that died
+    /// meanwhile are skipped.
     ///
     /// # Errors
     /// Invalid name, Redis unreachable or failing, a non-lock value at the key.
@@ -60,8 +178,140 @@ impl LockClient {
         self.lock_with(name, LockOptions::new())
     }
 
+    /// One attempt: the guard if the lock was free (or already ours), `None`
+    /// if someone else holds it. When another thread of this client holds the
+    /// lock or is already trying for it, the answer is `None` at once, with no
+    /// round trip.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        self.take(name, LockOptions::new(), Some(Instant::now()), false)
+    }
+
+    /// Waits up to `wait` for the lock; `None` if it stayed held.
+    ///
+    /// Errors are typed, and each message says what to do; match the
+    /// variant, or ask a question of it:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use leasehold::{Error, LockClient};
+    ///
+    /// fn nightly_report(client: &LockClient) -> leasehold::Result<()> {
+    ///     match client.try_lock_for("nightly:report", Duration::from_secs(5)) {
+    ///         Ok(Some(guard)) => {
+    ///             // … the report: only this process runs it …
+    ///             guard.unlock() // Err(NotHeld) if the lease was lost meanwhile
+    ///         }
+    ///         Ok(None) => Ok(()), // another process runs it
+    ///         Err(e) if e.is_connection() || e.is_timeout() => {
+    ///             eprintln!("redis unreachable, trying again next run: {e}");
+    ///             Ok(())
+    ///         }
+    ///         Err(e @ Error::Auth { .. }) => {
+    ///             eprintln!("fix the Redis password in the configuration: {e}");
+    ///             Err(e)
+    ///         }
+    ///         Err(e) => Err(e),
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        self.take(name, LockOptions::new(), Some(deadline_after(wait)), false)
+    }
+
+    /// Waits until `deadline` for the lock; `None` if it stayed held. A
+    /// deadline in the past makes one attempt.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<LockGuard>> {
+        self.take(name, LockOptions::new(), Some(deadline), false)
+    }
+
+    /// Takes the lock with options: an explicit lease, a bounded wait.
+    ///
+    /// With [`LockOptions::wait`] set, gives up when the wait runs out and
+    /// returns [`Error::WaitTimedOut`]; without it, waits as long as it takes.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// use leasehold::LockOptions;
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// let opts = LockOptions::new()
+    ///     .lease(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2));
+    /// match client.lock_with("report:nightly", opts) {
+    ///     Ok(_guard) => { /* at most 10 s of work */ }
+    ///     Err(e) if e.is_wait_timeout() => { /* someone else is on it */ }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and a zero lease.
+    pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
+        self.take_waiting(name, options, false)
+    }
+
+    /// Like [`lock_with`](Self::lock_with) but returns `None` when the wait
+    /// runs out; without [`LockOptions::wait`] it makes one attempt.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus a zero lease.
+    pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
+        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        self.take(name, options, Some(deadline), false)
+    }
+
+    /// Takes the lock `name` for a guard that owns it on its own — not
+    /// reentrant, and `Send`: hand it to another thread, a pool, a blocking
+    /// task. The lock is free when the guard is dropped or unlocked, wherever
+    /// that happens. The thread that took it does not hold the lock: if it
+    /// asks for `name` again it waits like anyone else (and waits for itself
+    /// if it still keeps the guard).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn lock_owned(&self, name: &str) -> Result<OwnedLockGuard> {
+        self.lock_owned_with(name, LockOptions::new())
+    }
+
+    /// [`lock_owned`](Self::lock_owned) with options: any kind (fair, read,
+    /// write), fencing, an explicit lease, a bounded wait.
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with).
+    pub fn lock_owned_with(&self, name: &str, options: LockOptions) -> Result<OwnedLockGuard> {
+        self.take_waiting(name, options, true)
+    }
+
+    /// Like [`lock_owned_with`](Self::lock_owned_with) but returns `None`
+    /// when the wait runs out; without [`LockOptions::wait`] it makes one
+    /// attempt.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus a zero lease.
+    pub fn try_lock_owned_with(
+        &self,
+        name: &str,
+        options: LockOptions,
+    ) -> Result<Option<OwnedLockGuard>> {
+        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        self.take(name, options, Some(deadline), true)
+    }
+
     /// Takes the fair lock `name`: waits in line behind everyone — in this
     /// process or any other — who asked before (see [`LockOptions::fair`]).
+    /// A release grants the lock to the next leasehold waiter in the queue
+    /// directly; Redisson's waiters in the same queue are woken with
+    /// Redisson's message instead.
     ///
     /// # Errors
     /// As [`lock`](Self::lock).
@@ -83,7 +333,9 @@ impl LockClient {
     /// — and while a writer waits, so that readers cannot starve writers
     /// (a thread that already reads, or writes, re-enters at once). The
     /// guard is renewed by the watchdog and reports a lost lease like any
-    /// other; dropping it releases this read hold.
+    /// other; dropping it releases this read hold. A writer may also read
+    /// (and keep reading after it stops writing); a reader asking to write is
+    /// refused ([`Error::UpgradeWouldDeadlock`]) instead of hanging.
     ///
     /// The layout is Redisson's `RReadWriteLock` (see
     /// [`write_lock`](Self::write_lock)), so Java services using Redisson
@@ -159,183 +411,6 @@ impl LockClient {
         self.try_lock_with(name, LockOptions::new().write().wait(wait))
     }
 
-    /// One attempt: the guard if the lock was free (or already ours), `None`
-    /// if someone else holds it. When another thread of this client holds the
-    /// lock or is already trying for it, the answer is `None` at once, with no
-    /// round trip.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(Instant::now()), false)
-    }
-
-    /// Waits up to `wait` for the lock; `None` if it stayed held.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(deadline_after(wait)), false)
-    }
-
-    /// Waits until `deadline` for the lock; `None` if it stayed held. A
-    /// deadline in the past makes one attempt.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(deadline), false)
-    }
-
-    /// Takes the lock with options: an explicit lease, a bounded wait.
-    ///
-    /// With [`LockOptions::wait`] set, gives up when the wait runs out and
-    /// returns [`Error::WaitTimedOut`]; without it, waits as long as it takes.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), leasehold::Error> {
-    /// use std::time::Duration;
-    /// use leasehold::LockOptions;
-    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
-    /// let opts = LockOptions::new()
-    ///     .lease(Duration::from_secs(10))
-    ///     .wait(Duration::from_secs(2));
-    /// match client.lock_with("report:nightly", opts) {
-    ///     Ok(_guard) => { /* at most 10 s of work */ }
-    ///     Err(e) if e.is_wait_timeout() => { /* someone else is on it */ }
-    ///     Err(e) => return Err(e),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and a zero lease.
-    pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
-        self.take_waiting(name, options, false)
-    }
-
-    /// Takes the lock `name` for a guard that owns it on its own — not
-    /// reentrant, and `Send`: hand it to another thread, a pool, a blocking
-    /// task. The lock is free when the guard is dropped or unlocked, wherever
-    /// that happens. The thread that took it does not hold the lock: if it
-    /// asks for `name` again it waits like anyone else (and waits for itself
-    /// if it still keeps the guard).
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn lock_owned(&self, name: &str) -> Result<OwnedLockGuard> {
-        self.lock_owned_with(name, LockOptions::new())
-    }
-
-    /// [`lock_owned`](Self::lock_owned) with options: any kind (fair, read,
-    /// write), fencing, an explicit lease, a bounded wait.
-    ///
-    /// # Errors
-    /// As [`lock_with`](Self::lock_with).
-    pub fn lock_owned_with(&self, name: &str, options: LockOptions) -> Result<OwnedLockGuard> {
-        self.take_waiting(name, options, true)
-    }
-
-    /// Like [`lock_owned_with`](Self::lock_owned_with) but returns `None`
-    /// when the wait runs out; without [`LockOptions::wait`] it makes one
-    /// attempt.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock), plus a zero lease.
-    pub fn try_lock_owned_with(
-        &self,
-        name: &str,
-        options: LockOptions,
-    ) -> Result<Option<OwnedLockGuard>> {
-        let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.take(name, options, Some(deadline), true)
-    }
-
-    /// Waits as `options` say; a wait that runs out is an error.
-    fn take_waiting<O>(
-        &self,
-        name: &str,
-        options: LockOptions,
-        owned: bool,
-    ) -> Result<LockGuard<O>> {
-        let waited = options.wait_value();
-        let deadline = waited.map(deadline_after);
-        match self.take(name, options, deadline, owned)? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::WaitTimedOut {
-                name: name.to_owned(),
-                waited: waited.unwrap_or_default(),
-            }),
-        }
-    }
-
-    /// Like [`lock_with`](Self::lock_with) but returns `None` when the wait
-    /// runs out; without [`LockOptions::wait`] it makes one attempt.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock), plus a zero lease.
-    pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
-        let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.take(name, options, Some(deadline), false)
-    }
-
-    /// Checks that Redis answers as configured: a `PING` on a pooled
-    /// connection to every server holding locks (each primary of a
-    /// cluster; the primary Sentinel names), opening it if needed. Returns
-    /// the longest round trip. For start-up checks and health endpoints.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), leasehold::Error> {
-    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
-    /// let rtt = client.ping()?;
-    /// println!("redis answered in {rtt:?}");
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// The typed errors of the lock path, naming the server: a refused or
-    /// unreachable address ([`Error::Connection`], [`Error::Pool`]), a
-    /// wrong password ([`Error::Auth`]), a server that does not answer in
-    /// time ([`Error::TimedOut`]), a peer that is not Redis
-    /// ([`Error::NotRedis`]).
-    pub fn ping(&self) -> Result<Duration> {
-        let rtts = self.raw().read_every_primary("PING", |con| {
-            let sent = Instant::now();
-            redis::cmd("PING").query::<String>(con)?;
-            Ok(sent.elapsed())
-        })?;
-        Ok(rtts.into_iter().max().unwrap_or_default())
-    }
-
-    /// The lease of locks taken without an explicit lease.
-    pub fn watchdog_lease(&self) -> Duration {
-        self.raw().watchdog_lease()
-    }
-
-    /// Counters of this client (shared by its clones) for export to metrics:
-    /// live watchdog leases, renewals sent and their round trips, leases lost,
-    /// waiters parked and queued, in-process handoffs. Reads atomics only;
-    /// never touches the network.
-    pub fn stats(&self) -> Stats {
-        self.shared.stats()
-    }
-
-    /// Whether anyone holds lock `name` (of any kind) now — Redisson's
-    /// `isLocked`. One round trip; the answer may be stale by the time it
-    /// arrives, so it is for operators and dashboards, not for deciding to
-    /// enter a critical section (take the lock for that).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty or overlong name;
-    /// [`Error::NotALock`] when the key holds something that is not a lock
-    /// (an application hash, a string); connection errors when Redis could
-    /// not be reached.
-    pub fn is_locked(&self, name: &str) -> Result<bool> {
-        check_name(name)?;
-        let raw = self.raw();
-        raw.lock_shape(&raw.key(name))
-    }
-
     /// What Redis knows of lock `name` now, for people on call: its kind,
     /// every holder (owner, hold count, read/write mode) and the client it
     /// belongs to — host, pid and [`client_name`] of every leasehold client
@@ -399,6 +474,22 @@ impl LockClient {
         crate::inspect::list(self.raw(), pattern, limit)
     }
 
+    /// Whether anyone holds lock `name` (of any kind) now — Redisson's
+    /// `isLocked`. One round trip; the answer may be stale by the time it
+    /// arrives, so it is for operators and dashboards, not for deciding to
+    /// enter a critical section (take the lock for that).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or overlong name;
+    /// [`Error::NotALock`] when the key holds something that is not a lock
+    /// (an application hash, a string); connection errors when Redis could
+    /// not be reached.
+    pub fn is_locked(&self, name: &str) -> Result<bool> {
+        check_name(name)?;
+        let raw = self.raw();
+        raw.lock_shape(&raw.key(name))
+    }
+
     /// **An operator's tool**: releases lock `name` whoever holds it —
     /// Redisson's `forceUnlock`. Deletes the lock of any kind (plain,
     /// fenced, fair, read/write: every holder at once) and wakes its waiters
@@ -418,12 +509,56 @@ impl LockClient {
         raw.force_unlock(&raw.key(name))
     }
 
+    /// Checks that Redis answers as configured: a `PING` on a pooled
+    /// connection to every server holding locks (each primary of a
+    /// cluster; the primary Sentinel names), opening it if needed. Returns
+    /// the longest round trip. For start-up checks and health endpoints.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
+    /// let rtt = client.ping()?;
+    /// println!("redis answered in {rtt:?}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The typed errors of the lock path, naming the server: a refused or
+    /// unreachable address ([`Error::Connection`], [`Error::Pool`]), a
+    /// wrong password ([`Error::Auth`]), a server that does not answer in
+    /// time ([`Error::TimedOut`]), a peer that is not Redis
+    /// ([`Error::NotRedis`]).
+    pub fn ping(&self) -> Result<Duration> {
+        let rtts = self.raw().read_every_primary("PING", |con| {
+            let sent = Instant::now();
+            redis::cmd("PING").query::<String>(con)?;
+            Ok(sent.elapsed())
+        })?;
+        Ok(rtts.into_iter().max().unwrap_or_default())
+    }
+
+    /// Counters of this client (shared by its clones) for export to metrics:
+    /// live watchdog leases, renewals sent and their round trips, leases lost,
+    /// waiters parked and queued, in-process handoffs. Reads atomics only;
+    /// never touches the network.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
     /// The ACL rules a Redis user needs for this client: every command its
     /// locks send (directly and inside their scripts), the keys of every lock
     /// kind under its key prefix, and their channels — plus `WAIT` with
     /// [`replicas`](crate::LockClientBuilder::replicas) and the cluster
     /// commands for a cluster. What a [`Error::NoPermission`] lists. Pass them
     /// after `ACL SETUSER <user> on ><password>`.
+    ///
+    /// The channels start with `resetchannels`: Redis 6.2 gives a user
+    /// `allchannels` by default and then refuses channel patterns (7.x
+    /// gives a new user none), so the user ends up with exactly these
+    /// channels on every server. On a Redis 6.2 *cluster*, leave out the
+    /// sharded pub/sub rules (`+spublish`, `+ssubscribe`, `+sunsubscribe`,
+    /// `+pubsub|shardnumsub`): 6.2 does not know those commands, refuses
+    /// them, and leasehold uses classic pub/sub there.
     ///
     /// ```
     /// # fn main() -> Result<(), leasehold::Error> {
@@ -437,6 +572,29 @@ impl LockClient {
     /// ```
     pub fn acl_rules(&self) -> Vec<String> {
         self.raw().acl_rules().to_vec()
+    }
+
+    /// The lease of locks taken without an explicit lease.
+    pub fn watchdog_lease(&self) -> Duration {
+        self.raw().watchdog_lease()
+    }
+
+    /// Waits as `options` say; a wait that runs out is an error.
+    fn take_waiting<O>(
+        &self,
+        name: &str,
+        options: LockOptions,
+        owned: bool,
+    ) -> Result<LockGuard<O>> {
+        let waited = options.wait_value();
+        let deadline = waited.map(deadline_after);
+        match self.take(name, options, deadline, owned)? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::WaitTimedOut {
+                name: name.to_owned(),
+                waited: waited.unwrap_or_default(),
+            }),
+        }
     }
 
     /// An owned hold of `name` as `options` say, waiting until `deadline`

@@ -51,9 +51,10 @@ pub type OwnedLockGuard = LockGuard<Owned>;
 /// One hold of a distributed lock; dropping it releases the hold.
 ///
 /// Holds an `Arc` to the client's internals, so it has no lifetime and can be
-/// kept in structs. The hold belongs to the thread that took it (the owner
-/// marker [`ThisThread`]): that thread can re-enter the lock, so the guard
-/// cannot be sent to another thread — the compiler refuses it:
+/// kept in structs. Reentrancy is per OS thread: the hold belongs to the
+/// thread that took it (the owner marker [`ThisThread`]), that thread can
+/// re-enter the lock, so the guard cannot be sent to another thread — the
+/// compiler refuses it:
 ///
 /// ```compile_fail,E0277
 /// # fn main() -> Result<(), leasehold::Error> {
@@ -101,7 +102,10 @@ impl<O> LockGuard<O> {
 
     /// The fencing token of this hold, when it was taken with
     /// [`LockOptions::fenced`](crate::LockOptions::fenced); `None` for a
-    /// plain lock. Pass it with every write to the protected resource.
+    /// plain lock. Pass it with every write to the protected resource, and
+    /// let the resource refuse a token older than one it has seen
+    /// ([`FencedStore`](crate::FencedStore) shows how): the one protection
+    /// against a holder that was paused past its lease.
     pub fn fence(&self) -> Option<u64> {
         self.hold.fence
     }
@@ -111,7 +115,10 @@ impl<O> LockGuard<O> {
     /// and false once an explicit lease has run out. Never touches the network.
     ///
     /// For a watchdog lease this turns false within one renewal period (a
-    /// third of the lease) of the loss.
+    /// third of the lease) of the loss, and before Redis expires the lease: a
+    /// renewal that cannot be confirmed with two socket timeouts of the lease
+    /// to spare makes it lost at once (see
+    /// [`watchdog_lease`](crate::LockClientBuilder::watchdog_lease)).
     pub fn is_held(&self) -> bool {
         self.hold.state.is_held()
     }
@@ -153,6 +160,30 @@ impl<O> LockGuard<O> {
     ///     // … one step of work …
     /// }
     /// # Ok(()) }
+    /// ```
+    ///
+    /// Or wait on it beside other channels, with the `crossbeam_channel`
+    /// crate that leasehold re-exports (no dependency of your own needed):
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use leasehold::crossbeam_channel::{select, tick};
+    ///
+    /// fn rotate(client: &leasehold::LockClient) -> leasehold::Result<()> {
+    ///     let guard = client.lock("keys:rotate")?;
+    ///     let lost = guard.lost();
+    ///     let step = tick(Duration::from_millis(100));
+    ///     for n in 0..10 {
+    ///         select! {
+    ///             recv(lost) -> why => {
+    ///                 eprintln!("stopping: the lock was lost ({why:?})");
+    ///                 return Ok(());
+    ///             }
+    ///             recv(step) -> _ => { let _ = n; /* … one step of work … */ }
+    ///         }
+    ///     }
+    ///     guard.unlock()
+    /// }
     /// ```
     pub fn lost(&self) -> Receiver<LeaseLost> {
         self.hold.state.lost_receiver()

@@ -39,7 +39,8 @@ use crate::wait;
 /// The layout is Redisson's `RPermitExpirableSemaphore` (the counter
 /// `<name>`, the lease table `{<name>}:timeout`, the channel
 /// `redisson_sc:{<name>}`, 16-byte permit ids), so a Java service and a
-/// Rust service can share one semaphore; see the README's *Semaphores*.
+/// Rust service can share one semaphore; see the README's *Interoperating with Redisson* and
+/// `docs/design.md`, *Sharing a semaphore with Redisson*, in the repository.
 ///
 /// ```no_run
 /// # fn export() {}
@@ -121,18 +122,6 @@ impl Semaphore {
         self.shared.raw().available_permits(&self.name)
     }
 
-    /// What is in Redis: permits available, each permit out (its id, the
-    /// client that took it when it is a leasehold client, when its lease
-    /// ends) and the line of waiting acquisitions. An operator's read.
-    ///
-    /// # Errors
-    /// As [`try_set_permits`](Self::try_set_permits).
-    pub fn inspect(&self) -> Result<SemaphoreInfo> {
-        let raw = self.shared.raw();
-        let state = raw.inspect_semaphore(&self.name)?;
-        Ok(SemaphoreInfo::of(&self.name, raw.id(), state))
-    }
-
     /// Takes one permit, waiting as long as it takes.
     ///
     /// # Errors
@@ -203,6 +192,18 @@ impl Semaphore {
     ) -> Result<Option<PermitGuard>> {
         let deadline = deadline_after(options.wait_value().unwrap_or_default());
         self.take(permits, options, Some(deadline))
+    }
+
+    /// What is in Redis: permits available, each permit out (its id, the
+    /// client that took it when it is a leasehold client, when its lease
+    /// ends) and the line of waiting acquisitions. An operator's read.
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub fn inspect(&self) -> Result<SemaphoreInfo> {
+        let raw = self.shared.raw();
+        let state = raw.inspect_semaphore(&self.name)?;
+        Ok(SemaphoreInfo::of(&self.name, raw.id(), state))
     }
 
     fn take(

@@ -54,6 +54,29 @@ use crate::stats::Stats;
 /// guard.unlock().await?;                       // or drop: released in the background
 /// # Ok(()) }
 /// ```
+///
+/// Its guards ([`AsyncLockGuard`], [`AsyncMultiLockGuard`],
+/// [`AsyncPermitGuard`]) are `Send`, so they are held across `.await`, and
+/// dropping one releases it in the background; a lock guard of a task is
+/// not reentrant. Don't call the blocking [`LockClient`] from an
+/// `async fn`: its waits block the executor's thread.
+///
+/// # Methods
+/// - Making one: [`new`](Self::new), or [`LockClient::to_async`];
+///   [`blocking`](Self::blocking) is the way back.
+/// - The ladder, as [`LockClient`]'s: [`lock`](Self::lock),
+///   [`try_lock`](Self::try_lock), [`try_lock_for`](Self::try_lock_for),
+///   [`try_lock_until`](Self::try_lock_until),
+///   [`lock_with`](Self::lock_with), [`try_lock_with`](Self::try_lock_with);
+///   other kinds: [`fair_lock`](Self::fair_lock),
+///   [`read_lock`](Self::read_lock), [`write_lock`](Self::write_lock).
+/// - Several names: [`lock_all`](Self::lock_all),
+///   [`try_lock_all_for`](Self::try_lock_all_for),
+///   [`lock_all_with`](Self::lock_all_with); permits:
+///   [`semaphore`](Self::semaphore).
+/// - For operators: [`inspect`](Self::inspect),
+///   [`is_locked`](Self::is_locked), [`force_unlock`](Self::force_unlock),
+///   [`ping`](Self::ping), [`stats`](Self::stats).
 #[derive(Clone)]
 pub struct AsyncLockClient {
     shared: Arc<Shared>,
@@ -138,40 +161,6 @@ impl AsyncLockClient {
         self.take(name, &LockOptions::new(), Until::At(deadline), Ok)
     }
 
-    /// Takes the fair lock `name` (first come, first served across
-    /// clients), waiting as long as it takes.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn fair_lock<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
-        self.lock_with(name, LockOptions::new().fair())
-    }
-
-    /// Takes the read side of the read/write lock `name`.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn read_lock<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
-        self.lock_with(name, LockOptions::new().read())
-    }
-
-    /// Takes the write side of the read/write lock `name`.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn write_lock<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
-        self.lock_with(name, LockOptions::new().write())
-    }
-
     /// Takes the lock as `options` say (kind, lease, fencing, a bounded
     /// wait counted from the first poll, a cancel handle); a bounded wait
     /// that runs out is [`Error::WaitTimedOut`], as for
@@ -208,6 +197,83 @@ impl AsyncLockClient {
         self.take(name, &options, Until::For(wait), Ok)
     }
 
+    /// Takes the fair lock `name` (first come, first served across
+    /// clients), waiting as long as it takes.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn fair_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
+        self.lock_with(name, LockOptions::new().fair())
+    }
+
+    /// Takes the read side of the read/write lock `name`.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn read_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
+        self.lock_with(name, LockOptions::new().read())
+    }
+
+    /// Takes the write side of the read/write lock `name`.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn write_lock<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
+        self.lock_with(name, LockOptions::new().write())
+    }
+
+    /// Who holds and who waits for the lock `name` (see
+    /// [`LockClient::inspect`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::inspect`].
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
+        let name = name.to_owned();
+        self.offload(move |c| c.inspect(&name)).await
+    }
+
+    /// Whether the lock `name` is held by anyone (see
+    /// [`LockClient::is_locked`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::is_locked`].
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        let name = name.to_owned();
+        self.offload(move |c| c.is_locked(&name)).await
+    }
+
+    /// Deletes the lock `name` whoever holds it — for operators (see
+    /// [`LockClient::force_unlock`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::force_unlock`].
+    pub async fn force_unlock(&self, name: &str) -> Result<bool> {
+        let name = name.to_owned();
+        self.offload(move |c| c.force_unlock(&name)).await
+    }
+
+    /// Checks that Redis answers (see [`LockClient::ping`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::ping`].
+    pub async fn ping(&self) -> Result<Duration> {
+        self.offload(LockClient::ping).await
+    }
+
+    /// This client's counters (shared with its blocking face).
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
     /// The one acquire of this face: the lock as `options` say, for an
     /// owner of its own, waiting `until`; `finish` says what the outcome is
     /// to the caller (in the one future: no second one around it).
@@ -239,49 +305,6 @@ impl AsyncLockClient {
     ) -> Result<T> {
         let client = self.blocking();
         Park::Task.io(move || call(&client), drop).await?
-    }
-
-    /// Whether the lock `name` is held by anyone (see
-    /// [`LockClient::is_locked`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::is_locked`].
-    pub async fn is_locked(&self, name: &str) -> Result<bool> {
-        let name = name.to_owned();
-        self.offload(move |c| c.is_locked(&name)).await
-    }
-
-    /// Who holds and who waits for the lock `name` (see
-    /// [`LockClient::inspect`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::inspect`].
-    pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
-        let name = name.to_owned();
-        self.offload(move |c| c.inspect(&name)).await
-    }
-
-    /// Deletes the lock `name` whoever holds it — for operators (see
-    /// [`LockClient::force_unlock`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::force_unlock`].
-    pub async fn force_unlock(&self, name: &str) -> Result<bool> {
-        let name = name.to_owned();
-        self.offload(move |c| c.force_unlock(&name)).await
-    }
-
-    /// Checks that Redis answers (see [`LockClient::ping`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::ping`].
-    pub async fn ping(&self) -> Result<Duration> {
-        self.offload(LockClient::ping).await
-    }
-
-    /// This client's counters (shared with its blocking face).
-    pub fn stats(&self) -> Stats {
-        self.shared.stats()
     }
 }
 
