@@ -106,17 +106,21 @@ pub(crate) fn write_field(owner: &str) -> String {
 
 /// The line of waiting leasehold clients of a plain lock key (a list of
 /// places, one per waiting client, oldest first): `leasehold_line:{<key>}`.
-/// Each place lives while its key `<line>:<place>` does (same hash tag, so
-/// the same cluster slot; its waiter renews it).
 pub(crate) fn line_key(key: &str) -> String {
     prefix_name("leasehold_line", key)
 }
 
+/// Until when each place of the line lives: a hash `<line>:places`, place →
+/// ms by the server's clock (same hash tag as the line, so the same cluster
+/// slot; its waiter confirms it).
+pub(crate) fn line_places_key(key: &str) -> String {
+    let mut s = line_key(key);
+    s.push_str(":places");
+    s
+}
+
 /// The run of direct grants made while other libraries' waiters were
-/// subscribed, or `y` while the lock is left to them: `<line>:yield` (the
-/// scripts derive it from the line key; this is the reference they are
-/// tested against).
-#[cfg(test)]
+/// subscribed, or `y` while the lock is left to them: `<line>:yield`.
 pub(crate) fn line_yield_key(key: &str) -> String {
     let mut s = line_key(key);
     s.push_str(":yield");
@@ -191,23 +195,27 @@ const ACL_COMMANDS: &[&str] = &[
 /// `<key>`, the lease table `{<key>}:timeout` (a sorted set of permit ids
 /// scored by expiry, epoch ms) and the channel `redisson_sc:{<key>}` — plus
 /// leasehold's line of waiting acquisitions `leasehold_sline:{<key>}` (a
-/// list of places; each place `<line>:<place>` holds the permit ids its
-/// waiter will be granted). Companions follow Redisson's brace rule.
+/// list of places) and its hash `<line>:places` (each place → until when it
+/// lives, ms by the server's clock, and the permit ids its waiter will be
+/// granted). Companions follow Redisson's brace rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SemaphoreKeys {
     pub(crate) counter: String,
     pub(crate) timeout: String,
     pub(crate) channel: String,
     pub(crate) line: String,
+    pub(crate) places: String,
 }
 
 impl SemaphoreKeys {
     pub(crate) fn of(key: &str) -> Self {
+        let line = prefix_name(SEMAPHORE_LINE, key);
         SemaphoreKeys {
             counter: key.to_owned(),
             timeout: suffix_name(key, "timeout"),
             channel: prefix_name("redisson_sc", key),
-            line: prefix_name(SEMAPHORE_LINE, key),
+            places: format!("{line}:places"),
+            line,
         }
     }
 
@@ -406,8 +414,8 @@ mod tests {
                 token_key(&key),
                 channel_name(&key),
                 line_key(&key),
-                format!("{}:u:1#3", line_key(&key)),
-                format!("{}:yield", line_key(&key)),
+                line_places_key(&key),
+                line_yield_key(&key),
                 queue_key(&key),
                 timeout_key(&key),
                 fair_marks_key(&key),
@@ -415,7 +423,15 @@ mod tests {
                 format!("{}:1", timeout_prefix(&key, "u:1")),
                 writers_key(&key),
             ];
-            for k in &keys {
+            let sem = SemaphoreKeys::of(&key);
+            let keys = keys.iter().chain([
+                &sem.counter,
+                &sem.timeout,
+                &sem.channel,
+                &sem.line,
+                &sem.places,
+            ]);
+            for k in keys {
                 assert!(covered('~', k), "key {k:?} not covered by {rules:?}");
             }
             for c in [
@@ -423,6 +439,8 @@ mod tests {
                 waiter_channel(&key, "u:1"),
                 grant_channel(&key, "9f1c"),
                 rw_channel(&key),
+                sem.channel.clone(),
+                sem.grant_channel("9f1c"),
             ] {
                 assert!(covered('&', &c), "channel {c:?} not covered");
             }

@@ -14,7 +14,8 @@
 //! most one `QUEUE_LEASE`. Times are the server's (`TIME`).
 //!
 //! A leasehold waiter marks its queue entry as its own in a hash beside the
-//! queue (`leasehold_fair:{<name>}`: owner → its place), so the release
+//! queue (`leasehold_fair:{<name>}`: owner → its place and until when the
+//! place lives, `<place> <ms>`), so the release
 //! grants it the lock directly — set to it, told on its channel — and it
 //! needs no acquire round trip. Redisson's waiters (no mark) are woken with
 //! the unlock message as Redisson's release wakes them: a Redisson client
@@ -39,8 +40,9 @@ pub(crate) const QUEUE_LEASE: Duration = Duration::from_secs(5);
 pub(crate) const REDISSON_THREAD_WAIT: Duration = Duration::from_secs(300);
 
 /// The helpers every fair script shares: `now` (the server time in ms),
-/// `WAIT` ([`REDISSON_THREAD_WAIT`]) and `purge(marks)`, which drops the
-/// dead waiters at the head of the queue.
+/// `WAIT` ([`REDISSON_THREAD_WAIT`]), `alive(mark)` (until when the place a
+/// mark names lives, ms; nil for a granted or unreadable mark) and
+/// `purge(marks)`, which drops the dead waiters at the head of the queue.
 ///
 /// Queue timeouts follow Redisson's chain: a new waiter's is the last one's
 /// plus `WAIT` (or the lock's PTTL plus `WAIT` from now), and Redisson's
@@ -52,35 +54,40 @@ pub(crate) const REDISSON_THREAD_WAIT: Duration = Duration::from_secs(300);
 /// per queued waiter per critical section); a new place's timeout is capped
 /// at what a fresh chain would give (`WAIT` per place from the lock's
 /// expiry), so timeouts never grow without bound. Liveness of leasehold's
-/// places is leasehold's own: a key `<marks>:<owner>` its waiter confirms
-/// ([`QUEUE_LEASE`]); a marked place whose key is gone is dead. An unmarked
+/// places is leasehold's own: the time its mark names (`<place> <ms>`), which
+/// its waiter confirms ([`QUEUE_LEASE`]); a marked place past it is dead
+/// (every key is one of the script's `KEYS`, none is named in Lua). An unmarked
 /// place (Redisson's) is dead when its timeout passed — a Redisson waiter
 /// that died costs those behind it up to `WAIT` per place, as in Redisson.
 pub(super) const PURGE: &str = r#"
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local WAIT = 300000
+local function alive(mark)
+    return mark and tonumber(string.match(mark, ' (%d+)$'))
+end
 local function purge(marks)
     while true do
         local first = redis.call('lindex', KEYS[2], 0)
         if not first then
             return
         end
-        if redis.call('exists', marks .. ':' .. first) == 0 then
-            local dead = redis.call('hexists', marks, first) == 1
-            if not dead then
-                local timeout = redis.call('zscore', KEYS[3], first)
-                dead = timeout ~= false and tonumber(timeout) <= now
-            end
-            if not dead then
-                return
-            end
-            redis.call('lpop', KEYS[2])
-            redis.call('zrem', KEYS[3], first)
-            redis.call('hdel', marks, first)
-        else
+        local mark = redis.call('hget', marks, first)
+        local until_ms = alive(mark)
+        if until_ms and until_ms > now then
             return
         end
+        local dead = mark ~= false
+        if not dead then
+            local timeout = redis.call('zscore', KEYS[3], first)
+            dead = timeout ~= false and tonumber(timeout) <= now
+        end
+        if not dead then
+            return
+        end
+        redis.call('lpop', KEYS[2])
+        redis.call('zrem', KEYS[3], first)
+        redis.call('hdel', marks, first)
     end
 end
 "#;
@@ -93,9 +100,9 @@ end
 /// message was lost or that must be taken as asked. Free and (no queue or we
 /// are first) → ours, out of the queue, nil. Otherwise take our place at the end of
 /// the queue (timeout chained after the last, as Redisson's) or keep it,
-/// confirm it (`<marks>:<owner>` for the queue lease), mark it leasehold's
-/// with its place (`-` for a single try) so a release may grant it the lock
-/// directly, and return how long to wait: the holder's PTTL, or when the
+/// mark it leasehold's with its place (`-` for a single try) so a release
+/// may grant it the lock directly, and confirm it: the mark names until
+/// when it lives (now + the queue lease). Return how long to wait: the holder's PTTL, or when the
 /// lock is free but another waiter is first, until that waiter's place
 /// would be dropped (at most the queue lease); -1 when the holder has no
 /// expiry.
@@ -130,7 +137,6 @@ if redis.call('exists', KEYS[1]) == 0 and ((not first) or first == ARGV[2]) then
         redis.call('lpop', KEYS[2])
         redis.call('zrem', KEYS[3], ARGV[2])
         redis.call('hdel', KEYS[4], ARGV[2])
-        redis.call('del', KEYS[4] .. ':' .. ARGV[2])
     end
     return first_hold()
 end
@@ -152,14 +158,15 @@ local mark = ARGV[4]
 if mark == '' then
     mark = '-'
 end
-redis.call('hset', KEYS[4], ARGV[2], mark)
+redis.call('hset', KEYS[4], ARGV[2], mark .. ' ' .. (now + tonumber(ARGV[3])))
 redis.call('pexpire', KEYS[4], 60000)
-redis.call('set', KEYS[4] .. ':' .. ARGV[2], 1, 'px', ARGV[3])
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
     first = redis.call('lindex', KEYS[2], 0)
-    local left = redis.call('pttl', KEYS[4] .. ':' .. first)
-    if left < 0 then
+    local left = alive(redis.call('hget', KEYS[4], first))
+    if left then
+        left = left - now
+    else
         left = tonumber(redis.call('zscore', KEYS[3], first) or now) - now
     end
     return math.max(math.min(left, tonumber(ARGV[3])), 0)
@@ -192,13 +199,12 @@ redis.call('hdel', KEYS[5], ARGV[3])
 purge(KEYS[5])
 local next = redis.call('lindex', KEYS[2], 0)
 if next then
-    local place = redis.call('hget', KEYS[5], next)
-    if place and place ~= '-' and string.sub(place, -1) ~= '!' then
+    local place = string.match(redis.call('hget', KEYS[5], next) or '', '^(%S+) %d+$')
+    if place and place ~= '-' then
         redis.call('hset', KEYS[1], next, 1)
         redis.call('pexpire', KEYS[1], granted(place))
         redis.call('lpop', KEYS[2])
         redis.call('zrem', KEYS[3], next)
-        redis.call('del', KEYS[5] .. ':' .. next)
         redis.call('hset', KEYS[5], next, place .. '!')
         local msg = place
         if string.sub(place, -1) == 'f' then
@@ -222,7 +228,6 @@ local first = redis.call('lindex', KEYS[2], 0)
 redis.call('lrem', KEYS[2], 0, ARGV[2])
 redis.call('zrem', KEYS[3], ARGV[2])
 redis.call('hdel', KEYS[5], ARGV[2])
-redis.call('del', KEYS[5] .. ':' .. ARGV[2])
 if first == ARGV[2] and redis.call('exists', KEYS[1]) == 0 then
     local next = redis.call('lindex', KEYS[2], 0)
     if next then

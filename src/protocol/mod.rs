@@ -533,6 +533,59 @@ mod tests {
         ]
     }
 
+    /// Every key a script touches is one of its `KEYS` (Redis's scripting
+    /// contract; Redis Functions and Dragonfly's default mode enforce it):
+    /// no key command's key is built with `..` in Lua, directly or through
+    /// a local, and fencing tokens are minted only from a declared key. Lua
+    /// names channels only. The exceptions are Redisson's read/write
+    /// layout: a read hold's timeout keys
+    /// `{<key>}:<owner>:rwlock_timeout:<n>` are numbered by the hold count
+    /// in Redis, so no caller can name them beforehand (Redisson's own
+    /// scripts build them the same way).
+    #[test]
+    fn every_key_a_script_touches_is_declared_but_redissons_read_timeouts() {
+        let redissons = [rwlock::READ_ACQUIRE, rwlock::READ_RELEASE, renew::RENEW];
+        for source in all_sources() {
+            let code: Vec<&str> = source
+                .lines()
+                .map(|l| l.split("--").next().unwrap_or(""))
+                .collect();
+            // Locals bound to a concatenation.
+            let concatenated: Vec<&str> = code
+                .iter()
+                .filter_map(|l| l.trim().strip_prefix("local "))
+                .filter_map(|l| l.split_once('='))
+                .filter(|(_, value)| value.contains(".."))
+                .map(|(name, _)| name.trim())
+                .collect();
+            let code = code.join("\n");
+            let mut built = Vec::new();
+            for call in code.split("redis.call('").skip(1) {
+                let (cmd, rest) = call.split_once('\'').unwrap();
+                if matches!(cmd, "publish" | "spublish" | "pubsub" | "time") {
+                    continue;
+                }
+                let Some(args) = rest.trim_start().strip_prefix(',') else {
+                    continue;
+                };
+                let key = args.split([',', ')']).next().unwrap().trim();
+                if key.contains("..") || concatenated.contains(&key) {
+                    built.push(format!("{cmd} {key}"));
+                }
+            }
+            for minted in code.split("mint(").skip(1) {
+                if !minted.starts_with("KEYS[") && !minted.starts_with("key)") {
+                    built.push(format!("mint({}", &minted[..minted.len().min(20)]));
+                }
+            }
+            assert_eq!(
+                !built.is_empty(),
+                redissons.contains(&source),
+                "keys built in Lua: {built:?} in\n{source}"
+            );
+        }
+    }
+
     /// The commands a script calls: `redis.call('cmd'` (with the
     /// subcommand for `pubsub`), as ACL rules.
     fn called(source: &str) -> Vec<String> {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{evalsha, millis, run, token, unexpected, PubSub, Released};
-use crate::names::{channel_name, line_key, token_key};
+use crate::names::{channel_name, line_key, line_places_key, line_yield_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
@@ -50,10 +50,10 @@ pub(crate) use grant_lease_ms;
 
 /// The Lua helper `companion(prefix)`: a companion name of the lock whose
 /// unlock channel is `KEYS[2]` (`redisson_lock__channel:{<key>}`), with
-/// `prefix` instead of the channel's — e.g. the token counter
-/// `redisson_lock_token:{<key>}`, or `leasehold_grant:{<key>}`. Derived in
-/// Lua so the release sends two keys fewer; `names.rs` is the reference
-/// (a test checks that both agree).
+/// `prefix` instead of the channel's — the grant channels
+/// `leasehold_grant:{<key>}:<client id>`. Only channels are named in Lua
+/// (every key a script touches is one of its `KEYS`); `names.rs` is the
+/// reference (a test checks that both agree).
 macro_rules! companion_fn {
     () => {
         r#"
@@ -68,14 +68,16 @@ pub(crate) use companion_fn;
 /// The Lua helpers of the line (acquire and release share them):
 /// `ours(owner)` — whether an owner (`<client id>:<n>`) is a leasehold
 /// client's: its id carries UUID version 8 (the 15th character; see
-/// `names::new_client_id`), Redisson's version 4; and `head(line, first)` — the first live place of the line `line` whose first
-/// entry is `first`, and how long its place key still lives (ms), dropping
-/// dead places at the head on the way; and `granted(place)` — the lease a
-/// grant to `place` sets, named in it (`<owner>#<n>@<ms>[f]`, see
-/// `protocol::place_of`). A place is live while its key `<line>:<place>`
-/// exists (set with the waiter's place lease, confirmed by its waiter); so a
-/// script reads one or two places, never the whole line, and needs no
-/// clock.
+/// `names::new_client_id`), Redisson's version 4; `now()` — the server's
+/// clock in ms, read once per script and only when a line exists;
+/// `expiry(places, place)` — until when `place` lives (ms by that clock),
+/// or nil; and `head(line, places, first)` — the first live place of the
+/// line `line` whose first entry is `first`, and how long it still lives
+/// (ms), dropping dead places at the head on the way. A place is live until
+/// the expiry its hash `places` (`<line>:places`, place → ms) holds for it:
+/// set with the waiter's place lease, confirmed by its waiter. Every key is
+/// one the caller names (`KEYS`), none is built in Lua; a script reads one
+/// or two places, never the whole line.
 macro_rules! line_fns {
     () => {
         concat!(
@@ -84,13 +86,29 @@ macro_rules! line_fns {
 local function ours(owner)
     return string.byte(owner, 15) == 56
 end
-local function head(line, first)
+local clock = false
+local function now()
+    if not clock then
+        local t = redis.call('time')
+        clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    return clock
+end
+local function expiry(places, place)
+    local ms = tonumber(redis.call('hget', places, place))
+    if ms and ms > now() and string.match(place, '^.+:.+#.+$') then
+        return ms
+    end
+    return nil
+end
+local function head(line, places, first)
     while first do
-        local ttl = redis.call('pttl', line .. ':' .. first)
-        if ttl > 0 and string.match(first, '^.+:.+#.+$') then
-            return first, ttl
+        local ms = expiry(places, first)
+        if ms then
+            return first, ms - now()
         end
         redis.call('lpop', line)
+        redis.call('hdel', places, first)
         first = redis.call('lindex', line, 0)
     end
     return nil
@@ -128,8 +146,9 @@ end
 pub(crate) use granted_fn;
 
 /// The acquire logic both acquire scripts share, around `$then` (what to
-/// return once the hold is taken). KEYS: lock, line (, token counter). ARGV:
-/// lease, owner, fresh, place (, mint). The yield marker is `<line>:yield`.
+/// return once the hold is taken). KEYS: lock, line, the line's places, the
+/// yield marker (, token counter). ARGV: lease, owner, fresh, place (,
+/// mint).
 ///
 /// Free, or already ours → one more hold and the lease `ARGV[1]`;
 /// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
@@ -155,12 +174,10 @@ local function join()
     if ARGV[4] == '' then
         return
     end
-    local place = KEYS[2] .. ':' .. ARGV[4]
-    local ms = placed(ARGV[4])
-    if redis.call('set', place, 1, 'px', ms, 'nx') then
+    -- A new place goes at the end; a known one (live, or dead but not yet
+    -- dropped from the line) is confirmed where it stands.
+    if redis.call('hset', KEYS[3], ARGV[4], now() + placed(ARGV[4])) == 1 then
         redis.call('rpush', KEYS[2], ARGV[4])
-    else
-        redis.call('pexpire', place, ms)
     end
 end
 -- One call on the uncontended path: neither the lock nor a line exists.
@@ -176,15 +193,15 @@ end
 if free then
     if first and first ~= ARGV[4] then
         local wait
-        first, wait = head(KEYS[2], first)
+        first, wait = head(KEYS[2], KEYS[3], first)
         if first and first ~= ARGV[4] then
             join()
             return wait
         end
     end
-    if first and redis.call('get', KEYS[2] .. ':yield') == 'y' then
+    if first and redis.call('get', KEYS[4]) == 'y' then
         join()
-        return math.max(redis.call('pttl', KEYS[2] .. ':yield'), 1)
+        return math.max(redis.call('pttl', KEYS[4]), 1)
     end
 end
 -- Held: by us (one more hold), or by whom. A holder that is not
@@ -209,7 +226,7 @@ if mine then
     redis.call('pexpire', KEYS[1], ARGV[1])
     if first then
         redis.call('lpop', KEYS[2])
-        redis.call('del', KEYS[2] .. ':' .. first)
+        redis.call('hdel', KEYS[3], first)
     end
 "#,
             $($then),+,
@@ -251,20 +268,20 @@ pub(crate) use mint_fn;
 /// Acquire (see [`acquire_script!`]): taken → nil.
 pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
 
-/// Fenced acquire: taken → `{token}` — a new token from `KEYS[3]`
+/// Fenced acquire: taken → `{token}` — a new token from `KEYS[5]`
 /// (`redisson_lock_token:{<key>}`) when `ARGV[5] == "1"` or the lock was
 /// free, else `{-1}` (a reentrant hold keeps its token). Held elsewhere →
 /// PTTL.
 pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
     "    if ARGV[5] ~= '1' and not free then\n        return {-1}\n    end\n",
     mint_fn!(),
-    "    return {mint(KEYS[3])}\n"
+    "    return {mint(KEYS[5])}\n"
 );
 
-/// Release. KEYS: lock, unlock channel, line. ARGV: lease, owner, last (,
-/// successor, force, successor lease, successor fenced). The yield marker
-/// is `<line>:yield`; the token counter and the grant channels are named
-/// after the unlock channel (see [`companion_fn!`]).
+/// Release. KEYS: lock, unlock channel, line, the line's places, the yield
+/// marker, the token counter. ARGV: lease, owner, last (, successor, force,
+/// successor lease, successor fenced). The grant channels (channels, not
+/// keys) are named after the unlock channel (see [`companion_fn!`]).
 ///
 /// Not ours → nil. With `ARGV[3] == "1"` this is the owner's last hold in its
 /// client: its field goes (`HDEL`, and the hash with it — a lock hash has one
@@ -297,7 +314,7 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 pub(crate) const RELEASE: &str = concat!(
     mint_fn!(),
     companion_fn!(),
-    granted_fn!(),
+    line_fns!(),
     r#"
 if ARGV[3] == '1' then
     if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
@@ -316,15 +333,19 @@ else
     redis.call('del', KEYS[1])
 end
 -- A local successor with a short run of handoffs gets it whatever waits.
--- Otherwise the first live place is taken out of the line: popped, its key
--- deleted — DEL saying it existed is the liveness check (dead places at the
--- head are dropped on the way). It goes back if it is not granted.
+-- Otherwise the first live place is taken out of the line: popped, its
+-- expiry deleted (dead places at the head are dropped on the way). It goes
+-- back if it is not granted.
 local first = false
 local others = 0
 if not (ARGV[4] and ARGV[5] == '1') then
     first = redis.call('lpop', KEYS[3])
-    while first and not (redis.call('del', KEYS[3] .. ':' .. first) == 1
-            and string.match(first, '^.+:.+#.+$')) do
+    while first do
+        local live = expiry(KEYS[4], first)
+        redis.call('hdel', KEYS[4], first)
+        if live then
+            break
+        end
         first = redis.call('lpop', KEYS[3])
     end
     -- Other libraries' waiters (leasehold's hear the unlock channel only
@@ -337,12 +358,12 @@ if ARGV[4] and (ARGV[5] == '1' or ((not first) and others == 0)) then
     redis.call('hset', KEYS[1], ARGV[4], 1)
     redis.call('pexpire', KEYS[1], ARGV[6])
     if ARGV[7] == '1' then
-        return {2, mint(companion('redisson_lock_token'))}
+        return {2, mint(KEYS[6])}
     end
     return 2
 end
 if first then
-    local yield = KEYS[3] .. ':yield'
+    local yield = KEYS[5]
     local streak = nil
     local grants = 0
     if others > 0 then
@@ -358,7 +379,7 @@ if first then
         end
         local msg = first
         if string.sub(first, -1) == 'f' then
-            msg = first .. ' ' .. string.format('%.0f', mint(companion('redisson_lock_token')))
+            msg = first .. ' ' .. string.format('%.0f', mint(KEYS[6]))
         end
         redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(owner, '^(.*):'), msg)
         return 4
@@ -366,7 +387,7 @@ if first then
     -- Left to other libraries' waiters: the place goes back, first, and
     -- its waiter tries again after the marker.
     redis.call('lpush', KEYS[3], first)
-    redis.call('psetex', KEYS[3] .. ':' .. first, placed(first), 1)
+    redis.call('hset', KEYS[4], first, now() + placed(first))
     redis.call('psetex', yield, 20, 'y')
     redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(first, '^(.*):'), '0')
 end
@@ -378,11 +399,11 @@ return 1
 "#
 );
 
-/// Leave the line: KEYS lock, line; ARGV place, owner. Drops the place;
-/// returns 1 when the lock is set to the owner — a grant that came while its
-/// waiter gave up, which the caller then releases.
+/// Leave the line: KEYS lock, line, the line's places; ARGV place, owner.
+/// Drops the place; returns 1 when the lock is set to the owner — a grant
+/// that came while its waiter gave up, which the caller then releases.
 pub(crate) const LEAVE: &str = r#"
-if redis.call('del', KEYS[2] .. ':' .. ARGV[1]) == 1 then
+if redis.call('hdel', KEYS[3], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[2], 1, ARGV[1])
 end
 return redis.call('hexists', KEYS[1], ARGV[2])
@@ -465,8 +486,11 @@ impl PlainScripts {
         } else {
             &self.acquire
         };
-        let mut cmd = evalsha(script, if fenced { 3 } else { 2 });
-        cmd.arg(key).arg(line_key(key));
+        let mut cmd = evalsha(script, if fenced { 5 } else { 4 });
+        cmd.arg(key)
+            .arg(line_key(key))
+            .arg(line_places_key(key))
+            .arg(line_yield_key(key));
         if fenced {
             cmd.arg(token_key(key));
         }
@@ -510,10 +534,13 @@ impl PlainScripts {
         last: bool,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Released> {
-        let mut cmd = evalsha(&self.release, 3);
+        let mut cmd = evalsha(&self.release, 6);
         cmd.arg(key)
             .arg(channel_name(key))
             .arg(line_key(key))
+            .arg(line_places_key(key))
+            .arg(line_yield_key(key))
+            .arg(token_key(key))
             .arg(millis(lease))
             .arg(owner)
             .arg(if last { "1" } else { "0" });
@@ -547,8 +574,12 @@ impl PlainScripts {
         owner: &str,
         place: &str,
     ) -> RedisResult<bool> {
-        let mut cmd = evalsha(&self.leave, 2);
-        cmd.arg(key).arg(line_key(key)).arg(place).arg(owner);
+        let mut cmd = evalsha(&self.leave, 3);
+        cmd.arg(key)
+            .arg(line_key(key))
+            .arg(line_places_key(key))
+            .arg(place)
+            .arg(owner);
         let held: i64 = run(con, &self.leave, &cmd)?;
         Ok(held == 1)
     }
@@ -569,7 +600,7 @@ pub(crate) fn parse_grant(payload: &[u8]) -> Option<(&str, Option<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::{grant_prefix, line_yield_key};
+    use crate::names::grant_prefix;
 
     #[test]
     fn the_scripts_constants_and_derived_names_agree_with_rust() {
@@ -580,7 +611,6 @@ mod tests {
             let tail = &channel_name(key)[22..];
             assert_eq!(format!("redisson_lock_token{tail}"), token_key(key));
             assert_eq!(format!("leasehold_grant{tail}:"), grant_prefix(key));
-            assert_eq!(format!("{}:yield", line_key(key)), line_yield_key(key));
         }
     }
 

@@ -12,15 +12,17 @@
 //!
 //! Unlike Redisson, expiry is judged by the server's clock (`TIME` in the
 //! scripts), never a client's; and waiting acquisitions stand in a line
-//! (`leasehold_sline:{<key>}`, a list of places, each place key holding the
-//! ids it asks for): permits that come back go to the first places in line
+//! (`leasehold_sline:{<key>}`, a list of places, and beside it the hash
+//! `leasehold_sline:{<key>}:places`: each place → until when it lives and
+//! the ids it asks for): permits that come back go to the first places in line
 //! while what each asks for fits — set in the lease table with a short
 //! lease, and its client alone is told on its grant channel — so one
 //! waiter wakes per released permit, in order across processes.
 //!
 //! Every check is inside the scripts; permit ids travel as `ARGV[]`, names
-//! as `KEYS[]` (counter, lease table, channel, line), never inside Lua
-//! source.
+//! as `KEYS[]` (counter, lease table, channel, line, places), never inside
+//! Lua source; every key a script touches is one of its `KEYS` (only the
+//! grant channels are named in Lua).
 
 use std::time::Duration;
 
@@ -42,21 +44,23 @@ pub(crate) const MAX_PERMITS_AT_ONCE: u32 = 1_000;
 /// exist), `head()` (the first live place in line and the ids it asks for,
 /// dropping on the way dead places and places asking for more permits than
 /// the semaphore has — their waiters' next attempt is refused), `reclaim()`
-/// (takes expired permits out of the lease table: how many), `give(n,
+/// (takes expired permits out of the lease table: how many), `place(p)`
+/// (until when place `p` lives, ms, and the ids it asks for; nil when it
+/// has no entry), `give(n,
 /// announce)` (gives `n` permits back: to the places first in line while
 /// what each asks for fits — each set with the short lease its place names,
 /// its place gone, its client told on its grant channel
 /// `leasehold_sgrant:{<key>}:<client id>` with the place, unless it is the
 /// place of the acquire running (`me`), which answers it — then, with
 /// `announce`, the count left available on Redisson's channel, for its
-/// waiters: they are not in our line) and `join(place, blob)` (takes or
-/// confirms a place at the end of the line).
+/// waiters: they are not in our line) and `join(place, blob)` (takes a
+/// place at the end of the line, or confirms it where it stands).
 macro_rules! prelude {
     () => {
         concat!(
             $crate::protocol::plain::granted_fn!(),
             r#"
-local N, T, C, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local N, T, C, L, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local me = false
@@ -74,18 +78,25 @@ local function total()
     end
     return tonumber(v) + redis.call('zcard', T)
 end
+local function place(p)
+    local v = redis.call('hget', P, p)
+    local sp = v and string.find(v, ' ', 1, true)
+    if not sp then
+        return nil
+    end
+    return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1)
+end
 local function head()
     local all = total()
     local first = redis.call('lindex', L, 0)
     while first do
-        local blob = redis.call('get', L .. ':' .. first)
-        if blob and string.match(first, '^.+:.+#.+$') and not (all and #blob / 16 > all) then
+        local until_ms, blob = place(first)
+        if until_ms and until_ms > now and string.match(first, '^.+:.+#.+$')
+                and not (all and #blob / 16 > all) then
             return first, blob
         end
         redis.call('lpop', L)
-        if blob then
-            redis.call('del', L .. ':' .. first)
-        end
+        redis.call('hdel', P, first)
         first = redis.call('lindex', L, 0)
     end
     return nil
@@ -114,7 +125,7 @@ local function give(n, announce)
             redis.call('zadd', T, expiry, id)
         end
         redis.call('lpop', L)
-        redis.call('del', L .. ':' .. first)
+        redis.call('hdel', P, first)
         if first ~= me then
             redis.call('publish', 'leasehold_sgrant' .. string.sub(L, 16) .. ':'
                 .. string.match(first, '^(.*):'), first)
@@ -125,13 +136,9 @@ local function give(n, announce)
         redis.call('publish', C, avail)
     end
 end
-local function join(place, blob)
-    local key = L .. ':' .. place
-    local ms = placed(place)
-    if redis.call('set', key, blob, 'px', ms, 'nx') then
-        redis.call('rpush', L, place)
-    else
-        redis.call('pexpire', key, ms)
+local function join(p, blob)
+    if redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1 then
+        redis.call('rpush', L, p)
     end
 end
 "#
@@ -184,7 +191,7 @@ if redis.call('zscore', T, mine[1]) then
 end
 local all = total()
 if all and k > all then
-    if ARGV[3] ~= '' and redis.call('del', L .. ':' .. ARGV[3]) == 1 then
+    if ARGV[3] ~= '' and redis.call('hdel', P, ARGV[3]) == 1 then
         redis.call('lrem', L, 1, ARGV[3])
     end
     return {2, all}
@@ -198,7 +205,7 @@ if all and (not first or first == ARGV[3]) and avail >= k then
     end
     if first then
         redis.call('lpop', L)
-        redis.call('del', L .. ':' .. first)
+        redis.call('hdel', P, first)
     end
     local ttl = redis.call('pttl', N)
     if ttl > 0 then
@@ -256,7 +263,7 @@ return {present, alive}
 pub(crate) const LEAVE: &str = concat!(
     prelude!(),
     r#"
-if redis.call('del', L .. ':' .. ARGV[1]) == 1 then
+if redis.call('hdel', P, ARGV[1]) == 1 then
     redis.call('lrem', L, 1, ARGV[1])
 end
 local ours = 0
@@ -323,17 +330,18 @@ return redis.call('get', N)
 /// expiry, …} of the lease table, {place, ms it lives, permits asked, …}
 /// of the line}`.
 pub(crate) const INSPECT: &str = r#"
-local N, T, L = KEYS[1], KEYS[2], KEYS[4]
+local N, T, L, P = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local places = {}
-for _, place in ipairs(redis.call('lrange', L, 0, 999)) do
-    local ttl = redis.call('pttl', L .. ':' .. place)
-    if ttl > 0 then
-        local blob = redis.call('get', L .. ':' .. place) or ''
-        places[#places + 1] = place
+for _, p in ipairs(redis.call('lrange', L, 0, 999)) do
+    local v = redis.call('hget', P, p)
+    local sp = v and string.find(v, ' ', 1, true)
+    local ttl = sp and tonumber(string.sub(v, 1, sp - 1)) - now
+    if ttl and ttl > 0 then
+        places[#places + 1] = p
         places[#places + 1] = ttl
-        places[#places + 1] = math.floor(#blob / 16)
+        places[#places + 1] = math.floor((#v - sp) / 16)
     end
 end
 local held = {}
@@ -425,18 +433,19 @@ impl SemaphoreScripts {
         }
     }
 
-    /// One `EVALSHA` of `script` on the semaphore's four keys, with `args`.
+    /// One `EVALSHA` of `script` on the semaphore's five keys, with `args`.
     fn call<T: redis::FromRedisValue>(
         con: &mut dyn ConnectionLike,
         script: &Script,
         keys: &SemaphoreKeys,
         args: &[&[u8]],
     ) -> RedisResult<T> {
-        let mut cmd = evalsha(script, 4);
+        let mut cmd = evalsha(script, 5);
         cmd.arg(&keys.counter)
             .arg(&keys.timeout)
             .arg(&keys.channel)
-            .arg(&keys.line);
+            .arg(&keys.line)
+            .arg(&keys.places);
         for a in args {
             cmd.arg(*a);
         }
@@ -625,6 +634,7 @@ mod tests {
                 timeout: "{sem}:timeout".into(),
                 channel: "redisson_sc:{sem}".into(),
                 line: "leasehold_sline:{sem}".into(),
+                places: "leasehold_sline:{sem}:places".into(),
             }
         );
         assert_eq!(SemaphoreKeys::of("{app}:sem").timeout, "{app}:sem:timeout");
