@@ -43,12 +43,24 @@ fn multi_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// The longest gap between ticks of a 1 ms ticker task, since the last
-/// `take`.
+/// The longest gap between ticks of a 1 ms ticker task since the last
+/// `take`: as the clock saw it, and without the time the OS kept the
+/// runtime's thread waiting for a CPU while it was ready to run.
 #[derive(Clone, Default)]
 struct Ticker {
     max_gap_us: Arc<AtomicU64>,
+    max_held_us: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+}
+
+/// How long this thread has waited, ready to run, for a CPU (ns): the
+/// second field of `/proc/thread-self/schedstat`; 0 where it cannot be read
+/// (then a gap counts whole).
+fn run_queue_wait() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
 
 impl Ticker {
@@ -56,18 +68,25 @@ impl Ticker {
         let t = self.clone();
         tokio::spawn(async move {
             let mut last = Instant::now();
+            let mut waited = run_queue_wait();
             while !t.stop.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let now = Instant::now();
                 let gap = (now - last).as_micros() as u64;
+                let now_waited = run_queue_wait();
+                let queued = now_waited.saturating_sub(waited) / 1_000;
                 t.max_gap_us.fetch_max(gap, Ordering::Relaxed);
-                last = now;
+                t.max_held_us
+                    .fetch_max(gap.saturating_sub(queued), Ordering::Relaxed);
+                (last, waited) = (now, now_waited);
             }
         })
     }
 
-    fn take(&self) -> Duration {
-        Duration::from_micros(self.max_gap_us.swap(0, Ordering::Relaxed))
+    /// The longest gap, and the longest without the run-queue wait.
+    fn take(&self) -> (Duration, Duration) {
+        let us = |a: &AtomicU64| Duration::from_micros(a.swap(0, Ordering::Relaxed));
+        (us(&self.max_gap_us), us(&self.max_held_us))
     }
 }
 
@@ -93,10 +112,13 @@ fn control_ticker(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Duration> {
     })
 }
 
-/// No gap over 5 ms — or, on a machine that wakes even an idle runtime
-/// later than that (CPU load), no gap beyond twice what the control saw.
-fn on_time(gap: Duration, control: Duration) -> bool {
-    gap <= Duration::from_millis(5).max(control * 2)
+/// On time: no gap over 5 ms but the time the OS kept the runtime's ready
+/// thread off the CPU (on a loaded 2-CPU machine even the idle control
+/// runtime sees gaps of 5–7 ms: the scheduler's, not the executor's), and
+/// no gap over 50 ms whatever the load (a round trip on the executor to a
+/// stopped Redis would be seconds).
+fn on_time((gap, held): (Duration, Duration)) -> bool {
+    held <= Duration::from_millis(5) && gap <= Duration::from_millis(50)
 }
 
 #[test]
@@ -173,17 +195,21 @@ fn a_current_thread_runtime_keeps_a_1ms_ticker_on_time_under_contention_and_a_st
         let after = ticker.take();
         ticker.stop.store(true, Ordering::Relaxed);
         tick.await.unwrap();
-        (contended, stopped.max(after))
+        (contended, (stopped.0.max(after.0), stopped.1.max(after.1)))
     });
     stop.store(true, Ordering::Relaxed);
     let control = control.join().unwrap();
-    println!("longest ticker gap: {contended:?} contended, {stopped:?} around a 2 s stop (an idle runtime's: {control:?})");
+    println!(
+        "longest ticker gap (without the time the OS kept the runtime's thread waiting for a CPU): \
+         {:?} ({:?}) contended, {:?} ({:?}) around a 2 s stop; an idle runtime's: {control:?}",
+        contended.0, contended.1, stopped.0, stopped.1
+    );
     assert!(
-        on_time(contended, control),
+        on_time(contended),
         "contended: {contended:?} (idle runtime {control:?})"
     );
     assert!(
-        on_time(stopped, control),
+        on_time(stopped),
         "stopped: {stopped:?} (idle runtime {control:?})"
     );
 }
