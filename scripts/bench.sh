@@ -33,7 +33,10 @@ if [[ $modes == *pinned* && $modes != unpinned ]] && ! command -v taskset >/dev/
 fi
 
 echo "building the benches…"
-cargo bench --no-run --bench workloads --bench lock --quiet 2>&1 | grep -v "^ *Executable" || true
+# With the `tokio` feature: the async rows (A1, A2c) measure a tokio user's
+# build (round trips on the runtime's reactor); the blocking rows are the
+# same code either way.
+cargo bench --no-run -p leasehold-tests --features tokio --bench workloads --bench lock --quiet 2>&1 | grep -v "^ *Executable" || true
 
 summary=target/bench-summary.md
 cpu=$(grep -m1 "model name" /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
@@ -42,7 +45,7 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
     echo
     echo "$(nproc) CPUs${cpu:+ ($cpu)}; redis-server $(redis-server --version 2>/dev/null | sed -n 's/.*v=\([0-9.]*\).*/\1/p')."
     echo "Ratios are leasehold / raw floor from the same run (higher is better for rates)."
-    echo "RTT = loopback PING round trip. CS = critical section."
+    echo "RTT = loopback PING round trip. CS = critical section. Built with the \`tokio\` feature (the async rows' round trips on the runtime's reactor)."
     echo
 } >"$summary"
 
@@ -57,13 +60,13 @@ for mode in $modes; do
     echo
     echo "== $label =="
     part=$(mktemp)
-    BENCH_MODE="$label" BENCH_SUMMARY="$part" "${pin[@]}" cargo bench --quiet --bench workloads
+    BENCH_MODE="$label" BENCH_SUMMARY="$part" "${pin[@]}" cargo bench --quiet -p leasehold-tests --features tokio --bench workloads
     cat "$part" >>"$summary"
     echo >>"$summary"
     rm -f "$part"
     if [ "$mode" = "${modes%% *}" ]; then
         echo "== criterion, W1 detail ($label) =="
-        "${pin[@]}" cargo bench --quiet --bench lock 2>&1 | grep -E "time:|thrpt:|^uncontended|^[a-z_+]+/" || true
+        "${pin[@]}" cargo bench --quiet -p leasehold-tests --features tokio --bench lock 2>&1 | grep -E "time:|thrpt:|^uncontended|^[a-z_+]+/" || true
     fi
 done
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The whole check: formatting, import cycles, clippy (default features and `tls`+`cli`), unit +
-# integration + doc tests (each test starts its own redis-servers — single
-# nodes, replicas, Sentinels, clusters), and warning-free docs. With the `tls`
-# feature (rediss://, tested against a TLS-only redis-server with certificates
-# made by openssl at test time) the unit tests, the TLS tests and the core
-# lock/wait/renewal tests run again: the feature changes the connection and
-# subscriber code they go through, not the rest. Then the README's and docs/' examples
-# compiled against leasehold alone, the docs, what the published package
-# holds, and (when its toolchain is installed) the minimum Rust version.
+# The whole check: formatting, import cycles, clippy (default features and
+# `tls`+`cli`+`tokio`), unit + integration + doc tests (each test starts its
+# own redis-servers — single nodes, replicas, Sentinels, clusters), the
+# failover soak, and beside it the server matrix (Valkey 8.1, Redis 6.2).
+# With the features on (`tls`: rediss://, tested against a TLS-only
+# redis-server with certificates made by openssl at test time; `tokio`: the
+# async face's round trips on the runtime's reactor) the unit tests, the TLS
+# tests, the core lock test and the async tests run again: the features
+# change the connection, subscriber and task code they go through, not the
+# rest. Then the README's and docs/' examples compiled against leasehold
+# alone, the docs, what the published package holds, and (when its
+# toolchain is installed) the minimum Rust version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -30,9 +33,9 @@ elif [ -n "${CI:-}" ]; then
 else
     echo "../shared/tools/modcycles is not beside this checkout; tests/layers.rs (in cargo test) checks the layers instead"
 fi
-stage "cargo clippy --all-targets -- -D warnings (default features, then tls)"
+stage "cargo clippy --all-targets -- -D warnings (default features, then tls, cli and tokio)"
 cargo clippy --all-targets -- -D warnings
-cargo clippy --all-targets --features tls,cli -- -D warnings
+cargo clippy --all-targets --features tls,cli,tokio -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
 stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), and beside it the server matrix"
@@ -62,8 +65,8 @@ else
 fi
 rm -rf "$logs"
 [ "$failed" = 0 ] || exit 1
-stage "cargo test --features tls,cli (unit, TLS, the core lock test, the operators' CLI end to end)"
-cargo test --features tls,cli --lib --test tls --test lock --test cli
+stage "cargo test --features tls,cli,tokio (unit, TLS, the core lock test, the operators' CLI end to end, the async face on the tokio reactor lane)"
+cargo test --features tls,cli,tokio --lib --test tls --test lock --test cli --test tasks --test lane --test lock_all
 stage "the examples of the README and docs/*.md as doc tests of a crate that depends only on leasehold (tests/downstream)"
 cp Cargo.lock tests/downstream/Cargo.lock
 (cd tests/downstream && CARGO_TARGET_DIR="$PWD/../../target" cargo test --doc --quiet)

@@ -224,6 +224,18 @@ impl<O> LockGuard<O> {
         self.released = true;
         self.raw.release(&self.hold, Bound::default())
     }
+
+    /// [`unlock`](Self::unlock) for a task, on the reactor lane (feature
+    /// `tokio`): the guard back when the lane does not release this hold
+    /// (then unlock it on an I/O thread).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn unlock_on_lane(mut self) -> std::result::Result<Result<()>, Self> {
+        if !self.raw.lane_releases(&self.hold) {
+            return Err(self);
+        }
+        self.released = true;
+        Ok(self.raw.release_on_lane(&self.hold, Bound::default()).await)
+    }
 }
 
 impl<O> Drop for LockGuard<O> {

@@ -7,6 +7,8 @@
 
 mod batch;
 pub(crate) mod cluster;
+#[cfg(feature = "tokio")]
+mod lane;
 mod pool;
 pub(crate) mod sentinel;
 pub(crate) mod stream;
@@ -144,6 +146,10 @@ pub(crate) struct Connections {
     socket_timeout: Duration,
     /// The ACL rules the client needs (named in a `NOPERM` error).
     acl_rules: Vec<String>,
+    /// The async face's calls on the tokio runtime's reactor (one server
+    /// over TCP; see `lane`).
+    #[cfg(feature = "tokio")]
+    lane: Option<lane::Lane>,
 }
 
 impl Connections {
@@ -157,6 +163,15 @@ impl Connections {
         tls: TlsConfig,
         acl_rules: Vec<String>,
     ) -> Self {
+        #[cfg(feature = "tokio")]
+        let lane = match (&*target, &tls) {
+            (Target::Fixed(client), None) => lane::Lane::new(
+                client.get_connection_info(),
+                connect_timeout,
+                pool_size as usize,
+            ),
+            _ => None,
+        };
         let cluster = match &*target {
             Target::Cluster(router) => Some(ClusterPools {
                 router: Arc::clone(router),
@@ -172,6 +187,52 @@ impl Connections {
             cluster,
             socket_timeout,
             acl_rules,
+            #[cfg(feature = "tokio")]
+            lane,
+        }
+    }
+
+    /// Whether a call made here now could go on the reactor lane (feature
+    /// `tokio`: a client of one server over TCP, called from a task of a
+    /// tokio runtime).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lane_here(&self) -> bool {
+        self.lane.as_ref().is_some_and(|l| l.here().is_some())
+    }
+
+    /// Sends `call` for `key` on the reactor lane within `bound` and reads its reply
+    /// with `read`: as [`run_sent`](Self::run_sent) — the result, and
+    /// whether the request went out — or `None` when nothing was sent (no
+    /// lane here, no connection, a connection found closed, the script
+    /// unknown to the server): send it with `run_sent` then.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn run_lane<T>(
+        &self,
+        key: &str,
+        bound: Bound,
+        call: &crate::protocol::Call<'_>,
+        read: impl FnOnce(redis::Value) -> redis::RedisResult<T>,
+    ) -> Option<(Result<T>, bool)> {
+        let lane = self.lane.as_ref()?;
+        let (io, by_deadline) = self.io_timeout(bound);
+        if io.is_zero() {
+            return None;
+        }
+        let connect = self.pool_wait(bound).unwrap_or(self.connect_timeout());
+        match lane.call(call, connect, io).await {
+            lane::Answer::Skip => None,
+            lane::Answer::Sent(reply) => {
+                let result = reply.and_then(read).map_err(|e| {
+                    let at = At {
+                        addr: self.pool.addr(),
+                        io,
+                        by_deadline,
+                        sent: true,
+                    };
+                    self.explained(Error::from_redis(e, key), &at)
+                });
+                Some((result, true))
+            }
         }
     }
 

@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 
 use crate::renewal::LeaseState;
 
-pub(crate) use handover::{Outcome, YieldTo, YIELD_WAIT};
+pub(crate) use handover::{Handover, Outcome, YieldTo, YIELD_WAIT};
 pub(crate) use queue::{Enter, Turn, Undo};
 
 /// The holds of one client, by lock key.

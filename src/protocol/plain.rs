@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::{evalsha, millis, run, token, unexpected, PubSub, Released};
+use super::{evalsha, millis, run, token, unexpected, Call, Lua, PubSub, Released};
 use crate::names::{channel_name, line_key, line_places_key, line_yield_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
@@ -450,18 +450,18 @@ pub(crate) enum Fence {
 
 /// The plain lock's scripts, hashed once per client.
 pub(crate) struct PlainScripts {
-    acquire: Script,
-    acquire_fenced: Script,
-    release: Script,
+    acquire: Lua,
+    acquire_fenced: Lua,
+    release: Lua,
     leave: Script,
 }
 
 impl PlainScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         PlainScripts {
-            acquire: pubsub.script(ACQUIRE),
-            acquire_fenced: pubsub.script(ACQUIRE_FENCED),
-            release: pubsub.script(RELEASE),
+            acquire: pubsub.lua(ACQUIRE),
+            acquire_fenced: pubsub.lua(ACQUIRE_FENCED),
+            release: pubsub.lua(RELEASE),
             leave: pubsub.script(LEAVE),
         }
     }
@@ -480,13 +480,27 @@ impl PlainScripts {
         fence: Fence,
         place: Option<&str>,
     ) -> RedisResult<Acquire> {
+        let call = self.acquire_call(key, owner, lease, fresh, fence, place);
+        acquire_reply(call.run(con)?)
+    }
+
+    /// The call [`acquire`](Self::acquire) sends.
+    pub(crate) fn acquire_call(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        fresh: bool,
+        fence: Fence,
+        place: Option<&str>,
+    ) -> Call<'_> {
         let fenced = fence != Fence::None;
-        let script = if fenced {
+        let lua = if fenced {
             &self.acquire_fenced
         } else {
             &self.acquire
         };
-        let mut cmd = evalsha(script, if fenced { 5 } else { 4 });
+        let mut cmd = evalsha(&lua.script, if fenced { 5 } else { 4 });
         cmd.arg(key)
             .arg(line_key(key))
             .arg(line_places_key(key))
@@ -501,25 +515,7 @@ impl PlainScripts {
         if fenced {
             cmd.arg(if fence == Fence::Mint { "1" } else { "0" });
         }
-        let reply: Value = run(con, script, &cmd)?;
-        let pttl = |ms: i64| (ms >= 0).then(|| Duration::from_millis(ms as u64));
-        Ok(match reply {
-            Value::Nil => Acquire::Acquired { fence: None },
-            Value::Array(items) => match items.as_slice() {
-                [Value::BulkString(f), Value::Int(ms)] if f == b"f" => Acquire::HeldElsewhere {
-                    ttl: pttl(*ms),
-                    foreign: true,
-                },
-                _ => Acquire::Acquired {
-                    fence: items.first().and_then(token),
-                },
-            },
-            Value::Int(ms) => Acquire::HeldElsewhere {
-                ttl: pttl(ms),
-                foreign: false,
-            },
-            other => return Err(unexpected("acquire", &other)),
-        })
+        lua.call(cmd)
     }
 
     /// One `EVALSHA`; `lease` is what a remaining reentrant hold keeps;
@@ -534,7 +530,20 @@ impl PlainScripts {
         last: bool,
         successor: Option<Successor<'_>>,
     ) -> RedisResult<Released> {
-        let mut cmd = evalsha(&self.release, 6);
+        let call = self.release_call(key, owner, lease, last, successor);
+        release_reply(call.run(con)?)
+    }
+
+    /// The call [`release`](Self::release) sends.
+    pub(crate) fn release_call(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        last: bool,
+        successor: Option<Successor<'_>>,
+    ) -> Call<'_> {
+        let mut cmd = evalsha(&self.release.script, 6);
         cmd.arg(key)
             .arg(channel_name(key))
             .arg(line_key(key))
@@ -550,19 +559,7 @@ impl PlainScripts {
                 .arg(millis(next.lease))
                 .arg(if next.fenced { "1" } else { "0" });
         }
-        let reply: Value = run(con, &self.release, &cmd)?;
-        Ok(match reply {
-            Value::Nil => Released::NotHeld,
-            Value::Int(0) => Released::StillHeld,
-            Value::Int(2) => Released::HandedOver { fence: None },
-            Value::Array(items) => Released::HandedOver {
-                fence: items.get(1).and_then(token),
-            },
-            Value::Int(3) => Released::FreedForOthers,
-            Value::Int(4) => Released::Granted,
-            Value::Int(_) => Released::Freed,
-            other => return Err(unexpected("release", &other)),
-        })
+        self.release.call(cmd)
     }
 
     /// Leaves the line: drops `place`; true when the lock is set to `owner`
@@ -583,6 +580,44 @@ impl PlainScripts {
         let held: i64 = run(con, &self.leave, &cmd)?;
         Ok(held == 1)
     }
+}
+
+/// What an acquire's reply says.
+pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
+    let pttl = |ms: i64| (ms >= 0).then(|| Duration::from_millis(ms as u64));
+    Ok(match reply {
+        Value::Nil => Acquire::Acquired { fence: None },
+        Value::Array(items) => match items.as_slice() {
+            [Value::BulkString(f), Value::Int(ms)] if f == b"f" => Acquire::HeldElsewhere {
+                ttl: pttl(*ms),
+                foreign: true,
+            },
+            _ => Acquire::Acquired {
+                fence: items.first().and_then(token),
+            },
+        },
+        Value::Int(ms) => Acquire::HeldElsewhere {
+            ttl: pttl(ms),
+            foreign: false,
+        },
+        other => return Err(unexpected("acquire", &other)),
+    })
+}
+
+/// What a release's reply says.
+pub(crate) fn release_reply(reply: Value) -> RedisResult<Released> {
+    Ok(match reply {
+        Value::Nil => Released::NotHeld,
+        Value::Int(0) => Released::StillHeld,
+        Value::Int(2) => Released::HandedOver { fence: None },
+        Value::Array(items) => Released::HandedOver {
+            fence: items.get(1).and_then(token),
+        },
+        Value::Int(3) => Released::FreedForOthers,
+        Value::Int(4) => Released::Granted,
+        Value::Int(_) => Released::Freed,
+        other => return Err(unexpected("release", &other)),
+    })
 }
 
 /// What a grant message on a client's grant channel says: the place it was

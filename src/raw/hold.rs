@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use super::{Orphan, Raw};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
-use crate::ledger::{Outcome, Removed};
+use crate::ledger::{Handover, Outcome, Removed};
 use crate::options::Kind;
+#[cfg(feature = "tokio")]
+use crate::park::Park;
 use crate::protocol::{self, Release, Released};
 use crate::renewal::LeaseState;
 
@@ -42,6 +44,60 @@ impl Hold {
     /// The owner of the hold (its field, without a write hold's suffix).
     pub(crate) fn owner(&self) -> &str {
         protocol::owner_of_field(self.kind, &self.field)
+    }
+}
+
+/// The error of a release that found the hold no longer ours.
+fn not_held(hold: &Hold) -> Error {
+    Error::NotHeld {
+        name: hold.name.clone(),
+        lost: hold.state.lost_why(),
+    }
+}
+
+/// A release's answer as its caller sees it.
+fn released_as(hold: &Hold, released: Released) -> Result<()> {
+    match released {
+        Released::NotHeld => Err(not_held(hold)),
+        _ => Ok(()),
+    }
+}
+
+/// A release under way (see `Raw::release_begin`): whether it is the
+/// owner's last hold here, and the hand-over to a queued thread the ledger
+/// allows (plain locks, in line).
+struct Releasing<'a> {
+    last: bool,
+    handover: Option<Handover<'a>>,
+}
+
+impl Releasing<'_> {
+    /// The release to send for `hold`; a successor named only when
+    /// `hand_over` (not with replica acknowledgement: a hand-over is not
+    /// acknowledged).
+    fn release<'h>(&'h self, hold: &'h Hold, hand_over: bool) -> Release<'h> {
+        Release {
+            kind: hold.kind,
+            key: &hold.key,
+            field: &hold.field,
+            lease: hold.lease,
+            last: self.last,
+            successor: self
+                .handover
+                .as_ref()
+                .and_then(Handover::successor)
+                .filter(|_| hand_over),
+        }
+    }
+
+    /// Tells the hand-over how the release (sent at `sent_at`) went; the
+    /// hold to undo when the queued thread it went to had given up.
+    fn end(self, released: Released, sent_at: Instant) -> Option<(String, Duration)> {
+        self.handover?.finish(match released {
+            Released::HandedOver { fence } => Outcome::HandedOver(sent_at, fence),
+            Released::FreedForOthers => Outcome::FreedForOthers,
+            _ => Outcome::Other,
+        })
     }
 }
 
@@ -98,38 +154,95 @@ impl Raw {
     }
 
     fn release_hold(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
-        let not_held = || Error::NotHeld {
-            name: hold.name.clone(),
-            lost: hold.state.lost_why(),
+        let releasing = match self.release_begin(hold) {
+            Ok(releasing) => releasing,
+            Err(done) => return done,
         };
-        let mut rel = Release {
-            kind: hold.kind,
-            key: &hold.key,
-            field: &hold.field,
-            lease: hold.lease,
-            last: true,
-            successor: None,
+        let rel = releasing.release(hold, self.replicas.is_none());
+        let sent_at = Instant::now();
+        let ran = self
+            .conns
+            .run_sent(rel.key, bound, |con| self.scripts().release(con, &rel))
+            .0;
+        let released = self.released_or_pending(hold, &rel, ran)?;
+        if let Some((owner, lease)) = releasing.end(released, sent_at) {
+            let _ = self.undo_hold(Kind::Plain, &hold.key, &owner, lease, true, bound);
+        }
+        released_as(hold, released)
+    }
+
+    /// Whether a task's release of `hold` goes on the reactor lane
+    /// (feature `tokio`; see [`release_on_lane`](Self::release_on_lane)):
+    /// a plain lock, no replica acknowledgement, no lost reply to undo
+    /// first, a tokio runtime here.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lane_releases(&self, hold: &Hold) -> bool {
+        hold.kind == Kind::Plain
+            && self.replicas.is_none()
+            && !self.orphans.any()
+            && self.conns.lane_here()
+    }
+
+    /// The release of `hold` for a task (the async face): as
+    /// [`release`](Self::release), its script sent on the reactor lane —
+    /// or, where the lane cannot send it, on an I/O thread. For a hold
+    /// [`lane_releases`](Self::lane_releases) takes.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn release_on_lane(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
+        let result = self.release_hold_on_lane(hold, bound).await;
+        tracing::debug!(lock = %hold.name, kind = ?hold.kind, ok = result.is_ok(), "leasehold: release");
+        result
+    }
+
+    #[cfg(feature = "tokio")]
+    async fn release_hold_on_lane(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
+        let releasing = match self.release_begin(hold) {
+            Ok(releasing) => releasing,
+            Err(done) => return done,
         };
+        let rel = releasing.release(hold, true);
+        let sent_at = Instant::now();
+        // Dropped while the release is out, it may have run or not: the
+        // owner-checked release is sent again once Redis answers.
+        let in_flight = super::InFlight::new(|| {
+            self.pending_release(hold);
+        });
+        let ran = self.release_for_task(&rel, bound).await;
+        in_flight.landed();
+        let released = self.released_or_pending(hold, &rel, ran)?;
+        if let Some((owner, lease)) = releasing.end(released, sent_at) {
+            let (raw, key) = (Arc::clone(self), hold.key.clone());
+            Park::Task.detach(move || {
+                let _ = raw.undo_hold(Kind::Plain, &key, &owner, lease, true, bound);
+            });
+        }
+        released_as(hold, released)
+    }
+
+    /// The ledger's part of releasing `hold`, before its script: whether it
+    /// is the owner's last hold here, renewal stopped when its last guard
+    /// goes, and (in line) the hand-over to a queued thread it allows. `Err`
+    /// with the outcome when no script is to be sent (the lease was lost).
+    fn release_begin<'a>(
+        &'a self,
+        hold: &'a Hold,
+    ) -> std::result::Result<Releasing<'a>, Result<()>> {
         if !hold.in_line {
             let removed = self
                 .ledger
                 .remove(&hold.key, &hold.field, hold.generation, hold.renewed);
-            // Renewal stops (when this was the last guard on the lease)
-            // before the release.
             self.stop(hold, removed);
             if removed.last {
                 hold.state.released();
             }
             if hold.state.is_lost() {
-                return Err(not_held());
+                return Err(Err(not_held(hold)));
             }
-            rel.last = removed.last;
-            return match self.release_or_retry(hold, &rel, bound)? {
-                Released::NotHeld => Err(not_held()),
-                _ => Ok(()),
-            };
+            return Ok(Releasing {
+                last: removed.last,
+                handover: None,
+            });
         }
-        // A thread of this client queued for the lock may get it directly.
         let handover = self
             .ledger
             .release(&hold.key, &hold.field, hold.generation, hold.renewed);
@@ -144,35 +257,14 @@ impl Raw {
             hold.state.released();
         }
         if hold.state.is_lost() {
-            // Someone else may hold it now: send nothing at all (dropping the
-            // handover lets the next local thread try Redis itself).
-            return Err(not_held());
+            return Err(Err(not_held(hold)));
         }
-        rel.last = handover.last();
-        // With replica acknowledgement every acquire is its own script and
-        // WAIT: no handoff inside the release script.
-        rel.successor = handover.successor().filter(|_| self.replicas.is_none());
-        let sent_at = Instant::now();
-        let released = self.release_or_retry(hold, &rel, bound)?;
-        let gave_up = handover.finish(match released {
-            Released::HandedOver { fence } => Outcome::HandedOver(sent_at, fence),
-            Released::FreedForOthers => Outcome::FreedForOthers,
-            _ => Outcome::Other,
-        });
-        if let Some((owner, lease)) = gave_up {
-            // Handed to a waiter that gave up while the script was on its
-            // way: it holds the lock in Redis with nobody to release it.
-            let _ = self.undo_hold(Kind::Plain, &hold.key, &owner, lease, true, bound);
-        }
-        match released {
-            Released::NotHeld => Err(not_held()),
-            _ => Ok(()),
-        }
+        Ok(Releasing {
+            last: handover.last(),
+            handover: Some(handover),
+        })
     }
 
-    /// Stops what keeps `hold`'s lease alive, as the ledger's `removed`
-    /// says: the renewal of a watchdog lease when its last guard went, the
-    /// keep-alive of a read hold with an explicit lease always.
     fn stop(&self, hold: &Hold, removed: Removed) {
         if hold.renewed {
             if removed.stop_renewal {
@@ -183,29 +275,32 @@ impl Raw {
         }
     }
 
-    /// One release script for `hold`. When the owner's last release was
-    /// not answered (or could not be sent: Redis unreachable, failing over),
-    /// it is sent again in the background (see [`orphaned`](Self::orphaned))
-    /// until Redis answers or the lease would have ended:
-    /// [`Error::ReleasePending`].
-    fn release_or_retry(
+    /// What a release script's run says, whatever sent it: a last release
+    /// that failed transiently (its reply lost, Redis down) is sent again
+    /// in the background until Redis answers or the lease would have ended
+    /// — [`Error::ReleasePending`].
+    fn released_or_pending(
         self: &Arc<Self>,
         hold: &Hold,
         rel: &Release<'_>,
-        bound: Bound,
+        ran: Result<Released>,
     ) -> Result<Released> {
-        let e = match self
-            .conns
-            .run_sent(rel.key, bound, |con| self.scripts().release(con, rel))
-        {
-            (Ok(released), _) => return Ok(released),
-            // Not answered, or not sent while Redis could not be reached: the
-            // owner's last release is sent again until Redis answers.
-            (Err(e), _) if rel.last && e.is_transient() => e,
-            // An answer, or a reentrant count (the owner's last release
-            // settles it).
-            (Err(e), _) => return Err(e),
+        let e = match ran {
+            Ok(released) => return Ok(released),
+            Err(e) if rel.last && e.is_transient() => e,
+            Err(e) => return Err(e),
         };
+        let until = self.pending_release(hold);
+        Err(Error::ReleasePending {
+            name: hold.name.clone(),
+            lease_left: until.saturating_duration_since(Instant::now()),
+            source: Box::new(e),
+        })
+    }
+
+    /// Sends the release of `hold` again in the background (an orphan)
+    /// until Redis answers or its lease would have ended; that instant.
+    fn pending_release(self: &Arc<Self>, hold: &Hold) -> Instant {
         let until = hold.state.valid_until();
         self.orphaned(Orphan {
             kind: hold.kind,
@@ -216,11 +311,7 @@ impl Raw {
             until,
             permits: None,
         });
-        Err(Error::ReleasePending {
-            name: hold.name.clone(),
-            lease_left: until.saturating_duration_since(Instant::now()),
-            source: Box::new(e),
-        })
+        until
     }
 
     /// Releases all of the hold of `owner` — an owner of one acquisition

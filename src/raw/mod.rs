@@ -15,6 +15,8 @@
 //! semaphore's permits: one acquisition, the hold, the release, its calls).
 
 mod hold;
+#[cfg(feature = "tokio")]
+mod lane;
 mod orphans;
 mod permits;
 mod waiting;
@@ -35,6 +37,8 @@ use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Counters;
 
 pub(crate) use hold::Hold;
+#[cfg(feature = "tokio")]
+pub(crate) use lane::InFlight;
 pub(crate) use orphans::Orphan;
 pub(crate) use permits::{permit_client, PermitHold};
 pub(crate) use waiting::{Answer, Channels, Got, Granted, LockKind, Taken, Waiting, Wake, Want};
@@ -208,7 +212,7 @@ impl Raw {
     /// nothing.
     fn attempt(self: &Arc<Self>, name: &str, req: &Request<'_>, bound: Bound) -> Result<Attempt> {
         let sent_at = Instant::now();
-        let (answer, sent) = self.conns.run_sent(req.key, bound, |con| {
+        let ran = self.conns.run_sent(req.key, bound, |con| {
             let answer = self.scripts().acquire(con, req)?;
             let unacked = match answer {
                 Attempt::Acquired { .. } => self.unreplicated(con)?,
@@ -216,6 +220,21 @@ impl Raw {
             };
             Ok((answer, unacked))
         });
+        self.attempted(name, req, bound, sent_at, ran)
+    }
+
+    /// The ending of an attempt sent at `sent_at` within `bound`, whatever
+    /// sent it: a reply that never came is undone once Redis answers (an
+    /// orphan); a hold too few replicas acknowledged (`Some(acked)`) is
+    /// given back.
+    pub(super) fn attempted(
+        self: &Arc<Self>,
+        name: &str,
+        req: &Request<'_>,
+        bound: Bound,
+        sent_at: Instant,
+        (answer, sent): (Result<(Attempt, Option<u32>)>, bool),
+    ) -> Result<Attempt> {
         let (answer, unacked) = match answer {
             Err(e) if req.fresh && sent && e.is_unanswered() => {
                 self.orphaned(Orphan::lost(

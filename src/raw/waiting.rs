@@ -300,6 +300,29 @@ impl<'a> Waiting<'a> {
         Box::new(move |in_flight| raw.forsake(orphan, in_flight))
     }
 
+    /// An attempt of a task on the reactor lane (feature `tokio`; see
+    /// `Raw::attempt_on_lane`): `None` when it cannot go there now. A
+    /// future dropped while the attempt is out undoes what it may have
+    /// taken — a hold, a place — owner-checked (now, and again once Redis
+    /// answers).
+    #[cfg(feature = "tokio")]
+    async fn attempt_on_lane(&self) -> Option<Result<Attempt>> {
+        if !self.raw.conns.lane_here() {
+            return None;
+        }
+        let req = self.request();
+        let fresh = req.fresh;
+        let forsaken = self.forsaken(self.place.as_deref());
+        let in_flight = super::InFlight::new(move || {
+            if fresh {
+                forsaken(true);
+            }
+        });
+        let got = self.raw.attempt_on_lane(self.name, &req, self.bound).await;
+        in_flight.landed();
+        got
+    }
+
     /// Whether this kind waits in the client's in-process queue first (a
     /// plain lock: one thread per client and name talks to Redis).
     pub(crate) fn queues_in_process(&self) -> bool {
@@ -452,9 +475,17 @@ impl LockKind for Waiting<'_> {
         // A waiter is named to operators too (its registration is kept
         // written while it waits; two atomics).
         self.raw.touch(Instant::now(), self.lease);
-        let attempt = match self.park {
-            Park::Thread => attempt_at(self.raw, self.name, &self.request(), self.bound),
-            Park::Task => {
+        #[cfg(feature = "tokio")]
+        let on_lane = match self.park {
+            Park::Task => self.attempt_on_lane().await,
+            Park::Thread => None,
+        };
+        #[cfg(not(feature = "tokio"))]
+        let on_lane = None;
+        let attempt = match (on_lane, self.park) {
+            (Some(attempt), _) => attempt,
+            (None, Park::Thread) => attempt_at(self.raw, self.name, &self.request(), self.bound),
+            (None, Park::Task) => {
                 let raw = Arc::clone(self.raw);
                 let name = self.name.to_owned();
                 let (req, bound) = (self.request().to_owned(), self.bound);

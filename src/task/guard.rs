@@ -105,15 +105,21 @@ impl AsyncLockGuard {
     }
 
     /// Releases this hold, checking that it was still ours; the round trip
-    /// runs on an I/O thread.
+    /// runs on an I/O thread — or, with the `tokio` feature, on the task's
+    /// own tokio runtime (plain and fenced locks of a client of one server).
     ///
     /// # Errors
     /// As [`LockGuard::unlock`](crate::LockGuard::unlock).
     pub async fn unlock(mut self) -> Result<()> {
-        match self.guard.take() {
-            Some(guard) => Park::Task.io(move || guard.unlock(), drop).await?,
-            None => Ok(()),
-        }
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        #[cfg(feature = "tokio")]
+        let guard = match guard.unlock_on_lane().await {
+            Ok(done) => return done,
+            Err(guard) => guard,
+        };
+        Park::Task.io(move || guard.unlock(), drop).await?
     }
 }
 

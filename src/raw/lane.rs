@@ -1,0 +1,102 @@
+//! The raw layer on the reactor lane (feature `tokio`; see `conn::lane`):
+//! a task's attempt and release of a plain lock sent on its own tokio
+//! runtime, ending exactly as the blocking calls end (`Raw::attempted`,
+//! `Raw::released_or_pending`), and what a call that was out when its
+//! future was dropped leaves to undo ([`InFlight`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Raw;
+use crate::conn::Bound;
+use crate::error::{Error, Result};
+use crate::park::Park;
+use crate::protocol::{Attempt, Call, Release, Released, Request, Scripts};
+
+/// Runs its hook when dropped before [`landed`](Self::landed): a call
+/// whose future was dropped while it was out (it may have run or not).
+pub(crate) struct InFlight<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> InFlight<F> {
+    pub(crate) fn new(hook: F) -> Self {
+        InFlight(Some(hook))
+    }
+
+    /// The call's answer came: nothing to undo here.
+    pub(crate) fn landed(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for InFlight<F> {
+    fn drop(&mut self) {
+        if let Some(hook) = self.0.take() {
+            hook();
+        }
+    }
+}
+
+impl Raw {
+    /// One attempt on the reactor lane, with the same ending as the
+    /// blocking one: `None` when it cannot go there now — a kind the lane
+    /// does not send, replica acknowledgement (a `WAIT` after the script),
+    /// an earlier lost reply still to undo, nothing sent — and the I/O
+    /// threads send it instead.
+    pub(crate) async fn attempt_on_lane(
+        self: &Arc<Self>,
+        name: &str,
+        req: &Request<'_>,
+        bound: Bound,
+    ) -> Option<Result<Attempt>> {
+        if self.replicas.is_some() || self.orphans.any() {
+            return None;
+        }
+        let call = self.scripts().acquire_call(req)?;
+        let sent_at = Instant::now();
+        let (answer, sent) = self
+            .conns
+            .run_lane(req.key, bound, &call, Scripts::acquire_reply)
+            .await?;
+        let answer = answer.map(|a| (a, None));
+        Some(self.attempted(name, req, bound, sent_at, (answer, sent)))
+    }
+
+    /// Sends release `rel` for a task: on the reactor lane, or where the
+    /// lane cannot send it, on an I/O thread.
+    pub(super) async fn release_for_task(
+        self: &Arc<Self>,
+        rel: &Release<'_>,
+        bound: Bound,
+    ) -> Result<Released> {
+        let Some(call) = self.scripts().release_call(rel) else {
+            return Err(Error::Thread {
+                source: std::io::Error::other("the reactor lane sends no release of this kind"),
+            });
+        };
+        if let Some((ran, _)) = self
+            .conns
+            .run_lane(rel.key, bound, &call, Scripts::release_reply)
+            .await
+        {
+            return ran;
+        }
+        let raw = Arc::clone(self);
+        let (key, script, source) = (
+            rel.key.to_owned(),
+            call.script.clone(),
+            call.source.to_owned(),
+        );
+        let cmd = call.cmd;
+        let job = move || {
+            let call = Call {
+                script: &script,
+                source: &source,
+                cmd,
+            };
+            raw.conns
+                .run_sent(&key, bound, |con| Scripts::release_reply(call.run(con)?))
+                .0
+        };
+        Park::Task.io(job, drop).await?
+    }
+}

@@ -1,0 +1,145 @@
+//! The reactor lane (feature `tokio`, issue 27): a task's lock and unlock
+//! of a client of one server go on its own tokio runtime — no leasehold I/O
+//! thread is started, still two round trips — on a current-thread and a
+//! multi-thread runtime; and where the lane cannot go (a runtime without an
+//! I/O driver, another executor, a server that restarted and forgot the
+//! scripts, a stopped server) the same calls work through the I/O threads,
+//! with the same errors and nothing left behind.
+//!
+//! One test: the first part needs a process in which no I/O thread was
+//! ever started (the pool is the process's).
+#![cfg(feature = "tokio")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold::{AsyncLockClient, Error, LockClient, LockOptions};
+use redis::Commands;
+use support::{Monitor, RedisServer};
+
+/// The names of this process's threads.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect()
+}
+
+fn io_threads() -> usize {
+    thread_names()
+        .iter()
+        .filter(|n| n.starts_with("leasehold-io"))
+        .count()
+}
+
+async fn pairs(client: &AsyncLockClient, name: &str, n: usize) {
+    for _ in 0..n {
+        client.lock(name).await.unwrap().unlock().await.unwrap();
+    }
+}
+
+#[test]
+fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot() {
+    let mut server = RedisServer::start();
+    let client = AsyncLockClient::new(&server.url()).unwrap();
+
+    // On the lane: a current-thread and a multi-thread runtime, two round
+    // trips per pair, and no I/O thread. (Waiting tasks of one client that
+    // leave a place in line do that in the background, on an I/O thread:
+    // these names are not contended.)
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    current.block_on(pairs(&client, "lane:ct", 50));
+    assert_eq!(io_threads(), 0, "current-thread: {:?}", thread_names());
+    let monitor = Monitor::start(&server);
+    current.block_on(pairs(&client, "lane:ct", 1));
+    let sent = monitor.client_commands_except("leasehold_client:");
+    assert_eq!(sent, ["evalsha", "evalsha"], "one pair: {sent:?}");
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    multi.block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move { pairs(&client, &format!("lane:mt:{i}"), 50).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(
+        io_threads(),
+        0,
+        "no I/O thread for tasks on the lane: {:?}",
+        thread_names()
+    );
+    // A bounded wait on a held name, on the lane, ends by its deadline.
+    current.block_on(async {
+        let held = client.lock("lane:busy").await.unwrap();
+        let started = Instant::now();
+        let none = client
+            .try_lock_for("lane:busy", Duration::from_millis(300))
+            .await
+            .unwrap();
+        assert!(none.is_none());
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        held.unlock().await.unwrap();
+    });
+
+    // A restarted server: its pooled lane connections are closed and it
+    // knows no script. The next calls still work.
+    server.restart();
+    current.block_on(pairs(&client, "lane:ct", 3));
+    multi.block_on(pairs(&client, "lane:mt:0", 3));
+
+    // A stopped server: an unlock that gets no reply within the socket
+    // timeout is sent again in the background, and the lock is free once
+    // Redis answers.
+    let short = LockClient::builder(&server.url())
+        .socket_timeout(Duration::from_millis(300))
+        .watchdog_lease(Duration::from_secs(2))
+        .build()
+        .unwrap()
+        .to_async();
+    current.block_on(async {
+        let g = short.lock("lane:stopped").await.unwrap();
+        server.signal("STOP");
+        let e = g.unlock().await.unwrap_err();
+        server.signal("CONT");
+        assert!(matches!(e, Error::ReleasePending { .. }), "{e:?}");
+    });
+    assert!(support::eventually(Duration::from_secs(5), || {
+        !server
+            .connection()
+            .exists::<_, bool>("lane:stopped")
+            .unwrap()
+    }));
+
+    // A runtime without an I/O driver, and another executor: the I/O
+    // threads take the round trips.
+    let no_io = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    no_io.block_on(pairs(&client, "lane:no-io", 3));
+    futures::executor::block_on(pairs(&client, "lane:futures", 3));
+    assert!(io_threads() > 0, "{:?}", thread_names());
+    let opts = LockOptions::new().wait(Duration::from_millis(100));
+    let g = no_io
+        .block_on(client.lock_with("lane:no-io", opts))
+        .unwrap();
+    no_io.block_on(g.unlock()).unwrap();
+    let left: Vec<String> = server.connection().keys("lane:*").unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
