@@ -269,8 +269,13 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
         ]);
     }
     // Lock keys; read/write companions `{<key>}:…` (own tag: `<key>:…`).
+    // Without a prefix, `~*` is every key (and Redis refuses a key pattern
+    // after it).
     rules.push(format!("~{p}*"));
-    rules.push(format!("~{{{p}*"));
+    let keys = !p.is_empty();
+    if keys {
+        rules.push(format!("~{{{p}*"));
+    }
     // Redis 6.2 gives a new user `allchannels` (7.x: none), after which a
     // channel pattern is refused: start the channels from none.
     rules.push("resetchannels".into());
@@ -291,7 +296,9 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
         "redisson_sc", // named among a semaphore script's keys
         SEMAPHORE_LINE,
     ] {
-        companion('~', key);
+        if keys {
+            companion('~', key);
+        }
     }
     for channel in [
         "redisson_lock__channel",
@@ -392,6 +399,17 @@ mod tests {
                         s.is_char_boundary(head.len() + i) && glob(rest, &s[head.len() + i..])
                     })
             }
+        }
+    }
+
+    #[test]
+    fn the_acl_rules_name_no_key_pattern_after_every_key() {
+        // Redis refuses `ACL SETUSER … ~* ~{*`: "Adding a pattern after the
+        // * pattern is not valid".
+        for cluster in [false, true] {
+            let rules = acl_rules("", true, cluster);
+            let keys: Vec<&String> = rules.iter().filter(|r| r.starts_with('~')).collect();
+            assert_eq!(keys, ["~*"], "{rules:?}");
         }
     }
 

@@ -31,9 +31,10 @@ pub enum ShardedPubSub {
     /// answers), classic otherwise — Redisson's default since 3.22.0.
     #[default]
     Auto,
-    /// Always sharded. A cluster without sharded pub/sub (Redis < 7, e.g.
-    /// 6.2) cannot publish with `SPUBLISH` at all: there the client uses
-    /// classic pub/sub and logs a warning, as `Auto` would.
+    /// Sharded, also where an ACL user may not run the probe (`PUBSUB
+    /// SHARDNUMSUB`) on a server that has it. Only a cluster that does not
+    /// know sharded pub/sub (Redis < 7, e.g. 6.2; it cannot `SPUBLISH` at
+    /// all) makes the client use classic pub/sub there, with a warning.
     On,
     /// Always classic: for deployments whose Redisson is older than 3.22.0
     /// or configured with `ShardedSubscriptionMode.OFF`.

@@ -416,3 +416,71 @@ fn a_primary_failover_reports_lost_leases_and_new_locks_work() {
         "after the failover: woken {woken:?} after Redisson's unlock"
     );
 }
+
+/// `ShardedPubSub::On` as an ACL user that may not run `PUBSUB
+/// SHARDNUMSUB` (the probe): still sharded on a Redis 7 cluster — a refusal
+/// is not a server without sharded pub/sub — so Redisson's `SPUBLISH` wakes
+/// the waiter at once. On Redis 6.2, which does not know sharded pub/sub
+/// (its refusal names no `shardnumsub`), classic, and Redisson's `PUBLISH`
+/// wakes it. (And `acl_rules()` without a key prefix is a list Redis takes:
+/// `~*` alone, no pattern after it.)
+#[test]
+fn sharded_pubsub_on_stays_sharded_when_the_probe_is_refused() {
+    let cluster = RedisCluster::start(3, 0);
+    let sharded = sharded_pubsub();
+    let rules: Vec<String> = LockClient::cluster_builder(&cluster.urls())
+        .build()
+        .unwrap()
+        .acl_rules()
+        .into_iter()
+        // (6.2 refuses the sharded commands' rules: it has no such commands.)
+        .filter(|r| {
+            r != "+pubsub|shardnumsub"
+                && (sharded || !["+spublish", "+ssubscribe", "+sunsubscribe"].contains(&r.as_str()))
+        })
+        .collect();
+    let mut urls = Vec::new();
+    for node in &cluster.nodes {
+        let mut acl = redis::cmd("ACL");
+        acl.arg("SETUSER")
+            .arg("noprobe")
+            .arg("reset")
+            .arg("on")
+            .arg(">pw");
+        acl.arg(&rules);
+        let _: () = acl.query(&mut node.connection()).unwrap();
+        urls.push(format!("redis://noprobe:pw@127.0.0.1:{}/", node.port()));
+    }
+    let client = LockClient::cluster_builder(&urls)
+        .sharded_pubsub(leasehold::ShardedPubSub::On)
+        .build()
+        .unwrap();
+    let name = "cl:noprobe";
+    let node = &cluster.nodes[cluster.primary_of_slot(cluster.keyslot(name), 0)];
+    let mut java = Redisson::new(&node.url(), sharded);
+    assert_eq!(java.try_lock(name, Duration::from_secs(30), 1), None);
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let g = client.lock(name).unwrap();
+            let at = Instant::now();
+            drop(g);
+            at
+        })
+    };
+    let channel = prefix_name("redisson_lock__channel", name);
+    assert!(
+        eventually(Duration::from_secs(5), || cluster
+            .listeners(&channel, sharded)
+            == 1),
+        "the waiter listens the way the server can (sharded: {sharded})"
+    );
+    thread::sleep(Duration::from_millis(50));
+    let unlocked = Instant::now();
+    assert_eq!(java.unlock(name, 1), Some(true));
+    let woken = waiter.join().unwrap() - unlocked;
+    assert!(
+        woken < Duration::from_millis(500),
+        "woken {woken:?} after the unlock"
+    );
+}

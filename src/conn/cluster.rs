@@ -88,6 +88,15 @@ const SHARDED: u8 = 2;
 /// none (Redis < 7), which is classic with a warning.
 const WANTED: u8 = 3;
 
+/// Whether the refusal `e` of `PUBSUB SHARDNUMSUB` comes from a server
+/// that knows the subcommand: an ACL refusal naming it (Redis 7 and Valkey
+/// say `… the 'pubsub|shardnumsub' command`; Redis 6.2 refuses the unknown
+/// subcommand, `ERR Unknown subcommand`, or, to an ACL user, `… the 'pubsub'
+/// command or its subcommand`).
+fn knows_shardnumsub(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM") && e.to_string().to_ascii_lowercase().contains("shardnumsub")
+}
+
 /// A table refresh at most this often (a burst of errors refreshes once).
 const REFRESH_EVERY: Duration = Duration::from_millis(100);
 
@@ -251,19 +260,30 @@ impl Router {
                 .arg("SHARDNUMSUB")
                 .arg(0)
                 .query(&mut con);
-            if let Err(e) = &probe {
+            let mode = match &probe {
+                Ok(_) => SHARDED,
                 // The node failing (not refusing the command) decides
                 // nothing: read the table elsewhere.
-                if Retry::of(e) == Retry::Reconnect {
-                    return Err(probe.unwrap_err());
+                Err(e) if Retry::of(e) == Retry::Reconnect => return Err(probe.unwrap_err()),
+                // Loading, a failover under way: the next read decides.
+                Err(e) if Retry::of(e) == Retry::Later => asked,
+                // Asked for: only a server that does not know the command
+                // (Redis < 7) makes it classic — a user that may not run
+                // it on a server that knows it still publishes with
+                // `SPUBLISH`.
+                Err(e) if asked == WANTED && knows_shardnumsub(e) => {
+                    tracing::warn!(error = %e, "leasehold: could not ask the cluster whether it has sharded pub/sub; using it, as ShardedPubSub::On asks");
+                    SHARDED
                 }
-                if asked == WANTED {
-                    tracing::warn!(error = %e, "leasehold: sharded pub/sub was asked for (ShardedPubSub::On) but the cluster has none (Redis < 7: PUBSUB SHARDNUMSUB refused); using classic PUBLISH/SUBSCRIBE");
-                } else {
+                Err(e) if asked == WANTED => {
+                    tracing::warn!(error = %e, "leasehold: sharded pub/sub was asked for (ShardedPubSub::On) but the cluster has none (Redis < 7); using classic PUBLISH/SUBSCRIBE");
+                    CLASSIC
+                }
+                Err(e) => {
                     tracing::info!(error = %e, "leasehold: the cluster has no sharded pub/sub (PUBSUB SHARDNUMSUB refused); using classic PUBLISH/SUBSCRIBE");
+                    CLASSIC
                 }
-            }
-            let mode = if probe.is_ok() { SHARDED } else { CLASSIC };
+            };
             self.pubsub.store(mode, Ordering::Relaxed);
         }
         let mut table = vec![None; SLOTS];
