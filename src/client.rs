@@ -555,7 +555,8 @@ impl LockClient {
     /// The channels start with `resetchannels`: Redis 6.2 gives a user
     /// `allchannels` by default and then refuses channel patterns (7.x
     /// gives a new user none), so the user ends up with exactly these
-    /// channels on every server. On a Redis 6.2 *cluster*, leave out the
+    /// channels on every server — the rules are for a user of its own:
+    /// applied to a user that has other channels, they take those away. On a Redis 6.2 *cluster*, leave out the
     /// sharded pub/sub rules (`+spublish`, `+ssubscribe`, `+sunsubscribe`,
     /// `+pubsub|shardnumsub`): 6.2 does not know those commands, refuses
     /// them, and leasehold uses classic pub/sub there.

@@ -4,7 +4,8 @@
 //! (Redisson's protocol, played on a plain connection) still gets the lock
 //! while leasehold processes hammer it, and one that never takes it costs
 //! leasehold's waiters its 20 ms, not a second; waiters of eight processes
-//! each get turns; a single try or a waiter that gives up leaves nothing in line.
+//! each get turns; a single try or a waiter that gives up leaves nothing in line;
+//! a line whose waiters all died expires by itself.
 
 #[path = "child/holder.rs"]
 mod child;
@@ -28,7 +29,7 @@ fn line_len(server: &RedisServer, name: &str) -> usize {
         .unwrap()
 }
 
-/// Keys of the line (the list and its places' keys).
+/// Keys of the line (the list and its places' hash).
 fn line_keys(server: &RedisServer, name: &str) -> Vec<String> {
     server
         .connection()
@@ -339,4 +340,37 @@ fn a_waiter_with_an_explicit_lease_takes_a_grant_with_that_lease() {
     granted.unlock().unwrap();
     let exists: bool = server.connection().exists(name).unwrap();
     assert!(!exists);
+}
+
+/// A line whose waiters all died goes by itself: its list and its places'
+/// hash expire a place lease (3 s) after a place was last taken or
+/// confirmed — hash fields have no expiry of their own — while the lock
+/// stays held and no script of another client comes by to drop them.
+#[test]
+fn a_line_whose_waiters_all_died_goes_by_itself() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let name = "line:dead";
+    let guard = holder.lock(name).unwrap();
+    let url = server.url();
+    let mut waiter = ChildProcess::start(&[&url, name, "30000"]);
+    assert!(eventually(Duration::from_secs(5), || line_len(
+        &server, name
+    ) == 1));
+    assert_eq!(line_keys(&server, name).len(), 2, "the line and its places");
+    waiter.kill();
+    let killed = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(8), || line_keys(&server, name)
+            .is_empty()),
+        "left: {:?}",
+        line_keys(&server, name)
+    );
+    assert!(
+        killed.elapsed() < Duration::from_millis(4_500),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert!(guard.is_held());
+    guard.unlock().unwrap();
 }

@@ -40,57 +40,275 @@ fn all_sources() -> Vec<&'static str> {
     ]
 }
 
+/// Every script as it is sent (fragments joined as the constructors join
+/// them), named.
+fn whole_scripts() -> Vec<(&'static str, String)> {
+    let mint = plain::mint_fn!();
+    let granted = plain::granted_fn!();
+    vec![
+        ("plain acquire", plain::ACQUIRE.to_owned()),
+        ("plain fenced acquire", plain::ACQUIRE_FENCED.to_owned()),
+        ("plain release", plain::RELEASE.to_owned()),
+        ("plain leave", plain::LEAVE.to_owned()),
+        ("renew", renew::RENEW.to_owned()),
+        (
+            "fair acquire",
+            format!("{}{mint}{}", fair::PURGE, fair::ACQUIRE),
+        ),
+        (
+            "fair release",
+            format!("{}{mint}{granted}{}", fair::PURGE, fair::RELEASE),
+        ),
+        ("fair cancel", fair::CANCEL.to_owned()),
+        (
+            "read acquire",
+            format!("{}{}", rwlock::NOW, rwlock::READ_ACQUIRE),
+        ),
+        (
+            "write acquire",
+            format!("{}{}", rwlock::NOW, rwlock::WRITE_ACQUIRE),
+        ),
+        (
+            "read release",
+            format!("{}{}", rwlock::NOW, rwlock::READ_RELEASE),
+        ),
+        ("write release", rwlock::WRITE_RELEASE.to_owned()),
+        (
+            "cancel writer",
+            format!("{}{}", rwlock::NOW, rwlock::CANCEL_WRITER),
+        ),
+        ("force unlock", admin::FORCE_UNLOCK.to_owned()),
+        ("shape", admin::SHAPE.to_owned()),
+        ("semaphore acquire", semaphore::ACQUIRE.to_owned()),
+        ("semaphore release", semaphore::RELEASE.to_owned()),
+        ("semaphore leave", semaphore::LEAVE.to_owned()),
+        ("semaphore set", semaphore::SET_PERMITS.to_owned()),
+        ("semaphore add", semaphore::ADD_PERMITS.to_owned()),
+        ("semaphore available", semaphore::AVAILABLE.to_owned()),
+        ("semaphore inspect", semaphore::INSPECT.to_owned()),
+    ]
+}
+
+/// The arguments of each call of `callee` in `code` (`callee(` at a word
+/// boundary, not its definition), split at top-level commas.
+fn call_args(code: &str, callee: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find(callee) {
+        let start = from + at;
+        from = start + callee.len();
+        let before = code[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        if code[..start].trim_end().ends_with("function") {
+            continue;
+        }
+        let rest = code[from..].trim_start();
+        let Some(rest) = rest.strip_prefix('(') else {
+            continue;
+        };
+        let (mut args, mut arg, mut depth, mut quote) = (Vec::new(), String::new(), 0, None);
+        for c in rest.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '\'' | '"') => quote = Some(c),
+                (None, '(' | '[' | '{') => depth += 1,
+                (None, ')') if depth == 0 => break,
+                (None, ')' | ']' | '}') => depth -= 1,
+                (None, ',') if depth == 0 => {
+                    args.push(arg.trim().to_owned());
+                    arg.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            arg.push(c);
+        }
+        args.push(arg.trim().to_owned());
+        out.push(args);
+    }
+    out
+}
+
+/// The keys `code` touches whose names it does not take from `KEYS`: each
+/// key argument of `redis.call` / `redis.pcall` must be `KEYS[n]`, or a
+/// name bound only to such (a local, a function's parameter at every call
+/// of the function), else it is listed.
+fn keys_built_in_lua(code: &str) -> Vec<String> {
+    let code: String = code
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_');
+    let is_key = |s: &str| {
+        s.strip_prefix("KEYS[")
+            .and_then(|r| r.strip_suffix(']'))
+            .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()))
+    };
+    // Every binding of every name: `local a, b = x, y`, `a = x`, `for a in`
+    // (bound to what no caller names), and parameters at each call.
+    let mut bindings: Vec<(String, String)> = Vec::new();
+    for line in code.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("for ") {
+            let names = rest.split([' ', '=']).next().unwrap_or("");
+            let names = rest
+                .split(" in ")
+                .next()
+                .filter(|_| rest.contains(" in "))
+                .unwrap_or(names);
+            for n in names.split(',') {
+                bindings.push((n.trim().to_owned(), "<loop>".into()));
+            }
+            continue;
+        }
+        let body = line.strip_prefix("local ").unwrap_or(line);
+        if body.starts_with("function") {
+            continue;
+        }
+        let Some((names, values)) = body.split_once('=') else {
+            continue;
+        };
+        if values.starts_with('=') || names.ends_with(['~', '<', '>', '=']) {
+            continue;
+        }
+        let names: Vec<&str> = names.split(',').map(str::trim).collect();
+        if !names.iter().all(|n| ident(n)) {
+            continue;
+        }
+        let values = call_args(&format!("f({values})"), "f")
+            .pop()
+            .unwrap_or_default();
+        for (i, n) in names.iter().enumerate() {
+            let v = values.get(i).cloned().unwrap_or_else(|| "<none>".into());
+            bindings.push(((*n).to_owned(), v));
+        }
+    }
+    for def in code.split("function ").skip(1) {
+        let Some((name, rest)) = def.split_once('(') else {
+            continue;
+        };
+        let params: Vec<&str> = rest
+            .split(')')
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .collect();
+        let calls = call_args(&code, name.trim());
+        for (i, p) in params.iter().enumerate().filter(|(_, p)| ident(p)) {
+            if calls.is_empty() {
+                // Never called: it touches nothing.
+                bindings.push(((*p).to_owned(), "KEYS[0]".into()));
+            }
+            for args in &calls {
+                let v = args.get(i).cloned().unwrap_or_else(|| "<none>".into());
+                bindings.push(((*p).to_owned(), v));
+            }
+        }
+    }
+    // A name is a key's when it is bound, and only to keys' names.
+    let mut keys: std::collections::HashSet<String> =
+        bindings.iter().map(|(n, _)| n.clone()).collect();
+    loop {
+        let before = keys.len();
+        let bad: Vec<String> = bindings
+            .iter()
+            .filter(|(_, v)| !is_key(v) && !keys.contains(v.as_str()))
+            .map(|(n, _)| n.clone())
+            .collect();
+        keys.retain(|n| !bad.contains(n));
+        if keys.len() == before {
+            break;
+        }
+    }
+    let mut built = Vec::new();
+    for callee in ["redis.call", "redis.pcall"] {
+        for args in call_args(&code, callee) {
+            let cmd = args[0].trim_matches(['\'', '"']).to_lowercase();
+            let key_args = match cmd.as_str() {
+                "publish" | "spublish" | "pubsub" | "time" | "ping" => 0,
+                "exists" | "del" | "unlink" | "touch" | "mget" => args.len() - 1,
+                _ => 1,
+            };
+            for key in args.iter().skip(1).take(key_args) {
+                if !is_key(key) && !keys.contains(key.as_str()) {
+                    built.push(format!("{cmd} {key}"));
+                }
+            }
+        }
+    }
+    built
+}
+
 /// Every key a script touches is one of its `KEYS` (Redis's scripting
-/// contract; Redis Functions and Dragonfly's default mode enforce it):
-/// no key command's key is built with `..` in Lua, directly or through
-/// a local, and fencing tokens are minted only from a declared key. Lua
-/// names channels only. The exceptions are Redisson's read/write
-/// layout: a read hold's timeout keys
-/// `{<key>}:<owner>:rwlock_timeout:<n>` are numbered by the hold count
-/// in Redis, so no caller can name them beforehand (Redisson's own
-/// scripts build them the same way).
+/// contract, which Dragonfly's default mode enforces; Redis itself does not
+/// check): no key argument of a call is built in Lua, directly, through a
+/// local or through a function's parameter. Lua names channels only. The
+/// one exception is Redisson's read/write layout: a read hold's timeout
+/// keys `{<key>}:<owner>:rwlock_timeout:<n>` are numbered by the hold count
+/// in Redis, so no caller can name them beforehand (Redisson's own scripts
+/// build them the same way) — exactly those expressions are allowed.
 #[test]
 fn every_key_a_script_touches_is_declared_but_redissons_read_timeouts() {
-    let redissons = [rwlock::READ_ACQUIRE, rwlock::READ_RELEASE, renew::RENEW];
-    for source in all_sources() {
-        let code: Vec<&str> = source
-            .lines()
-            .map(|l| l.split("--").next().unwrap_or(""))
-            .collect();
-        // Locals bound to a concatenation.
-        let concatenated: Vec<&str> = code
-            .iter()
-            .filter_map(|l| l.trim().strip_prefix("local "))
-            .filter_map(|l| l.split_once('='))
-            .filter(|(_, value)| value.contains(".."))
-            .map(|(name, _)| name.trim())
-            .collect();
-        let code = code.join("\n");
-        let mut built = Vec::new();
-        for call in code.split("redis.call('").skip(1) {
-            let (cmd, rest) = call.split_once('\'').unwrap();
-            if matches!(cmd, "publish" | "spublish" | "pubsub" | "time") {
-                continue;
-            }
-            let Some(args) = rest.trim_start().strip_prefix(',') else {
-                continue;
-            };
-            let key = args.split([',', ')']).next().unwrap().trim();
-            if key.contains("..") || concatenated.contains(&key) {
-                built.push(format!("{cmd} {key}"));
-            }
-        }
-        for minted in code.split("mint(").skip(1) {
-            if !minted.starts_with("KEYS[") && !minted.starts_with("key)") {
-                built.push(format!("mint({}", &minted[..minted.len().min(20)]));
-            }
-        }
-        assert_eq!(
-            !built.is_empty(),
-            redissons.contains(&source),
-            "keys built in Lua: {built:?} in\n{source}"
+    let redissons = [
+        ("read acquire", "set KEYS[2] .. ':' .. n"),
+        ("read release", "del KEYS[3] .. ':' .. i"),
+        ("read release", "del KEYS[3] .. ':' .. (n + 1)"),
+        (
+            "read release",
+            "pttl KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i",
+        ),
+        ("renew", "pttl KEYS[2] .. ':' .. i"),
+        ("renew", "pexpire KEYS[2] .. ':' .. i"),
+    ];
+    for (name, source) in whole_scripts() {
+        let mut built = keys_built_in_lua(&source);
+        built.retain(|b| !redissons.contains(&(name, b.as_str())));
+        assert!(built.is_empty(), "{name}: keys built in Lua: {built:?}");
+    }
+    // The analysis finds what it must: each way of building a key.
+    for (sneaky, what) in [
+        ("redis.call('get', KEYS[1] .. ':x')", "directly"),
+        (
+            "local k = KEYS[1] .. ':x'\nredis.call('del', k)",
+            "through a local",
+        ),
+        (
+            "local a, b = KEYS[1], KEYS[2] .. 'x'\nredis.call('get', b)",
+            "in a multiple local",
+        ),
+        (
+            "local function f(k) return redis.call('get', k) end\nf(KEYS[1])\nf(ARGV[1])",
+            "a parameter",
+        ),
+        (
+            "redis.pcall( \"exists\", KEYS[1], ARGV[1])",
+            "a later key of pcall",
+        ),
+        (
+            "for _, p in ipairs(x) do redis.call('del', p) end",
+            "a loop's name",
+        ),
+        (
+            "redis.call('get', string.format('%s:x', KEYS[1]))",
+            "a format",
+        ),
+    ] {
+        assert!(
+            !keys_built_in_lua(sneaky).is_empty(),
+            "not found {what}: {sneaky}"
         );
     }
+    assert!(
+        whole_scripts()
+            .iter()
+            .filter(|(n, _)| ["read acquire", "read release", "renew"].contains(n))
+            .all(|(_, s)| !keys_built_in_lua(s).is_empty()),
+        "the exceptions are found too"
+    );
 }
 
 /// The commands a script calls: `redis.call('cmd'` (with the
