@@ -18,7 +18,9 @@
 //                        on Kind; no threads, no pools
 //   conn       conn/     pools, targets (fixed, Sentinel), cluster routing; the
 //                        one place that follows redirects (calls: `run`;
-//                        batches: `batch`); our socket and wire, one handshake
+//                        batches: `batch`); our socket and wire, one handshake;
+//                        the reactor lane (`lane`, feature `tokio`): a task's
+//                        calls on its own tokio runtime
 //   machinery  notify/   the shared subscriber: its book of channels, wake-ups,
 //                        grants kept per waiter, slots that move
 //              renewal/  the watchdog thread: lease state, timer wheel, the
@@ -30,7 +32,8 @@
 //                        WAIT and undo, release, leave, forced release, reads);
 //                        a guard's hold (the one acquire ending, the one
 //                        release path); one acquisition for the wait loop;
-//                        lost replies and the thread that undoes them
+//                        lost replies and the thread that undoes them; a
+//                        task's attempt and release on the reactor lane
 //   wait       wait      the one acquire/wait loop (attempt, park, grant, leave,
 //                        outages, deadline), behind two seams (tests: fakes)
 //   shared     shared    a client's parts assembled: raw engine and subscriber
@@ -127,7 +130,9 @@
 //! # Features
 //! `tls`: `rediss://` URLs with rustls (a server, Cluster, Sentinel). `cli`:
 //! the operators' `leasehold` tool (`inspect`, `list`, `force-unlock`,
-//! `watch`). None is on by default.
+//! `watch`). `tokio`: the async face's lock and unlock on the task's own
+//! tokio runtime (its reactor) rather than leasehold's I/O threads. None is
+//! on by default.
 //!
 //! How it works — what is in Redis, how waiters are woken, renewal — is in
 //! the README and in `docs/design.md` in the repository.
