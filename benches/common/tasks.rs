@@ -1,9 +1,11 @@
 //! The async API's rows (issue 27), each beside the blocking figure it must
 //! keep up with, from the same run: A1 uncontended (a current-thread tokio
 //! runtime, one task, lock + unlock) against W1's blocking pairs in
-//! alternating blocks; A2c 8 tasks on one multi-thread runtime (2 workers),
-//! each with its own `AsyncLockClient`, on one name — the W2c shape and
-//! critical section (shared record, 20 µs of work).
+//! alternating blocks; A2c 8 tasks on one multi-thread runtime of tokio's
+//! default size (a worker per CPU the process may use: one pinned, two
+//! unpinned), each with its own `AsyncLockClient`, on one name — the W2c
+//! shape and critical section (shared record, 20 µs of work). Built with
+//! the `tokio` feature by scripts/bench.sh (the reactor lane).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -73,8 +75,10 @@ pub(crate) fn contend_tasks(
     shared_path: &Path,
     (start, until): (Instant, Instant),
 ) -> (Vec<Tally>, u64) {
+    // Tokio's default size, as `#[tokio::main]` makes it: a worker per CPU
+    // the process may run on (pinned: one; two workers on one CPU spend it
+    // looking for each other's work).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();

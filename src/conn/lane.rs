@@ -16,6 +16,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,9 @@ pub(crate) struct Lane {
     /// may try to connect again after a failure.
     no_io: Mutex<Vec<Id>>,
     backoff_until: Mutex<Option<Instant>>,
+    /// Whether either of those was ever set (the usual case, never: no
+    /// lock taken to look).
+    trouble: AtomicBool,
 }
 
 impl Lane {
@@ -82,6 +86,7 @@ impl Lane {
             max_idle: max_idle.max(1),
             no_io: Mutex::new(Vec::new()),
             backoff_until: Mutex::new(None),
+            trouble: AtomicBool::new(false),
         })
     }
 
@@ -89,6 +94,9 @@ impl Lane {
     /// with an I/O driver runs this task, and no connection failed lately.
     pub(crate) fn here(&self) -> Option<Id> {
         let id = Handle::try_current().ok()?.id();
+        if !self.trouble.load(Ordering::Relaxed) {
+            return Some(id);
+        }
         if self.no_io.lock().contains(&id) {
             return None;
         }
@@ -196,6 +204,7 @@ impl Lane {
                 // driver (built without `enable_io`).
                 tracing::warn!("leasehold: this tokio runtime has no I/O driver (enable_io); its tasks' round trips go through leasehold's I/O threads");
                 self.no_io.lock().push(runtime);
+                self.trouble.store(true, Ordering::Relaxed);
                 None
             }
             failed => {
@@ -203,6 +212,7 @@ impl Lane {
                     tracing::debug!(error = %e, "leasehold: the reactor lane could not connect; using the I/O threads for a while");
                 }
                 *self.backoff_until.lock() = Some(Instant::now() + BACKOFF);
+                self.trouble.store(true, Ordering::Relaxed);
                 None
             }
         }

@@ -20,6 +20,9 @@ struct Timers {
     /// Entries in `due` whose sleep was dropped before its instant.
     dropped: usize,
     started: bool,
+    /// When the timer thread wakes by itself (`None`: it does not, it
+    /// waits to be told): a sleep due later needs no wake-up for it.
+    wakes_at: Option<Instant>,
 }
 
 struct Wheel {
@@ -56,7 +59,8 @@ impl Wheel {
                 st = self.state.lock();
                 continue;
             }
-            match st.due.peek().map(|Reverse((at, _))| *at) {
+            st.wakes_at = st.due.peek().map(|Reverse((at, _))| *at);
+            match st.wakes_at {
                 Some(at) => {
                     self.cv.wait_until(&mut st, at);
                 }
@@ -114,9 +118,12 @@ impl Sleep {
         }
         if !self.registered {
             self.registered = true;
-            let first = st.due.peek().is_none_or(|Reverse((at, _))| self.at < *at);
             st.due.push(Reverse((self.at, self.id)));
-            if first {
+            // The thread wakes by itself before this one is due (at an
+            // earlier sleep, or one that was dropped since): no need to
+            // tell it — a round trip's timeout, always later than the last
+            // one, never costs a switch to the timer thread.
+            if st.wakes_at.is_none_or(|wakes| self.at < wakes) {
                 w.cv.notify_one();
             }
         }
