@@ -142,4 +142,87 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
     no_io.block_on(g.unlock()).unwrap();
     let left: Vec<String> = server.connection().keys("lane:*").unwrap();
     assert!(left.is_empty(), "{left:?}");
+
+    // No more connections than the pool size: 60 tasks, each holding a
+    // name of its own for 20 ms, on a client of pool size 4.
+    let small = LockClient::builder(&server.url())
+        .pool_size(4)
+        .build()
+        .unwrap()
+        .to_async();
+    let clients = || -> i64 {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut server.connection())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    };
+    let before = clients();
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (most, done, url) = (most.clone(), done.clone(), server.url());
+        std::thread::spawn(move || {
+            let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
+                let n: i64 = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("connected_clients:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap();
+                most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    multi.block_on(async {
+        let tasks: Vec<_> = (0..60)
+            .map(|i| {
+                let small = small.clone();
+                tokio::spawn(async move {
+                    for _ in 0..3 {
+                        let g = small.lock(&format!("lane:cap:{i}")).await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        g.unlock().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    watcher.join().unwrap();
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    // The lane's 4, the pool's 4, the client's subscriber and renewal
+    // connections, the watcher's own.
+    assert!(
+        most - before <= 4 + 4 + 3,
+        "{most} connections at most, {before} before"
+    );
+
+    // A bounded wait that must connect first keeps its deadline: each
+    // chunk through the proxy waits 80 ms, so the handshake alone takes
+    // most of a 200 ms wait.
+    let guarded = RedisServer::start_with_password("pw");
+    let holder = LockClient::new(&guarded.url()).unwrap();
+    let held = holder.lock("lane:far").unwrap();
+    let proxy = support::proxy::FaultProxy::start(guarded.port());
+    let url = proxy.url().replace("redis://", "redis://:pw@");
+    let far = AsyncLockClient::new(&url).unwrap();
+    proxy.set(support::proxy::Fault::Delay(Duration::from_millis(80)));
+    let started = Instant::now();
+    let got = current.block_on(far.try_lock_for("lane:far", Duration::from_millis(200)));
+    let took = started.elapsed();
+    assert!(!matches!(got, Ok(Some(_))), "{got:?}");
+    assert!(
+        took <= Duration::from_millis(300),
+        "a 200 ms wait took {took:?}: {got:?}"
+    );
+    drop(held);
 }

@@ -8,15 +8,19 @@
 //! The lane sends only what it can send as well as the blocking path: a
 //! call is handed back unsent ([`Answer::Skip`]) — and the caller sends it
 //! through the I/O threads, with every retry and redirect they know — when
-//! there is no tokio runtime here (or it has no I/O driver), no connection
-//! could be made, a pooled one was found closed, or the server did not know
-//! the script. Once a request went out, its answer is the caller's, as from
+//! this is not a task of a tokio runtime (or the runtime has no I/O
+//! driver), no connection could be made (or the lane has as many open as
+//! the client's pool size), a pooled one was found closed, or the server
+//! did not know the script and it could not be loaded first (a known one
+//! is loaded and the call sent again, on the same connection). Once a
+//! request went out, its answer is the caller's, as from
 //! [`Connections::run_sent`](super::Connections::run_sent).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -54,9 +58,12 @@ pub(crate) struct Lane {
     settings: RedisConnectionInfo,
     connect_timeout: Duration,
     /// Idle connections, each with the runtime whose reactor it is
-    /// registered with.
-    idle: Mutex<Vec<(Id, TcpStream)>>,
-    max_idle: usize,
+    /// registered with (oldest first).
+    idle: Mutex<Vec<(Id, Conn)>>,
+    /// Connections open now, idle or in use, and how many may be (the
+    /// client's pool size; calls beyond go through the I/O threads).
+    open: Arc<AtomicUsize>,
+    max_open: usize,
     /// Runtimes without an I/O driver (no lane there), and when the lane
     /// may try to connect again after a failure.
     no_io: Mutex<Vec<Id>>,
@@ -72,7 +79,7 @@ impl Lane {
     pub(crate) fn new(
         info: &ConnectionInfo,
         connect_timeout: Duration,
-        max_idle: usize,
+        max_open: usize,
     ) -> Option<Lane> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
@@ -83,7 +90,8 @@ impl Lane {
             settings: info.redis_settings().clone(),
             connect_timeout,
             idle: Mutex::new(Vec::new()),
-            max_idle: max_idle.max(1),
+            open: Arc::new(AtomicUsize::new(0)),
+            max_open: max_open.max(1),
             no_io: Mutex::new(Vec::new()),
             backoff_until: Mutex::new(None),
             trouble: AtomicBool::new(false),
@@ -93,6 +101,12 @@ impl Lane {
     /// Whether a call made here now could go on the lane: a tokio runtime
     /// with an I/O driver runs this task, and no connection failed lately.
     pub(crate) fn here(&self) -> Option<Id> {
+        // (Inside a runtime's context that no thread of it drives while
+        // the call waits — another executor's `block_on` in a task of a
+        // current-thread runtime, or under `Handle::enter` — the reply is
+        // not heard until the socket timeout: as for any tokio socket
+        // there. `#[tokio::main]`'s own `block_on` does drive it, so
+        // requiring a task would leave that out.)
         let id = Handle::try_current().ok()?.id();
         if !self.trouble.load(Ordering::Relaxed) {
             return Some(id);
@@ -111,80 +125,106 @@ impl Lane {
     }
 
     /// Sends `call` and reads its reply, waiting at most `connect` for a
-    /// new connection and `io` for the reply.
-    pub(crate) async fn call(&self, call: &Call<'_>, connect: Duration, io: Duration) -> Answer {
+    /// new connection and `io` for the reply — and nothing past `end`, what
+    /// connecting took counted in. `sent` is set while the request is out
+    /// (a future dropped then leaves it to be undone).
+    pub(crate) async fn call(
+        &self,
+        call: &Call<'_>,
+        (connect, io, end): (Duration, Duration, Option<Instant>),
+        sent: &AtomicBool,
+    ) -> Answer {
         let Some(runtime) = self.here() else {
             return Answer::Skip;
         };
-        let pooled = {
-            let mut idle = self.idle.lock();
-            idle.iter()
-                .rposition(|(id, _)| *id == runtime)
-                .map(|i| idle.swap_remove(i).1)
-        };
-        let reused = pooled.is_some();
-        let mut stream = match pooled {
-            Some(stream) => stream,
-            None => match self
-                .connect(runtime, connect.min(self.connect_timeout))
-                .await
-            {
-                Some(stream) => stream,
+        let (mut con, reused) = match self.take(runtime) {
+            Some(con) => (con, true),
+            None => match self.connect(runtime, connect).await {
+                Some(con) => (con, false),
                 None => return Answer::Skip,
             },
         };
+        let io = match end {
+            Some(end) => io.min(end.saturating_duration_since(Instant::now())),
+            None => io,
+        };
+        if io.is_zero() {
+            self.keep(runtime, con);
+            return Answer::Skip;
+        }
         let bytes = call.cmd.get_packed_command();
         let mut buf = Vec::new();
+        let stream = &mut con.stream;
         let exchange = async {
             stream
                 .write_all(&bytes)
                 .await
-                .map_err(|_| Sending::Failed)?;
-            let reply = read_reply(&mut stream, &mut buf)
-                .await
-                .map_err(Sending::Read)?;
+                .map_err(|_| Sending::Unsent)?;
+            sent.store(true, Ordering::Relaxed);
+            let reply = read_reply(stream, &mut buf).await.map_err(Sending::Read)?;
             if !is_noscript(&reply) {
                 return Ok(reply);
             }
             // The server does not know the script (restarted, `SCRIPT
-            // FLUSH`; nothing ran): load it, send the call again.
+            // FLUSH`): nothing ran. Load it, send the call again.
+            sent.store(false, Ordering::Relaxed);
             let load = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(call.source)
                 .get_packed_command();
-            stream.write_all(&load).await.map_err(Sending::Io)?;
-            let loaded = read_reply(&mut stream, &mut buf)
+            stream.write_all(&load).await.map_err(|_| Sending::Unsent)?;
+            let loaded = read_reply(stream, &mut buf).await;
+            loaded
+                .and_then(|l| l.extract_error())
+                .map_err(|_| Sending::Unsent)?;
+            stream
+                .write_all(&bytes)
                 .await
-                .map_err(Sending::Read)?;
-            loaded.extract_error().map_err(Sending::Read)?;
-            stream.write_all(&bytes).await.map_err(Sending::Io)?;
-            read_reply(&mut stream, &mut buf)
-                .await
-                .map_err(Sending::Read)
+                .map_err(|_| Sending::Unsent)?;
+            sent.store(true, Ordering::Relaxed);
+            read_reply(stream, &mut buf).await.map_err(Sending::Read)
         };
         let reply = match within(io, exchange).await {
-            None => {
+            None if sent.load(Ordering::Relaxed) => {
                 let timeout = io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
                 return Answer::Sent(Err(timeout.into()));
             }
-            // Written to a socket the other end had closed, or closed
-            // before a byte of the reply: what was sent never ran (as the
-            // blocking wire judges it).
-            Some(Err(Sending::Failed)) => return Answer::Skip,
+            // Nothing ran: not written (the other end had closed the
+            // socket, as the blocking wire judges a failed write), or the
+            // script could not be loaded first.
+            None | Some(Err(Sending::Unsent)) => return Answer::Skip,
+            // Closed before a byte of the reply on a connection that sat
+            // idle: it had died idle, the request never ran.
             Some(Err(Sending::Read(e))) if reused && buf.is_empty() && closed(&e) => {
+                sent.store(false, Ordering::Relaxed);
                 return Answer::Skip;
             }
             Some(Err(Sending::Read(e))) => return Answer::Sent(Err(e)),
-            Some(Err(Sending::Io(e))) => return Answer::Sent(Err(e.into())),
             Some(Ok(reply)) => reply,
         };
-        self.keep(runtime, stream);
+        self.keep(runtime, con);
         Answer::Sent(reply.extract_error())
     }
 
+    /// An idle connection of `runtime`, the one that waited least.
+    fn take(&self, runtime: Id) -> Option<Conn> {
+        let mut idle = self.idle.lock();
+        let i = idle.iter().rposition(|(id, _)| *id == runtime)?;
+        Some(idle.remove(i).1)
+    }
+
     /// A new connection for `runtime`, handshake made; `None` when none
-    /// could be made within `wait` (or this runtime has no I/O driver).
-    async fn connect(&self, runtime: Id, wait: Duration) -> Option<TcpStream> {
+    /// could be made within `wait`, this lane has as many open as it may
+    /// (the rest go through the I/O threads), or this runtime has no I/O
+    /// driver.
+    async fn connect(&self, runtime: Id, wait: Duration) -> Option<Conn> {
+        if self.open.fetch_add(1, Ordering::SeqCst) >= self.max_open {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        // Counted from now: dropped, the count goes down.
+        let counted = Counted(Arc::clone(&self.open));
+        let wait = wait.min(self.connect_timeout);
         let opened = async {
             let mut stream = TcpStream::connect((self.host.as_str(), self.port)).await?;
             stream.set_nodelay(true)?;
@@ -198,15 +238,23 @@ impl Lane {
             RedisResult::Ok(stream)
         };
         match within(wait, CatchUnwind(Box::pin(opened))).await {
-            Some(Ok(Ok(stream))) => Some(stream),
+            Some(Ok(Ok(stream))) => Some(Conn {
+                stream,
+                _counted: counted,
+            }),
             Some(Err(())) => {
                 // Registering the socket panicked: the runtime has no I/O
                 // driver (built without `enable_io`).
                 tracing::warn!("leasehold: this tokio runtime has no I/O driver (enable_io); its tasks' round trips go through leasehold's I/O threads");
-                self.no_io.lock().push(runtime);
+                let mut no_io = self.no_io.lock();
+                if !no_io.contains(&runtime) {
+                    no_io.push(runtime);
+                }
                 self.trouble.store(true, Ordering::Relaxed);
                 None
             }
+            // Out of the call's time (not the server's fault): no backoff.
+            None if wait < self.connect_timeout => None,
             failed => {
                 if let Some(Ok(Err(e))) = failed {
                     tracing::debug!(error = %e, "leasehold: the reactor lane could not connect; using the I/O threads for a while");
@@ -218,24 +266,37 @@ impl Lane {
         }
     }
 
-    /// Keeps `stream` for the next call of `runtime` (the oldest goes when
-    /// there are enough).
-    fn keep(&self, runtime: Id, stream: TcpStream) {
+    /// Keeps `con` for the next call of `runtime` (the one idle longest
+    /// goes when there are as many as may be).
+    fn keep(&self, runtime: Id, con: Conn) {
         let mut idle = self.idle.lock();
-        if idle.len() >= self.max_idle {
+        if idle.len() >= self.max_open {
             idle.remove(0);
         }
-        idle.push((runtime, stream));
+        idle.push((runtime, con));
     }
 }
 
-/// Why an exchange failed: the request could not be written (nothing
-/// ran), its reply not read, or a later write failed (the script may have
-/// been loaded, the call not sent again).
+/// A lane's connection; counted among its open ones while it lives.
+struct Conn {
+    stream: TcpStream,
+    _counted: Counted,
+}
+
+/// One of a lane's open connections: the count goes down when it goes.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Why an exchange failed: nothing ran (the request could not be written,
+/// or the script not loaded before it), or its reply could not be read.
 enum Sending {
-    Failed,
+    Unsent,
     Read(redis::RedisError),
-    Io(io::Error),
 }
 
 /// Whether `reply` says the server does not know the script.
@@ -258,7 +319,14 @@ async fn read_reply(stream: &mut TcpStream, buf: &mut Vec<u8>) -> RedisResult<Va
                 return reply.map_err(|e| crate::error::not_redis(&e));
             }
             Ok(None) if buf.len() < MAX_REPLY => {}
-            _ => {
+            Ok(None) => {
+                let e = io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a reply of over 1 MiB: not a lock script's",
+                );
+                return Err(e.into());
+            }
+            Err(()) => {
                 let e = redis::RedisError::from((ErrorKind::Parse, "not a redis reply"));
                 return Err(crate::error::not_redis(&e));
             }
@@ -300,7 +368,10 @@ fn frame_len(buf: &[u8]) -> Result<Option<usize>, ()> {
             b'$' => match number(buf, at + 1, end)? {
                 n if n < 0 => Ok(Some(end)),
                 n => {
-                    let total = end + n as usize + 2;
+                    let total = usize::try_from(n)
+                        .ok()
+                        .and_then(|n| end.checked_add(n)?.checked_add(2))
+                        .ok_or(())?;
                     Ok((buf.len() >= total).then_some(total))
                 }
             },

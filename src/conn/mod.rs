@@ -204,7 +204,8 @@ impl Connections {
     /// with `read`: as [`run_sent`](Self::run_sent) — the result, and
     /// whether the request went out — or `None` when nothing was sent (no
     /// lane here, no connection, a connection found closed, the script
-    /// unknown to the server): send it with `run_sent` then.
+    /// unknown to the server and not loaded): send it with `run_sent` then.
+    /// `sent` is set while the request is out (see `lane::Lane::call`).
     #[cfg(feature = "tokio")]
     pub(crate) async fn run_lane<T>(
         &self,
@@ -212,6 +213,7 @@ impl Connections {
         bound: Bound,
         call: &crate::protocol::Call<'_>,
         read: impl FnOnce(redis::Value) -> redis::RedisResult<T>,
+        sent: &std::sync::atomic::AtomicBool,
     ) -> Option<(Result<T>, bool)> {
         let lane = self.lane.as_ref()?;
         let (io, by_deadline) = self.io_timeout(bound);
@@ -219,7 +221,7 @@ impl Connections {
             return None;
         }
         let connect = self.pool_wait(bound).unwrap_or(self.connect_timeout());
-        match lane.call(call, connect, io).await {
+        match lane.call(call, (connect, io, bound.end), sent).await {
             lane::Answer::Skip => None,
             lane::Answer::Sent(reply) => {
                 let result = reply.and_then(read).map_err(|e| {

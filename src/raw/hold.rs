@@ -17,6 +17,8 @@ use crate::options::Kind;
 use crate::park::Park;
 use crate::protocol::{self, Release, Released};
 use crate::renewal::LeaseState;
+#[cfg(feature = "tokio")]
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One hold, as a guard keeps it and [`Raw::release`] gives it back.
 pub(crate) struct Hold {
@@ -204,10 +206,13 @@ impl Raw {
         let sent_at = Instant::now();
         // Dropped while the release is out, it may have run or not: the
         // owner-checked release is sent again once Redis answers.
+        let sent = AtomicBool::new(false);
         let in_flight = super::InFlight::new(|| {
-            self.pending_release(hold);
+            if sent.load(Ordering::Relaxed) {
+                self.pending_release(hold);
+            }
         });
-        let ran = self.release_for_task(&rel, bound).await;
+        let ran = self.release_for_task(&rel, bound, &sent).await;
         in_flight.landed();
         let released = self.released_or_pending(hold, &rel, ran)?;
         if let Some((owner, lease)) = releasing.end(released, sent_at) {

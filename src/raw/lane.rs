@@ -4,6 +4,7 @@
 //! `Raw::released_or_pending`), and what a call that was out when its
 //! future was dropped leaves to undo ([`InFlight`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,7 +15,9 @@ use crate::park::Park;
 use crate::protocol::{Attempt, Call, Release, Released, Request, Scripts};
 
 /// Runs its hook when dropped before [`landed`](Self::landed): a call
-/// whose future was dropped while it was out (it may have run or not).
+/// whose future was dropped while it was out (it may have run or not; the
+/// hook looks at the call's `sent` flag, set only while its request is out
+/// on the lane).
 pub(crate) struct InFlight<F: FnOnce()>(Option<F>);
 
 impl<F: FnOnce()> InFlight<F> {
@@ -47,6 +50,7 @@ impl Raw {
         name: &str,
         req: &Request<'_>,
         bound: Bound,
+        sent: &AtomicBool,
     ) -> Option<Result<Attempt>> {
         if self.replicas.is_some() || self.orphans.any() {
             return None;
@@ -55,7 +59,7 @@ impl Raw {
         let sent_at = Instant::now();
         let (answer, sent) = self
             .conns
-            .run_lane(req.key, bound, &call, Scripts::acquire_reply)
+            .run_lane(req.key, bound, &call, Scripts::acquire_reply, sent)
             .await?;
         let answer = answer.map(|a| (a, None));
         Some(self.attempted(name, req, bound, sent_at, (answer, sent)))
@@ -67,6 +71,7 @@ impl Raw {
         self: &Arc<Self>,
         rel: &Release<'_>,
         bound: Bound,
+        sent: &AtomicBool,
     ) -> Result<Released> {
         let Some(call) = self.scripts().release_call(rel) else {
             return Err(Error::Thread {
@@ -75,11 +80,13 @@ impl Raw {
         };
         if let Some((ran, _)) = self
             .conns
-            .run_lane(rel.key, bound, &call, Scripts::release_reply)
+            .run_lane(rel.key, bound, &call, Scripts::release_reply, sent)
             .await
         {
             return ran;
         }
+        // On an I/O thread it runs to its end, whatever becomes of the task.
+        sent.store(false, Ordering::Relaxed);
         let raw = Arc::clone(self);
         let (key, script, source) = (
             rel.key.to_owned(),

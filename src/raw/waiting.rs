@@ -313,12 +313,16 @@ impl<'a> Waiting<'a> {
         let req = self.request();
         let fresh = req.fresh;
         let forsaken = self.forsaken(self.place.as_deref());
-        let in_flight = super::InFlight::new(move || {
-            if fresh {
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let in_flight = super::InFlight::new(|| {
+            if fresh && sent.load(std::sync::atomic::Ordering::Relaxed) {
                 forsaken(true);
             }
         });
-        let got = self.raw.attempt_on_lane(self.name, &req, self.bound).await;
+        let got = self
+            .raw
+            .attempt_on_lane(self.name, &req, self.bound, &sent)
+            .await;
         in_flight.landed();
         got
     }
