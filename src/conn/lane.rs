@@ -367,6 +367,8 @@ fn frame_len(buf: &[u8]) -> Result<Option<usize>, ()> {
             b'+' | b'-' | b':' => Ok(Some(end)),
             b'$' => match number(buf, at + 1, end)? {
                 n if n < 0 => Ok(Some(end)),
+                // Longer than any reply we read: no lock script's.
+                n if n > MAX_REPLY as i64 => Err(()),
                 n => {
                     let total = usize::try_from(n)
                         .ok()
@@ -377,6 +379,9 @@ fn frame_len(buf: &[u8]) -> Result<Option<usize>, ()> {
             },
             b'*' if depth < 8 => {
                 let n = number(buf, at + 1, end)?;
+                if n > MAX_REPLY as i64 {
+                    return Err(());
+                }
                 let mut pos = end;
                 for _ in 0..n.max(0) {
                     match one(buf, pos, depth + 1)? {
@@ -441,7 +446,9 @@ mod tests {
         assert_eq!(frame_len(b"*2\r\n:1\r\n"), Ok(None));
         assert_eq!(frame_len(b"*2\r\n$1\r\nf\r\n:30000\r\n"), Ok(Some(19)));
         assert_eq!(frame_len(b"*-1\r\n"), Ok(Some(5)));
-        assert_eq!(frame_len(b"-NOSCRIPT No matching script\r\n"), Ok(Some(31)));
+        assert_eq!(frame_len(b"-NOSCRIPT No matching script\r\n"), Ok(Some(30)));
+        // A length no reply can have is no reply (not an overflow).
+        assert_eq!(frame_len(b"$9223372036854775807\r\n"), Err(()));
         assert_eq!(frame_len(b"HTTP/1.1 400\r\n"), Err(()));
         assert_eq!(frame_len(b"$x\r\n"), Err(()));
     }
