@@ -38,13 +38,16 @@ cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls,cli,tokio -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
-stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), and beside it the server matrix"
-# Both mostly wait (for failovers, for leases), so they share the time: the
-# soak, and the matrix's two servers, run at once.
+stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, and beside them the server matrix"
+# They mostly wait (for failovers, for leases, for stopped processes), so
+# they share the time: the soak, the stall and Sentinel tests (kept out of
+# the plain `cargo test` for this), and the matrix's two servers, at once.
 logs=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-test.XXXXXX")
-cargo test --test failover_soak --no-run --quiet
+cargo test --test failover_soak --test stalls --test sentinel --no-run --quiet
 cargo test --test failover_soak -- --nocapture >"$logs/soak.log" 2>&1 &
 soak=$!
+cargo test --test stalls --test sentinel >"$logs/slow.log" 2>&1 &
+slow=$!
 ensure_matrix_servers
 run_matrix "$VALKEY_SERVER" "$logs/valkey.log" &
 valkey=$!
@@ -56,6 +59,13 @@ wait "$redis62" || failed=1
 for server in "$VALKEY_SERVER:$logs/valkey.log" "$REDIS62_SERVER:$logs/redis62.log"; do
     report_matrix "${server%%:*}" "${server#*:}"
 done
+if wait "$slow"; then
+    awk '/^ *Running /{file = $2} /^test result:/{printf "%-16s %s\n", file, $0}' "$logs/slow.log"
+else
+    cat "$logs/slow.log" >&2
+    echo "the stall or Sentinel tests failed" >&2
+    failed=1
+fi
 if wait "$soak"; then
     grep -vE '^(running|test |$)' "$logs/soak.log"
 else
