@@ -5,7 +5,7 @@
 //! while leasehold processes hammer it, and one that never takes it costs
 //! leasehold's waiters its 20 ms, not a second; waiters of eight processes
 //! each get turns; a single try or a waiter that gives up leaves nothing in line;
-//! a line whose waiters all died expires by itself.
+//! the places of a line whose waiters all died expire by themselves.
 
 #[path = "child/holder.rs"]
 mod child;
@@ -342,12 +342,13 @@ fn a_waiter_with_an_explicit_lease_takes_a_grant_with_that_lease() {
     assert!(!exists);
 }
 
-/// A line whose waiters all died goes by itself: its list and its places'
-/// hash expire a place lease (3 s) after a place was last taken or
-/// confirmed — hash fields have no expiry of their own — while the lock
-/// stays held and no script of another client comes by to drop them.
+/// The places of a line whose waiters all died go by themselves: the
+/// places' hash expires a place lease (3 s) after a place was last taken
+/// or confirmed — hash fields have no expiry of their own — while the lock
+/// stays held and no script of another client comes by to drop them; the
+/// dead entry in the line goes with the release.
 #[test]
-fn a_line_whose_waiters_all_died_goes_by_itself() {
+fn the_places_of_a_line_whose_waiters_all_died_go_by_themselves() {
     let server = RedisServer::start();
     let holder = LockClient::new(&server.url()).unwrap();
     let name = "line:dead";
@@ -360,9 +361,10 @@ fn a_line_whose_waiters_all_died_goes_by_itself() {
     assert_eq!(line_keys(&server, name).len(), 2, "the line and its places");
     waiter.kill();
     let killed = Instant::now();
+    let places = format!("leasehold_line:{{{name}}}:places");
     assert!(
-        eventually(Duration::from_secs(8), || line_keys(&server, name)
-            .is_empty()),
+        eventually(Duration::from_secs(8), || !line_keys(&server, name)
+            .contains(&places)),
         "left: {:?}",
         line_keys(&server, name)
     );
@@ -373,4 +375,9 @@ fn a_line_whose_waiters_all_died_goes_by_itself() {
     );
     assert!(guard.is_held());
     guard.unlock().unwrap();
+    let left = line_keys(&server, name);
+    assert!(
+        left.is_empty(),
+        "the dead entry goes with the release: {left:?}"
+    );
 }

@@ -77,10 +77,11 @@ pub(crate) use companion_fn;
 /// the expiry its hash `places` (`<line>:places`, place → ms) holds for it:
 /// set with the waiter's place lease, confirmed by its waiter. Every key is
 /// one the caller names (`KEYS`), none is built in Lua; a script reads one
-/// or two places, never the whole line. `line_lives(line, places)`: the
-/// line and its places expire [`PLACE_LEASE`] after a place was last taken
-/// or confirmed — no place lives longer, so a line whose waiters all died
-/// goes by itself.
+/// or two places, never the whole line. `places_live(places)`: the
+/// places' hash expires [`PLACE_LEASE`] after a place was last taken or
+/// confirmed — no place lives longer, so the places of waiters that all
+/// died go by themselves (their entries in the line, then dead, go with the
+/// next script that reads the line: one `PEXPIRE` fewer per wait).
 macro_rules! line_fns {
     () => {
         concat!(
@@ -104,10 +105,7 @@ local function expiry(places, place)
     end
     return nil
 end
-local function line_lives(line, places)
-    redis.call('pexpire', line, "#,
-            $crate::protocol::plain::place_lease_ms!(),
-            r#")
+local function places_live(places)
     redis.call('pexpire', places, "#,
             $crate::protocol::plain::place_lease_ms!(),
             r#")
@@ -190,7 +188,7 @@ local function join()
     if redis.call('hset', KEYS[3], ARGV[4], now() + placed(ARGV[4])) == 1 then
         redis.call('rpush', KEYS[2], ARGV[4])
     end
-    line_lives(KEYS[2], KEYS[3])
+    places_live(KEYS[3])
 end
 -- One call on the uncontended path: neither the lock nor a line exists.
 local found = redis.call('exists', KEYS[1], KEYS[2])
@@ -400,7 +398,7 @@ if first then
     -- its waiter tries again after the marker.
     redis.call('lpush', KEYS[3], first)
     redis.call('hset', KEYS[4], first, now() + placed(first))
-    line_lives(KEYS[3], KEYS[4])
+    places_live(KEYS[4])
     redis.call('psetex', yield, 20, 'y')
     redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(first, '^(.*):'), '0')
 end

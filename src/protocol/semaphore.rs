@@ -140,10 +140,8 @@ local function join(p, blob)
     if redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1 then
         redis.call('rpush', L, p)
     end
-    -- No place lives longer: a line whose waiters all died goes by itself.
-    redis.call('pexpire', L, "#,
-            $crate::protocol::plain::place_lease_ms!(),
-            r#")
+    -- No place lives longer: the places of waiters that all died go by
+    -- themselves (their dead entries in the line with the next script).
     redis.call('pexpire', P, "#,
             $crate::protocol::plain::place_lease_ms!(),
             r#")
