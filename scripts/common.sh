@@ -120,7 +120,7 @@ MATRIX_TESTS=(lock fencing owned fair rwlock semaphore lock_all waiting line han
 run_matrix() {
     local args=() t
     for t in "${MATRIX_TESTS[@]}"; do args+=(--test "$t"); done
-    LEASEHOLD_REDIS_SERVER=$1 cargo test "${args[@]}" >"$2" 2>&1
+    LEASEHOLD_REDIS_SERVER=$1 cargo test --no-fail-fast "${args[@]}" >"$2" 2>&1
 }
 
 # What run_matrix found with server $1 (log $2): the server's version, then

@@ -411,8 +411,13 @@ fn a_redisson_read_renewal_cannot_cut_a_leasehold_read_hold_short() {
         let mut reader = Redisson::new(&server.url(), false);
         assert_eq!(reader.try_read(name, Duration::from_millis(1_500), 1), None);
         assert!(reader.renew_read(name, Duration::from_millis(1_500), 1));
+        // Cut to 1.5 s — unless the leasehold reader's check (every 500 ms)
+        // came between the renewal and this read and lengthened it again.
         let ttl: i64 = server.connection().pttl(name).unwrap();
-        assert!(ttl <= 1_500, "Redisson's renewal cut the hash to {ttl} ms");
+        assert!(
+            ttl <= 1_500 || ttl > 10_000,
+            "Redisson's renewal cut the hash to {ttl} ms"
+        );
         // That Redisson instance dies now. A Redisson writer tries for 3 s.
         let mut writer = Redisson::new(&server.url(), false);
         let until = Instant::now() + Duration::from_secs(3);
