@@ -34,6 +34,15 @@ fn io_threads() -> usize {
         .count()
 }
 
+/// `connected_clients` of `INFO clients`.
+fn connected_clients(con: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
 async fn pairs(client: &AsyncLockClient, name: &str, n: usize) {
     for _ in 0..n {
         client.lock(name).await.unwrap().unlock().await.unwrap();
@@ -150,17 +159,7 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
         .build()
         .unwrap()
         .to_async();
-    let clients = || -> i64 {
-        let info: String = redis::cmd("INFO")
-            .arg("clients")
-            .query(&mut server.connection())
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("connected_clients:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap()
-    };
-    let before = clients();
+    let before = connected_clients(&mut server.connection());
     let most = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = {
@@ -168,12 +167,7 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
         std::thread::spawn(move || {
             let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-                let n: i64 = info
-                    .lines()
-                    .find_map(|l| l.strip_prefix("connected_clients:"))
-                    .and_then(|n| n.trim().parse().ok())
-                    .unwrap();
+                let n = connected_clients(&mut con);
                 most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(2));
             }

@@ -342,10 +342,12 @@ impl Scripts {
     ) -> RedisResult<Attempt> {
         let (key, owner, lease) = (req.key, req.owner, req.lease);
         Ok(match req.kind {
-            Kind::Plain => plain_attempt(
-                self.plain
-                    .acquire(con, key, owner, lease, req.fresh, req.fence, req.place)?,
-            ),
+            Kind::Plain => {
+                let call = self
+                    .plain
+                    .acquire_call(key, owner, lease, req.fresh, req.fence, req.place);
+                plain_attempt(plain::acquire_reply(call.run(con)?)?)
+            }
             Kind::Fair => {
                 match self.fair.acquire(
                     con,
@@ -395,8 +397,10 @@ impl Scripts {
         };
         Ok(match rel.kind {
             Kind::Plain => {
-                self.plain
-                    .release(con, rel.key, rel.field, rel.lease, rel.last, rel.successor)?
+                let call =
+                    self.plain
+                        .release_call(rel.key, rel.field, rel.lease, rel.last, rel.successor);
+                plain::release_reply(call.run(con)?)?
             }
             Kind::Fair => counted(
                 self.fair

@@ -477,25 +477,10 @@ impl PlainScripts {
         }
     }
 
-    /// One `EVALSHA` (plus `SCRIPT LOAD` and a retry only when the server's
-    /// script cache was flushed). `place`: the waiter's place in the line
+    /// One acquire as a call (one `EVALSHA`; `SCRIPT LOAD` and a retry only
+    /// when the server's script cache was flushed); its reply is read by
+    /// [`acquire_reply`]. `place`: the waiter's place in the line
     /// (`<owner>#<n>`), taken or confirmed when the lock is held elsewhere.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn acquire(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        fresh: bool,
-        fence: Fence,
-        place: Option<&str>,
-    ) -> RedisResult<Acquire> {
-        let call = self.acquire_call(key, owner, lease, fresh, fence, place);
-        acquire_reply(call.run(con)?)
-    }
-
-    /// The call [`acquire`](Self::acquire) sends.
     pub(crate) fn acquire_call(
         &self,
         key: &str,
@@ -529,23 +514,10 @@ impl PlainScripts {
         lua.call(cmd)
     }
 
-    /// One `EVALSHA`; `lease` is what a remaining reentrant hold keeps;
-    /// `last`: no other guard of `owner` is alive in this client;
-    /// `successor` is whom the lock may pass to directly.
-    pub(crate) fn release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        last: bool,
-        successor: Option<Successor<'_>>,
-    ) -> RedisResult<Released> {
-        let call = self.release_call(key, owner, lease, last, successor);
-        release_reply(call.run(con)?)
-    }
-
-    /// The call [`release`](Self::release) sends.
+    /// One release as a call (read by [`release_reply`]); `lease` is what a
+    /// remaining reentrant hold keeps; `last`: no other guard of `owner` is
+    /// alive in this client; `successor` is whom the lock may pass to
+    /// directly.
     pub(crate) fn release_call(
         &self,
         key: &str,
