@@ -342,12 +342,9 @@ impl Scripts {
     ) -> RedisResult<Attempt> {
         let (key, owner, lease) = (req.key, req.owner, req.lease);
         Ok(match req.kind {
-            Kind::Plain => {
-                let call = self
-                    .plain
-                    .acquire_call(key, owner, lease, req.fresh, req.fence, req.place);
-                plain_attempt(plain::acquire_reply(call.run(con)?)?)
-            }
+            Kind::Plain => plain_attempt(plain::acquire_reply(
+                self.plain.acquire_call(req).run(con)?,
+            )?),
             Kind::Fair => {
                 match self.fair.acquire(
                     con,
@@ -396,12 +393,7 @@ impl Scripts {
             None => Released::NotHeld,
         };
         Ok(match rel.kind {
-            Kind::Plain => {
-                let call =
-                    self.plain
-                        .release_call(rel.key, rel.field, rel.lease, rel.last, rel.successor);
-                plain::release_reply(call.run(con)?)?
-            }
+            Kind::Plain => plain::release_reply(self.plain.release_call(rel).run(con)?)?,
             Kind::Fair => counted(
                 self.fair
                     .release(con, rel.key, rel.field, rel.lease, rel.last)?,
@@ -416,11 +408,7 @@ impl Scripts {
     /// `None` for the others (they go through [`acquire`](Self::acquire)).
     #[cfg(feature = "tokio")]
     pub(crate) fn acquire_call(&self, req: &Request<'_>) -> Option<Call<'_>> {
-        (req.kind == Kind::Plain).then(|| {
-            self.plain.acquire_call(
-                req.key, req.owner, req.lease, req.fresh, req.fence, req.place,
-            )
-        })
+        (req.kind == Kind::Plain).then(|| self.plain.acquire_call(req))
     }
 
     /// What the reply to [`acquire_call`](Self::acquire_call) says.
@@ -433,10 +421,7 @@ impl Scripts {
     /// [`acquire_call`](Self::acquire_call)).
     #[cfg(feature = "tokio")]
     pub(crate) fn release_call(&self, rel: &Release<'_>) -> Option<Call<'_>> {
-        (rel.kind == Kind::Plain).then(|| {
-            self.plain
-                .release_call(rel.key, rel.field, rel.lease, rel.last, rel.successor)
-        })
+        (rel.kind == Kind::Plain).then(|| self.plain.release_call(rel))
     }
 
     /// What the reply to [`release_call`](Self::release_call) says.

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::{evalsha, millis, run, token, unexpected, Call, Lua, PubSub, Released};
+use super::{
+    evalsha, millis, run, token, unexpected, Call, Lua, PubSub, Release, Released, Request,
+};
 use crate::names::{channel_name, line_key, line_places_key, line_yield_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
@@ -481,15 +483,8 @@ impl PlainScripts {
     /// when the server's script cache was flushed); its reply is read by
     /// [`acquire_reply`]. `place`: the waiter's place in the line
     /// (`<owner>#<n>`), taken or confirmed when the lock is held elsewhere.
-    pub(crate) fn acquire_call(
-        &self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        fresh: bool,
-        fence: Fence,
-        place: Option<&str>,
-    ) -> Call<'_> {
+    pub(crate) fn acquire_call(&self, req: &Request<'_>) -> Call<'_> {
+        let (key, fence) = (req.key, req.fence);
         let fenced = fence != Fence::None;
         let lua = if fenced {
             &self.acquire_fenced
@@ -504,10 +499,10 @@ impl PlainScripts {
         if fenced {
             cmd.arg(token_key(key));
         }
-        cmd.arg(millis(lease))
-            .arg(owner)
-            .arg(if fresh { "1" } else { "0" })
-            .arg(place.unwrap_or(""));
+        cmd.arg(millis(req.lease))
+            .arg(req.owner)
+            .arg(if req.fresh { "1" } else { "0" })
+            .arg(req.place.unwrap_or(""));
         if fenced {
             cmd.arg(if fence == Fence::Mint { "1" } else { "0" });
         }
@@ -518,14 +513,8 @@ impl PlainScripts {
     /// remaining reentrant hold keeps; `last`: no other guard of `owner` is
     /// alive in this client; `successor` is whom the lock may pass to
     /// directly.
-    pub(crate) fn release_call(
-        &self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        last: bool,
-        successor: Option<Successor<'_>>,
-    ) -> Call<'_> {
+    pub(crate) fn release_call(&self, rel: &Release<'_>) -> Call<'_> {
+        let (key, successor) = (rel.key, rel.successor);
         let mut cmd = evalsha(&self.release.script, 6);
         cmd.arg(key)
             .arg(channel_name(key))
@@ -533,9 +522,9 @@ impl PlainScripts {
             .arg(line_places_key(key))
             .arg(line_yield_key(key))
             .arg(token_key(key))
-            .arg(millis(lease))
-            .arg(owner)
-            .arg(if last { "1" } else { "0" });
+            .arg(millis(rel.lease))
+            .arg(rel.field)
+            .arg(if rel.last { "1" } else { "0" });
         if let Some(next) = &successor {
             cmd.arg(next.owner)
                 .arg(if next.force { "1" } else { "0" })

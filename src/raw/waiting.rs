@@ -311,12 +311,11 @@ impl<'a> Waiting<'a> {
             return None;
         }
         let req = self.request();
-        let fresh = req.fresh;
-        let forsaken = self.forsaken(self.place.as_deref());
         let sent = std::sync::atomic::AtomicBool::new(false);
+        // The undo is made only when it is needed (not for every attempt).
         let in_flight = super::InFlight::new(|| {
-            if fresh && sent.load(std::sync::atomic::Ordering::Relaxed) {
-                forsaken(true);
+            if req.fresh && sent.load(std::sync::atomic::Ordering::Relaxed) {
+                self.forsaken(self.place.as_deref())(true);
             }
         });
         let got = self
