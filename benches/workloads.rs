@@ -173,6 +173,19 @@ fn main() {
                     );
                 }
             }
+            "a2c" | "w2c-alone" => {
+                // One side of A2c alone (to profile it): the tasks, or W2c's
+                // blocking threads.
+                let c = if only == "a2c" {
+                    tasks::a2c(&url, secs)
+                } else {
+                    w2c(Kind::Leasehold, &url, secs)
+                };
+                println!(
+                    "{only} {:.0} CS/s, handoff p50 {:.0} µs, p99 {:.0} µs, cmds/CS {:.2}, Redis CPU {:.1} µs/CS",
+                    c.pairs_per_s, c.handoff_p50_us, c.handoff_p99_us, c.client_cmds_per_cs, c.redis_cpu_us_per_cs
+                );
+            }
             "async" => {
                 let a = tasks::a1(&url, secs);
                 let (w2c_lh, a2c) = (w2c(Kind::Leasehold, &url, secs), tasks::a2c(&url, secs));
@@ -193,7 +206,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "BENCH_ONLY: w1, w3, w2p, w2c, w2P, async, sem, floors, w5 or fair, not {other}"
+                    "BENCH_ONLY: w1, w3, w2p, w2c, w2P, async, a2c, w2c-alone, sem, floors, w5 or fair, not {other}"
                 )
             }
         }
