@@ -4,7 +4,8 @@
 //! multi-thread runtime; and where the lane cannot go (a runtime without an
 //! I/O driver, another executor, a server that restarted and forgot the
 //! scripts, a stopped server) the same calls work through the I/O threads,
-//! with the same errors and nothing left behind.
+//! with the same errors and nothing left behind — an unlock whose task is
+//! dropped while an I/O thread sends it included.
 //!
 //! One test: the first part needs a process in which no I/O thread was
 //! ever started (the pool is the process's).
@@ -135,6 +136,46 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
             .exists::<_, bool>("lane:stopped")
             .unwrap()
     }));
+
+    // An unlock the lane could not send (its connection had been closed)
+    // goes to an I/O thread; its task is dropped while that try gets no
+    // answer (a partition: the request never reaches Redis). The release is
+    // still sent again in the background: the lock is free soon after the
+    // partition heals, not when its 30 s lease ends.
+    let partition = support::proxy::FaultProxy::start(server.port());
+    let patient = LockClient::builder(&partition.url())
+        .socket_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .watchdog_lease(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .to_async();
+    let g = current
+        .block_on(patient.lock("lane:dropped-unlock"))
+        .unwrap();
+    partition.reset_all();
+    partition.set(support::proxy::Fault::Blackhole);
+    let gave_up = current
+        .block_on(async { tokio::time::timeout(Duration::from_millis(100), g.unlock()).await });
+    assert!(gave_up.is_err(), "the unlock ended: {gave_up:?}");
+    // The I/O thread's try ends (socket and connect timeouts) meanwhile.
+    std::thread::sleep(Duration::from_millis(1500));
+    partition.set(support::proxy::Fault::Forward);
+    let healed = Instant::now();
+    assert!(
+        support::eventually(Duration::from_secs(5), || {
+            !server
+                .connection()
+                .exists::<_, bool>("lane:dropped-unlock")
+                .unwrap()
+        }),
+        "the lock is still held {:?} after the partition healed (ttl {} ms)",
+        healed.elapsed(),
+        server
+            .connection()
+            .pttl::<_, i64>("lane:dropped-unlock")
+            .unwrap()
+    );
 
     // A runtime without an I/O driver, and another executor: the I/O
     // threads take the round trips.

@@ -57,6 +57,20 @@ fn not_held(hold: &Hold) -> Error {
     }
 }
 
+/// The undo of `hold`'s release whose answer was lost: its owner-checked
+/// release, sent until Redis answers or its lease would have ended.
+fn release_orphan(hold: &Hold) -> Orphan {
+    Orphan {
+        kind: hold.kind,
+        key: hold.key.clone(),
+        owner: hold.owner().to_owned(),
+        lease: hold.lease,
+        place: None,
+        until: hold.state.valid_until(),
+        permits: None,
+    }
+}
+
 /// A release's answer as its caller sees it.
 fn released_as(hold: &Hold, released: Released) -> Result<()> {
     match released {
@@ -212,7 +226,8 @@ impl Raw {
                 self.pending_release(hold);
             }
         });
-        let ran = self.release_for_task(&rel, bound, &sent).await;
+        let lost = || self.release_lost(hold, &rel);
+        let ran = self.release_for_task(&rel, bound, &sent, lost).await;
         in_flight.landed();
         let released = self.released_or_pending(hold, &rel, ran)?;
         if let Some((owner, lease)) = releasing.end(released, sent_at) {
@@ -306,17 +321,28 @@ impl Raw {
     /// Sends the release of `hold` again in the background (an orphan)
     /// until Redis answers or its lease would have ended; that instant.
     fn pending_release(self: &Arc<Self>, hold: &Hold) -> Instant {
-        let until = hold.state.valid_until();
-        self.orphaned(Orphan {
-            kind: hold.kind,
-            key: hold.key.clone(),
-            owner: hold.owner().to_owned(),
-            lease: hold.lease,
-            place: None,
-            until,
-            permits: None,
-        });
+        let orphan = release_orphan(hold);
+        let until = orphan.until;
+        self.orphaned(orphan);
         until
+    }
+
+    /// What a task's release that went to an I/O thread does with its
+    /// outcome when the task is gone before it: as
+    /// [`released_or_pending`](Self::released_or_pending), a last release
+    /// that failed transiently is sent again in the background.
+    #[cfg(feature = "tokio")]
+    fn release_lost(
+        self: &Arc<Self>,
+        hold: &Hold,
+        rel: &Release<'_>,
+    ) -> impl FnOnce(Result<Released>) + Send + 'static {
+        let (raw, orphan, last) = (Arc::clone(self), release_orphan(hold), rel.last);
+        move |ran| {
+            if last && ran.is_err_and(|e| e.is_transient()) {
+                raw.orphaned(orphan);
+            }
+        }
     }
 
     /// Releases all of the hold of `owner` — an owner of one acquisition

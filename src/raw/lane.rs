@@ -67,12 +67,19 @@ impl Raw {
 
     /// Sends release `rel` for a task: on the reactor lane, or where the
     /// lane cannot send it, on an I/O thread.
-    pub(super) async fn release_for_task(
+    ///
+    /// `lost` makes what the I/O thread does with the outcome when the task
+    /// is gone by then (the lane's own sends leave that to `sent`).
+    pub(super) async fn release_for_task<L>(
         self: &Arc<Self>,
         rel: &Release<'_>,
         bound: Bound,
         sent: &AtomicBool,
-    ) -> Result<Released> {
+        lost: impl FnOnce() -> L,
+    ) -> Result<Released>
+    where
+        L: FnOnce(Result<Released>) + Send + 'static,
+    {
         let Some(call) = self.scripts().release_call(rel) else {
             return Err(Error::Thread {
                 source: std::io::Error::other("the reactor lane sends no release of this kind"),
@@ -104,6 +111,6 @@ impl Raw {
                 .run_sent(&key, bound, |con| Scripts::release_reply(call.run(con)?))
                 .0
         };
-        Park::Task.io(job, drop).await?
+        Park::Task.io(job, lost()).await?
     }
 }
