@@ -230,7 +230,7 @@ impl<O> LockGuard<O> {
     /// (then unlock it on an I/O thread).
     #[cfg(feature = "tokio")]
     pub(crate) async fn unlock_on_lane(mut self) -> std::result::Result<Result<()>, Self> {
-        if !self.raw.lane_releases(&self.hold) {
+        if !self.raw.lane_releases() {
             return Err(self);
         }
         self.released = true;

@@ -50,6 +50,45 @@ async fn pairs(client: &AsyncLockClient, name: &str, n: usize) {
     }
 }
 
+/// The other kinds: `n` lock + unlock pairs of each on names of `name`,
+/// a fenced guard's token checked.
+async fn every_kind(client: &AsyncLockClient, name: &str, n: usize) {
+    let mut last_token = 0;
+    for _ in 0..n {
+        let fenced = LockOptions::new().fenced();
+        let g = client
+            .lock_with(&format!("{name}:fenced"), fenced)
+            .await
+            .unwrap();
+        let token = g.fence().unwrap();
+        assert!(token > last_token, "{token} after {last_token}");
+        last_token = token;
+        g.unlock().await.unwrap();
+        let fair = format!("{name}:fair");
+        client
+            .fair_lock(&fair)
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        let rw = format!("{name}:rw");
+        let (r1, r2) = (
+            client.read_lock(&rw).await.unwrap(),
+            client.read_lock(&rw).await.unwrap(),
+        );
+        r1.unlock().await.unwrap();
+        r2.unlock().await.unwrap();
+        client
+            .write_lock(&rw)
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+}
+
 #[test]
 fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot() {
     let mut server = RedisServer::start();
@@ -64,11 +103,18 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
         .build()
         .unwrap();
     current.block_on(pairs(&client, "lane:ct", 50));
+    current.block_on(every_kind(&client, "lane:ct", 20));
     assert_eq!(io_threads(), 0, "current-thread: {:?}", thread_names());
     let monitor = Monitor::start(&server);
     current.block_on(pairs(&client, "lane:ct", 1));
     let sent = monitor.client_commands_except("leasehold_client:");
     assert_eq!(sent, ["evalsha", "evalsha"], "one pair: {sent:?}");
+    // Every other kind, each lock and unlock one script call: fenced,
+    // fair, two reads, a write.
+    let monitor = Monitor::start(&server);
+    current.block_on(every_kind(&client, "lane:ct", 1));
+    let sent = monitor.client_commands_except("leasehold_client:");
+    assert_eq!(sent, ["evalsha"; 10], "each kind once: {sent:?}");
     let multi = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -78,7 +124,10 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
         let tasks: Vec<_> = (0..8)
             .map(|i| {
                 let client = client.clone();
-                tokio::spawn(async move { pairs(&client, &format!("lane:mt:{i}"), 50).await })
+                tokio::spawn(async move {
+                    pairs(&client, &format!("lane:mt:{i}"), 50).await;
+                    every_kind(&client, &format!("lane:mt:{i}"), 10).await;
+                })
             })
             .collect();
         for t in tasks {

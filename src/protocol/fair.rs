@@ -26,7 +26,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::plain::{granted_fn, mint_fn, UNLOCK_MESSAGE};
-use super::{millis, PubSub};
+use super::{evalsha, millis, token, unexpected, Call, Lua, PubSub};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 use crate::options::Kind;
 
@@ -249,82 +249,67 @@ pub(crate) enum FairAcquire {
 
 /// The fair lock's scripts.
 pub(crate) struct FairScripts {
-    acquire: Script,
-    release: Script,
+    acquire: Lua,
+    release: Lua,
     cancel: Script,
 }
 
 impl FairScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         FairScripts {
-            acquire: pubsub.script(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
-            release: pubsub.script(&format!("{PURGE}{}{}{RELEASE}", mint_fn!(), granted_fn!())),
+            acquire: pubsub.lua(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
+            release: pubsub.lua(&format!("{PURGE}{}{}{RELEASE}", mint_fn!(), granted_fn!())),
             cancel: pubsub.script(CANCEL),
         }
     }
 
-    pub(crate) fn acquire(
+    /// One acquire as a call (read by [`acquire_reply`]); `place`: the
+    /// waiter's place in the queue, when it has one.
+    pub(crate) fn acquire_call(
         &self,
-        con: &mut dyn ConnectionLike,
         key: &str,
         owner: &str,
         lease: Duration,
         fenced: bool,
         place: Option<&str>,
-    ) -> RedisResult<FairAcquire> {
-        let mut invocation = self.acquire.key(key);
-        invocation
-            .key(queue_key(key))
-            .key(timeout_key(key))
-            .key(fair_marks_key(key));
+    ) -> Call<'_> {
+        let mut cmd = evalsha(&self.acquire.script, if fenced { 5 } else { 4 });
+        cmd.arg(key)
+            .arg(queue_key(key))
+            .arg(timeout_key(key))
+            .arg(fair_marks_key(key));
         if fenced {
-            invocation.key(token_key(key));
+            cmd.arg(token_key(key));
         }
-        let reply: Value = invocation
-            .arg(millis(lease))
+        cmd.arg(millis(lease))
             .arg(owner)
             .arg(millis(
                 super::place_lease(Kind::Fair, lease).unwrap_or(QUEUE_LEASE),
             ))
-            .arg(place.unwrap_or(""))
-            .invoke(con)?;
-        Ok(match reply {
-            Value::Nil => FairAcquire::Acquired(None),
-            Value::Array(items) => FairAcquire::Acquired(Some(match items.first() {
-                Some(Value::Int(n)) if *n > 0 => Some(*n as u64),
-                _ => None,
-            })),
-            Value::Int(ms) if ms >= 0 => {
-                FairAcquire::Queued(Some(Duration::from_millis(ms as u64)))
-            }
-            _ => FairAcquire::Queued(None),
-        })
+            .arg(place.unwrap_or(""));
+        self.acquire.call(cmd)
     }
 
-    /// `Some(true)` freed, `Some(false)` still held by other holds, `None`
-    /// not ours.
-    pub(crate) fn release(
+    /// One release as a call (read by [`release_reply`]).
+    pub(crate) fn release_call(
         &self,
-        con: &mut dyn ConnectionLike,
         key: &str,
         owner: &str,
         lease: Duration,
         last: bool,
-    ) -> RedisResult<Option<bool>> {
-        let freed: Option<i64> = self
-            .release
-            .key(key)
-            .key(queue_key(key))
-            .key(timeout_key(key))
-            .key(channel_name(key))
-            .key(fair_marks_key(key))
-            .key(token_key(key))
+    ) -> Call<'_> {
+        let mut cmd = evalsha(&self.release.script, 6);
+        cmd.arg(key)
+            .arg(queue_key(key))
+            .arg(timeout_key(key))
+            .arg(channel_name(key))
+            .arg(fair_marks_key(key))
+            .arg(token_key(key))
             .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(owner)
-            .arg(if last { "1" } else { "0" })
-            .invoke(con)?;
-        Ok(freed.map(|n| n == 1))
+            .arg(if last { "1" } else { "0" });
+        self.release.call(cmd)
     }
 
     /// Leaves the queue; true when the lock was granted to `owner`
@@ -347,6 +332,17 @@ impl FairScripts {
             .invoke(con)?;
         Ok(held == 1)
     }
+}
+
+/// What a fair acquire's reply says.
+pub(crate) fn acquire_reply(reply: Value) -> RedisResult<FairAcquire> {
+    Ok(match reply {
+        Value::Nil => FairAcquire::Acquired(None),
+        Value::Array(items) => FairAcquire::Acquired(Some(items.first().and_then(token))),
+        Value::Int(ms) if ms >= 0 => FairAcquire::Queued(Some(Duration::from_millis(ms as u64))),
+        Value::Int(_) => FairAcquire::Queued(None),
+        other => return Err(unexpected("fair acquire", &other)),
+    })
 }
 
 #[cfg(test)]

@@ -340,45 +340,7 @@ impl Scripts {
         con: &mut dyn ConnectionLike,
         req: &Request<'_>,
     ) -> RedisResult<Attempt> {
-        let (key, owner, lease) = (req.key, req.owner, req.lease);
-        Ok(match req.kind {
-            Kind::Plain => plain_attempt(plain::acquire_reply(
-                self.plain.acquire_call(req).run(con)?,
-            )?),
-            Kind::Fair => {
-                match self.fair.acquire(
-                    con,
-                    key,
-                    owner,
-                    lease,
-                    req.fence != Fence::None,
-                    req.place,
-                )? {
-                    fair::FairAcquire::Acquired(minted) => Attempt::Acquired {
-                        minted: minted.flatten(),
-                    },
-                    fair::FairAcquire::Queued(wait) => Attempt::Wait {
-                        hint: wait,
-                        foreign: false,
-                    },
-                }
-            }
-            Kind::Read | Kind::Write => {
-                let reply = if req.kind == Kind::Write {
-                    self.rw.write(con, key, owner, lease)?
-                } else {
-                    self.rw.read(con, key, owner, lease)?
-                };
-                match reply {
-                    rwlock::RwAcquire::Acquired => Attempt::Acquired { minted: None },
-                    rwlock::RwAcquire::Wait(hint) => Attempt::Wait {
-                        hint,
-                        foreign: false,
-                    },
-                    rwlock::RwAcquire::Upgrade => Attempt::Upgrade,
-                }
-            }
-        })
+        Self::acquire_reply(req.kind, self.acquire_call(req).run(con)?)
     }
 
     /// One release script.
@@ -387,47 +349,75 @@ impl Scripts {
         con: &mut dyn ConnectionLike,
         rel: &Release<'_>,
     ) -> RedisResult<Released> {
-        let counted = |freed: Option<bool>| match freed {
-            Some(true) => Released::Freed,
-            Some(false) => Released::StillHeld,
-            None => Released::NotHeld,
-        };
-        Ok(match rel.kind {
-            Kind::Plain => plain::release_reply(self.plain.release_call(rel).run(con)?)?,
-            Kind::Fair => counted(
-                self.fair
-                    .release(con, rel.key, rel.field, rel.lease, rel.last)?,
-            ),
-            Kind::Read => counted(self.rw.read_release(con, rel.key, rel.field, rel.last)?),
-            Kind::Write => counted(self.rw.write_release(con, rel.key, rel.field, rel.last)?),
+        Self::release_reply(rel.kind, self.release_call(rel).run(con)?)
+    }
+
+    /// The acquire call of `req` as data: what [`acquire`](Self::acquire)
+    /// runs on a blocking connection, and the async face's reactor lane
+    /// (feature `tokio`) sends itself.
+    pub(crate) fn acquire_call(&self, req: &Request<'_>) -> Call<'_> {
+        let (key, owner, lease) = (req.key, req.owner, req.lease);
+        match req.kind {
+            Kind::Plain => self.plain.acquire_call(req),
+            Kind::Fair => {
+                let fenced = req.fence != Fence::None;
+                self.fair.acquire_call(key, owner, lease, fenced, req.place)
+            }
+            Kind::Read => self.rw.read_call(key, owner, lease),
+            Kind::Write => self.rw.write_call(key, owner, lease),
+        }
+    }
+
+    /// What the reply to an [`acquire_call`](Self::acquire_call) of `kind`
+    /// says.
+    pub(crate) fn acquire_reply(kind: Kind, reply: Value) -> RedisResult<Attempt> {
+        Ok(match kind {
+            Kind::Plain => plain_attempt(plain::acquire_reply(reply)?),
+            Kind::Fair => match fair::acquire_reply(reply)? {
+                fair::FairAcquire::Acquired(minted) => Attempt::Acquired {
+                    minted: minted.flatten(),
+                },
+                fair::FairAcquire::Queued(wait) => Attempt::Wait {
+                    hint: wait,
+                    foreign: false,
+                },
+            },
+            Kind::Read | Kind::Write => match rwlock::acquire_reply(reply, kind == Kind::Write)? {
+                rwlock::RwAcquire::Acquired => Attempt::Acquired { minted: None },
+                rwlock::RwAcquire::Wait(hint) => Attempt::Wait {
+                    hint,
+                    foreign: false,
+                },
+                rwlock::RwAcquire::Upgrade => Attempt::Upgrade,
+            },
         })
-    }
-
-    /// The acquire call of `req` as data, for the kinds whose calls the
-    /// async face's reactor lane sends itself (the plain and fenced lock);
-    /// `None` for the others (they go through [`acquire`](Self::acquire)).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn acquire_call(&self, req: &Request<'_>) -> Option<Call<'_>> {
-        (req.kind == Kind::Plain).then(|| self.plain.acquire_call(req))
-    }
-
-    /// What the reply to [`acquire_call`](Self::acquire_call) says.
-    #[cfg(feature = "tokio")]
-    pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Attempt> {
-        plain::acquire_reply(reply).map(plain_attempt)
     }
 
     /// The release call of `rel` as data (see
     /// [`acquire_call`](Self::acquire_call)).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn release_call(&self, rel: &Release<'_>) -> Option<Call<'_>> {
-        (rel.kind == Kind::Plain).then(|| self.plain.release_call(rel))
+    pub(crate) fn release_call(&self, rel: &Release<'_>) -> Call<'_> {
+        let (key, field, last) = (rel.key, rel.field, rel.last);
+        match rel.kind {
+            Kind::Plain => self.plain.release_call(rel),
+            Kind::Fair => self.fair.release_call(key, field, rel.lease, last),
+            Kind::Read => self.rw.read_release_call(key, field, last),
+            Kind::Write => self.rw.write_release_call(key, field, last),
+        }
     }
 
-    /// What the reply to [`release_call`](Self::release_call) says.
-    #[cfg(feature = "tokio")]
-    pub(crate) fn release_reply(reply: Value) -> RedisResult<Released> {
-        plain::release_reply(reply)
+    /// What the reply to a [`release_call`](Self::release_call) of `kind`
+    /// says. The fair and read/write scripts answer 1 (freed), 0 (still
+    /// held by other holds) or nil (not ours).
+    pub(crate) fn release_reply(kind: Kind, reply: Value) -> RedisResult<Released> {
+        if kind == Kind::Plain {
+            return plain::release_reply(reply);
+        }
+        Ok(match reply {
+            Value::Int(1) => Released::Freed,
+            Value::Int(_) => Released::StillHeld,
+            Value::Nil => Released::NotHeld,
+            other => return Err(unexpected("release", &other)),
+        })
     }
 
     /// A waiter of `owner` gives up its place in Redis: the line (`place`),

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::{millis, PubSub};
+use super::{evalsha, millis, unexpected, Call, Lua, PubSub};
 use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
 use crate::options::Kind;
 
@@ -219,113 +219,80 @@ pub(crate) enum RwAcquire {
 
 /// The read/write lock's scripts.
 pub(crate) struct RwScripts {
-    read_acquire: Script,
-    write_acquire: Script,
-    read_release: Script,
-    write_release: Script,
+    read_acquire: Lua,
+    write_acquire: Lua,
+    read_release: Lua,
+    write_release: Lua,
     cancel_writer: Script,
 }
 
 impl RwScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         RwScripts {
-            read_acquire: pubsub.script(&format!("{NOW}{READ_ACQUIRE}")),
-            write_acquire: pubsub.script(&format!("{NOW}{WRITE_ACQUIRE}")),
-            read_release: pubsub.script(&format!("{NOW}{READ_RELEASE}")),
-            write_release: pubsub.script(WRITE_RELEASE),
+            read_acquire: pubsub.lua(&format!("{NOW}{READ_ACQUIRE}")),
+            write_acquire: pubsub.lua(&format!("{NOW}{WRITE_ACQUIRE}")),
+            read_release: pubsub.lua(&format!("{NOW}{READ_RELEASE}")),
+            write_release: pubsub.lua(WRITE_RELEASE),
             cancel_writer: pubsub.script(&format!("{NOW}{CANCEL_WRITER}")),
         }
     }
 
-    /// One read attempt of `owner` on `key`.
-    pub(crate) fn read(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> RedisResult<RwAcquire> {
-        let reply: Value = self
-            .read_acquire
-            .key(key)
-            .key(timeout_prefix(key, owner))
-            .key(writers_key(key))
+    /// One read attempt of `owner` on `key`, as a call (read by
+    /// [`acquire_reply`]).
+    pub(crate) fn read_call(&self, key: &str, owner: &str, lease: Duration) -> Call<'_> {
+        let mut cmd = evalsha(&self.read_acquire.script, 3);
+        cmd.arg(key)
+            .arg(timeout_prefix(key, owner))
+            .arg(writers_key(key))
             .arg(millis(lease))
             .arg(owner)
-            .arg(write_field(owner))
-            .invoke(con)?;
-        Ok(acquire_reply(&reply))
+            .arg(write_field(owner));
+        self.read_acquire.call(cmd)
     }
 
-    /// One write attempt of `owner` on `key`; a refused attempt (re)enters
-    /// the waiting writers.
-    pub(crate) fn write(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> RedisResult<RwAcquire> {
-        let reply: Value = self
-            .write_acquire
-            .key(key)
-            .key(writers_key(key))
+    /// One write attempt of `owner` on `key`, as a call (read by
+    /// [`acquire_reply`]); a refused attempt (re)enters the waiting
+    /// writers.
+    pub(crate) fn write_call(&self, key: &str, owner: &str, lease: Duration) -> Call<'_> {
+        let mut cmd = evalsha(&self.write_acquire.script, 2);
+        cmd.arg(key)
+            .arg(writers_key(key))
             .arg(millis(lease))
             .arg(write_field(owner))
             .arg(owner)
             .arg(millis(
                 super::place_lease(Kind::Write, lease).unwrap_or(WRITER_INTENT),
-            ))
-            .invoke(con)?;
-        Ok(match reply {
-            Value::Int(-3) => RwAcquire::Upgrade,
-            other => acquire_reply(&other),
-        })
+            ));
+        self.write_acquire.call(cmd)
     }
 
-    /// Releases one read hold: `Some(true)` freed the lock, `Some(false)`
-    /// still held, `None` not ours.
-    pub(crate) fn read_release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-        owner: &str,
-        last: bool,
-    ) -> RedisResult<Option<bool>> {
+    /// Releases one read hold, as a call (read by [`release_reply`]).
+    pub(crate) fn read_release_call(&self, key: &str, owner: &str, last: bool) -> Call<'_> {
         let mut others = String::with_capacity(key.len() + 2);
         push_tagged(&mut others, key);
-        let freed: Option<i64> = self
-            .read_release
-            .key(key)
-            .key(channel(key))
-            .key(timeout_prefix(key, owner))
-            .key(others)
-            .key(writers_key(key))
+        let mut cmd = evalsha(&self.read_release.script, 5);
+        cmd.arg(key)
+            .arg(channel(key))
+            .arg(timeout_prefix(key, owner))
+            .arg(others)
+            .arg(writers_key(key))
             .arg(owner)
             .arg(WAKE_ALL)
             .arg(WAKE_ONE)
-            .arg(if last { "1" } else { "0" })
-            .invoke(con)?;
-        Ok(freed.map(|n| n == 1))
+            .arg(if last { "1" } else { "0" });
+        self.read_release.call(cmd)
     }
 
-    /// Releases one write hold; `field` is the owner's write field.
-    pub(crate) fn write_release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-        field: &str,
-        last: bool,
-    ) -> RedisResult<Option<bool>> {
-        let freed: Option<i64> = self
-            .write_release
-            .key(key)
-            .key(channel(key))
+    /// Releases one write hold, as a call (read by [`release_reply`]);
+    /// `field` is the owner's write field.
+    pub(crate) fn write_release_call(&self, key: &str, field: &str, last: bool) -> Call<'_> {
+        let mut cmd = evalsha(&self.write_release.script, 2);
+        cmd.arg(key)
+            .arg(channel(key))
             .arg(field)
             .arg(WAKE_ALL)
-            .arg(if last { "1" } else { "0" })
-            .invoke(con)?;
-        Ok(freed.map(|n| n == 1))
+            .arg(if last { "1" } else { "0" });
+        self.write_release.call(cmd)
     }
 
     /// A waiting writer gives up: out of the writer set, and readers held
@@ -346,10 +313,13 @@ impl RwScripts {
     }
 }
 
-fn acquire_reply(reply: &Value) -> RwAcquire {
-    match reply {
+/// What a read (`write` false) or write attempt's reply says.
+pub(crate) fn acquire_reply(reply: Value, write: bool) -> RedisResult<RwAcquire> {
+    Ok(match reply {
         Value::Nil => RwAcquire::Acquired,
-        Value::Int(ms) if *ms >= 0 => RwAcquire::Wait(Some(Duration::from_millis(*ms as u64))),
-        _ => RwAcquire::Wait(None),
-    }
+        Value::Int(-3) if write => RwAcquire::Upgrade,
+        Value::Int(ms) if ms >= 0 => RwAcquire::Wait(Some(Duration::from_millis(ms as u64))),
+        Value::Int(_) => RwAcquire::Wait(None),
+        other => return Err(unexpected("read/write acquire", &other)),
+    })
 }

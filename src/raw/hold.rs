@@ -187,16 +187,13 @@ impl Raw {
         released_as(hold, released)
     }
 
-    /// Whether a task's release of `hold` goes on the reactor lane
-    /// (feature `tokio`; see [`release_on_lane`](Self::release_on_lane)):
-    /// a plain lock, no replica acknowledgement, no lost reply to undo
-    /// first, a tokio runtime here.
+    /// Whether a task's release goes on the reactor lane now (feature
+    /// `tokio`; see [`release_on_lane`](Self::release_on_lane)): no replica
+    /// acknowledgement, no lost reply to undo first, a tokio runtime here
+    /// with a lane (a client of one server over TCP).
     #[cfg(feature = "tokio")]
-    pub(crate) fn lane_releases(&self, hold: &Hold) -> bool {
-        hold.kind == Kind::Plain
-            && self.replicas.is_none()
-            && !self.orphans.any()
-            && self.conns.lane_here()
+    pub(crate) fn lane_releases(&self) -> bool {
+        self.replicas.is_none() && !self.orphans.any() && self.conns.lane_here()
     }
 
     /// The release of `hold` for a task (the async face): as

@@ -1,6 +1,6 @@
 //! The raw layer on the reactor lane (feature `tokio`; see `conn::lane`):
-//! a task's attempt and release of a plain lock sent on its own tokio
-//! runtime, ending exactly as the blocking calls end (`Raw::attempted`,
+//! a task's attempt and release of a lock of any kind sent on its own
+//! tokio runtime, ending exactly as the blocking calls end (`Raw::attempted`,
 //! `Raw::released_or_pending`), and what a call that was out when its
 //! future was dropped leaves to undo ([`InFlight`]).
 
@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::Raw;
 use crate::conn::Bound;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::park::Park;
 use crate::protocol::{Attempt, Call, Release, Released, Request, Scripts};
 
@@ -41,8 +41,8 @@ impl<F: FnOnce()> Drop for InFlight<F> {
 
 impl Raw {
     /// One attempt on the reactor lane, with the same ending as the
-    /// blocking one: `None` when it cannot go there now — a kind the lane
-    /// does not send, replica acknowledgement (a `WAIT` after the script),
+    /// blocking one: `None` when it cannot go there now — replica
+    /// acknowledgement (a `WAIT` after the script),
     /// an earlier lost reply still to undo, nothing sent — and the I/O
     /// threads send it instead.
     pub(crate) async fn attempt_on_lane(
@@ -55,11 +55,17 @@ impl Raw {
         if self.replicas.is_some() || self.orphans.any() {
             return None;
         }
-        let call = self.scripts().acquire_call(req)?;
+        let call = self.scripts().acquire_call(req);
         let sent_at = Instant::now();
         let (answer, sent) = self
             .conns
-            .run_lane(req.key, bound, &call, Scripts::acquire_reply, sent)
+            .run_lane(
+                req.key,
+                bound,
+                &call,
+                |v| Scripts::acquire_reply(req.kind, v),
+                sent,
+            )
             .await?;
         let answer = answer.map(|a| (a, None));
         Some(self.attempted(name, req, bound, sent_at, (answer, sent)))
@@ -80,14 +86,16 @@ impl Raw {
     where
         L: FnOnce(Result<Released>) + Send + 'static,
     {
-        let Some(call) = self.scripts().release_call(rel) else {
-            return Err(Error::Thread {
-                source: std::io::Error::other("the reactor lane sends no release of this kind"),
-            });
-        };
+        let (call, kind) = (self.scripts().release_call(rel), rel.kind);
         if let Some((ran, _)) = self
             .conns
-            .run_lane(rel.key, bound, &call, Scripts::release_reply, sent)
+            .run_lane(
+                rel.key,
+                bound,
+                &call,
+                |v| Scripts::release_reply(kind, v),
+                sent,
+            )
             .await
         {
             return ran;
@@ -108,7 +116,9 @@ impl Raw {
                 cmd,
             };
             raw.conns
-                .run_sent(&key, bound, |con| Scripts::release_reply(call.run(con)?))
+                .run_sent(&key, bound, |con| {
+                    Scripts::release_reply(kind, call.run(con)?)
+                })
                 .0
         };
         Park::Task.io(job, lost()).await?

@@ -106,7 +106,7 @@ impl AsyncLockGuard {
 
     /// Releases this hold, checking that it was still ours; the round trip
     /// runs on an I/O thread — or, with the `tokio` feature, on the task's
-    /// own tokio runtime (plain and fenced locks of a client of one server).
+    /// own tokio runtime (every lock kind, for a client of one server).
     ///
     /// # Errors
     /// As [`LockGuard::unlock`](crate::LockGuard::unlock).
