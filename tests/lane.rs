@@ -309,4 +309,36 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
         "a 200 ms wait took {took:?}: {got:?}"
     );
     drop(held);
+
+    // An unlock dropped before its request went out (on a runtime with no
+    // lane connection yet, whose handshake, AUTH, is slow): the release is
+    // sent in the background all the same.
+    proxy.set(support::proxy::Fault::Forward);
+    let fresh = AsyncLockClient::new(&url).unwrap();
+    let g = current.block_on(fresh.lock("lane:unsent-unlock")).unwrap();
+    proxy.set(support::proxy::Fault::Delay(Duration::from_millis(250)));
+    let other = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let gave_up =
+        other.block_on(async { tokio::time::timeout(Duration::from_millis(50), g.unlock()).await });
+    assert!(gave_up.is_err(), "the unlock ended: {gave_up:?}");
+    std::thread::sleep(Duration::from_millis(600));
+    proxy.set(support::proxy::Fault::Forward);
+    let dropped = Instant::now();
+    assert!(
+        support::eventually(Duration::from_secs(5), || {
+            !guarded
+                .connection()
+                .exists::<_, bool>("lane:unsent-unlock")
+                .unwrap()
+        }),
+        "the lock is still held {:?} after its unlock was dropped (ttl {} ms)",
+        dropped.elapsed(),
+        guarded
+            .connection()
+            .pttl::<_, i64>("lane:unsent-unlock")
+            .unwrap()
+    );
 }

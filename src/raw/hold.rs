@@ -215,15 +215,22 @@ impl Raw {
         };
         let rel = releasing.release(hold, true);
         let sent_at = Instant::now();
-        // Dropped while the release is out, it may have run or not: the
-        // owner-checked release is sent again once Redis answers.
-        let sent = AtomicBool::new(false);
+        // Dropped before its answer came — the release out (it may have
+        // run or not) or not sent yet (a lane connection still being made):
+        // the owner-checked release is sent in the background until Redis
+        // answers, as nobody else will send it (the hold has left the
+        // ledger and the renewal). Unless an I/O thread has it: that sees it
+        // to its end (`release_lost`).
+        let (sent, on_io) = (AtomicBool::new(false), AtomicBool::new(false));
         let in_flight = super::InFlight::new(|| {
-            if sent.load(Ordering::Relaxed) {
+            if rel.last && !on_io.load(Ordering::Relaxed) {
                 self.pending_release(hold);
             }
         });
-        let lost = || self.release_lost(hold, &rel);
+        let lost = || {
+            on_io.store(true, Ordering::Relaxed);
+            self.release_lost(hold, &rel)
+        };
         let ran = self.release_for_task(&rel, bound, &sent, lost).await;
         in_flight.landed();
         let released = self.released_or_pending(hold, &rel, ran)?;
