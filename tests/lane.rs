@@ -115,6 +115,27 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
     current.block_on(every_kind(&client, "lane:ct", 1));
     let sent = monitor.client_commands_except("leasehold_client:");
     assert_eq!(sent, ["evalsha"; 10], "each kind once: {sent:?}");
+    // A semaphore's permits too (set by a thread: inline).
+    client
+        .blocking()
+        .semaphore("lane:sem")
+        .set_permits(3)
+        .unwrap();
+    let sem = client.semaphore("lane:sem");
+    current.block_on(async {
+        for _ in 0..20 {
+            let one = sem.acquire().await.unwrap();
+            let two = sem.acquire_many(2).await.unwrap();
+            assert!(sem.try_acquire().await.unwrap().is_none());
+            one.release().await.unwrap();
+            two.release().await.unwrap();
+        }
+    });
+    assert_eq!(io_threads(), 0, "semaphore: {:?}", thread_names());
+    let monitor = Monitor::start(&server);
+    current.block_on(async { sem.acquire().await.unwrap().release().await.unwrap() });
+    let sent = monitor.client_commands_except("leasehold_client:");
+    assert_eq!(sent, ["evalsha", "evalsha"], "one permit: {sent:?}");
     let multi = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -315,30 +336,52 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
     // sent in the background all the same.
     proxy.set(support::proxy::Fault::Forward);
     let fresh = AsyncLockClient::new(&url).unwrap();
-    let g = current.block_on(fresh.lock("lane:unsent-unlock")).unwrap();
+    let plain = current.block_on(fresh.lock("lane:unsent-unlock")).unwrap();
+    let fair = current
+        .block_on(fresh.fair_lock("lane:unsent-fair"))
+        .unwrap();
     proxy.set(support::proxy::Fault::Delay(Duration::from_millis(250)));
     let other = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let gave_up =
-        other.block_on(async { tokio::time::timeout(Duration::from_millis(50), g.unlock()).await });
-    assert!(gave_up.is_err(), "the unlock ended: {gave_up:?}");
+    let gave_up = other.block_on(async {
+        let both = futures::future::join(plain.unlock(), fair.unlock());
+        tokio::time::timeout(Duration::from_millis(50), both).await
+    });
+    assert!(gave_up.is_err(), "the unlocks ended: {gave_up:?}");
     std::thread::sleep(Duration::from_millis(600));
     proxy.set(support::proxy::Fault::Forward);
     let dropped = Instant::now();
+    for name in ["lane:unsent-unlock", "lane:unsent-fair"] {
+        assert!(
+            support::eventually(Duration::from_secs(5), || {
+                !guarded.connection().exists::<_, bool>(name).unwrap()
+            }),
+            "{name} is still held {:?} after its unlock was dropped (ttl {} ms)",
+            dropped.elapsed(),
+            guarded.connection().pttl::<_, i64>(name).unwrap()
+        );
+    }
+    // And a semaphore's permit (a new runtime again: no lane connection).
+    let sem = fresh.semaphore("lane:unsent-sem");
+    sem.blocking().set_permits(1).unwrap();
+    let permit = current.block_on(sem.acquire()).unwrap();
+    proxy.set(support::proxy::Fault::Delay(Duration::from_millis(250)));
+    let another = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let gave_up = another.block_on(async {
+        tokio::time::timeout(Duration::from_millis(50), permit.release()).await
+    });
+    assert!(gave_up.is_err(), "the release ended: {gave_up:?}");
+    std::thread::sleep(Duration::from_millis(600));
+    proxy.set(support::proxy::Fault::Forward);
+    let available = || sem.blocking().available().unwrap();
     assert!(
-        support::eventually(Duration::from_secs(5), || {
-            !guarded
-                .connection()
-                .exists::<_, bool>("lane:unsent-unlock")
-                .unwrap()
-        }),
-        "the lock is still held {:?} after its unlock was dropped (ttl {} ms)",
-        dropped.elapsed(),
-        guarded
-            .connection()
-            .pttl::<_, i64>("lane:unsent-unlock")
-            .unwrap()
+        support::eventually(Duration::from_secs(5), || available() == Some(1)),
+        "the permit is not back after its release was dropped: {:?} available",
+        available()
     );
 }

@@ -26,9 +26,9 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Script, Value};
+use redis::{Cmd, ConnectionLike, RedisResult, Script, Value};
 
-use super::{evalsha, millis, run, unexpected, PubSub};
+use super::{evalsha, millis, run, unexpected, Call, Lua, PubSub};
 use crate::names::SemaphoreKeys;
 
 /// Redisson's score for a permit without a lease.
@@ -416,8 +416,8 @@ pub(crate) struct State {
 
 /// The semaphore's scripts, hashed once per client.
 pub(crate) struct SemaphoreScripts {
-    acquire: Script,
-    release: Script,
+    acquire: Lua,
+    release: Lua,
     leave: Script,
     set_permits: Script,
     add_permits: Script,
@@ -428,8 +428,8 @@ pub(crate) struct SemaphoreScripts {
 impl SemaphoreScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         SemaphoreScripts {
-            acquire: pubsub.script(ACQUIRE),
-            release: pubsub.script(RELEASE),
+            acquire: pubsub.lua(ACQUIRE),
+            release: pubsub.lua(RELEASE),
             leave: pubsub.script(LEAVE),
             set_permits: pubsub.script(SET_PERMITS),
             add_permits: pubsub.script(ADD_PERMITS),
@@ -445,6 +445,11 @@ impl SemaphoreScripts {
         keys: &SemaphoreKeys,
         args: &[&[u8]],
     ) -> RedisResult<T> {
+        run(con, script, &Self::cmd(script, keys, args))
+    }
+
+    /// The `EVALSHA` of `script` on the semaphore's five keys, with `args`.
+    fn cmd(script: &Script, keys: &SemaphoreKeys, args: &[&[u8]]) -> Cmd {
         let mut cmd = evalsha(script, 5);
         cmd.arg(&keys.counter)
             .arg(&keys.timeout)
@@ -454,7 +459,7 @@ impl SemaphoreScripts {
         for a in args {
             cmd.arg(*a);
         }
-        run(con, script, &cmd)
+        cmd
     }
 
     /// One attempt to take `permits` permits with ids `ids` for `lease`;
@@ -468,6 +473,20 @@ impl SemaphoreScripts {
         place: Option<&str>,
         ids: &[u8],
     ) -> RedisResult<Acquire> {
+        let call = self.acquire_call(keys, permits, lease, place, ids);
+        acquire_reply(call.run(con)?)
+    }
+
+    /// [`acquire`](Self::acquire) as a call (read by [`acquire_reply`]):
+    /// what the async face's reactor lane (feature `tokio`) sends.
+    pub(crate) fn acquire_call(
+        &self,
+        keys: &SemaphoreKeys,
+        permits: u32,
+        lease: Duration,
+        place: Option<&str>,
+        ids: &[u8],
+    ) -> Call<'_> {
         let (k, ms) = (permits.to_string(), millis(lease).to_string());
         let args: [&[u8]; 4] = [
             k.as_bytes(),
@@ -475,21 +494,8 @@ impl SemaphoreScripts {
             place.unwrap_or("").as_bytes(),
             ids,
         ];
-        let reply: Value = Self::call(con, &self.acquire, keys, &args)?;
-        match &reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1)] => Ok(Acquire::Acquired),
-                [Value::Int(0), Value::Int(wait), Value::Int(avail), Value::Int(exists)] => {
-                    Ok(Acquire::Wait {
-                        hint: u64::try_from(*wait).ok().map(Duration::from_millis),
-                        available: (*exists == 1).then_some(*avail),
-                    })
-                }
-                [Value::Int(2), Value::Int(total)] => Ok(Acquire::TooMany { total: *total }),
-                _ => Err(unexpected("semaphore acquire", &reply)),
-            },
-            _ => Err(unexpected("semaphore acquire", &reply)),
-        }
+        self.acquire
+            .call(Self::cmd(&self.acquire.script, keys, &args))
     }
 
     /// Gives back the permits with ids `ids`.
@@ -499,8 +505,13 @@ impl SemaphoreScripts {
         keys: &SemaphoreKeys,
         ids: &[u8],
     ) -> RedisResult<Released> {
-        let (present, alive): (u32, u32) = Self::call(con, &self.release, keys, &[ids])?;
-        Ok(Released { present, alive })
+        release_reply(self.release_call(keys, ids).run(con)?)
+    }
+
+    /// [`release`](Self::release) as a call (read by [`release_reply`]).
+    pub(crate) fn release_call(&self, keys: &SemaphoreKeys, ids: &[u8]) -> Call<'_> {
+        self.release
+            .call(Self::cmd(&self.release.script, keys, &[ids]))
     }
 
     /// Leaves `place`, giving back what a grant gave it meanwhile: how many
@@ -607,6 +618,43 @@ fn parse_state(reply: &Value) -> Option<State> {
         held,
         line,
     })
+}
+
+/// What an acquire's reply says.
+pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
+    match &reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(1)] => Ok(Acquire::Acquired),
+            [Value::Int(0), Value::Int(wait), Value::Int(avail), Value::Int(exists)] => {
+                Ok(Acquire::Wait {
+                    hint: u64::try_from(*wait).ok().map(Duration::from_millis),
+                    available: (*exists == 1).then_some(*avail),
+                })
+            }
+            [Value::Int(2), Value::Int(total)] => Ok(Acquire::TooMany { total: *total }),
+            _ => Err(unexpected("semaphore acquire", &reply)),
+        },
+        _ => Err(unexpected("semaphore acquire", &reply)),
+    }
+}
+
+/// What a release's reply says: how many of the ids were present, and how
+/// many of those were alive.
+pub(crate) fn release_reply(reply: Value) -> RedisResult<Released> {
+    let count = |v: &Value| match v {
+        Value::Int(n) => u32::try_from(*n).ok(),
+        _ => None,
+    };
+    match &reply {
+        Value::Array(items) => match items.as_slice() {
+            [present, alive] => match (count(present), count(alive)) {
+                (Some(present), Some(alive)) => Ok(Released { present, alive }),
+                _ => Err(unexpected("semaphore release", &reply)),
+            },
+            _ => Err(unexpected("semaphore release", &reply)),
+        },
+        _ => Err(unexpected("semaphore release", &reply)),
+    }
 }
 
 /// What a grant message on a client's semaphore grant channel says: the

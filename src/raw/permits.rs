@@ -66,6 +66,13 @@ pub(crate) struct PermitHold {
     pub(crate) renewed: bool,
 }
 
+/// The first part of a release of `hold`'s permits, before its script:
+/// their renewal stops, and a task waiting for their loss stops waiting.
+fn permits_release_begin(raw: &Raw, hold: &PermitHold) {
+    raw.renewer.cancel(&hold.state, hold.renewed);
+    hold.state.released();
+}
+
 /// The mark in bytes 8 and 9 of a leasehold permit id (see [`permit_id`]).
 const PERMIT_MARK: [u8; 2] = [0x1e, 0xa5];
 
@@ -147,28 +154,69 @@ impl Raw {
     /// first. An error when one of them was no longer ours (its lease ran
     /// out, or it was removed): they were given back all the same.
     pub(crate) fn release_permits(self: &Arc<Self>, hold: &PermitHold, bound: Bound) -> Result<()> {
-        self.renewer.cancel(&hold.state, hold.renewed);
-        // Nothing more to watch: a task waiting for a loss stops.
-        hold.state.released();
+        permits_release_begin(self, hold);
         let sent_at = Instant::now();
-        let released = match self.conns.run_sent(&hold.keys.counter, bound, |con| {
+        let ran = self.conns.run_sent(&hold.keys.counter, bound, |con| {
             self.scripts()
                 .semaphore()
                 .release(con, &hold.keys, &hold.ids)
-        }) {
+        });
+        self.permits_released(hold, ran, sent_at)
+    }
+
+    /// [`release_permits`](Self::release_permits) for a task, on the
+    /// reactor lane (feature `tokio`): `None` when the lane cannot send it
+    /// now (then release them on an I/O thread). A future dropped before
+    /// the answer came — the release out, or not sent yet — leaves the
+    /// release to the background (by id, until Redis answers).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn release_permits_on_lane(
+        self: &Arc<Self>,
+        hold: &PermitHold,
+        bound: Bound,
+    ) -> Option<Result<()>> {
+        if !self.conns.lane_here() {
+            return None;
+        }
+        permits_release_begin(self, hold);
+        let call = self
+            .scripts()
+            .semaphore()
+            .release_call(&hold.keys, &hold.ids);
+        let sent_at = Instant::now();
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let in_flight = super::InFlight::new(|| {
+            self.permits_pending(hold, sent_at);
+        });
+        let ran = self
+            .conns
+            .run_lane(
+                &hold.keys.counter,
+                bound,
+                &call,
+                semaphore::release_reply,
+                &sent,
+            )
+            .await;
+        in_flight.landed();
+        Some(self.permits_released(hold, ran?, sent_at))
+    }
+
+    /// What a release of `hold`'s permits sent at `sent_at` says, whatever
+    /// sent it: one sent and not answered is sent again in the background
+    /// ([`Error::ReleasePending`]); fewer alive than held is
+    /// [`Error::NotHeld`].
+    fn permits_released(
+        self: &Arc<Self>,
+        hold: &PermitHold,
+        ran: (Result<semaphore::Released>, bool),
+        sent_at: Instant,
+    ) -> Result<()> {
+        let released = match ran {
             (Ok(released), _) => released,
             // Sent and not answered: given back (by id) once Redis answers.
             (Err(e), true) if e.is_unanswered() => {
-                let until = hold.state.valid_until();
-                let lost = LostPermits {
-                    keys: Arc::clone(&hold.keys),
-                    ids: Arc::clone(&hold.ids),
-                };
-                // Its name among lost calls: its first permit id (unique).
-                let owner = crate::names::hex(&hold.ids[..hold.ids.len().min(16)]);
-                let mut orphan = Orphan::lost_permits(lost, &owner, Duration::ZERO, None, sent_at);
-                orphan.until = until.max(sent_at + Duration::from_secs(1));
-                self.orphaned(orphan);
+                let until = self.permits_pending(hold, sent_at);
                 return Err(Error::ReleasePending {
                     name: hold.name.clone(),
                     lease_left: until.saturating_duration_since(Instant::now()),
@@ -184,6 +232,22 @@ impl Raw {
             });
         }
         Ok(())
+    }
+
+    /// Gives `hold`'s permits back in the background (by id) until Redis
+    /// answers or their lease would have ended; that instant.
+    fn permits_pending(self: &Arc<Self>, hold: &PermitHold, sent_at: Instant) -> Instant {
+        let until = hold.state.valid_until();
+        let lost = LostPermits {
+            keys: Arc::clone(&hold.keys),
+            ids: Arc::clone(&hold.ids),
+        };
+        // Its name among lost calls: its first permit id (unique).
+        let owner = crate::names::hex(&hold.ids[..hold.ids.len().min(16)]);
+        let mut orphan = Orphan::lost_permits(lost, &owner, Duration::ZERO, None, sent_at);
+        orphan.until = until.max(sent_at + Duration::from_secs(1));
+        self.orphaned(orphan);
+        until
     }
 
     /// One call of semaphore `name`'s scripts on the node serving it.
@@ -326,38 +390,10 @@ impl PermitWaiting<'_> {
         }
     }
 
-    /// Leaves our place and gives back our permits (by id), for a thread
-    /// inline, for a task in the background.
-    fn leave_now(&self, place: Option<String>) {
-        let (raw, keys, ids) = (
-            Arc::clone(self.raw),
-            Arc::clone(&self.keys),
-            Arc::clone(&self.ids),
-        );
-        let (owner, lease) = (self.owner.clone(), self.lease);
-        self.park.detach(move || {
-            raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
-        });
-    }
-}
-
-/// A wait dropped while an attempt of it may have taken permits (its reply
-/// lost, and the future dropped before the wait ended — a task's): they are
-/// given back.
-impl Drop for PermitWaiting<'_> {
-    fn drop(&mut self) {
-        if self.unsettled {
-            self.unsettled = false;
-            self.leave_now(self.place.clone());
-        }
-    }
-}
-
-impl LockKind for PermitWaiting<'_> {
-    type Held = ();
-
-    async fn attempt(&mut self) -> Result<Answer<()>> {
-        self.raw.touch(Instant::now(), self.lease);
+    /// One attempt through [`Park::io`] (for a thread inline, for a task on
+    /// an I/O thread): its answer (and replica acknowledgement), and
+    /// whether it was sent.
+    async fn attempt_on_io(&self) -> Result<(Result<(Acquire, Option<u32>)>, bool)> {
         let (raw, keys, ids) = (
             Arc::clone(self.raw),
             Arc::clone(&self.keys),
@@ -401,7 +437,92 @@ impl LockKind for PermitWaiting<'_> {
                 });
             }
         };
-        let (answer, sent) = self.park.io(job, lost).await?;
+        self.park.io(job, lost).await
+    }
+
+    /// A task's attempt on the reactor lane (feature `tokio`; see
+    /// `conn::lane`): `None` when it cannot go there now (a thread's wait,
+    /// replica acknowledgement, an earlier lost reply still to undo, not a
+    /// tokio runtime, nothing sent). A future dropped while the attempt is
+    /// out gives back what it may have taken, by id, at once.
+    #[cfg(feature = "tokio")]
+    async fn attempt_on_lane(&self) -> Option<(Result<(Acquire, Option<u32>)>, bool)> {
+        let raw = self.raw;
+        if !matches!(self.park, Park::Task)
+            || raw.replicas.is_some()
+            || raw.orphans.any()
+            || !raw.conns.lane_here()
+        {
+            return None;
+        }
+        let call = raw.scripts().semaphore().acquire_call(
+            &self.keys,
+            self.permits,
+            self.lease,
+            self.place.as_deref(),
+            &self.ids,
+        );
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let in_flight = super::InFlight::new(|| {
+            if sent.load(std::sync::atomic::Ordering::Relaxed) {
+                self.leave_now(self.place.clone());
+            }
+        });
+        let ran = raw
+            .conns
+            .run_lane(
+                &self.keys.counter,
+                self.bound,
+                &call,
+                semaphore::acquire_reply,
+                &sent,
+            )
+            .await;
+        in_flight.landed();
+        let (answer, sent) = ran?;
+        Some((answer.map(|a| (a, None)), sent))
+    }
+
+    /// Leaves our place and gives back our permits (by id), for a thread
+    /// inline, for a task in the background.
+    fn leave_now(&self, place: Option<String>) {
+        let (raw, keys, ids) = (
+            Arc::clone(self.raw),
+            Arc::clone(&self.keys),
+            Arc::clone(&self.ids),
+        );
+        let (owner, lease) = (self.owner.clone(), self.lease);
+        self.park.detach(move || {
+            raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
+        });
+    }
+}
+
+/// A wait dropped while an attempt of it may have taken permits (its reply
+/// lost, and the future dropped before the wait ended — a task's): they are
+/// given back.
+impl Drop for PermitWaiting<'_> {
+    fn drop(&mut self) {
+        if self.unsettled {
+            self.unsettled = false;
+            self.leave_now(self.place.clone());
+        }
+    }
+}
+
+impl LockKind for PermitWaiting<'_> {
+    type Held = ();
+
+    async fn attempt(&mut self) -> Result<Answer<()>> {
+        self.raw.touch(Instant::now(), self.lease);
+        #[cfg(feature = "tokio")]
+        let on_lane = self.attempt_on_lane().await;
+        #[cfg(not(feature = "tokio"))]
+        let on_lane = None;
+        let (answer, sent) = match on_lane {
+            Some(ran) => ran,
+            None => self.attempt_on_io().await?,
+        };
         let (answer, unacked) = match answer {
             Err(e) => {
                 if sent && e.is_unanswered() {

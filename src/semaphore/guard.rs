@@ -95,6 +95,27 @@ impl PermitGuard {
         self.released = true;
         self.raw.release_permits(&self.hold, Bound::default())
     }
+
+    /// [`release`](Self::release) for a task, on the reactor lane (feature
+    /// `tokio`): the guard back when the lane cannot send it now (then
+    /// release it on an I/O thread).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn release_on_lane(mut self) -> std::result::Result<Result<()>, Self> {
+        // Dropped while on the lane, the release is left to the background
+        // there, not to `Drop`.
+        self.released = true;
+        match self
+            .raw
+            .release_permits_on_lane(&self.hold, Bound::default())
+            .await
+        {
+            Some(done) => Ok(done),
+            None => {
+                self.released = false;
+                Err(self)
+            }
+        }
+    }
 }
 
 impl Drop for PermitGuard {

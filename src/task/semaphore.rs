@@ -238,15 +238,21 @@ impl AsyncPermitGuard {
     }
 
     /// Gives the permits back, checking that they were still ours; the
-    /// round trip runs on an I/O thread.
+    /// round trip runs on an I/O thread — or, with the `tokio` feature, on
+    /// the task's own tokio runtime (a client of one server).
     ///
     /// # Errors
     /// As [`PermitGuard::release`].
     pub async fn release(mut self) -> Result<()> {
-        match self.guard.take() {
-            Some(guard) => Park::Task.io(move || guard.release(), drop).await?,
-            None => Ok(()),
-        }
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        #[cfg(feature = "tokio")]
+        let guard = match guard.release_on_lane().await {
+            Ok(done) => return done,
+            Err(guard) => guard,
+        };
+        Park::Task.io(move || guard.release(), drop).await?
     }
 }
 
