@@ -13,8 +13,9 @@
 //!   connections.
 //! - W4 renewal: 100,000 live watchdog guards (see `common/w4.rs`).
 //! - A1 / A2c, the async API: one task's lock + unlock against W1's blocking
-//!   pairs, and 8 tasks with a client each in the W2c shape (see
-//!   `common/tasks.rs`).
+//!   pairs (and the same for the fair, read and write locks and a
+//!   semaphore permit, against their blocking pairs), and 8 tasks with a
+//!   client each in the W2c shape (see `common/tasks.rs`).
 //! - S1 / S2, the semaphore: uncontended acquire + release, and 8 clients
 //!   on 2 permits against a spinning `DECR`/`INCR` floor (see
 //!   `common/sem.rs`).
@@ -190,6 +191,7 @@ fn main() {
                 let a = tasks::a1(&url, secs);
                 let (w2c_lh, a2c) = (w2c(Kind::Leasehold, &url, secs), tasks::a2c(&url, secs));
                 println!("{}", table::async_lines(&a, &w2c_lh, &a2c));
+                println!("{}", table::kind_lines(&tasks::a1_kinds(&url, secs)));
             }
             "sem" => println!("{}", sem::lines(&sem::measure(&url, secs))),
             "floors" => {
@@ -222,6 +224,7 @@ fn main() {
     let (w2c_raw, w2c_lh) = median_round(rounds, |k| w2c(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] A1 / A2c the async API: one task uncontended, 8 tasks a client each…");
     let a1 = tasks::a1(&url, secs);
+    let a1_kinds = tasks::a1_kinds(&url, secs);
     // Each round: W2c's blocking threads, then the tasks; the median
     // round's pair is compared.
     let (a2c_w2c, a2c) = median_round(
@@ -265,6 +268,7 @@ fn main() {
         w2c_raw,
         w2c_lh,
         a1,
+        a1_kinds,
         a2c_w2c,
         a2c,
         w2pp_raw,

@@ -24,6 +24,8 @@ pub struct Results {
     pub w2c_raw: Contended,
     pub w2c_lh: Contended,
     pub a1: AsyncUncontended,
+    /// A1 for the other kinds: (kind, figures).
+    pub a1_kinds: Vec<(&'static str, AsyncUncontended)>,
     /// W2c measured in the same rounds as A2c (its median round's).
     pub a2c_w2c: Contended,
     pub a2c: Contended,
@@ -64,6 +66,7 @@ pub fn render(r: &Results) -> String {
         w2c_raw,
         w2c_lh,
         a1,
+        a1_kinds,
         a2c_w2c,
         a2c,
         w2pp_raw,
@@ -309,6 +312,9 @@ pub fn render(r: &Results) -> String {
     for (f, blocking, asynch, ratio, target, ok) in async_rows(a1, a2c_w2c, a2c) {
         row("A async API", &f, blocking, asynch, ratio, target, Some(ok));
     }
+    for (f, blocking, asynch, ratio) in kind_rows(a1_kinds) {
+        row("A async API", &f, blocking, asynch, ratio, "", None);
+    }
     // The semaphore against the floor a user would write by hand.
     for (f, floor, lh, ratio, target, ok) in crate::sem::rows(sem) {
         row("S semaphore", &f, floor, lh, ratio, target, Some(ok));
@@ -497,6 +503,31 @@ fn async_rows(
             a2c.client_cmds_per_cs <= 3.0,
         ),
     ]
+}
+
+/// A1's shape for the other kinds (no target: what the reactor lane gives
+/// them): (figure, blocking, async, ratio).
+fn kind_rows(kinds: &[(&'static str, AsyncUncontended)]) -> Vec<(String, String, String, String)> {
+    kinds
+        .iter()
+        .map(|(kind, a)| {
+            (
+                format!("A1 {kind}: one task, pairs/s (blocking: the same kind's, same blocks)"),
+                format!("{:.0}", a.blocking_rate),
+                format!("{:.0}", a.async_rate),
+                format!("{:.2}", a.ratio),
+            )
+        })
+        .collect()
+}
+
+/// A1's other kinds, as lines (`BENCH_ONLY=async`).
+pub fn kind_lines(kinds: &[(&'static str, AsyncUncontended)]) -> String {
+    kind_rows(kinds)
+        .into_iter()
+        .map(|(f, b, a, r)| format!("{f}: blocking {b}, async {a}, {r}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The async rows alone, as lines (`BENCH_ONLY=async`).

@@ -1,7 +1,8 @@
 //! The async API's rows (issue 27), each beside the blocking figure it must
 //! keep up with, from the same run: A1 uncontended (a current-thread tokio
 //! runtime, one task, lock + unlock) against W1's blocking pairs in
-//! alternating blocks; A2c 8 tasks on one multi-thread runtime of tokio's
+//! alternating blocks, and the same for the other kinds (no target: what
+//! the reactor lane gives them); A2c 8 tasks on one multi-thread runtime of tokio's
 //! default size (a worker per CPU the process may use: one pinned, two
 //! unpinned), each with its own `AsyncLockClient`, on one name — the W2c
 //! shape and critical section (shared record, 20 µs of work). Built with
@@ -26,43 +27,125 @@ pub(crate) struct AsyncUncontended {
 pub(crate) fn a1(url: &str, secs: f64) -> AsyncUncontended {
     let client = LockClient::new(url).unwrap();
     let tasks = client.to_async();
+    alternate(
+        secs,
+        || client.lock("a1-blocking").unwrap().unlock().unwrap(),
+        async || {
+            let g = tasks.lock("a1-async").await.unwrap();
+            g.unlock().await.unwrap()
+        },
+    )
+}
+
+/// A1 for the other kinds (fair, read, write, one semaphore permit), as
+/// A1 measures the plain lock: `(kind, figures)`.
+pub(crate) fn a1_kinds(url: &str, secs: f64) -> Vec<(&'static str, AsyncUncontended)> {
+    let client = LockClient::new(url).unwrap();
+    let tasks = client.to_async();
+    let secs = secs / 2.0;
+    let sem = client.semaphore("a1-sem-blocking");
+    sem.set_permits(1).unwrap();
+    let task_sem = tasks.semaphore("a1-sem-async");
+    task_sem.blocking().set_permits(1).unwrap();
+    vec![
+        (
+            "fair",
+            alternate(
+                secs,
+                || client.fair_lock("a1f-b").unwrap().unlock().unwrap(),
+                async || {
+                    tasks
+                        .fair_lock("a1f-a")
+                        .await
+                        .unwrap()
+                        .unlock()
+                        .await
+                        .unwrap()
+                },
+            ),
+        ),
+        (
+            "read",
+            alternate(
+                secs,
+                || client.read_lock("a1r-b").unwrap().unlock().unwrap(),
+                async || {
+                    tasks
+                        .read_lock("a1r-a")
+                        .await
+                        .unwrap()
+                        .unlock()
+                        .await
+                        .unwrap()
+                },
+            ),
+        ),
+        (
+            "write",
+            alternate(
+                secs,
+                || client.write_lock("a1w-b").unwrap().unlock().unwrap(),
+                async || {
+                    tasks
+                        .write_lock("a1w-a")
+                        .await
+                        .unwrap()
+                        .unlock()
+                        .await
+                        .unwrap()
+                },
+            ),
+        ),
+        (
+            "semaphore",
+            alternate(
+                secs,
+                || sem.acquire().unwrap().release().unwrap(),
+                async || task_sem.acquire().await.unwrap().release().await.unwrap(),
+            ),
+        ),
+    ]
+}
+
+/// Alternating blocks of 1,000 blocking pairs and 1,000 async pairs (a
+/// current-thread tokio runtime, one task), for `secs` and at least five
+/// blocks each; the rates and the median of per-block ratios.
+fn alternate(
+    secs: f64,
+    mut blocking: impl FnMut(),
+    mut asynch: impl AsyncFnMut(),
+) -> AsyncUncontended {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     const BLOCK: usize = 1_000;
-    let (mut ratios, mut blocking, mut asynch) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ratios, mut blocking_rates, mut async_rates) = (Vec::new(), Vec::new(), Vec::new());
     let until = Instant::now() + Duration::from_secs_f64(secs);
     while ratios.len() < 5 || Instant::now() < until {
         let t = Instant::now();
         for _ in 0..BLOCK {
-            client.lock("a1-blocking").unwrap().unlock().unwrap();
+            blocking();
         }
         let b = BLOCK as f64 / t.elapsed().as_secs_f64();
         let t = Instant::now();
         rt.block_on(async {
             for _ in 0..BLOCK {
-                tasks
-                    .lock("a1-async")
-                    .await
-                    .unwrap()
-                    .unlock()
-                    .await
-                    .unwrap();
+                asynch().await;
             }
         });
         let a = BLOCK as f64 / t.elapsed().as_secs_f64();
         ratios.push(a / b);
-        blocking.push(b);
-        asynch.push(a);
+        blocking_rates.push(b);
+        async_rates.push(a);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     AsyncUncontended {
-        blocking_rate: median(&mut blocking),
-        async_rate: median(&mut asynch),
+        blocking_rate: median(&mut blocking_rates),
+        async_rate: median(&mut async_rates),
         ratio: median(&mut ratios),
     }
 }
