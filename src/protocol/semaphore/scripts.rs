@@ -1,0 +1,325 @@
+//! The semaphore's Lua scripts (see the module's opening comment for the
+//! layout they keep): a prelude of helpers every script starts with, then
+//! acquire, release, leave the line, set and add permits, and the reads.
+
+/// The Lua prelude of every semaphore script: the keys, the server's clock
+/// in ms (`now`), and the helpers `ids(blob)` (16-byte permit ids),
+/// `total()` (permits available and out; nil while the counter does not
+/// exist), `head()` (the first live place in line and the ids it asks for,
+/// dropping on the way dead places and places asking for more permits than
+/// the semaphore has — their waiters' next attempt is refused), `reclaim()`
+/// (takes expired permits out of the lease table: how many), `place(p)`
+/// (until when place `p` lives, ms, and the ids it asks for; nil when it
+/// has no entry), `give(n,
+/// announce)` (gives `n` permits back: to the places first in line while
+/// what each asks for fits — each set with the short lease its place names,
+/// its place gone, its client told on its grant channel
+/// `leasehold_sgrant:{<key>}:<client id>` with the place, unless it is the
+/// place of the acquire running (`me`), which answers it — then, with
+/// `announce`, the count left available on Redisson's channel, for its
+/// waiters: they are not in our line) and `join(place, blob)` (takes a
+/// place at the end of the line, or confirms it where it stands).
+macro_rules! prelude {
+    () => {
+        concat!(
+            $crate::protocol::plain::granted_fn!(),
+            r#"
+local N, T, C, L, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local me = false
+local function ids(blob)
+    local out = {}
+    for i = 1, #blob - 15, 16 do
+        out[#out + 1] = string.sub(blob, i, i + 15)
+    end
+    return out
+end
+local function total()
+    local v = redis.call('get', N)
+    if not v then
+        return nil
+    end
+    return tonumber(v) + redis.call('zcard', T)
+end
+local function place(p)
+    local v = redis.call('hget', P, p)
+    local sp = v and string.find(v, ' ', 1, true)
+    if not sp then
+        return nil
+    end
+    return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1)
+end
+local function head()
+    local all = total()
+    local first = redis.call('lindex', L, 0)
+    while first do
+        local until_ms, blob = place(first)
+        if until_ms and until_ms > now and string.match(first, '^.+:.+#.+$')
+                and not (all and #blob / 16 > all) then
+            return first, blob
+        end
+        redis.call('lpop', L)
+        redis.call('hdel', P, first)
+        first = redis.call('lindex', L, 0)
+    end
+    return nil
+end
+local function reclaim()
+    local expired = redis.call('zrangebyscore', T, 0, now, 'limit', 0, "#,
+            $crate::protocol::semaphore::reclaim_max!(),
+            r#")
+    if #expired > 0 then
+        redis.call('zrem', T, unpack(expired))
+    end
+    return #expired
+end
+local function give(n, announce)
+    local avail
+    if n > 0 then
+        avail = redis.call('incrby', N, n)
+    else
+        avail = tonumber(redis.call('get', N) or '0')
+    end
+    local first, blob = head()
+    while first and math.floor(#blob / 16) <= avail do
+        avail = redis.call('decrby', N, math.floor(#blob / 16))
+        local expiry = now + granted(first)
+        for _, id in ipairs(ids(blob)) do
+            redis.call('zadd', T, expiry, id)
+        end
+        redis.call('lpop', L)
+        redis.call('hdel', P, first)
+        if first ~= me then
+            redis.call('publish', 'leasehold_sgrant' .. string.sub(L, 16) .. ':'
+                .. string.match(first, '^(.*):'), first)
+        end
+        first, blob = head()
+    end
+    if announce and avail > 0 then
+        redis.call('publish', C, avail)
+    end
+end
+local function join(p, blob)
+    if redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1 then
+        redis.call('rpush', L, p)
+    end
+    -- No place lives longer: the places of waiters that all died go by
+    -- themselves (their dead entries in the line with the next script).
+    redis.call('pexpire', P, "#,
+            $crate::protocol::plain::place_lease_ms!(),
+            r#")
+end
+"#
+        )
+    };
+}
+
+/// Expired permits one script takes back at most (the rest by the next).
+macro_rules! reclaim_max {
+    () => {
+        "1000"
+    };
+}
+pub(crate) use reclaim_max;
+
+/// Acquire. ARGV: permits, lease ms, place (`''`: a single try, no place),
+/// the ids (16 bytes each, as many as permits).
+///
+/// Our own ids past their lease (a grant heard too late) and every expired
+/// permit go back first (to the line). Then: our ids in the table — a grant
+/// to our place came first, or just now — are ours, with our own lease:
+/// `{1}`. More permits asked for than the semaphore has in all: our place
+/// goes, `{2, total}`. Otherwise, with nobody before us in line (no live
+/// place, or ours first) and enough permits available, they are taken (the
+/// counter's TTL copied to the table, as Redisson does): `{1}`. Otherwise
+/// our place is taken or confirmed and the reply is `{0, ms until the
+/// soonest lease ends + 1 (-1: no lease ends), available, 1 (0: the
+/// counter does not exist)}`.
+pub(crate) const ACQUIRE: &str = concat!(
+    prelude!(),
+    r#"
+me = ARGV[3]
+local k = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+local mine = ids(ARGV[4])
+local back = 0
+for _, id in ipairs(mine) do
+    local score = redis.call('zscore', T, id)
+    if score and tonumber(score) <= now then
+        back = back + redis.call('zrem', T, id)
+    end
+end
+back = back + reclaim()
+give(back, back > 0)
+if redis.call('zscore', T, mine[1]) then
+    for _, id in ipairs(mine) do
+        redis.call('zadd', T, 'xx', now + lease, id)
+    end
+    return {1}
+end
+local all = total()
+if all and k > all then
+    if ARGV[3] ~= '' and redis.call('hdel', P, ARGV[3]) == 1 then
+        redis.call('lrem', L, 1, ARGV[3])
+    end
+    return {2, all}
+end
+local first = head()
+local avail = tonumber(redis.call('get', N) or '0')
+if all and (not first or first == ARGV[3]) and avail >= k then
+    redis.call('decrby', N, k)
+    for _, id in ipairs(mine) do
+        redis.call('zadd', T, now + lease, id)
+    end
+    if first then
+        redis.call('lpop', L)
+        redis.call('hdel', P, first)
+    end
+    local ttl = redis.call('pttl', N)
+    if ttl > 0 then
+        redis.call('pexpire', T, ttl)
+    end
+    return {1}
+end
+if ARGV[3] ~= '' then
+    join(ARGV[3], ARGV[4])
+end
+local wait = -1
+local soonest = redis.call('zrange', T, 0, 0, 'withscores')
+if soonest[2] and tonumber(soonest[2]) < "#,
+    "922337203685477",
+    r#" then
+    wait = math.max(tonumber(soonest[2]) - now, 0) + 1
+end
+if all then
+    return {0, wait, avail, 1}
+end
+return {0, wait, 0, 0}
+"#
+);
+
+/// Release. ARGV: the ids. Each of them still in the table goes (expired
+/// ones too: they would be reclaimed anyway), with every expired permit;
+/// all go back (to the line first). Reply `{present, alive}`: how many of
+/// ours were still there, and how many of those had not expired.
+pub(crate) const RELEASE: &str = concat!(
+    prelude!(),
+    r#"
+local present, alive = 0, 0
+for _, id in ipairs(ids(ARGV[1])) do
+    local score = redis.call('zscore', T, id)
+    if score then
+        redis.call('zrem', T, id)
+        present = present + 1
+        if tonumber(score) > now then
+            alive = alive + 1
+        end
+    end
+end
+local n = present + reclaim()
+give(n, n > 0)
+return {present, alive}
+"#
+);
+
+/// Leave the line. ARGV: place, the ids. The place goes, and so do our
+/// permits if a grant gave them to us meanwhile; what that gives back — and
+/// what our place held up, if it was first — goes to the line, and what is
+/// left available is announced (Redisson's waiters may have waited behind
+/// our place). Reply: how many permits of ours were granted (and are given
+/// back now).
+pub(crate) const LEAVE: &str = concat!(
+    prelude!(),
+    r#"
+if redis.call('hdel', P, ARGV[1]) == 1 then
+    redis.call('lrem', L, 1, ARGV[1])
+end
+local ours = 0
+for _, id in ipairs(ids(ARGV[2])) do
+    ours = ours + redis.call('zrem', T, id)
+end
+give(ours + reclaim(), true)
+return ours
+"#
+);
+
+/// Set the number of permits. ARGV: the total, `1` to set it only when the
+/// semaphore has none set yet (Redisson's `trySetPermits`). The total
+/// counts permits taken (the lease table) and available (the counter), as
+/// Redisson's `setPermits`: the counter moves by the difference. Reply: 1
+/// when set, 0 when it was set already (`ARGV[2] == '1'`).
+pub(crate) const SET_PERMITS: &str = concat!(
+    prelude!(),
+    r#"
+local current = redis.call('get', N)
+if current and ARGV[2] == '1' then
+    return 0
+end
+reclaim()
+local free = tonumber(ARGV[1]) - redis.call('zcard', T)
+if current then
+    if free ~= tonumber(current) then
+        redis.call('incrby', N, free - tonumber(current))
+    end
+else
+    redis.call('set', N, free)
+end
+give(0, true)
+return 1
+"#
+);
+
+/// Add permits (a negative number takes them away; the counter may go
+/// below zero while more are taken than there are). ARGV: the number.
+/// Reply: the permits available after.
+pub(crate) const ADD_PERMITS: &str = concat!(
+    prelude!(),
+    r#"
+redis.call('incrby', N, ARGV[1])
+local back = reclaim()
+give(back, back > 0 or tonumber(ARGV[1]) > 0)
+return tonumber(redis.call('get', N))
+"#
+);
+
+/// Available permits, after expired ones went back (a write, as
+/// Redisson's `availablePermits`). Reply: the counter, nil when there is
+/// none.
+pub(crate) const AVAILABLE: &str = concat!(
+    prelude!(),
+    r#"
+local back = reclaim()
+give(back, back > 0)
+return redis.call('get', N)
+"#
+);
+
+/// What an operator sees (reads only): `{now ms, counter (nil: none), {id,
+/// expiry, …} of the lease table, {place, ms it lives, permits asked, …}
+/// of the line}`.
+pub(crate) const INSPECT: &str = r#"
+local N, T, L, P = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local places = {}
+for _, p in ipairs(redis.call('lrange', L, 0, 999)) do
+    local v = redis.call('hget', P, p)
+    local sp = v and string.find(v, ' ', 1, true)
+    local ttl = sp and tonumber(string.sub(v, 1, sp - 1)) - now
+    if ttl and ttl > 0 then
+        places[#places + 1] = p
+        places[#places + 1] = ttl
+        places[#places + 1] = math.floor((#v - sp) / 16)
+    end
+end
+local held = {}
+for i, v in ipairs(redis.call('zrange', T, 0, 999, 'withscores')) do
+    if i % 2 == 1 then
+        held[#held + 1] = v
+    else
+        held[#held + 1] = string.format('%.0f', tonumber(v))
+    end
+end
+return {now, redis.call('get', N), held, places}
+"#;
