@@ -107,6 +107,9 @@ impl AsyncLockGuard {
     /// Releases this hold, checking that it was still ours; the round trip
     /// runs on an I/O thread — or, with the `tokio` feature, on the task's
     /// own tokio runtime (every lock kind, for a client of one server).
+    /// Dropped before it completes (a `select!`, a timeout), the future
+    /// leaves the release to the background: the hold is given back all the
+    /// same, owner-checked, once Redis answers.
     ///
     /// # Errors
     /// As [`LockGuard::unlock`](crate::LockGuard::unlock).

@@ -239,7 +239,9 @@ impl AsyncPermitGuard {
 
     /// Gives the permits back, checking that they were still ours; the
     /// round trip runs on an I/O thread — or, with the `tokio` feature, on
-    /// the task's own tokio runtime (a client of one server).
+    /// the task's own tokio runtime (a client of one server). Dropped
+    /// before it completes, the future leaves the release to the
+    /// background: the permits come back all the same, by id.
     ///
     /// # Errors
     /// As [`PermitGuard::release`].
