@@ -384,4 +384,46 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
         "the permit is not back after its release was dropped: {:?} available",
         available()
     );
+
+    // Acquires dropped while their requests are held up on the way (a slow
+    // network; here a proxy holds them 300 ms, and the undo goes out at
+    // once on another connection): what they take when they land — a
+    // permit, a lock — is undone after them, not before.
+    let slow = support::proxy::FaultProxy::start(server.port());
+    let late = LockClient::builder(&slow.url())
+        .socket_timeout(Duration::from_secs(1))
+        .watchdog_lease(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .to_async();
+    let sem = late.semaphore("lane:late-sem");
+    sem.blocking().set_permits(1).unwrap();
+    current.block_on(async {
+        // A lane connection each, on this runtime.
+        let (permit, lock) = futures::future::join(sem.acquire(), late.lock("lane:late")).await;
+        permit.unwrap().release().await.unwrap();
+        lock.unwrap().unlock().await.unwrap();
+    });
+    slow.set(support::proxy::Fault::Delay(Duration::from_millis(300)));
+    current.block_on(async {
+        let mut both = Box::pin(futures::future::join(sem.acquire(), late.lock("lane:late")));
+        let r = tokio::time::timeout(Duration::from_millis(30), &mut both).await;
+        assert!(r.is_err(), "the acquires ended");
+        slow.set(support::proxy::Fault::Forward);
+        drop(both);
+    });
+    let dropped = Instant::now();
+    let (permit_back, lock_free) = (
+        || sem.blocking().available().unwrap() == Some(1),
+        || !server.connection().exists::<_, bool>("lane:late").unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        support::eventually(Duration::from_secs(2), || permit_back() && lock_free()),
+        "{:?} after the drop: permit back {}, lock free {} (ttl {} ms)",
+        dropped.elapsed(),
+        permit_back(),
+        lock_free(),
+        server.connection().pttl::<_, i64>("lane:late").unwrap()
+    );
 }

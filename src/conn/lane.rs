@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 use tokio::runtime::{Handle, Id};
 
 use super::wire::Hello;
-use crate::park::Sleep;
+use crate::park::{Park, Sleep};
 use crate::protocol::Call;
 
 /// The most a reply may be (a larger one is not a lock script's).
@@ -100,18 +100,18 @@ impl Lane {
 
     /// Whether a call made here now could go on the lane: a tokio runtime
     /// with an I/O driver runs this task, and no connection failed lately.
-    pub(crate) fn here(&self) -> Option<Id> {
+    pub(crate) fn here(&self) -> Option<Handle> {
         // (Inside a runtime's context that no thread of it drives while
         // the call waits — another executor's `block_on` in a task of a
         // current-thread runtime, or under `Handle::enter` — the reply is
         // not heard until the socket timeout: as for any tokio socket
         // there. `#[tokio::main]`'s own `block_on` does drive it, so
         // requiring a task would leave that out.)
-        let id = Handle::try_current().ok()?.id();
+        let handle = Handle::try_current().ok()?;
         if !self.trouble.load(Ordering::Relaxed) {
-            return Some(id);
+            return Some(handle);
         }
-        if self.no_io.lock().contains(&id) {
+        if self.no_io.lock().contains(&handle.id()) {
             return None;
         }
         if self
@@ -121,23 +121,31 @@ impl Lane {
         {
             return None;
         }
-        Some(id)
+        Some(handle)
     }
 
     /// Sends `call` and reads its reply, waiting at most `connect` for a
     /// new connection and `io` for the reply — and nothing past `end`, what
-    /// connecting took counted in. `sent` is set while the request is out
-    /// (a future dropped then leaves it to be undone).
+    /// connecting took counted in. `sent` is set while the request is out.
+    ///
+    /// A future dropped while the request is out leaves it to the lane:
+    /// its reply is still read, on an I/O thread (at most `io`), and then
+    /// what `undo` makes runs — after the call ran in Redis, so an undo
+    /// sent on another connection cannot overtake a request held up on
+    /// the way. Told whether the call may still be on its way (no reply
+    /// came: its undo must be sent again until that is safe).
     pub(crate) async fn call(
         &self,
         call: &Call<'_>,
         (connect, io, end): (Duration, Duration, Option<Instant>),
         sent: &AtomicBool,
+        undo: Option<MakeUndo<'_>>,
     ) -> Answer {
-        let Some(runtime) = self.here() else {
+        let Some(handle) = self.here() else {
             return Answer::Skip;
         };
-        let (mut con, reused) = match self.take(runtime) {
+        let runtime = handle.id();
+        let (con, reused) = match self.take(runtime) {
             Some(con) => (con, true),
             None => match self.connect(runtime, connect).await {
                 Some(con) => (con, false),
@@ -153,15 +161,25 @@ impl Lane {
             return Answer::Skip;
         }
         let bytes = call.cmd.get_packed_command();
-        let mut buf = Vec::new();
-        let stream = &mut con.stream;
+        let mut out = Out {
+            con: Some(con),
+            buf: Vec::new(),
+            sent,
+            undo,
+            io,
+            done: false,
+        };
+        let Some(con) = out.con.as_mut() else {
+            return Answer::Skip;
+        };
+        let (stream, buf) = (&mut con.stream, &mut out.buf);
         let exchange = async {
             stream
                 .write_all(&bytes)
                 .await
                 .map_err(|_| Sending::Unsent)?;
             sent.store(true, Ordering::Relaxed);
-            let reply = read_reply(stream, &mut buf).await.map_err(Sending::Read)?;
+            let reply = read_reply(stream, buf).await.map_err(Sending::Read)?;
             if !is_noscript(&reply) {
                 return Ok(reply);
             }
@@ -173,7 +191,7 @@ impl Lane {
                 .arg(call.source)
                 .get_packed_command();
             stream.write_all(&load).await.map_err(|_| Sending::Unsent)?;
-            let loaded = read_reply(stream, &mut buf).await;
+            let loaded = read_reply(stream, buf).await;
             loaded
                 .and_then(|l| l.extract_error())
                 .map_err(|_| Sending::Unsent)?;
@@ -182,9 +200,12 @@ impl Lane {
                 .await
                 .map_err(|_| Sending::Unsent)?;
             sent.store(true, Ordering::Relaxed);
-            read_reply(stream, &mut buf).await.map_err(Sending::Read)
+            read_reply(stream, buf).await.map_err(Sending::Read)
         };
-        let reply = match within(io, exchange).await {
+        let ended = within(io, exchange).await;
+        // Not dropped: the caller has the outcome.
+        out.done = true;
+        let reply = match ended {
             None if sent.load(Ordering::Relaxed) => {
                 let timeout = io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
                 return Answer::Sent(Err(timeout.into()));
@@ -195,14 +216,16 @@ impl Lane {
             None | Some(Err(Sending::Unsent)) => return Answer::Skip,
             // Closed before a byte of the reply on a connection that sat
             // idle: it had died idle, the request never ran.
-            Some(Err(Sending::Read(e))) if reused && buf.is_empty() && closed(&e) => {
+            Some(Err(Sending::Read(e))) if reused && out.buf.is_empty() && closed(&e) => {
                 sent.store(false, Ordering::Relaxed);
                 return Answer::Skip;
             }
             Some(Err(Sending::Read(e))) => return Answer::Sent(Err(e)),
             Some(Ok(reply)) => reply,
         };
-        self.keep(runtime, con);
+        if let Some(con) = out.con.take() {
+            self.keep(runtime, con);
+        }
         Answer::Sent(reply.extract_error())
     }
 
@@ -281,6 +304,81 @@ impl Lane {
 struct Conn {
     stream: TcpStream,
     _counted: Counted,
+}
+
+/// Makes the undo of a call whose future was dropped while its request
+/// was out (only then: most calls need none); the undo is told whether the
+/// call may still be on its way (no reply came: it must be sent again
+/// until that is safe; see [`Lane::call`]).
+pub(crate) type MakeUndo<'a> = &'a (dyn Fn() -> Box<dyn FnOnce(bool) + Send> + Sync);
+
+/// A call's connection while its request may be out: dropped before the
+/// call ended (its future dropped), its reply is read on an I/O thread (a
+/// runtime may not be driven again) and then the call's undo runs.
+struct Out<'a> {
+    con: Option<Conn>,
+    buf: Vec<u8>,
+    sent: &'a AtomicBool,
+    undo: Option<MakeUndo<'a>>,
+    io: Duration,
+    /// The call ended with its future alive: nothing to do here.
+    done: bool,
+}
+
+impl Drop for Out<'_> {
+    fn drop(&mut self) {
+        if self.done || !self.sent.load(Ordering::Relaxed) {
+            return;
+        }
+        let (Some(con), Some(undo)) = (self.con.take(), self.undo) else {
+            return;
+        };
+        let then = undo();
+        let (buf, io) = (std::mem::take(&mut self.buf), self.io);
+        // Out of the runtime's reactor, a blocking socket again (or, where
+        // that fails, no reply to wait for).
+        let Ok(stream) = con.stream.into_std() else {
+            then(true);
+            return;
+        };
+        Park::Task.detach(move || {
+            let answered = read_blocking(stream, buf, io).is_ok();
+            then(!answered);
+        });
+    }
+}
+
+/// Reads the rest of one reply (`buf` holds what came) off `stream`, for
+/// at most `io`: `Ok` when it came and says the call ran (not `NOSCRIPT`:
+/// then nothing ran, and what was to follow never will).
+fn read_blocking(
+    mut stream: std::net::TcpStream,
+    mut buf: Vec<u8>,
+    io: Duration,
+) -> io::Result<()> {
+    use std::io::Read;
+    let end = Instant::now() + io;
+    stream.set_nonblocking(false)?;
+    let mut chunk = [0u8; 512];
+    loop {
+        match frame_len(&buf) {
+            Ok(Some(_)) if buf.starts_with(b"-NOSCRIPT") => {
+                return Err(io::ErrorKind::NotFound.into())
+            }
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) if buf.len() < MAX_REPLY => {}
+            _ => return Err(io::ErrorKind::InvalidData.into()),
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut chunk)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
 
 /// One of a lane's open connections: the count goes down when it goes.
@@ -433,7 +531,43 @@ impl<F: Future> Future for CatchUnwind<F> {
 
 #[cfg(test)]
 mod tests {
-    use super::frame_len;
+    use super::{frame_len, read_blocking};
+    use std::io::Write;
+    use std::time::Duration;
+
+    #[test]
+    fn a_dropped_calls_reply_is_read_to_its_end_and_noscript_is_no_answer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let read = |sent: &'static [&'static [u8]], had: &[u8]| {
+            let client = std::net::TcpStream::connect(addr).unwrap();
+            let (mut server, _) = listener.accept().unwrap();
+            let writer = std::thread::spawn(move || {
+                for part in sent {
+                    server.write_all(part).unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                server
+            });
+            let got = read_blocking(client, had.to_vec(), Duration::from_millis(300));
+            drop(writer.join());
+            got.map_err(|e| e.kind())
+        };
+        assert_eq!(read(&[b"2\r\n"], b":"), Ok(()));
+        assert_eq!(read(&[b"*2\r\n:1", b"\r\n:0\r\n"], b""), Ok(()));
+        assert_eq!(read(&[b"-ERR x\r\n"], b""), Ok(()));
+        let noscript: &[&[u8]] = &[b"-NOSCRIPT No matching script\r\n"];
+        assert_eq!(read(noscript, b""), Err(std::io::ErrorKind::NotFound));
+        // No end in time (a read timeout is `WouldBlock` on Linux).
+        let late = read(&[b":1"], b"");
+        assert!(
+            matches!(
+                late,
+                Err(std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+            ),
+            "{late:?}"
+        );
+    }
 
     #[test]
     fn a_reply_is_whole_only_when_every_byte_of_it_came() {

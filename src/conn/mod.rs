@@ -9,6 +9,8 @@ mod batch;
 pub(crate) mod cluster;
 #[cfg(feature = "tokio")]
 mod lane;
+#[cfg(feature = "tokio")]
+pub(crate) use lane::MakeUndo;
 mod pool;
 pub(crate) mod sentinel;
 pub(crate) mod stream;
@@ -205,7 +207,9 @@ impl Connections {
     /// whether the request went out — or `None` when nothing was sent (no
     /// lane here, no connection, a connection found closed, the script
     /// unknown to the server and not loaded): send it with `run_sent` then.
-    /// `sent` is set while the request is out (see `lane::Lane::call`).
+    /// `sent` is set while the request is out; `undo` makes what undoes
+    /// the call when its future is dropped then, run after its reply (see
+    /// `lane::Lane::call`).
     #[cfg(feature = "tokio")]
     pub(crate) async fn run_lane<T>(
         &self,
@@ -214,6 +218,7 @@ impl Connections {
         call: &crate::protocol::Call<'_>,
         read: impl FnOnce(redis::Value) -> redis::RedisResult<T>,
         sent: &std::sync::atomic::AtomicBool,
+        undo: Option<lane::MakeUndo<'_>>,
     ) -> Option<(Result<T>, bool)> {
         let lane = self.lane.as_ref()?;
         let (io, by_deadline) = self.io_timeout(bound);
@@ -221,7 +226,7 @@ impl Connections {
             return None;
         }
         let connect = self.pool_wait(bound).unwrap_or(self.connect_timeout());
-        match lane.call(call, (connect, io, bound.end), sent).await {
+        match lane.call(call, (connect, io, bound.end), sent, undo).await {
             lane::Answer::Skip => None,
             lane::Answer::Sent(reply) => {
                 let result = reply.and_then(read).map_err(|e| {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::{Orphan, Raw};
 use crate::conn::Bound;
+#[cfg(feature = "tokio")]
+use crate::conn::MakeUndo;
 use crate::error::{Error, Result};
 use crate::ledger::{Handover, Outcome, Removed};
 use crate::options::Kind;
@@ -215,23 +217,35 @@ impl Raw {
         };
         let rel = releasing.release(hold, true);
         let sent_at = Instant::now();
-        // Dropped before its answer came — the release out (it may have
-        // run or not) or not sent yet (a lane connection still being made):
-        // the owner-checked release is sent in the background until Redis
-        // answers, as nobody else will send it (the hold has left the
-        // ledger and the renewal). Unless an I/O thread has it: that sees it
-        // to its end (`release_lost`).
+        // Dropped before its answer came, the release is seen to its end,
+        // as nobody else will send it (the hold has left the ledger and the
+        // renewal): out on the lane, the lane reads its reply and, when none
+        // came, it is sent again in the background until Redis answers; not
+        // sent yet (a lane connection still being made), it is sent in the
+        // background; on an I/O thread, that thread sees to it
+        // (`release_lost`).
         let (sent, on_io) = (AtomicBool::new(false), AtomicBool::new(false));
         let in_flight = super::InFlight::new(|| {
-            if rel.last && !on_io.load(Ordering::Relaxed) {
+            if rel.last && !on_io.load(Ordering::Relaxed) && !sent.load(Ordering::Relaxed) {
                 self.pending_release(hold);
             }
         });
+        let undo = || {
+            let (raw, orphan) = (Arc::clone(self), release_orphan(hold));
+            Box::new(move |in_flight| {
+                if in_flight {
+                    raw.orphaned(orphan);
+                }
+            }) as Box<dyn FnOnce(bool) + Send>
+        };
+        let undo = rel.last.then_some(&undo as MakeUndo<'_>);
         let lost = || {
             on_io.store(true, Ordering::Relaxed);
             self.release_lost(hold, &rel)
         };
-        let ran = self.release_for_task(&rel, bound, &sent, lost).await;
+        let ran = self
+            .release_for_task(&rel, bound, (&sent, undo), lost)
+            .await;
         in_flight.landed();
         let released = self.released_or_pending(hold, &rel, ran)?;
         if let Some((owner, lease)) = releasing.end(released, sent_at) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Raw;
-use crate::conn::Bound;
+use crate::conn::{Bound, MakeUndo};
 use crate::error::Result;
 use crate::park::Park;
 use crate::protocol::{Attempt, Call, Release, Released, Request, Scripts};
@@ -44,13 +44,14 @@ impl Raw {
     /// blocking one: `None` when it cannot go there now — replica
     /// acknowledgement (a `WAIT` after the script),
     /// an earlier lost reply still to undo, nothing sent — and the I/O
-    /// threads send it instead.
+    /// threads send it instead. `undo`: what undoes it when its future is
+    /// dropped while it is out (see `conn::Connections::run_lane`).
     pub(crate) async fn attempt_on_lane(
         self: &Arc<Self>,
         name: &str,
         req: &Request<'_>,
         bound: Bound,
-        sent: &AtomicBool,
+        (sent, undo): (&AtomicBool, Option<MakeUndo<'_>>),
     ) -> Option<Result<Attempt>> {
         if self.replicas.is_some() || self.orphans.any() {
             return None;
@@ -65,6 +66,7 @@ impl Raw {
                 &call,
                 |v| Scripts::acquire_reply(req.kind, v),
                 sent,
+                undo,
             )
             .await?;
         let answer = answer.map(|a| (a, None));
@@ -74,13 +76,15 @@ impl Raw {
     /// Sends release `rel` for a task: on the reactor lane, or where the
     /// lane cannot send it, on an I/O thread.
     ///
-    /// `lost` makes what the I/O thread does with the outcome when the task
-    /// is gone by then (the lane's own sends leave that to `sent`).
+    /// A task gone before the answer: `undo` makes what the lane does once
+    /// it read the reply of a release that was out (see
+    /// `conn::Connections::run_lane`); `lost` what the I/O thread does with
+    /// the outcome.
     pub(super) async fn release_for_task<L>(
         self: &Arc<Self>,
         rel: &Release<'_>,
         bound: Bound,
-        sent: &AtomicBool,
+        (sent, undo): (&AtomicBool, Option<MakeUndo<'_>>),
         lost: impl FnOnce() -> L,
     ) -> Result<Released>
     where
@@ -95,6 +99,7 @@ impl Raw {
                 &call,
                 |v| Scripts::release_reply(kind, v),
                 sent,
+                undo,
             )
             .await
         {

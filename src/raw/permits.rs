@@ -66,6 +66,24 @@ pub(crate) struct PermitHold {
     pub(crate) renewed: bool,
 }
 
+/// The undo of a release of `hold`'s permits sent at `sent_at` whose
+/// answer was lost: they are given back by id until Redis answers (at
+/// least a second after it was sent).
+fn permits_orphan(hold: &PermitHold, sent_at: Instant) -> Orphan {
+    let lost = LostPermits {
+        keys: Arc::clone(&hold.keys),
+        ids: Arc::clone(&hold.ids),
+    };
+    // Its name among lost calls: its first permit id (unique).
+    let owner = crate::names::hex(&hold.ids[..hold.ids.len().min(16)]);
+    let mut orphan = Orphan::lost_permits(lost, &owner, Duration::ZERO, None, sent_at);
+    orphan.until = hold
+        .state
+        .valid_until()
+        .max(sent_at + Duration::from_secs(1));
+    orphan
+}
+
 /// The first part of a release of `hold`'s permits, before its script:
 /// their renewal stops, and a task waiting for their loss stops waiting.
 fn permits_release_begin(raw: &Raw, hold: &PermitHold) {
@@ -185,9 +203,21 @@ impl Raw {
             .release_call(&hold.keys, &hold.ids);
         let sent_at = Instant::now();
         let sent = std::sync::atomic::AtomicBool::new(false);
+        // Out on the lane, the lane reads its reply and, when none came,
+        // the release goes on in the background; not sent yet, it goes now.
         let in_flight = super::InFlight::new(|| {
-            self.permits_pending(hold, sent_at);
+            if !sent.load(std::sync::atomic::Ordering::Relaxed) {
+                self.orphaned(permits_orphan(hold, sent_at));
+            }
         });
+        let undo = || {
+            let (raw, orphan) = (Arc::clone(self), permits_orphan(hold, sent_at));
+            Box::new(move |in_flight| {
+                if in_flight {
+                    raw.orphaned(orphan);
+                }
+            }) as Box<dyn FnOnce(bool) + Send>
+        };
         let ran = self
             .conns
             .run_lane(
@@ -196,6 +226,7 @@ impl Raw {
                 &call,
                 semaphore::release_reply,
                 &sent,
+                Some(&undo),
             )
             .await;
         in_flight.landed();
@@ -237,15 +268,8 @@ impl Raw {
     /// Gives `hold`'s permits back in the background (by id) until Redis
     /// answers or their lease would have ended; that instant.
     fn permits_pending(self: &Arc<Self>, hold: &PermitHold, sent_at: Instant) -> Instant {
+        let orphan = permits_orphan(hold, sent_at);
         let until = hold.state.valid_until();
-        let lost = LostPermits {
-            keys: Arc::clone(&hold.keys),
-            ids: Arc::clone(&hold.ids),
-        };
-        // Its name among lost calls: its first permit id (unique).
-        let owner = crate::names::hex(&hold.ids[..hold.ids.len().min(16)]);
-        let mut orphan = Orphan::lost_permits(lost, &owner, Duration::ZERO, None, sent_at);
-        orphan.until = until.max(sent_at + Duration::from_secs(1));
         self.orphaned(orphan);
         until
     }
@@ -463,11 +487,20 @@ impl PermitWaiting<'_> {
             &self.ids,
         );
         let sent = std::sync::atomic::AtomicBool::new(false);
-        let in_flight = super::InFlight::new(|| {
-            if sent.load(std::sync::atomic::Ordering::Relaxed) {
-                self.leave_now(self.place.clone());
-            }
-        });
+        // Dropped while out: the lane reads the reply, then what the
+        // attempt took (permits, a place) is given back, by id — again once
+        // Redis answers when no reply came.
+        let undo = || {
+            let lost = LostPermits {
+                keys: Arc::clone(&self.keys),
+                ids: Arc::clone(&self.ids),
+            };
+            let (place, now) = (self.place.as_deref(), Instant::now());
+            let orphan = Orphan::lost_permits(lost, &self.owner, self.lease, place, now);
+            let raw = Arc::clone(raw);
+            Box::new(move |in_flight| raw.forsake(orphan, in_flight))
+                as Box<dyn FnOnce(bool) + Send>
+        };
         let ran = raw
             .conns
             .run_lane(
@@ -476,9 +509,9 @@ impl PermitWaiting<'_> {
                 &call,
                 semaphore::acquire_reply,
                 &sent,
+                Some(&undo),
             )
             .await;
-        in_flight.landed();
         let (answer, sent) = ran?;
         Some((answer.map(|a| (a, None)), sent))
     }

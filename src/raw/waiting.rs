@@ -302,9 +302,10 @@ impl<'a> Waiting<'a> {
 
     /// An attempt of a task on the reactor lane (feature `tokio`; see
     /// `Raw::attempt_on_lane`): `None` when it cannot go there now. A
-    /// future dropped while the attempt is out undoes what it may have
-    /// taken — a hold, a place — owner-checked (now, and again once Redis
-    /// answers).
+    /// future dropped while the attempt is out leaves it to the lane, which
+    /// reads its reply and then undoes what it took — a hold, a place —
+    /// owner-checked (again once Redis answers, when no reply came). Only
+    /// a first hold is undone (a reentrant one would lose the real hold).
     #[cfg(feature = "tokio")]
     async fn attempt_on_lane(&self) -> Option<Result<Attempt>> {
         if !self.raw.conns.lane_here() {
@@ -313,17 +314,11 @@ impl<'a> Waiting<'a> {
         let req = self.request();
         let sent = std::sync::atomic::AtomicBool::new(false);
         // The undo is made only when it is needed (not for every attempt).
-        let in_flight = super::InFlight::new(|| {
-            if req.fresh && sent.load(std::sync::atomic::Ordering::Relaxed) {
-                self.forsaken(self.place.as_deref())(true);
-            }
-        });
-        let got = self
-            .raw
-            .attempt_on_lane(self.name, &req, self.bound, &sent)
-            .await;
-        in_flight.landed();
-        got
+        let undo = || self.forsaken(self.place.as_deref());
+        let undo = req.fresh.then_some(&undo as crate::conn::MakeUndo<'_>);
+        self.raw
+            .attempt_on_lane(self.name, &req, self.bound, (&sent, undo))
+            .await
     }
 
     /// Whether this kind waits in the client's in-process queue first (a
