@@ -114,16 +114,19 @@ fn control_ticker(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Duration> {
 
 /// On time: no gap over 5 ms but the time the OS kept the runtime's ready
 /// thread off the CPU (on a loaded 2-CPU machine even the idle control
-/// runtime sees gaps of 5–7 ms: the scheduler's, not the executor's), and
-/// no gap over 50 ms whatever the load (a round trip on the executor to a
-/// stopped Redis would be seconds). Where the run-queue wait cannot be read
-/// (no `/proc/thread-self/schedstat`): no gap over 5 ms, or twice what the
-/// idle `control` runtime saw.
+/// runtime sees gaps of 5–7 ms: the scheduler's, not the executor's) — or,
+/// when the machine itself was late waking threads (a VM's vCPU held up:
+/// the idle `control` runtime saw a longer gap in the same run, and a
+/// sleeping thread's late wake-up is no run-queue wait), no longer than
+/// that; and no gap over 50 ms whatever the load (a round trip on the
+/// executor to a stopped Redis would be seconds). Where the run-queue wait
+/// cannot be read (no `/proc/thread-self/schedstat`): no gap over 5 ms, or
+/// twice what the idle `control` runtime saw.
 fn on_time((gap, held): (Duration, Duration), control: Duration) -> bool {
     if std::fs::metadata("/proc/thread-self/schedstat").is_err() {
         return gap <= Duration::from_millis(5).max(control * 2);
     }
-    held <= Duration::from_millis(5) && gap <= Duration::from_millis(50)
+    held <= Duration::from_millis(5).max(control) && gap <= Duration::from_millis(50)
 }
 
 #[test]
