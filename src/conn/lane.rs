@@ -57,6 +57,8 @@ pub(crate) struct Lane {
     port: u16,
     settings: RedisConnectionInfo,
     connect_timeout: Duration,
+    /// How long a dropped call's reply is waited for (see [`Out`]).
+    socket_timeout: Duration,
     /// Idle connections, each with the runtime whose reactor it is
     /// registered with (oldest first).
     idle: Mutex<Vec<(Id, Conn)>>,
@@ -78,7 +80,7 @@ impl Lane {
     /// (TLS and Unix sockets go through the I/O threads).
     pub(crate) fn new(
         info: &ConnectionInfo,
-        connect_timeout: Duration,
+        (connect_timeout, socket_timeout): (Duration, Duration),
         max_open: usize,
     ) -> Option<Lane> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
@@ -89,6 +91,7 @@ impl Lane {
             port: *port,
             settings: info.redis_settings().clone(),
             connect_timeout,
+            socket_timeout,
             idle: Mutex::new(Vec::new()),
             open: Arc::new(AtomicUsize::new(0)),
             max_open: max_open.max(1),
@@ -129,11 +132,12 @@ impl Lane {
     /// connecting took counted in. `sent` is set while the request is out.
     ///
     /// A future dropped while the request is out leaves it to the lane:
-    /// its reply is still read, on an I/O thread (at most `io`), and then
-    /// what `undo` makes runs — after the call ran in Redis, so an undo
-    /// sent on another connection cannot overtake a request held up on
-    /// the way. Told whether the call may still be on its way (no reply
-    /// came: its undo must be sent again until that is safe).
+    /// its reply is still read, on an I/O thread (for at most the socket
+    /// timeout), and then what `undo` makes runs — after the call ran in
+    /// Redis, so an undo sent on another connection cannot overtake a
+    /// request held up on the way. Told whether the call may still be on
+    /// its way or may not have run (no reply came, or an error reply:
+    /// its undo must be sent again until that is safe).
     pub(crate) async fn call(
         &self,
         call: &Call<'_>,
@@ -166,7 +170,9 @@ impl Lane {
             buf: Vec::new(),
             sent,
             undo,
-            io,
+            // The whole socket timeout, not what the caller's deadline
+            // left: an undo must wait for the reply however late it is.
+            io: self.socket_timeout,
             done: false,
         };
         let Some(con) = out.con.as_mut() else {
@@ -336,21 +342,38 @@ impl Drop for Out<'_> {
         let then = undo();
         let (buf, io) = (std::mem::take(&mut self.buf), self.io);
         // Out of the runtime's reactor, a blocking socket again (or, where
-        // that fails, no reply to wait for).
-        let Ok(stream) = con.stream.into_std() else {
+        // that fails, no reply to wait for). Counted among the lane's open
+        // connections until the drain ends.
+        let Conn { stream, _counted } = con;
+        let Ok(stream) = stream.into_std() else {
             then(true);
             return;
         };
-        Park::Task.detach(move || {
-            let answered = read_blocking(stream, buf, io).is_ok();
-            then(!answered);
-        });
+        // Shared with the job, so that a job no thread takes leaves it here.
+        let then = Arc::new(Mutex::new(Some(then)));
+        let job = {
+            let then = Arc::clone(&then);
+            move || {
+                let answered = read_blocking(stream, buf, io).is_ok();
+                drop(_counted);
+                if let Some(then) = then.lock().take() {
+                    then(!answered);
+                }
+            }
+        };
+        // No I/O thread to read it (none could be started): never a
+        // blocking read here, on the executor — undone as a lost reply is.
+        if Park::offload(job).is_err() {
+            if let Some(then) = then.lock().take() {
+                then(true);
+            }
+        }
     }
 }
 
 /// Reads the rest of one reply (`buf` holds what came) off `stream`, for
-/// at most `io`: `Ok` when it came and says the call ran (not `NOSCRIPT`:
-/// then nothing ran, and what was to follow never will).
+/// at most `io`: `Ok` when it came and is no error reply (after an error
+/// the call may not have run).
 fn read_blocking(
     mut stream: std::net::TcpStream,
     mut buf: Vec<u8>,
@@ -362,9 +385,11 @@ fn read_blocking(
     let mut chunk = [0u8; 512];
     loop {
         match frame_len(&buf) {
-            Ok(Some(_)) if buf.starts_with(b"-NOSCRIPT") => {
-                return Err(io::ErrorKind::NotFound.into())
-            }
+            // An error reply: the call may not have run (`NOSCRIPT`,
+            // `BUSY`, `LOADING`, `TRYAGAIN`, …), so it counts as no answer
+            // (its undo goes on until one comes; owner-checked, harmless
+            // after one that did run).
+            Ok(Some(_)) if buf.starts_with(b"-") => return Err(io::ErrorKind::Other.into()),
             Ok(Some(_)) => return Ok(()),
             Ok(None) if buf.len() < MAX_REPLY => {}
             _ => return Err(io::ErrorKind::InvalidData.into()),
@@ -536,7 +561,7 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_dropped_calls_reply_is_read_to_its_end_and_noscript_is_no_answer() {
+    fn a_dropped_calls_reply_is_read_to_its_end_and_an_error_is_no_answer() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let read = |sent: &'static [&'static [u8]], had: &[u8]| {
@@ -555,9 +580,11 @@ mod tests {
         };
         assert_eq!(read(&[b"2\r\n"], b":"), Ok(()));
         assert_eq!(read(&[b"*2\r\n:1", b"\r\n:0\r\n"], b""), Ok(()));
-        assert_eq!(read(&[b"-ERR x\r\n"], b""), Ok(()));
+        // An error reply: the call may not have run.
         let noscript: &[&[u8]] = &[b"-NOSCRIPT No matching script\r\n"];
-        assert_eq!(read(noscript, b""), Err(std::io::ErrorKind::NotFound));
+        assert_eq!(read(noscript, b""), Err(std::io::ErrorKind::Other));
+        let busy: &[&[u8]] = &[b"-BUSY Redis is busy running a script\r\n"];
+        assert_eq!(read(busy, b""), Err(std::io::ErrorKind::Other));
         // No end in time (a read timeout is `WouldBlock` on Linux).
         let late = read(&[b":1"], b"");
         assert!(

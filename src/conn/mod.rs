@@ -169,7 +169,7 @@ impl Connections {
         let lane = match (&*target, &tls) {
             (Target::Fixed(client), None) => lane::Lane::new(
                 client.get_connection_info(),
-                connect_timeout,
+                (connect_timeout, socket_timeout),
                 pool_size as usize,
             ),
             _ => None,

@@ -78,6 +78,12 @@ impl Park {
         }
     }
 
+    /// Runs `job` on an I/O thread, or hands it back when no I/O thread
+    /// can take it (none could be started).
+    pub(crate) fn offload<J: FnOnce() + Send + 'static>(job: J) -> std::result::Result<(), ()> {
+        pool::spawn(Box::new(job)).map_err(drop)
+    }
+
     /// Sleeps until `until`.
     pub(crate) async fn sleep_until(self, until: Instant) {
         match self {
