@@ -78,8 +78,9 @@ impl Park {
         }
     }
 
-    /// Runs `job` on an I/O thread, or hands it back when no I/O thread
-    /// can take it (none could be started).
+    /// Runs `job` on an I/O thread; `Err` (and `job` dropped, not run)
+    /// when no I/O thread can take it (none could be started).
+    #[cfg(feature = "tokio")]
     pub(crate) fn offload<J: FnOnce() + Send + 'static>(job: J) -> std::result::Result<(), ()> {
         pool::spawn(Box::new(job)).map_err(drop)
     }
