@@ -340,6 +340,12 @@ impl Drop for Out<'_> {
             return;
         };
         let then = undo();
+        // Already as many drains as may hold I/O threads (cancellations
+        // against a slow server): undone as a lost reply is.
+        let Some(draining) = Draining::start() else {
+            then(true);
+            return;
+        };
         let (buf, io) = (std::mem::take(&mut self.buf), self.io);
         // Out of the runtime's reactor, a blocking socket again (or, where
         // that fails, no reply to wait for). Counted among the lane's open
@@ -355,7 +361,7 @@ impl Drop for Out<'_> {
             let then = Arc::clone(&then);
             move || {
                 let answered = read_blocking(stream, buf, io).is_ok();
-                drop(_counted);
+                drop((_counted, draining));
                 if let Some(then) = then.lock().take() {
                     then(!answered);
                 }
@@ -368,6 +374,30 @@ impl Drop for Out<'_> {
                 then(true);
             }
         }
+    }
+}
+
+/// Drains under way in this process (see [`Out`]), and how many may be at
+/// once: each holds an I/O thread for up to a socket timeout.
+static DRAINING: AtomicUsize = AtomicUsize::new(0);
+const MAX_DRAINS: usize = 8;
+
+/// One drain under way.
+struct Draining;
+
+impl Draining {
+    fn start() -> Option<Draining> {
+        if DRAINING.fetch_add(1, Ordering::SeqCst) >= MAX_DRAINS {
+            DRAINING.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Draining)
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        DRAINING.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -556,9 +586,18 @@ impl<F: Future> Future for CatchUnwind<F> {
 
 #[cfg(test)]
 mod tests {
-    use super::{frame_len, read_blocking};
+    use super::{frame_len, read_blocking, Draining, MAX_DRAINS};
     use std::io::Write;
     use std::time::Duration;
+
+    #[test]
+    fn at_most_so_many_drains_hold_io_threads_at_once() {
+        let mut drains: Vec<Draining> = (0..MAX_DRAINS).map_while(|_| Draining::start()).collect();
+        assert_eq!(drains.len(), MAX_DRAINS);
+        assert!(Draining::start().is_none(), "one more than may be");
+        drains.pop();
+        assert!(Draining::start().is_some(), "one ended: another may start");
+    }
 
     #[test]
     fn a_dropped_calls_reply_is_read_to_its_end_and_an_error_is_no_answer() {
