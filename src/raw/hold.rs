@@ -230,14 +230,7 @@ impl Raw {
                 self.pending_release(hold);
             }
         });
-        let undo = || {
-            let (raw, orphan) = (Arc::clone(self), release_orphan(hold));
-            Box::new(move |in_flight| {
-                if in_flight {
-                    raw.orphaned(orphan);
-                }
-            }) as Box<dyn FnOnce(bool) + Send>
-        };
+        let undo = || self.pending_unless_answered(release_orphan(hold));
         let undo = rel.last.then_some(&undo as MakeUndo<'_>);
         let lost = || {
             on_io.store(true, Ordering::Relaxed);

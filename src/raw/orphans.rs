@@ -32,6 +32,7 @@ use parking_lot::Mutex;
 use super::Raw;
 use crate::conn::Bound;
 use crate::error::{Error, Result};
+use crate::ledger::Undo;
 use crate::names::SemaphoreKeys;
 use crate::options::Kind;
 use crate::park::Park;
@@ -303,6 +304,26 @@ impl Raw {
                 raw.orphaned(orphan);
             }
         });
+    }
+
+    /// [`forsake`](Self::forsake) as a hook, told later whether the call
+    /// may still be on its way (a dropped acquire's undo).
+    pub(crate) fn forsaking(self: &Arc<Self>, orphan: Orphan) -> Undo {
+        let raw = Arc::clone(self);
+        Box::new(move |in_flight| raw.forsake(orphan, in_flight))
+    }
+
+    /// What a dropped task's release leaves, as a hook told whether it may
+    /// still be on its way: nothing once its reply came (it ran); else it
+    /// is sent again in the background until Redis answers.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn pending_unless_answered(self: &Arc<Self>, orphan: Orphan) -> Undo {
+        let raw = Arc::clone(self);
+        Box::new(move |in_flight| {
+            if in_flight {
+                raw.orphaned(orphan);
+            }
+        })
     }
 
     /// One owner-checked undo of a lost call, within `bound`: leave its

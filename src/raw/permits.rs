@@ -210,14 +210,7 @@ impl Raw {
                 self.orphaned(permits_orphan(hold, sent_at));
             }
         });
-        let undo = || {
-            let (raw, orphan) = (Arc::clone(self), permits_orphan(hold, sent_at));
-            Box::new(move |in_flight| {
-                if in_flight {
-                    raw.orphaned(orphan);
-                }
-            }) as Box<dyn FnOnce(bool) + Send>
-        };
+        let undo = || self.pending_unless_answered(permits_orphan(hold, sent_at));
         let ran = self
             .conns
             .run_lane(
@@ -496,10 +489,13 @@ impl PermitWaiting<'_> {
                 ids: Arc::clone(&self.ids),
             };
             let (place, now) = (self.place.as_deref(), Instant::now());
-            let orphan = Orphan::lost_permits(lost, &self.owner, self.lease, place, now);
-            let raw = Arc::clone(raw);
-            Box::new(move |in_flight| raw.forsake(orphan, in_flight))
-                as Box<dyn FnOnce(bool) + Send>
+            raw.forsaking(Orphan::lost_permits(
+                lost,
+                &self.owner,
+                self.lease,
+                place,
+                now,
+            ))
         };
         let ran = raw
             .conns

@@ -288,7 +288,6 @@ impl<'a> Waiting<'a> {
     /// place it may have taken), for a task's wait dropped meanwhile:
     /// right away on an I/O thread, else by the client's undo thread.
     fn forsaken(&self, place: Option<&str>) -> Undo {
-        let raw = Arc::clone(self.raw);
         let orphan = Orphan::lost(
             self.kind,
             &self.key,
@@ -297,7 +296,7 @@ impl<'a> Waiting<'a> {
             place,
             Instant::now(),
         );
-        Box::new(move |in_flight| raw.forsake(orphan, in_flight))
+        self.raw.forsaking(orphan)
     }
 
     /// An attempt of a task on the reactor lane (feature `tokio`; see
