@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use super::queue::{slot_of, WaitState, Waiter};
 use super::{Held, Ledger, Removed};
-use crate::protocol::Successor;
+use crate::protocol::{Keep, Successor};
+use crate::renewal::LeaseState;
 
 /// Consecutive in-process handoffs allowed while other clients wait for the
 /// same lock; then the lock is released publicly and the queued thread here
@@ -66,6 +67,7 @@ impl Ledger {
         key: &'a str,
         owner: &str,
         generation: u64,
+        state: &Arc<LeaseState>,
         renewed: bool,
     ) -> Handover<'a> {
         let mut handover = Handover {
@@ -77,6 +79,7 @@ impl Ledger {
             messages_before: 0,
             last: false,
             stop_renewal: false,
+            keep: Keep::UNCHANGED,
             finished: false,
         };
         let mut keys = self.keys.lock();
@@ -88,8 +91,13 @@ impl Ledger {
             handover.finished = true;
             return handover;
         }
-        let Removed { last, stop_renewal } = entry.remove(owner, generation, renewed);
+        let Removed {
+            last,
+            stop_renewal,
+            keep,
+        } = entry.remove(owner, generation, state, renewed);
         handover.stop_renewal = stop_renewal;
+        handover.keep = keep;
         let Some(slot) = entry.line.as_mut() else {
             handover.finished = true;
             return handover;
@@ -136,6 +144,8 @@ pub(crate) struct Handover<'a> {
     last: bool,
     /// It was the last guard on the owner's shared (renewed) lease.
     stop_renewal: bool,
+    /// What Redis keeps for the owner's remaining guards (when not `last`).
+    keep: Keep,
     finished: bool,
 }
 
@@ -149,6 +159,11 @@ impl Handover<'_> {
     /// guard on it).
     pub(crate) fn stop_renewal(&self) -> bool {
         self.stop_renewal
+    }
+
+    /// What Redis keeps for the owner's remaining guards.
+    pub(crate) fn keep(&self) -> Keep {
+        self.keep
     }
 
     /// The queued thread the lock may go to directly.
@@ -165,10 +180,10 @@ impl Handover<'_> {
     /// the next queued thread tries Redis itself (after the other clients
     /// woken by this release, when there were some).
     ///
-    /// Returns the owner and lease of a waiter the lock was handed to in
+    /// Returns the owner of a waiter the lock was handed to in
     /// Redis after it had given up (its deadline, a task's dropped future):
     /// the caller, who knows the script ran, undoes that hold.
-    pub(crate) fn finish(mut self, outcome: Outcome) -> Option<(String, Duration)> {
+    pub(crate) fn finish(mut self, outcome: Outcome) -> Option<String> {
         if self.finished {
             return None;
         }
@@ -176,7 +191,7 @@ impl Handover<'_> {
         self.complete(outcome)
     }
 
-    fn complete(&mut self, outcome: Outcome) -> Option<(String, Duration)> {
+    fn complete(&mut self, outcome: Outcome) -> Option<String> {
         let mut keys = self.locks.keys.lock();
         if self.next.is_some() {
             if let Some((slot, _)) = slot_of(&mut keys, self.key) {
@@ -203,7 +218,7 @@ impl Handover<'_> {
                     let dropped = self.locks.promote(&mut keys, self.key);
                     drop(keys);
                     drop(dropped);
-                    return Some((next.owner.clone(), next.lease));
+                    return Some(next.owner.clone());
                 }
             }
             (Some(next), outcome) => {

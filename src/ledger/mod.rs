@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::protocol::Keep;
 use crate::renewal::LeaseState;
 
 pub(crate) use handover::{Handover, Outcome, YieldTo, YIELD_WAIT};
@@ -65,6 +66,9 @@ struct Held {
     /// of them goes.
     shared: Option<Arc<LeaseState>>,
     renewing: u32,
+    /// The leases of its guards with an explicit lease (each its own): what
+    /// Redis must keep for the field when another guard of it goes.
+    explicit: Vec<Arc<LeaseState>>,
     /// The lease of its latest hold (watched by a plain lock's first queued
     /// thread); `None` while a hold handed over in-process is being taken up.
     latest: Option<Arc<LeaseState>>,
@@ -90,6 +94,8 @@ pub(crate) struct Removed {
     /// Its renewed lease is done with: it was the last guard renewed on the
     /// field's shared lease — or the guard counted for nothing any more.
     pub(crate) stop_renewal: bool,
+    /// What Redis keeps for the field's remaining guards (when not `last`).
+    pub(crate) keep: Keep,
 }
 
 impl Removed {
@@ -99,6 +105,7 @@ impl Removed {
     pub(crate) const STALE: Removed = Removed {
         last: false,
         stop_renewal: true,
+        keep: Keep::UNCHANGED,
     };
 }
 
@@ -115,7 +122,30 @@ impl Held {
             fence: None,
             shared: None,
             renewing: 0,
+            explicit: Vec::new(),
             latest: None,
+        }
+    }
+
+    /// A new guard of the field on `state` (`renewed`: the shared lease).
+    fn track(&mut self, state: &Arc<LeaseState>, renewed: bool) {
+        if !renewed {
+            self.explicit.push(Arc::clone(state));
+        }
+        self.latest = Some(Arc::clone(state));
+    }
+
+    /// What Redis must keep for the field's guards alive here: the longest
+    /// lease any of them counts on — exactly that when they all have
+    /// explicit leases, at least that while the shared lease is renewed
+    /// (a renewal in flight may have set it later than this client knows).
+    fn keep(&self) -> Keep {
+        let now = Instant::now();
+        let left = |s: &Arc<LeaseState>| s.valid_until().saturating_duration_since(now);
+        let explicit = self.explicit.iter().map(left).max().unwrap_or_default();
+        match (&self.shared, self.renewing) {
+            (Some(shared), 1..) => Keep::AtLeast(explicit.max(left(shared))),
+            _ => Keep::Exactly(explicit),
         }
     }
 }
@@ -168,6 +198,7 @@ impl Entry {
             h.count = 0;
             h.renewing = 0;
             replaced = h.shared.take();
+            h.explicit.clear();
             h.fence = None;
         }
         let state = match (&h.shared, renewed) {
@@ -187,7 +218,7 @@ impl Entry {
         if minted.is_some() || h.count == 1 {
             h.fence = minted;
         }
-        h.latest = Some(Arc::clone(&state));
+        h.track(&state, renewed);
         Added {
             state,
             fence: h.fence,
@@ -196,9 +227,15 @@ impl Entry {
         }
     }
 
-    /// One guard of `field` (of `generation`; `renewed`: on the shared
-    /// lease) goes.
-    fn remove(&mut self, field: &str, generation: u64, renewed: bool) -> Removed {
+    /// One guard of `field` (of `generation`; on `state` — `renewed`: the
+    /// shared lease) goes.
+    fn remove(
+        &mut self,
+        field: &str,
+        generation: u64,
+        state: &Arc<LeaseState>,
+        renewed: bool,
+    ) -> Removed {
         let Some(i) = self.holds.iter().position(|h| h.field == field) else {
             return Removed::STALE;
         };
@@ -215,11 +252,21 @@ impl Entry {
                 h.shared = None;
             }
         }
+        if !renewed {
+            if let Some(j) = h.explicit.iter().position(|s| Arc::ptr_eq(s, state)) {
+                h.explicit.swap_remove(j);
+            }
+        }
         let last = h.count == 0;
+        let keep = if last { Keep::UNCHANGED } else { h.keep() };
         if last {
             self.holds.swap_remove(i);
         }
-        Removed { last, stop_renewal }
+        Removed {
+            last,
+            stop_renewal,
+            keep,
+        }
     }
 }
 
@@ -257,14 +304,21 @@ impl Ledger {
         entry.add(field, renewed, until, minted, new_state)
     }
 
-    /// One guard of `field` on `key` goes (a kind without the in-process
-    /// queue). Stale guards (a lost generation) change nothing.
-    pub(crate) fn remove(&self, key: &str, field: &str, generation: u64, renewed: bool) -> Removed {
+    /// One guard of `field` on `key` (on `state`) goes (a kind without the
+    /// in-process queue). Stale guards (a lost generation) change nothing.
+    pub(crate) fn remove(
+        &self,
+        key: &str,
+        field: &str,
+        generation: u64,
+        state: &Arc<LeaseState>,
+        renewed: bool,
+    ) -> Removed {
         let mut keys = self.keys.lock();
         let Some(entry) = keys.get_mut(key) else {
             return Removed::STALE;
         };
-        let removed = entry.remove(field, generation, renewed);
+        let removed = entry.remove(field, generation, state, renewed);
         if entry.idle() {
             keys.remove(key);
         }

@@ -399,7 +399,7 @@ impl Ledger {
                     h.shared = Some(Arc::clone(&state));
                     h.renewing = 1;
                 }
-                h.latest = Some(Arc::clone(&state));
+                h.track(&state, renewed);
                 Added {
                     state,
                     fence: h.fence,

@@ -67,7 +67,7 @@ fn release_hands_over_to_the_first_queued_thread() {
         panic!("a free slot is ours at once");
     };
     assert!(turn.fresh());
-    hold(turn, Duration::from_secs(30));
+    let a = hold(turn, Duration::from_secs(30));
     std::thread::scope(|s| {
         let b = s.spawn(|| {
             matches!(
@@ -76,7 +76,7 @@ fn release_hands_over_to_the_first_queued_thread() {
             )
         });
         wait_until(|| queued(&locks) == 1);
-        let handover = locks.release("k", "a", 0, false);
+        let handover = locks.release("k", "a", 0, &a.state, false);
         assert!(handover.last());
         let next = handover.successor().expect("b is queued");
         assert_eq!(next.owner, "b");
@@ -86,7 +86,7 @@ fn release_hands_over_to_the_first_queued_thread() {
     });
     assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
     // b holds now: its release with nobody queued frees the slot.
-    let handover = locks.release("k", "b", 0, false);
+    let handover = locks.release("k", "b", 0, &lease(Duration::from_secs(1)), false);
     assert!(handover.last() && handover.successor().is_none());
     handover.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
@@ -98,16 +98,21 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let Enter::Turn(t1) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!()
     };
-    hold(t1, Duration::from_secs(30));
+    let t1 = hold(t1, Duration::from_secs(30));
     let Enter::Turn(t2) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
         panic!("reentry is not queued")
     };
     assert!(!t2.fresh(), "a hold of this owner is alive");
-    hold(t2, Duration::from_secs(30));
-    let inner = locks.release("k", "a", 0, false);
+    let t2 = hold(t2, Duration::from_secs(10));
+    let inner = locks.release("k", "a", 0, &t2.state, false);
     assert!(!inner.last() && inner.successor().is_none());
+    assert!(
+        matches!(inner.keep(), Keep::Exactly(d) if d > Duration::from_secs(25)),
+        "the outer guard counts on 30 s: {:?}",
+        inner.keep()
+    );
     inner.finish(Outcome::Other);
-    let outer = locks.release("k", "a", 0, false);
+    let outer = locks.release("k", "a", 0, &t1.state, false);
     assert!(outer.last());
     outer.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
@@ -162,7 +167,7 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
     };
     hold(t, Duration::from_secs(30));
     // The last guard's release is in flight on another thread …
-    let handover = locks.release("k", "a", 0, false);
+    let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
     assert!(handover.last() && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
@@ -287,7 +292,7 @@ fn a_public_release_for_others_promotes_with_a_yield() {
                 },
             );
         wait_until(|| queued(&locks) == 1);
-        let handover = locks.release("k", "a", 0, false);
+        let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
         assert!(handover.successor().is_some());
         handover.finish(Outcome::FreedForOthers);
         assert_eq!(
@@ -310,8 +315,8 @@ fn holds_are_counted_per_field_with_their_token() {
     assert_eq!(b.fence, Some(7), "a reentrant hold returns the outer token");
     assert_eq!(ledger.holds("k", "o"), (2, Some(7)));
     assert_eq!(count(&ledger, "k", "o:write"), 0, "fields count apart");
-    assert!(!ledger.remove("k", "o", a.generation, false).last);
-    assert!(ledger.remove("k", "o", b.generation, false).last);
+    assert!(!ledger.remove("k", "o", a.generation, &a.state, false).last);
+    assert!(ledger.remove("k", "o", b.generation, &b.state, false).last);
     assert_eq!(
         ledger.holds("k", "o"),
         (0, None),
@@ -340,28 +345,61 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
     // An explicit lease of the same owner has a lease of its own.
     let e = ledger.add("k", "o", false, until, None, &mut || lease(d));
     assert!(!Arc::ptr_eq(&a.state, &e.state));
-    let gone = |g, renewed| ledger.remove("k", "o", g, renewed);
-    assert_eq!(
-        gone(a.generation, true),
-        Removed {
-            last: false,
-            stop_renewal: false
-        }
+    let gone =
+        |added: &Added, renewed| ledger.remove("k", "o", added.generation, &added.state, renewed);
+    let removed = gone(&a, true);
+    assert!(!removed.last && !removed.stop_renewal);
+    let removed = gone(&b, true);
+    assert!(!removed.last && removed.stop_renewal);
+    assert!(
+        matches!(removed.keep, Keep::Exactly(_)),
+        "only the explicit lease remains: {:?}",
+        removed.keep
     );
     assert_eq!(
-        gone(b.generation, true),
-        Removed {
-            last: false,
-            stop_renewal: true
-        }
-    );
-    assert_eq!(
-        gone(e.generation, false),
+        gone(&e, false),
         Removed {
             last: true,
-            stop_renewal: false
+            stop_renewal: false,
+            keep: Keep::UNCHANGED,
         }
     );
+}
+
+#[test]
+fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on() {
+    let ledger = Ledger::default();
+    let at = |d| Instant::now() + d;
+    let (short, long) = (Duration::from_secs(2), Duration::from_secs(10));
+    let kept = |removed: Removed| match removed.keep {
+        Keep::Exactly(d) => ("exactly", d.as_secs_f64().round() as u64),
+        Keep::AtLeast(d) => ("at least", d.as_secs_f64().round() as u64),
+    };
+    // Explicit leases only: exactly the longest left, whichever goes.
+    let a = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let b = ledger.add("k", "o", false, at(short), None, &mut || lease(short));
+    let c = ledger.add("k", "o", false, at(short), None, &mut || lease(short));
+    let removed = ledger.remove("k", "o", a.generation, &a.state, false);
+    assert_eq!(kept(removed), ("exactly", 2), "the 10 s lease went");
+    let removed = ledger.remove("k", "o", b.generation, &b.state, false);
+    assert_eq!(kept(removed), ("exactly", 2));
+    assert!(ledger.remove("k", "o", c.generation, &c.state, false).last);
+    // A watchdog lease remains: never shortened (its renewal may be in
+    // flight), at least the longest left.
+    let w = ledger.add("k", "o", true, at(short), None, &mut || lease(short));
+    let x = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let y = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let removed = ledger.remove("k", "o", x.generation, &x.state, false);
+    assert_eq!(kept(removed), ("at least", 10), "y counts on 10 s");
+    let removed = ledger.remove("k", "o", y.generation, &y.state, false);
+    assert_eq!(kept(removed), ("at least", 2), "the watchdog's 2 s");
+    // The watchdog guard goes first: the explicit one left counts.
+    let z = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let removed = ledger.remove("k", "o", w.generation, &w.state, true);
+    assert!(removed.stop_renewal);
+    assert_eq!(kept(removed), ("exactly", 10));
+    assert!(ledger.remove("k", "o", z.generation, &z.state, false).last);
+    assert!(ledger.keys.lock().is_empty());
 }
 
 #[test]
@@ -378,18 +416,19 @@ fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothi
     assert_eq!(ledger.holds("k", "o"), (1, Some(2)), "the first hold again");
     assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));
     assert_eq!(
-        ledger.remove("k", "o", old.generation, true),
+        ledger.remove("k", "o", old.generation, &old.state, true),
         Removed::STALE
     );
     assert_eq!(
-        ledger.remove("k", "o", older.generation, true),
+        ledger.remove("k", "o", older.generation, &older.state, true),
         Removed::STALE
     );
     assert_eq!(
-        ledger.remove("k", "o", new.generation, true),
+        ledger.remove("k", "o", new.generation, &new.state, true),
         Removed {
             last: true,
-            stop_renewal: true
+            stop_renewal: true,
+            keep: Keep::UNCHANGED,
         }
     );
 }
@@ -439,7 +478,7 @@ fn a_task_dropped_while_queued_leaves_the_queue_and_undoes_nothing() {
     drop(fut);
     assert_eq!(queued(&locks), 0);
     assert_eq!(undone.load(Ordering::SeqCst), 0);
-    let handover = locks.release("k", "a", 0, false);
+    let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
     assert!(handover.successor().is_none(), "nobody is queued any more");
     assert!(handover.finish(Outcome::Other).is_none());
 }
@@ -449,7 +488,7 @@ fn a_task_dropped_while_handed_the_lock_leaves_its_hold_to_the_releaser_to_undo(
     let locks = held_by_a();
     let undone = Arc::new(AtomicU64::new(0));
     let fut = queued_task(&locks, "b", &undone);
-    let handover = locks.release("k", "a", 0, false);
+    let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
     assert_eq!(handover.successor().map(|s| s.owner), Some("b"));
     // The task gives up while the hand-over's script is on its way: its
     // undo is told so, and the releaser — who learns that the script ran —
@@ -461,7 +500,7 @@ fn a_task_dropped_while_handed_the_lock_leaves_its_hold_to_the_releaser_to_undo(
         "undone, the hand-over in flight"
     );
     let gave_up = handover.finish(Outcome::HandedOver(Instant::now(), None));
-    assert_eq!(gave_up.map(|(owner, _)| owner).as_deref(), Some("b"));
+    assert_eq!(gave_up.as_deref(), Some("b"));
     assert_eq!(queued(&locks), 0);
     assert!(locks.keys.lock().is_empty(), "nothing held or queued here");
 }

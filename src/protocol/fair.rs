@@ -26,7 +26,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::plain::{granted_fn, mint_fn, UNLOCK_MESSAGE};
-use super::{evalsha, millis, token, unexpected, Call, Lua, PubSub};
+use super::{evalsha, keep_fn, millis, token, unexpected, Call, Keep, Lua, PubSub};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 use crate::options::Kind;
 
@@ -95,7 +95,8 @@ end
 /// Acquire: KEYS lock, queue, timeouts, leasehold marks (, token counter);
 /// ARGV lease, owner, queue lease (the waiter's own: at most
 /// [`QUEUE_LEASE`], at most its lease), place (`''`: a single try).
-/// Ours already → one more hold, nil — or, when the lock was granted to this
+/// Ours already → one more hold (the lease only lengthened: the owner's other
+/// guards count on theirs), nil — or, when the lock was granted to this
 /// wait's place (the mark says `<place>!`), the first hold: a grant whose
 /// message was lost or that must be taken as asked. Free and (no queue or we
 /// are first) → ours, out of the queue, nil. Otherwise take our place at the end of
@@ -125,7 +126,7 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         return first_hold()
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
+    ttl_at_least(KEYS[1], ARGV[1])
     if KEYS[5] then
         return {-1}
     end
@@ -175,9 +176,10 @@ return ttl
 "#;
 
 /// Release: KEYS lock, queue, timeouts, channel, leasehold marks, token
-/// counter; ARGV message, lease, owner, last (`1`: the owner's
+/// counter; ARGV message, keep (`protocol::Keep`), owner, last (`1`: the owner's
 /// last hold in its client — a count above 1 is stale, from a reply that was
-/// lost). Not ours → nil; more holds (and not the last) → count − 1, 0; the
+/// lost). Not ours → nil; more holds (and not the last) → count − 1, the
+/// lease set as keep says, 0; the
 /// last → delete (and the owner's mark: a hold granted directly kept its
 /// `<place>!`), and the first live waiter is
 /// woken on its own channel, 1: a leasehold waiter (its mark names its
@@ -191,7 +193,7 @@ if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
 if ARGV[4] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
-    redis.call('pexpire', KEYS[1], ARGV[2])
+    keep(KEYS[1], ARGV[2])
     return 0
 end
 redis.call('del', KEYS[1])
@@ -257,8 +259,13 @@ pub(crate) struct FairScripts {
 impl FairScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         FairScripts {
-            acquire: pubsub.lua(&format!("{PURGE}{}{ACQUIRE}", mint_fn!())),
-            release: pubsub.lua(&format!("{PURGE}{}{}{RELEASE}", mint_fn!(), granted_fn!())),
+            acquire: pubsub.lua(&format!("{PURGE}{}{}{ACQUIRE}", mint_fn!(), keep_fn!())),
+            release: pubsub.lua(&format!(
+                "{PURGE}{}{}{}{RELEASE}",
+                mint_fn!(),
+                granted_fn!(),
+                keep_fn!()
+            )),
             cancel: pubsub.script(CANCEL),
         }
     }
@@ -291,13 +298,7 @@ impl FairScripts {
     }
 
     /// One release as a call (read by [`release_reply`]).
-    pub(crate) fn release_call(
-        &self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        last: bool,
-    ) -> Call<'_> {
+    pub(crate) fn release_call(&self, key: &str, owner: &str, keep: Keep, last: bool) -> Call<'_> {
         let mut cmd = evalsha(&self.release.script, 6);
         cmd.arg(key)
             .arg(queue_key(key))
@@ -306,7 +307,7 @@ impl FairScripts {
             .arg(fair_marks_key(key))
             .arg(token_key(key))
             .arg(UNLOCK_MESSAGE)
-            .arg(millis(lease))
+            .arg(keep.arg())
             .arg(owner)
             .arg(if last { "1" } else { "0" });
         self.release.call(cmd)

@@ -123,14 +123,75 @@ pub(crate) struct Release<'a> {
     pub(crate) key: &'a str,
     /// The hash field of the hold (see [`hold_field`]).
     pub(crate) field: &'a str,
-    /// What remaining reentrant holds keep (plain, fair).
-    pub(crate) lease: Duration,
+    /// What the owner's remaining reentrant holds keep, when this is not
+    /// its last (see [`Keep`]).
+    pub(crate) keep: Keep,
     /// No other guard of this owner (hold field) is alive in the client: a
     /// count Redis shows beyond this hold is stale, and all of it goes.
     pub(crate) last: bool,
     /// Plain: a thread of this client the lock may pass to directly.
     pub(crate) successor: Option<Successor<'a>>,
 }
+
+/// The lease Redis keeps for an owner's remaining reentrant holds after one
+/// of them is released: each of those guards counts on its own lease, and
+/// Redis must keep the hold at least as long as the longest of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// Only explicit leases remain, the longest with this much left: the
+    /// hold's expiry is set to it (a released longer lease stays no longer
+    /// than a guard still counts on).
+    Exactly(Duration),
+    /// A watchdog lease remains (its renewal may be in flight, setting the
+    /// expiry later than this client knows yet): the expiry is never
+    /// shortened, only lengthened to this much.
+    AtLeast(Duration),
+}
+
+impl Keep {
+    /// Nothing more than what Redis keeps already (the undo of one
+    /// reentrant count: the holds it leaves are as they were).
+    pub(crate) const UNCHANGED: Keep = Keep::AtLeast(Duration::ZERO);
+
+    /// As the scripts read it (see [`keep_fn!`]): `=<ms>` or `><ms>`.
+    pub(crate) fn arg(self) -> String {
+        match self {
+            Keep::Exactly(d) => format!("={}", millis(d).max(1)),
+            Keep::AtLeast(d) => format!(">{}", millis(d)),
+        }
+    }
+}
+
+/// The Lua helper `keep(key, spec)`: sets `key`'s expiry as a [`Keep`]
+/// (`spec`, from [`Keep::arg`]) says — exactly `=<ms>` from now, or at
+/// least `><ms>` (never shortened) — and `ttl_at_least(key, ms)`: the
+/// expiry of `key` lengthened to `ms` from now, never shortened (an
+/// acquire's re-entry and a renewal: another guard of the owner may count
+/// on a longer lease). Both leave a missing key missing.
+macro_rules! keep_fn {
+    () => {
+        r#"
+local function ttl_at_least(key, ms)
+    local ttl = redis.call('pttl', key)
+    if ttl == -2 then
+        return 0
+    end
+    if ttl < tonumber(ms) then
+        return redis.call('pexpire', key, ms)
+    end
+    return 1
+end
+local function keep(key, spec)
+    local ms = tonumber(string.sub(spec, 2))
+    if string.sub(spec, 1, 1) == '>' then
+        return ttl_at_least(key, ms)
+    end
+    return redis.call('pexpire', key, ms)
+end
+"#
+    };
+}
+pub(crate) use keep_fn;
 
 /// What a release did, for every kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -399,9 +460,9 @@ impl Scripts {
         let (key, field, last) = (rel.key, rel.field, rel.last);
         match rel.kind {
             Kind::Plain => self.plain.release_call(rel),
-            Kind::Fair => self.fair.release_call(key, field, rel.lease, last),
-            Kind::Read => self.rw.read_release_call(key, field, last),
-            Kind::Write => self.rw.write_release_call(key, field, last),
+            Kind::Fair => self.fair.release_call(key, field, rel.keep, last),
+            Kind::Read => self.rw.read_release_call(key, field, rel.keep, last),
+            Kind::Write => self.rw.write_release_call(key, field, rel.keep, last),
         }
     }
 

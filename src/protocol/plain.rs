@@ -161,7 +161,9 @@ pub(crate) use granted_fn;
 /// yield marker (, token counter). ARGV: lease, owner, fresh, place (,
 /// mint).
 ///
-/// Free, or already ours → one more hold and the lease `ARGV[1]`;
+/// Free, or already ours → one more hold and the lease `ARGV[1]` (a
+/// re-entry only lengthens the lease: the owner's other guards count on
+/// theirs);
 /// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
 /// the first hold whatever count Redis still shows for the owner — a stale
 /// count from a lost lease, an unconfirmed handoff or a grant nobody heard
@@ -180,6 +182,7 @@ macro_rules! acquire_script {
     ($($then:expr),+) => {
         concat!(
             line_fns!(),
+            $crate::protocol::keep_fn!(),
             r#"
 local function join()
     if ARGV[4] == '' then
@@ -230,12 +233,15 @@ if not free then
     end
 end
 if mine then
-    if ARGV[3] == '1' then
+    if free or ARGV[3] == '1' then
         redis.call('hset', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
     else
+        -- A re-entry: the owner's other guards count on their own leases,
+        -- which this one must not cut short.
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        ttl_at_least(KEYS[1], ARGV[1])
     end
-    redis.call('pexpire', KEYS[1], ARGV[1])
     if first then
         redis.call('lpop', KEYS[2])
         redis.call('hdel', KEYS[3], first)
@@ -291,14 +297,15 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 );
 
 /// Release. KEYS: lock, unlock channel, line, the line's places, the yield
-/// marker, the token counter. ARGV: lease, owner, last (, successor, force,
+/// marker, the token counter. ARGV: keep (`protocol::Keep`), owner, last (, successor, force,
 /// successor lease, successor fenced). The grant channels (channels, not
 /// keys) are named after the unlock channel (see [`companion_fn!`]).
 ///
 /// Not ours → nil. With `ARGV[3] == "1"` this is the owner's last hold in its
 /// client: its field goes (`HDEL`, and the hash with it — a lock hash has one
-/// owner field). Otherwise counted: more holds in Redis → count − 1, refresh
-/// the lease `ARGV[1]`, return 0; the last → delete. Then, the lock being
+/// owner field). Otherwise counted: more holds in Redis → count − 1, the
+/// lease set as `ARGV[1]` says (what the owner's remaining guards count on:
+/// `protocol::Keep`), return 0; the last → delete. Then, the lock being
 /// free, the first of these that applies:
 /// - a successor in `ARGV[4]` (a thread of the same client queued for it),
 ///   and either `ARGV[5] == "1"` (the client's run of handoffs is short) or
@@ -325,6 +332,7 @@ pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
 ///   first).
 pub(crate) const RELEASE: &str = concat!(
     mint_fn!(),
+    super::keep_fn!(),
     companion_fn!(),
     line_fns!(),
     r#"
@@ -339,7 +347,7 @@ else
     end
     if tonumber(count) > 1 then
         redis.call('hincrby', KEYS[1], ARGV[2], -1)
-        redis.call('pexpire', KEYS[1], ARGV[1])
+        keep(KEYS[1], ARGV[1])
         return 0
     end
     redis.call('del', KEYS[1])
@@ -509,8 +517,8 @@ impl PlainScripts {
         lua.call(cmd)
     }
 
-    /// One release as a call (read by [`release_reply`]); `lease` is what a
-    /// remaining reentrant hold keeps; `last`: no other guard of `owner` is
+    /// One release as a call (read by [`release_reply`]); `keep` is what the
+    /// remaining reentrant holds keep; `last`: no other guard of `owner` is
     /// alive in this client; `successor` is whom the lock may pass to
     /// directly.
     pub(crate) fn release_call(&self, rel: &Release<'_>) -> Call<'_> {
@@ -522,7 +530,7 @@ impl PlainScripts {
             .arg(line_places_key(key))
             .arg(line_yield_key(key))
             .arg(token_key(key))
-            .arg(millis(rel.lease))
+            .arg(rel.keep.arg())
             .arg(rel.field)
             .arg(if rel.last { "1" } else { "0" });
         if let Some(next) = &successor {

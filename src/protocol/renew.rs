@@ -11,7 +11,9 @@ use redis::{Cmd, Script, Value};
 use super::millis;
 
 /// Renew: extends the lease only while our owner field is there; 1 if
-/// renewed, 0 if the lease is no longer ours.
+/// renewed, 0 if the lease is no longer ours. A renewal only lengthens:
+/// another guard of the owner (a re-entry with an explicit lease) may count
+/// on a longer one.
 ///
 /// A read hold of a read/write lock passes its timeout key prefix as
 /// `KEYS[2]`: its own timeout keys are extended (not other readers' — a
@@ -27,7 +29,9 @@ use super::millis;
 /// `ARGV[1]` from now (the server's clock) while every one is still there
 /// and has not expired — an expired permit is never revived (any script may
 /// have counted it back already); otherwise 0.
-pub(crate) const RENEW: &str = r#"
+pub(crate) const RENEW: &str = concat!(
+    super::keep_fn!(),
+    r#"
 if ARGV[3] == 'p' then
     local clock = redis.call('time')
     local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -53,7 +57,7 @@ if KEYS[2] then
                 alive = alive + 1
             end
         else
-            alive = alive + redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])
+            alive = alive + ttl_at_least(KEYS[2] .. ':' .. i, ARGV[1])
         end
     end
     if alive == 0 then
@@ -63,9 +67,10 @@ if KEYS[2] then
     redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
     return 1
 end
-redis.call('pexpire', KEYS[1], ARGV[1])
+ttl_at_least(KEYS[1], ARGV[1])
 return 1
-"#;
+"#
+);
 
 /// The SHA1 of [`RENEW`], hashed once.
 static RENEW_SHA: LazyLock<String> = LazyLock::new(|| Script::new(RENEW).get_hash().to_owned());

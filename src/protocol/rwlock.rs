@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use super::{evalsha, millis, unexpected, Call, Lua, PubSub};
+use super::{evalsha, keep_fn, millis, unexpected, Call, Keep, Lua, PubSub};
 use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
 use crate::options::Kind;
 
@@ -125,7 +125,9 @@ return redis.call('pttl', KEYS[1])
 /// Read release: KEYS hash, channel, own timeout prefix, timeout key prefix,
 /// writer set; ARGV owner, wake-all, wake-one message, last (`1`: the owner's
 /// last read hold in its client — every read hold of it goes, a count above
-/// 1 being stale from a lost reply). nil: not ours; 0: still held (by us or others);
+/// 1 being stale from a lost reply), keep (`protocol::Keep`: what the
+/// owner's remaining read holds keep, set on each of their timeout keys).
+/// nil: not ours; 0: still held (by us or others);
 /// 1: freed. The hash then lives as long as the longest remaining read
 /// hold; holds whose timeout keys expired (crashed readers) count for
 /// nothing, so the last live reader frees the lock.
@@ -144,6 +146,10 @@ if n == 0 then
     redis.call('hdel', KEYS[1], ARGV[1])
 end
 redis.call('del', KEYS[3] .. ':' .. (n + 1))
+-- The owner's remaining read holds keep what their guards count on.
+for i = n, 1, -1 do
+    keep(KEYS[3] .. ':' .. i, ARGV[5])
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'write' then
     return 0
@@ -175,7 +181,8 @@ return 1
 "#;
 
 /// Write release: KEYS hash, channel; ARGV write field, message, last (`1`:
-/// the owner's last write hold in its client — a count above 1 is stale).
+/// the owner's last write hold in its client — a count above 1 is stale),
+/// keep (`protocol::Keep`: what the remaining write holds keep).
 /// nil: not ours; 0: more write holds; 1: the write hold ended (the lock is free, or
 /// the owner's read holds remain and it is a read lock now).
 pub(super) const WRITE_RELEASE: &str = r#"
@@ -183,6 +190,7 @@ if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[
     return nil
 end
 if ARGV[3] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+    keep(KEYS[1], ARGV[4])
     return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])
@@ -231,8 +239,8 @@ impl RwScripts {
         RwScripts {
             read_acquire: pubsub.lua(&format!("{NOW}{READ_ACQUIRE}")),
             write_acquire: pubsub.lua(&format!("{NOW}{WRITE_ACQUIRE}")),
-            read_release: pubsub.lua(&format!("{NOW}{READ_RELEASE}")),
-            write_release: pubsub.lua(WRITE_RELEASE),
+            read_release: pubsub.lua(&format!("{NOW}{}{READ_RELEASE}", keep_fn!())),
+            write_release: pubsub.lua(&format!("{}{WRITE_RELEASE}", keep_fn!())),
             cancel_writer: pubsub.script(&format!("{NOW}{CANCEL_WRITER}")),
         }
     }
@@ -267,7 +275,13 @@ impl RwScripts {
     }
 
     /// Releases one read hold, as a call (read by [`release_reply`]).
-    pub(crate) fn read_release_call(&self, key: &str, owner: &str, last: bool) -> Call<'_> {
+    pub(crate) fn read_release_call(
+        &self,
+        key: &str,
+        owner: &str,
+        keep: Keep,
+        last: bool,
+    ) -> Call<'_> {
         let mut others = String::with_capacity(key.len() + 2);
         push_tagged(&mut others, key);
         let mut cmd = evalsha(&self.read_release.script, 5);
@@ -279,19 +293,27 @@ impl RwScripts {
             .arg(owner)
             .arg(WAKE_ALL)
             .arg(WAKE_ONE)
-            .arg(if last { "1" } else { "0" });
+            .arg(if last { "1" } else { "0" })
+            .arg(keep.arg());
         self.read_release.call(cmd)
     }
 
     /// Releases one write hold, as a call (read by [`release_reply`]);
     /// `field` is the owner's write field.
-    pub(crate) fn write_release_call(&self, key: &str, field: &str, last: bool) -> Call<'_> {
+    pub(crate) fn write_release_call(
+        &self,
+        key: &str,
+        field: &str,
+        keep: Keep,
+        last: bool,
+    ) -> Call<'_> {
         let mut cmd = evalsha(&self.write_release.script, 2);
         cmd.arg(key)
             .arg(channel(key))
             .arg(field)
             .arg(WAKE_ALL)
-            .arg(if last { "1" } else { "0" });
+            .arg(if last { "1" } else { "0" })
+            .arg(keep.arg());
         self.write_release.call(cmd)
     }
 

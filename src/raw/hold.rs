@@ -17,7 +17,7 @@ use crate::ledger::{Handover, Outcome, Removed};
 use crate::options::Kind;
 #[cfg(feature = "tokio")]
 use crate::park::Park;
-use crate::protocol::{self, Release, Released};
+use crate::protocol::{self, Keep, Release, Released};
 use crate::renewal::LeaseState;
 #[cfg(feature = "tokio")]
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +66,6 @@ fn release_orphan(hold: &Hold) -> Orphan {
         kind: hold.kind,
         key: hold.key.clone(),
         owner: hold.owner().to_owned(),
-        lease: hold.lease,
         place: None,
         until: hold.state.valid_until(),
         permits: None,
@@ -86,6 +85,8 @@ fn released_as(hold: &Hold, released: Released) -> Result<()> {
 /// allows (plain locks, in line).
 struct Releasing<'a> {
     last: bool,
+    /// What Redis keeps for the owner's remaining guards.
+    keep: Keep,
     handover: Option<Handover<'a>>,
 }
 
@@ -98,7 +99,7 @@ impl Releasing<'_> {
             kind: hold.kind,
             key: &hold.key,
             field: &hold.field,
-            lease: hold.lease,
+            keep: self.keep,
             last: self.last,
             successor: self
                 .handover
@@ -110,7 +111,7 @@ impl Releasing<'_> {
 
     /// Tells the hand-over how the release (sent at `sent_at`) went; the
     /// hold to undo when the queued thread it went to had given up.
-    fn end(self, released: Released, sent_at: Instant) -> Option<(String, Duration)> {
+    fn end(self, released: Released, sent_at: Instant) -> Option<String> {
         self.handover?.finish(match released {
             Released::HandedOver { fence } => Outcome::HandedOver(sent_at, fence),
             Released::FreedForOthers => Outcome::FreedForOthers,
@@ -183,8 +184,8 @@ impl Raw {
             .run_sent(rel.key, bound, |con| self.scripts().release(con, &rel))
             .0;
         let released = self.released_or_pending(hold, &rel, ran)?;
-        if let Some((owner, lease)) = releasing.end(released, sent_at) {
-            let _ = self.undo_hold(Kind::Plain, &hold.key, &owner, lease, true, bound);
+        if let Some(owner) = releasing.end(released, sent_at) {
+            let _ = self.undo_hold(Kind::Plain, &hold.key, &owner, true, bound);
         }
         released_as(hold, released)
     }
@@ -241,10 +242,10 @@ impl Raw {
             .await;
         in_flight.landed();
         let released = self.released_or_pending(hold, &rel, ran)?;
-        if let Some((owner, lease)) = releasing.end(released, sent_at) {
+        if let Some(owner) = releasing.end(released, sent_at) {
             let (raw, key) = (Arc::clone(self), hold.key.clone());
             Park::Task.detach(move || {
-                let _ = raw.undo_hold(Kind::Plain, &key, &owner, lease, true, bound);
+                let _ = raw.undo_hold(Kind::Plain, &key, &owner, true, bound);
             });
         }
         released_as(hold, released)
@@ -259,9 +260,13 @@ impl Raw {
         hold: &'a Hold,
     ) -> std::result::Result<Releasing<'a>, Result<()>> {
         if !hold.in_line {
-            let removed = self
-                .ledger
-                .remove(&hold.key, &hold.field, hold.generation, hold.renewed);
+            let removed = self.ledger.remove(
+                &hold.key,
+                &hold.field,
+                hold.generation,
+                &hold.state,
+                hold.renewed,
+            );
             self.stop(hold, removed);
             if removed.last {
                 hold.state.released();
@@ -271,17 +276,23 @@ impl Raw {
             }
             return Ok(Releasing {
                 last: removed.last,
+                keep: removed.keep,
                 handover: None,
             });
         }
-        let handover = self
-            .ledger
-            .release(&hold.key, &hold.field, hold.generation, hold.renewed);
+        let handover = self.ledger.release(
+            &hold.key,
+            &hold.field,
+            hold.generation,
+            &hold.state,
+            hold.renewed,
+        );
         self.stop(
             hold,
             Removed {
                 last: handover.last(),
                 stop_renewal: handover.stop_renewal(),
+                keep: handover.keep(),
             },
         );
         if handover.last() {
@@ -292,6 +303,7 @@ impl Raw {
         }
         Ok(Releasing {
             last: handover.last(),
+            keep: handover.keep(),
             handover: Some(handover),
         })
     }
@@ -372,7 +384,7 @@ impl Raw {
             kind: Kind::Plain,
             key,
             field: owner,
-            lease,
+            keep: Keep::UNCHANGED,
             last: true,
             successor: None,
         };

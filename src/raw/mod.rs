@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::options::Kind;
 use crate::protocol::admin::{Forced, Shape};
-use crate::protocol::{self, Attempt, Fence, PubSub, Release, Request, Scripts};
+use crate::protocol::{self, Attempt, Fence, Keep, PubSub, Release, Request, Scripts};
 use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Counters;
 
@@ -250,7 +250,7 @@ impl Raw {
                 kind: req.kind,
                 key: req.key,
                 field: &field,
-                lease: req.lease,
+                keep: Keep::UNCHANGED,
                 last: req.fresh,
                 successor: None,
             };
@@ -320,7 +320,6 @@ impl Raw {
         kind: Kind,
         key: &str,
         owner: &str,
-        lease: Duration,
         last: bool,
         bound: Bound,
     ) -> Result<protocol::Released> {
@@ -329,7 +328,7 @@ impl Raw {
             kind,
             key,
             field: &field,
-            lease,
+            keep: Keep::UNCHANGED,
             last,
             successor: None,
         };

@@ -47,9 +47,6 @@ pub(crate) struct Orphan {
     pub(crate) kind: Kind,
     pub(crate) key: String,
     pub(crate) owner: String,
-    /// The lease the call asked for (what a release refreshes, and how
-    /// long its hold can live at most).
-    pub(crate) lease: Duration,
     /// The waiting place the call may have taken (plain: in line).
     pub(crate) place: Option<String>,
     /// After this, whatever the call took has expired: nothing to undo.
@@ -83,7 +80,6 @@ impl Orphan {
             kind,
             key: key.to_owned(),
             owner: owner.to_owned(),
-            lease,
             place: place.map(str::to_owned),
             until: sent_at + lease.max(LONGEST_PLACE) + Duration::from_secs(1),
             permits: None,
@@ -338,7 +334,7 @@ impl Raw {
         let granted = self
             .leave_place(o.kind, &o.key, &o.owner, o.place.as_deref(), bound)
             .0?;
-        let released = self.undo_hold(o.kind, &o.key, &o.owner, o.lease, true, bound)?;
+        let released = self.undo_hold(o.kind, &o.key, &o.owner, true, bound)?;
         tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid a call whose reply was lost");
         Ok(())
     }
@@ -355,7 +351,6 @@ mod tests {
             kind: Kind::Plain,
             key: key.into(),
             owner: owner.into(),
-            lease: Duration::from_secs(30),
             place: None,
             until,
             permits: None,

@@ -538,9 +538,9 @@ impl LockKind for Waiting<'_> {
             self.key.clone(),
             self.owner.clone(),
         );
-        let (lease, fresh, bound) = (self.lease, self.fresh, self.bound);
+        let (fresh, bound) = (self.fresh, self.bound);
         let undo = move || {
-            let _ = raw.undo_hold(kind, &key, &owner, lease, fresh, bound);
+            let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
         };
         let _ = self.park.io(undo, drop).await;
     }
@@ -612,7 +612,7 @@ impl LockKind for Waiting<'_> {
             let granted = raw.leave(kind, &key, &owner, place.as_deref(), lease, bound);
             if granted {
                 // Given to us as we gave up: pass it on.
-                let _ = raw.undo_hold(kind, &key, &owner, lease, fresh, bound);
+                let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
             }
         });
     }

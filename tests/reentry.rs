@@ -1,0 +1,272 @@
+//! Reentrant holds with leases that differ, for every reentrant kind (plain,
+//! fenced, fair, read, write): a re-entry never shortens the lease another
+//! guard of the owner counts on, and whatever Redis holds, every guard's
+//! view of its lease (`remaining()`, `is_held()`) is no longer than it —
+//! through the re-entry, the watchdog's renewals, and the release of either
+//! guard first.
+//!
+//! The check compares what Redis says with what each guard says at the
+//! same moment (Redis read first, the guard after: a guard whose view
+//! outlives Redis's key fails it by seconds, not by scheduling noise).
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockGuard, LockOptions};
+use redis::Commands;
+use support::RedisServer;
+
+/// The client's watchdog lease: renewed every second.
+const WATCHDOG: Duration = Duration::from_secs(3);
+/// An explicit lease shorter than the watchdog's.
+const SHORT: Duration = Duration::from_millis(1_500);
+/// An explicit lease longer than the watchdog's.
+const LONG: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lease {
+    Watchdog,
+    Short,
+    Long,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Plain,
+    Fenced,
+    Fair,
+    Read,
+    Write,
+}
+
+fn options(kind: Kind, lease: Lease) -> LockOptions {
+    let opts = match kind {
+        Kind::Plain => LockOptions::new(),
+        Kind::Fenced => LockOptions::new().fenced(),
+        Kind::Fair => LockOptions::new().fair(),
+        Kind::Read => LockOptions::new().read(),
+        Kind::Write => LockOptions::new().write(),
+    };
+    match lease {
+        Lease::Watchdog => opts,
+        Lease::Short => opts.lease(SHORT),
+        Lease::Long => opts.lease(LONG),
+    }
+}
+
+/// How long Redis keeps `guard`'s hold from now (ms), read before the
+/// guard's own view: the lock hash's PTTL while the owner's field is in it
+/// (0 when it is not); for a read hold, also at most its owner's longest
+/// timeout key (another reader's release sets the hash's expiry to the
+/// longest of those).
+fn redis_keeps(con: &mut redis::Connection, kind: Kind, guard: &LockGuard, owner: &str) -> i64 {
+    let key = guard.key();
+    let field = match kind {
+        Kind::Write => format!("{owner}:write"),
+        _ => owner.to_owned(),
+    };
+    let present: bool = con.hexists(key, &field).unwrap();
+    if !present {
+        return 0;
+    }
+    let mut keeps: i64 = con.pttl(key).unwrap();
+    if keeps == -1 {
+        keeps = i64::MAX;
+    }
+    if kind == Kind::Read {
+        let holds: i64 = con.hget(key, &field).unwrap();
+        let longest = (1..=holds)
+            .map(|i| {
+                con.pttl::<_, i64>(format!("{{{key}}}:{owner}:rwlock_timeout:{i}"))
+                    .unwrap()
+            })
+            .max()
+            .unwrap_or(0);
+        keeps = keeps.min(longest);
+    }
+    keeps.max(0)
+}
+
+/// The owner field of `guard`'s hold, as Redis shows it.
+fn owner_of(con: &mut redis::Connection, kind: Kind, key: &str) -> String {
+    let fields: Vec<String> = con.hkeys(key).unwrap();
+    let field = fields
+        .into_iter()
+        .find(|f| f != "mode")
+        .unwrap_or_else(|| panic!("{kind:?}: no owner field in {key}"));
+    field.trim_end_matches(":write").to_owned()
+}
+
+/// Every live guard's view is no longer than what Redis keeps for it.
+fn check(
+    con: &mut redis::Connection,
+    kind: Kind,
+    owner: &str,
+    guards: &[(&str, &LockGuard)],
+    when: &str,
+    case: &str,
+) {
+    for (label, guard) in guards {
+        let keeps = redis_keeps(con, kind, guard, owner);
+        let view = guard.remaining().as_millis() as i64;
+        let held = guard.is_held();
+        assert!(
+            view <= keeps + 1,
+            "{case}, {when}: the {label} guard counts on {view} ms, Redis keeps {keeps} ms"
+        );
+        assert!(
+            !held || keeps > 0,
+            "{case}, {when}: the {label} guard says held, Redis holds nothing for it"
+        );
+    }
+}
+
+/// Checks `guards` every 50 ms for `period`.
+fn watch(
+    con: &mut redis::Connection,
+    kind: Kind,
+    owner: &str,
+    guards: &[(&str, &LockGuard)],
+    period: Duration,
+    when: &str,
+    case: &str,
+) {
+    let end = Instant::now() + period;
+    while Instant::now() < end {
+        check(con, kind, owner, guards, when, case);
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One case: an outer hold with `outer`, a re-entry with `inner`, each
+/// checked while both live (across a renewal), then one of them released
+/// (`inner_first`) and the other checked across the next renewal.
+fn case(
+    server: &RedisServer,
+    client: &LockClient,
+    kind: Kind,
+    outer: Lease,
+    inner: Lease,
+    inner_first: bool,
+) {
+    let case =
+        format!("{kind:?}: outer {outer:?}, inner {inner:?}, inner released first: {inner_first}");
+    let name = format!("reentry:{kind:?}:{outer:?}:{inner:?}:{inner_first}");
+    let mut con = server.connection();
+    let a = client.lock_with(&name, options(kind, outer)).unwrap();
+    let owner = owner_of(&mut con, kind, a.key());
+    check(
+        &mut con,
+        kind,
+        &owner,
+        &[("outer", &a)],
+        "outer alone",
+        &case,
+    );
+    let b = client.lock_with(&name, options(kind, inner)).unwrap();
+    check(
+        &mut con,
+        kind,
+        &owner,
+        &[("outer", &a), ("inner", &b)],
+        "after the re-entry",
+        &case,
+    );
+    watch(
+        &mut con,
+        kind,
+        &owner,
+        &[("outer", &a), ("inner", &b)],
+        Duration::from_millis(1_300),
+        "both held, across a renewal",
+        &case,
+    );
+    let (label, kept) = if inner_first {
+        drop(b);
+        ("outer", a)
+    } else {
+        drop(a);
+        ("inner", b)
+    };
+    watch(
+        &mut con,
+        kind,
+        &owner,
+        &[(label, &kept)],
+        Duration::from_millis(1_300),
+        "after the other's release, across a renewal",
+        &case,
+    );
+    if kept.is_held() {
+        kept.unlock().unwrap();
+    }
+    let left: bool = con.exists(&name).unwrap();
+    assert!(!left, "{case}: the lock is left after every guard went");
+}
+
+/// Every combination of leases and release orders for `kind`, each on its
+/// own thread (a reentrant hold is its thread's) and its own name.
+fn every_combination(kind: Kind) {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(WATCHDOG)
+        .build()
+        .unwrap();
+    let leases = [Lease::Watchdog, Lease::Short, Lease::Long];
+    thread::scope(|s| {
+        let mut cases = Vec::new();
+        for outer in leases {
+            for inner in leases {
+                for inner_first in [true, false] {
+                    let (server, client) = (&server, &client);
+                    cases.push(
+                        s.spawn(move || case(server, client, kind, outer, inner, inner_first)),
+                    );
+                }
+            }
+        }
+        let failed: Vec<String> = cases
+            .into_iter()
+            .filter_map(|c| c.join().err())
+            .map(|e| {
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{} cases failed:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
+    });
+}
+
+#[test]
+fn a_plain_reentry_never_cuts_a_lease_a_guard_counts_on() {
+    every_combination(Kind::Plain);
+}
+
+#[test]
+fn a_fenced_reentry_never_cuts_a_lease_a_guard_counts_on() {
+    every_combination(Kind::Fenced);
+}
+
+#[test]
+fn a_fair_reentry_never_cuts_a_lease_a_guard_counts_on() {
+    every_combination(Kind::Fair);
+}
+
+#[test]
+fn a_read_reentry_never_cuts_a_lease_a_guard_counts_on() {
+    every_combination(Kind::Read);
+}
+
+#[test]
+fn a_write_reentry_never_cuts_a_lease_a_guard_counts_on() {
+    every_combination(Kind::Write);
+}
