@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, OwnerKind};
 use crate::ledger::{Enter, Turn, YieldTo, YIELD_WAIT};
 use crate::notify::Subscription;
 use crate::options::{deadline_min, Cancel};
@@ -22,7 +22,7 @@ use crate::wait::{self, Env, Live};
 /// `deadline` (`None`: as long as it takes); `None` when the deadline passed
 /// first, [`Error::Cancelled`] when the wait was cancelled (a wait that ends
 /// without the lock, like a deadline).
-pub(crate) fn acquire<O>(
+pub(crate) fn acquire<O: OwnerKind>(
     shared: &Arc<Shared>,
     name: &str,
     want: Want,

@@ -13,13 +13,17 @@ use std::time::{Duration, Instant};
 
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
-use crate::guard::{LockGuard, OwnedLockGuard};
+use crate::guard::{LockGuard, OwnedLockGuard, OwnerKind};
 use crate::names::short_id;
 use crate::options::{check_name, deadline_after, LockOptions};
-use crate::park::Park;
+use crate::park::{blocking_wait_allowed, Park};
 use crate::raw::{Raw, Want};
 use crate::shared::Shared;
 use crate::stats::Stats;
+
+/// What a blocking wait refused on an async runtime's thread should use.
+const ASYNC_FACE: &str =
+    "the async face, leasehold::AsyncLockClient (LockClient::to_async), and .await the lock";
 
 /// A handle to a Redis server for taking distributed locks.
 ///
@@ -186,7 +190,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(Instant::now()), false)
+        self.take(name, LockOptions::new(), Some(Instant::now()))
     }
 
     /// Waits up to `wait` for the lock; `None` if it stayed held.
@@ -221,7 +225,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(deadline_after(wait)), false)
+        self.take(name, LockOptions::new(), Some(deadline_after(wait)))
     }
 
     /// Waits until `deadline` for the lock; `None` if it stayed held. A
@@ -230,7 +234,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.take(name, LockOptions::new(), Some(deadline), false)
+        self.take(name, LockOptions::new(), Some(deadline))
     }
 
     /// Takes the lock with options: an explicit lease, a bounded wait.
@@ -257,7 +261,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and a zero lease.
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
-        self.take_waiting(name, options, false)
+        self.take_waiting(name, options)
     }
 
     /// Like [`lock_with`](Self::lock_with) but returns `None` when the wait
@@ -267,7 +271,7 @@ impl LockClient {
     /// As [`lock`](Self::lock), plus a zero lease.
     pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
         let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.take(name, options, Some(deadline), false)
+        self.take(name, options, Some(deadline))
     }
 
     /// Takes the lock `name` for a guard that owns it on its own — not
@@ -289,7 +293,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock_with`](Self::lock_with).
     pub fn lock_owned_with(&self, name: &str, options: LockOptions) -> Result<OwnedLockGuard> {
-        self.take_waiting(name, options, true)
+        self.take_waiting(name, options)
     }
 
     /// Like [`lock_owned_with`](Self::lock_owned_with) but returns `None`
@@ -304,7 +308,7 @@ impl LockClient {
         options: LockOptions,
     ) -> Result<Option<OwnedLockGuard>> {
         let deadline = deadline_after(options.wait_value().unwrap_or_default());
-        self.take(name, options, Some(deadline), true)
+        self.take(name, options, Some(deadline))
     }
 
     /// Takes the fair lock `name`: waits in line behind everyone — in this
@@ -581,15 +585,10 @@ impl LockClient {
     }
 
     /// Waits as `options` say; a wait that runs out is an error.
-    fn take_waiting<O>(
-        &self,
-        name: &str,
-        options: LockOptions,
-        owned: bool,
-    ) -> Result<LockGuard<O>> {
+    fn take_waiting<O: OwnerKind>(&self, name: &str, options: LockOptions) -> Result<LockGuard<O>> {
         let waited = options.wait_value();
         let deadline = waited.map(deadline_after);
-        match self.take(name, options, deadline, owned)? {
+        match self.take(name, options, deadline)? {
             Some(guard) => Ok(guard),
             None => Err(Error::WaitTimedOut {
                 name: name.to_owned(),
@@ -606,19 +605,20 @@ impl LockClient {
         options: LockOptions,
         deadline: Option<Instant>,
     ) -> Result<Option<OwnedLockGuard>> {
-        self.take(name, options, deadline, true)
+        self.take(name, options, deadline)
     }
 
     /// The acquire path for `options`, waiting until `deadline` (`None`: as
-    /// long as it takes); `owned`: for an owner of its own.
-    fn take<O>(
+    /// long as it takes), for the owner `O` says (the thread, or one of its
+    /// own).
+    fn take<O: OwnerKind>(
         &self,
         name: &str,
         options: LockOptions,
         deadline: Option<Instant>,
-        owned: bool,
     ) -> Result<Option<LockGuard<O>>> {
-        let want = Want::of(&options, owned, Park::Thread);
+        blocking_wait_allowed(name, deadline, O::THREAD, ASYNC_FACE)?;
+        let want = Want::of(&options, !O::THREAD, Park::Thread);
         acquire(&self.shared, name, want, deadline)
     }
 

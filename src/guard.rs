@@ -12,6 +12,7 @@ use crossbeam_channel::Receiver;
 
 use crate::conn::Bound;
 use crate::error::Result;
+use crate::park::{on_executor, Park};
 use crate::raw::{Hold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
 /// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
@@ -27,11 +28,34 @@ pub struct ThisThread(PhantomData<MutexGuard<'static, ()>>);
 /// not even the one that took it — can re-enter the lock through it.
 pub struct Owned(());
 
+/// Who owns a [`LockGuard`]'s hold: [`ThisThread`] or [`Owned`].
+pub(crate) trait OwnerKind {
+    /// The thread that took it (reentrant on that thread).
+    const THREAD: bool;
+}
+
+impl OwnerKind for ThisThread {
+    const THREAD: bool = true;
+}
+
+impl OwnerKind for Owned {
+    const THREAD: bool = false;
+}
+
 /// A hold owned by the guard, not by a thread: `Send`, not reentrant. From
 /// [`LockClient::lock_owned`](crate::LockClient::lock_owned) and
 /// [`lock_owned_with`](crate::LockClient::lock_owned_with); for work that
 /// moves between threads (a thread pool, a blocking task of an async
 /// runtime, a channel).
+///
+/// **Not for async code**: taking it blocks the calling thread, so in a
+/// task it stalls the executor — and deadlocks a service whose other task
+/// holds the lock. Use [`AsyncLockClient`](crate::AsyncLockClient) there
+/// (its guard is `Send` too). With the `tokio` feature a blocking call that
+/// may wait on an executor's thread returns
+/// [`Error::BlockingInAsync`](crate::Error::BlockingInAsync) instead; the
+/// README's *Async* section has the `clippy.toml` setting that flags a
+/// blocking guard held across `.await`.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), leasehold::Error> {
@@ -87,15 +111,21 @@ pub struct LockGuard<O = ThisThread> {
     hold: Hold,
     /// Set by `unlock(self)` so that `Drop` does nothing more.
     released: bool,
+    /// The hold is the thread's (reentrant): released on that thread.
+    thread_owned: bool,
     owner: PhantomData<O>,
 }
 
 impl<O> LockGuard<O> {
-    pub(crate) fn new(raw: Arc<Raw>, hold: Hold) -> Self {
+    pub(crate) fn new(raw: Arc<Raw>, hold: Hold) -> Self
+    where
+        O: OwnerKind,
+    {
         LockGuard {
             raw,
             hold,
             released: false,
+            thread_owned: O::THREAD,
             owner: PhantomData,
         }
     }
@@ -246,9 +276,22 @@ impl<O> Drop for LockGuard<O> {
         self.released = true;
         // Wait for a pooled connection no longer than one reply may take.
         let bound = Bound::pool_wait(self.raw.socket_timeout());
-        if let Err(e) = self.raw.release(&self.hold, bound) {
-            tracing::warn!(lock = %self.hold.name, error = ?e, "leasehold: releasing a lock on drop failed");
+        let release = move |raw: &Arc<Raw>, hold: &Hold| {
+            if let Err(e) = raw.release(hold, bound) {
+                tracing::warn!(lock = %hold.name, error = ?e, "leasehold: releasing a lock on drop failed");
+            }
+        };
+        // On an async runtime's thread an owned hold is released in the
+        // background: the drop must not stall the thread's tasks for a
+        // round trip (seconds, with Redis stopped). A thread's own hold
+        // (reentrant) is released on its thread, in order with its next
+        // acquisition there.
+        if !self.thread_owned && on_executor() {
+            let (raw, hold) = (Arc::clone(&self.raw), self.hold.clone());
+            Park::Task.detach(move || release(&raw, &hold));
+            return;
         }
+        release(&self.raw, &self.hold);
     }
 }
 

@@ -35,6 +35,7 @@ use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
 use crate::options::{check_lease, check_name, deadline_after, LockOptions};
+use crate::park::{blocking_wait_allowed, on_executor, Park};
 use crate::raw::Hold;
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
 
@@ -274,6 +275,12 @@ impl Redlock {
         if let Some(lease) = lease {
             check_lease("lease", lease)?;
         }
+        blocking_wait_allowed(
+            name,
+            deadline,
+            false,
+            "a Redlock's call inside tokio::task::spawn_blocking (it has no async face)",
+        )?;
         let inner = &self.inner;
         // A bounded wait's round trips end by its deadline; a single try's
         // (a deadline already passed) take the node timeout.
@@ -575,21 +582,7 @@ impl RedlockGuard {
     }
 
     fn release(&self) -> Result<()> {
-        let nodes = &self.redlock.inner.nodes;
-        // Released on every node that granted it, by the raw layer's one
-        // release path (renewal stops, a lost reply is sent again).
-        let answers = on_every_node(&self.nodes, |(i, hold)| match nodes.get(*i) {
-            Some(node) => node.raw().release(hold, Bound::default()),
-            None => Ok(()),
-        });
-        let (mut ours, mut errors) = (0, Vec::new());
-        for answer in answers {
-            match answer {
-                Ok(()) => ours += 1,
-                Err(e) if e.is_not_held() => {}
-                Err(e) => errors.push(e),
-            }
-        }
+        let (ours, errors) = release_holds(&self.redlock, &self.nodes);
         let majority = self.redlock.majority();
         let not_held = || Error::NotHeld {
             name: self.name.clone(),
@@ -608,12 +601,45 @@ impl RedlockGuard {
     }
 }
 
+/// Releases `holds` on the nodes of `redlock` that granted them, by the
+/// raw layer's one release path (renewal stops, a lost reply is sent
+/// again): how many were still ours, and the errors of the others.
+fn release_holds(redlock: &Redlock, holds: &[(usize, Hold)]) -> (usize, Vec<Error>) {
+    let nodes = &redlock.inner.nodes;
+    let answers = on_every_node(holds, |(i, hold)| match nodes.get(*i) {
+        Some(node) => node.raw().release(hold, Bound::default()),
+        None => Ok(()),
+    });
+    let (mut ours, mut errors) = (0, Vec::new());
+    for answer in answers {
+        match answer {
+            Ok(()) => ours += 1,
+            Err(e) if e.is_not_held() => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    (ours, errors)
+}
+
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
         if self.released {
             return;
         }
         self.released = true;
+        // On an async runtime's thread: in the background, never stalling
+        // the thread's tasks for the nodes' round trips.
+        if on_executor() {
+            let (redlock, holds) = (self.redlock.clone(), std::mem::take(&mut self.nodes));
+            let name = self.name.clone();
+            Park::Task.detach(move || {
+                let (_, errors) = release_holds(&redlock, &holds);
+                if let Some(e) = errors.first() {
+                    tracing::warn!(lock = %name, error = ?e, "leasehold: releasing a Redlock on drop failed");
+                }
+            });
+            return;
+        }
         if let Err(e) = self.release() {
             tracing::warn!(lock = %self.name, error = ?e, "leasehold: releasing a Redlock on drop failed");
         }

@@ -106,6 +106,28 @@ pub enum Error {
         name: String,
     },
 
+    /// A blocking call was made on a thread that runs an async runtime's
+    /// tasks where it must not be: one that may wait (`lock`,
+    /// `try_lock_for`, a semaphore's `acquire`, …) would stall every task on
+    /// that thread for as long as it waits — and for ever when one of those
+    /// tasks holds the lock, as it could never run its release; and a guard
+    /// owned by the thread (`try_lock`'s, reentrant) would be one hold for
+    /// every task on that thread, which would then not exclude each other.
+    /// Refused before anything was sent, as tokio's `block_on` and
+    /// `reqwest::blocking` refuse. Seen on tokio's runtimes with the `tokio`
+    /// feature; `spawn_blocking` and `block_in_place` are not refused, nor a
+    /// single attempt for an owned guard (`try_lock_owned_with`).
+    #[error("{} {name:?} was asked on a thread that runs an async runtime's tasks: {}; use {instead}, or make the blocking call inside tokio::task::spawn_blocking", blocking_what(*.thread_owned), blocking_why(*.thread_owned))]
+    BlockingInAsync {
+        /// The lock (or semaphore) name as the caller gave it.
+        name: String,
+        /// Refused because its guard would be owned by the thread (a single
+        /// attempt); false: because the call may wait.
+        thread_owned: bool,
+        /// The async face to use instead.
+        instead: &'static str,
+    },
+
     /// The calling thread asked for the write side of a read/write lock
     /// while it holds the read side: the write lock waits for all readers,
     /// this thread included, so it would wait forever (Redisson hangs here).
@@ -301,6 +323,24 @@ pub enum Error {
     },
 }
 
+/// What a refused blocking call was ([`Error::BlockingInAsync`]).
+fn blocking_what(thread_owned: bool) -> &'static str {
+    if thread_owned {
+        "a lock owned by the calling thread on"
+    } else {
+        "a blocking wait for"
+    }
+}
+
+/// Why it was refused ([`Error::BlockingInAsync`]).
+fn blocking_why(thread_owned: bool) -> &'static str {
+    if thread_owned {
+        "every task on that thread would share its hold and re-enter it, so they would not exclude each other"
+    } else {
+        "it would stall every task there, and deadlock if one of them holds the lock"
+    }
+}
+
 impl Error {
     /// This error as the end of a wait whose deadline passed: a reply that
     /// did not come was the wait running out of time (the advice to raise
@@ -331,6 +371,12 @@ impl Error {
     /// handle.
     pub fn is_cancelled(&self) -> bool {
         matches!(self, Error::Cancelled { .. })
+    }
+
+    /// True when a blocking call that may wait was refused because it was
+    /// made on an async runtime's thread ([`Error::BlockingInAsync`]).
+    pub fn is_blocking_in_async(&self) -> bool {
+        matches!(self, Error::BlockingInAsync { .. })
     }
 
     /// True when `lock_with` gave up because the lock stayed held for the

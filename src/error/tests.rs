@@ -51,6 +51,16 @@ fn messages_are_lowercase_without_trailing_period() {
             what: "a string".into(),
         },
         Error::Cancelled { name: "a".into() },
+        Error::BlockingInAsync {
+            name: "a".into(),
+            thread_owned: false,
+            instead: "leasehold::AsyncLockClient",
+        },
+        Error::BlockingInAsync {
+            name: "a".into(),
+            thread_owned: true,
+            instead: "leasehold::AsyncLockClient",
+        },
         Error::UpgradeWouldDeadlock { name: "a".into() },
         Error::NoQuorum {
             name: "a".into(),

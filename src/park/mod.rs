@@ -94,6 +94,72 @@ impl Park {
     }
 }
 
+/// Whether this thread is polling an async runtime's task right now (a
+/// worker of a tokio runtime, or the thread in its `block_on`), where a
+/// blocking wait would stall every task of the thread — and deadlock when
+/// one of them holds what it waits for. Not inside `spawn_blocking` or
+/// `block_in_place`, where blocking is the point.
+///
+/// With the `tokio` feature, read off tokio's cooperative budget: tokio
+/// gives every poll of a task (and of `block_on`'s future) a budget of
+/// operations and lifts it in its blocking sections, so a constrained
+/// budget means "inside a scheduler's poll". The probe spends the budget
+/// down to empty and gives every unit back (each `RestoreOnPending`
+/// restores what it took, newest first): nothing changes for the task.
+/// A future wrapped in `tokio::task::unconstrained` is not seen, nor any
+/// other executor: without the feature this is always false.
+pub(crate) fn on_executor() -> bool {
+    #[cfg(feature = "tokio")]
+    {
+        use tokio::task::coop::poll_proceed;
+        // Outside any runtime's context (most blocking callers): at once.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return false;
+        }
+        /// More than tokio's budget per poll (128).
+        const PROBE: usize = 256;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut taken = Vec::with_capacity(PROBE);
+        let constrained = loop {
+            match poll_proceed(&mut cx) {
+                Poll::Pending => break true,
+                Poll::Ready(unit) => taken.push(unit),
+            }
+            if taken.len() == PROBE {
+                break false;
+            }
+        };
+        while let Some(unit) = taken.pop() {
+            drop(unit);
+        }
+        constrained
+    }
+    #[cfg(not(feature = "tokio"))]
+    false
+}
+
+/// Refuses, on an async runtime's thread ([`on_executor`]), a blocking
+/// acquisition of `name` that may wait (no deadline, or one still ahead) or
+/// whose guard the thread would own (`thread_owned`: reentrant, so every
+/// task of the thread would share it), with the error that names
+/// `instead`, the async face to use.
+pub(crate) fn blocking_wait_allowed(
+    name: &str,
+    deadline: Option<Instant>,
+    thread_owned: bool,
+    instead: &'static str,
+) -> Result<()> {
+    let may_wait = deadline.is_none_or(|d| d > Instant::now());
+    if (may_wait || thread_owned) && on_executor() {
+        return Err(Error::BlockingInAsync {
+            name: name.to_owned(),
+            thread_owned: thread_owned && !may_wait,
+            instead,
+        });
+    }
+    Ok(())
+}
+
 /// The result of [`Park::io`]: ready (a thread ran the job), or on its way
 /// from an I/O thread.
 pub(crate) enum Io<T> {

@@ -22,7 +22,9 @@ use crate::renewal::LeaseState;
 #[cfg(feature = "tokio")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// One hold, as a guard keeps it and [`Raw::release`] gives it back.
+/// One hold, as a guard keeps it and [`Raw::release`] gives it back
+/// (cloned only to be released elsewhere, by a guard that is gone).
+#[derive(Clone)]
 pub(crate) struct Hold {
     /// The lock name as the caller gave it.
     pub(crate) name: String,

@@ -54,6 +54,7 @@ pub(crate) struct PermitWaiting<'a> {
 }
 
 /// The permits a permit guard holds.
+#[derive(Clone)]
 pub(crate) struct PermitHold {
     /// The semaphore name as the caller gave it.
     pub(crate) name: String,

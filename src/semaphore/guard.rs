@@ -11,6 +11,7 @@ use crossbeam_channel::Receiver;
 use crate::conn::Bound;
 use crate::error::Result;
 use crate::names::hex;
+use crate::park::{on_executor, Park};
 use crate::raw::{PermitHold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
 
@@ -125,9 +126,19 @@ impl Drop for PermitGuard {
         }
         self.released = true;
         let bound = Bound::pool_wait(self.raw.socket_timeout());
-        if let Err(e) = self.raw.release_permits(&self.hold, bound) {
-            tracing::warn!(semaphore = %self.hold.name, error = ?e, "leasehold: giving permits back on drop failed");
+        let release = move |raw: &Arc<Raw>, hold: &PermitHold| {
+            if let Err(e) = raw.release_permits(hold, bound) {
+                tracing::warn!(semaphore = %hold.name, error = ?e, "leasehold: giving permits back on drop failed");
+            }
+        };
+        // On an async runtime's thread: in the background, never stalling
+        // the thread's tasks for a round trip.
+        if on_executor() {
+            let (raw, hold) = (Arc::clone(&self.raw), self.hold.clone());
+            Park::Task.detach(move || release(&raw, &hold));
+            return;
         }
+        release(&self.raw, &self.hold);
     }
 }
 

@@ -19,7 +19,7 @@ use crate::acquire::live;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::options::{deadline_after, Cancel, LockOptions};
-use crate::park::{block_on, Park};
+use crate::park::{block_on, blocking_wait_allowed, Park};
 use crate::raw::{PermitHold, Want};
 use crate::shared::Shared;
 use crate::wait;
@@ -212,6 +212,12 @@ impl Semaphore {
         options: LockOptions,
         deadline: Option<Instant>,
     ) -> Result<Option<PermitGuard>> {
+        blocking_wait_allowed(
+            &self.name,
+            deadline,
+            false,
+            "leasehold::AsyncSemaphore (AsyncLockClient::semaphore) and .await its acquire",
+        )?;
         let want = Want::of(&options, true, Park::Thread);
         let hold = block_on(acquire_permits(
             &self.shared,
