@@ -370,9 +370,13 @@ impl Redlock {
                 Ok(Round::Held(guard))
             }
             _ => {
-                // Not held: give back what we got (a node that did not
-                // answer undoes its part in the background, see above).
-                release_on(&inner.nodes, &held, &key, owner, lease, bound);
+                // Not held: give back what we got, at once (a node that
+                // did not answer undoes its part in the background, see
+                // above). The give-back has its own bound, the node
+                // timeout — not the wait's, which may have passed: cut by
+                // it, nothing would be sent and the nodes would keep the
+                // hold until the background undo came round.
+                release_on(&inner.nodes, &held, &key, owner, lease);
                 Ok(Round::Failed {
                     acquired: held.len(),
                     busy,
@@ -494,20 +498,14 @@ fn on_every_node<N: Sync, T: Send>(nodes: &[N], f: impl Fn(&N) -> T + Sync) -> V
 
 /// The release script on the nodes numbered `which` — which took a hold
 /// an attempt that failed as a whole will not keep — each within the node
-/// timeout and `bound`. A node that did not answer sends it again in the
-/// background until it answers (the owner is one acquisition's alone, so
-/// nothing later can be released by it).
-fn release_on(
-    nodes: &[LockClient],
-    which: &[usize],
-    key: &str,
-    owner: &str,
-    lease: Duration,
-    bound: Bound,
-) {
+/// timeout, never a wait's deadline (which may have passed). A node that
+/// did not answer sends it again in the background until it answers (the
+/// owner is one acquisition's alone, so nothing later can be released by
+/// it).
+fn release_on(nodes: &[LockClient], which: &[usize], key: &str, owner: &str, lease: Duration) {
     let chosen: Vec<&LockClient> = which.iter().filter_map(|&i| nodes.get(i)).collect();
     on_every_node(&chosen, |node| {
-        let _ = node.raw().release_unique(key, owner, lease, bound);
+        let _ = node.raw().release_unique(key, owner, lease);
     });
 }
 

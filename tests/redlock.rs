@@ -201,6 +201,60 @@ fn a_blackholed_majority_fails_typed_within_the_deadline_and_leaves_nothing() {
         .is_ok_and(|g| g.is_some())));
 }
 
+/// A bounded wait that fails at its deadline gives back what its last
+/// round took on the nodes that answered — at once, as the algorithm says
+/// — though the wait's own deadline has passed: the give-back has its own
+/// bound (the node timeout), not the caller's. Three of five servers
+/// stopped (SIGSTOP): each live node is checked right after `try_lock_for`
+/// returns, and again 300 ms later (before, both still held the key for
+/// the whole lease).
+#[test]
+fn a_wait_that_fails_at_its_deadline_leaves_no_hold_on_the_live_nodes() {
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let redlock = Redlock::builder(&urls)
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    // Connected to every node before they stop.
+    redlock
+        .try_lock("rl:warm")
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .unwrap();
+    let mut live: Vec<redis::Connection> = servers[..2].iter().map(|s| s.connection()).collect();
+    for s in &servers[2..] {
+        s.signal("STOP");
+    }
+    let mut left = Vec::new();
+    for round in 0..3 {
+        let name = format!("rl:stopped:{round}");
+        let err = redlock
+            .try_lock_for(&name, Duration::from_secs(1))
+            .unwrap_err();
+        assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+        let mut holding = || {
+            live.iter_mut()
+                .map(|c| usize::from(c.exists::<_, bool>(&name).unwrap()))
+                .sum::<usize>()
+        };
+        let at_once = holding();
+        thread::sleep(Duration::from_millis(300));
+        let later = holding();
+        left.push((at_once, later));
+    }
+    for s in &servers[2..] {
+        s.signal("CONT");
+    }
+    assert!(
+        left.iter()
+            .all(|&(at_once, later)| at_once == 0 && later == 0),
+        "live nodes still holding (right after, 300 ms later), per try: {left:?}"
+    );
+}
+
 #[test]
 fn a_node_restarted_empty_during_a_hold_costs_the_hold_only_with_a_majority() {
     let mut nodes = Nodes::start();

@@ -372,7 +372,7 @@ impl Raw {
 
     /// Releases all of the hold of `owner` — an owner of one acquisition
     /// (a Redlock attempt's) that kept no guard — on plain lock `key`,
-    /// within `bound`: whether it was ours. When Redis did not answer or
+    /// within [`give_back`](Self::give_back): whether it was ours. When Redis did not answer or
     /// could not be reached, it is sent again in the background until Redis
     /// answers: no later hold can have this owner.
     pub(crate) fn release_unique(
@@ -380,7 +380,6 @@ impl Raw {
         key: &str,
         owner: &str,
         lease: Duration,
-        bound: Bound,
     ) -> Result<bool> {
         let rel = Release {
             kind: Kind::Plain,
@@ -391,7 +390,7 @@ impl Raw {
             successor: None,
         };
         let sent_at = Instant::now();
-        let released = self.release_script(&rel, bound.with_pool_wait(self.socket_timeout));
+        let released = self.release_script(&rel, self.give_back());
         if released.as_ref().is_err_and(Error::is_transient) {
             self.orphaned(Orphan::lost(Kind::Plain, key, owner, lease, None, sent_at));
         }

@@ -70,7 +70,7 @@ impl Raw {
             )
             .await?;
         let answer = answer.map(|a| (a, None));
-        Some(self.attempted(name, req, bound, sent_at, (answer, sent)))
+        Some(self.attempted(name, req, sent_at, (answer, sent)))
     }
 
     /// Sends release `rel` for a task: on the reactor lane, or where the

@@ -220,18 +220,17 @@ impl Raw {
             };
             Ok((answer, unacked))
         });
-        self.attempted(name, req, bound, sent_at, ran)
+        self.attempted(name, req, sent_at, ran)
     }
 
-    /// The ending of an attempt sent at `sent_at` within `bound`, whatever
-    /// sent it: a reply that never came is undone once Redis answers (an
-    /// orphan); a hold too few replicas acknowledged (`Some(acked)`) is
-    /// given back.
+    /// The ending of an attempt sent at `sent_at`, whatever sent it: a
+    /// reply that never came is undone once Redis answers (an orphan); a
+    /// hold too few replicas acknowledged (`Some(acked)`) is given back
+    /// (within [`give_back`](Self::give_back)).
     pub(super) fn attempted(
         self: &Arc<Self>,
         name: &str,
         req: &Request<'_>,
-        bound: Bound,
         sent_at: Instant,
         (answer, sent): (Result<(Attempt, Option<u32>)>, bool),
     ) -> Result<Attempt> {
@@ -254,7 +253,7 @@ impl Raw {
                 last: req.fresh,
                 successor: None,
             };
-            let _ = self.release_script(&rel, bound.with_pool_wait(self.socket_timeout));
+            let _ = self.release_script(&rel, self.give_back());
             let (wanted, timeout) = self.replicas.unwrap_or_default();
             return Err(Error::NotReplicated {
                 name: name.to_owned(),
@@ -304,6 +303,14 @@ impl Raw {
             .arg(protocol::millis(timeout))
             .query(con)?;
         Ok((acked < i64::from(wanted)).then(|| u32::try_from(acked.max(0)).unwrap_or(0)))
+    }
+
+    /// The bound of giving back what an attempt took or left (an undo, a
+    /// waiting place left, a hold nobody keeps): the socket timeout for a
+    /// pooled connection and each reply, never the caller's deadline —
+    /// which may have passed, and then nothing would be sent.
+    pub(crate) fn give_back(&self) -> Bound {
+        Bound::pool_wait(self.socket_timeout)
     }
 
     /// One release script, within `bound`.

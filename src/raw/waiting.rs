@@ -538,7 +538,9 @@ impl LockKind for Waiting<'_> {
             self.key.clone(),
             self.owner.clone(),
         );
-        let (fresh, bound) = (self.fresh, self.bound);
+        // The undo has a bound of its own, not the wait's (which may have
+        // passed): cut by it, nothing would be sent.
+        let (fresh, bound) = (self.fresh, self.raw.give_back());
         let undo = move || {
             let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
         };
@@ -607,7 +609,13 @@ impl LockKind for Waiting<'_> {
             self.key.clone(),
             self.owner.clone(),
         );
-        let (place, lease, fresh, bound) = (self.place.clone(), self.lease, self.fresh, self.bound);
+        // Its own bound, not the wait's (see `undo`).
+        let (place, lease, fresh, bound) = (
+            self.place.clone(),
+            self.lease,
+            self.fresh,
+            self.raw.give_back(),
+        );
         self.park.detach(move || {
             let granted = raw.leave(kind, &key, &owner, place.as_deref(), lease, bound);
             if granted {
