@@ -202,13 +202,16 @@ impl LockClient {
     /// use std::time::Duration;
     /// use leasehold::{Error, LockClient};
     ///
-    /// fn nightly_report(client: &LockClient) -> leasehold::Result<()> {
-    ///     match client.try_lock_for("nightly:report", Duration::from_secs(5)) {
+    /// fn reindex(client: &LockClient) -> leasehold::Result<()> {
+    ///     match client.try_lock_for("search:reindex", Duration::from_secs(5)) {
     ///         Ok(Some(guard)) => {
-    ///             // … the report: only this process runs it …
+    ///             // … the rebuild: no other process runs it meanwhile …
     ///             guard.unlock() // Err(NotHeld) if the lease was lost meanwhile
     ///         }
-    ///         Ok(None) => Ok(()), // another process runs it
+    ///         // Another process was rebuilding for the whole 5 s. (One that
+    ///         // finishes sooner lets this one in, and it rebuilds again:
+    ///         // one at a time, not once per window.)
+    ///         Ok(None) => Ok(()),
     ///         Err(e) if e.is_connection() || e.is_timeout() => {
     ///             eprintln!("redis unreachable, trying again next run: {e}");
     ///             Ok(())
@@ -250,7 +253,7 @@ impl LockClient {
     /// let opts = LockOptions::new()
     ///     .lease(Duration::from_secs(10))
     ///     .wait(Duration::from_secs(2));
-    /// match client.lock_with("report:nightly", opts) {
+    /// match client.lock_with("cache:rebuild", opts) {
     ///     Ok(_guard) => { /* at most 10 s of work */ }
     ///     Err(e) if e.is_wait_timeout() => { /* someone else is on it */ }
     ///     Err(e) => return Err(e),
@@ -440,8 +443,9 @@ impl LockClient {
     /// [`client_name`]: crate::LockClientBuilder::client_name
     ///
     /// # Errors
-    /// [`Error::InvalidInput`](crate::Error) for an empty or overlong name;
-    /// connection errors when Redis could not be reached.
+    /// [`Error::InvalidArgument`] for an empty or overlong name;
+    /// [`Error::NotALock`] when the key holds something else; connection
+    /// errors when Redis could not be reached.
     pub fn inspect(&self, name: &str) -> Result<crate::LockInfo> {
         check_name(name)?;
         let raw = self.raw();
@@ -505,8 +509,9 @@ impl LockClient {
     /// one that is working. Returns false when the lock was not held.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`](crate::Error) for an empty or overlong name;
-    /// connection errors when Redis could not be reached.
+    /// [`Error::InvalidArgument`] for an empty or overlong name;
+    /// [`Error::NotALock`] (nothing changed) when the key holds something
+    /// else; connection errors when Redis could not be reached.
     pub fn force_unlock(&self, name: &str) -> Result<bool> {
         check_name(name)?;
         let raw = self.raw();

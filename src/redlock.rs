@@ -48,7 +48,7 @@ use crate::renewal::{LeaseLost, LeaseState, Quorum};
 ///     "redis://10.0.0.2/",
 ///     "redis://10.0.0.3/",
 /// ])?;
-/// let guard = redlock.lock("nightly:report")?; // held on at least 2 of 3
+/// let guard = redlock.lock("ledger:close-day")?; // held on at least 2 of 3
 /// assert!(guard.is_held());
 /// guard.unlock()?;
 /// # Ok(()) }

@@ -162,6 +162,179 @@ fn keys_of_other_types_are_wrongtype_not_an_endless_wait() {
     assert_eq!(len, 1, "the list was left alone");
 }
 
+/// Application data under every lock kind's acquire — a hash
+/// (`HSET user:1 …`), a string, a counter (`SET stock:5 12`): refused at
+/// once as `NotALock`, whatever the call (one attempt, a bounded wait, an
+/// unbounded one), and left exactly as it was. Before, a hash was taken for
+/// another's hold (`try_lock_for` gave `None` after its whole wait, `lock`
+/// waited for ever) — and a read or write lock wrote its `mode` into it.
+#[test]
+fn application_keys_under_every_lock_kinds_acquire_are_refused_untouched() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let async_client = client.to_async();
+    let mut con = server.connection();
+    let data = support::seed_application_data(&mut con);
+    let _: () = con.set("stock:5", 12).unwrap();
+    let kinds = [
+        ("plain", LockOptions::new()),
+        ("fenced", LockOptions::new().fenced()),
+        ("fair", LockOptions::new().fair()),
+        ("read", LockOptions::new().read()),
+        ("write", LockOptions::new().write()),
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let keys: Vec<&str> = data.iter().map(|(k, _)| *k).chain(["stock:5"]).collect();
+    let refused = |what: &str, r: leasehold::Result<bool>| match r {
+        Err(e) => assert!(
+            matches!(e, leasehold::Error::NotALock { .. }) && e.is_wrong_type(),
+            "{what}: {e:?}"
+        ),
+        Ok(held) => panic!("{what}: taken for a lock (held: {held})"),
+    };
+    let started = Instant::now();
+    for key in &keys {
+        for (kind, opts) in kinds {
+            let what = format!("{kind} on {key}");
+            refused(
+                &format!("{what}, one attempt"),
+                client.try_lock_with(key, opts).map(|g| g.is_some()),
+            );
+            refused(
+                &format!("{what}, bounded"),
+                client
+                    .try_lock_with(key, opts.wait(Duration::from_secs(30)))
+                    .map(|g| g.is_some()),
+            );
+            refused(
+                &format!("{what}, unbounded"),
+                client.lock_with(key, opts).map(|_| true),
+            );
+            refused(
+                &format!("{what}, owned"),
+                client.lock_owned_with(key, opts).map(|_| true),
+            );
+            refused(
+                &format!("{what}, async"),
+                rt.block_on(async_client.lock_with(key, opts)).map(|_| true),
+            );
+        }
+        refused(
+            &format!("lock_all with {key}"),
+            client.lock_all(&[*key, "free"]).map(|_| true),
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not after waits of 30 s or for ever: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        support::application_data_intact(&mut con),
+        "the application's data changed"
+    );
+    let stock: i64 = con.get("stock:5").unwrap();
+    assert_eq!(stock, 12);
+    let ttl: i64 = con.pttl("user:1").unwrap();
+    assert_eq!(ttl, -1, "no expiry was set on the application's hash");
+    // Nothing of the refused waits is left (no place in a line or queue).
+    let mut keys: Vec<String> = con.keys("*").unwrap();
+    keys.retain(|k| !k.starts_with("leasehold_client:")); // the client's registration
+    keys.sort();
+    assert_eq!(keys, ["greeting", "pages", "stock:5", "user:1"]);
+    // A lock of another kind under a read/write lock's acquire is waited
+    // for as before, not refused (one kind per name, but no corruption).
+    let plain = client.lock_owned("shared").unwrap();
+    let r = client
+        .try_lock_with("shared", LockOptions::new().read())
+        .unwrap();
+    assert!(r.is_none(), "a plain lock's hash is held, for a reader");
+    let fields: Vec<String> = con.hkeys("shared").unwrap();
+    assert_eq!(
+        fields.len(),
+        1,
+        "no `mode` written into the plain lock: {fields:?}"
+    );
+    drop(plain);
+}
+
+/// Application data under a semaphore: a hash or a string that is no
+/// whole number is refused as `NotASemaphore` by every call that reads or
+/// writes permits, untouched; a semaphore whose permits were never set
+/// refuses an acquire at once (`NoPermits`), whatever its bound, instead of
+/// waiting for ever. A counter (`SET stock:5 12`) is a semaphore's shape
+/// to Redis, to Redisson and to us alike (Redisson's counter is a plain
+/// whole number): it cannot be told apart — name semaphores apart from
+/// application keys (a key prefix).
+#[test]
+fn application_keys_under_a_semaphore_are_refused_and_unset_permits_say_so() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let data = support::seed_application_data(&mut con);
+    let started = Instant::now();
+    for (key, _) in data {
+        let sem = client.semaphore(key);
+        let calls: Vec<(&str, leasehold::Result<()>)> = vec![
+            ("try_acquire", sem.try_acquire().map(drop)),
+            (
+                "try_acquire_for",
+                sem.try_acquire_for(Duration::from_secs(30)).map(drop),
+            ),
+            ("acquire", sem.acquire().map(drop)),
+            ("try_set_permits", sem.try_set_permits(3).map(drop)),
+            ("set_permits", sem.set_permits(3)),
+            ("add_permits", sem.add_permits(1).map(drop)),
+            ("available", sem.available().map(drop)),
+        ];
+        for (call, r) in calls {
+            let e = r.expect_err(call);
+            assert!(
+                matches!(e, leasehold::Error::NotASemaphore { .. }) && e.is_wrong_type(),
+                "{call} on {key}: {e:?}"
+            );
+            assert!(e.to_string().contains("not a semaphore"), "{e}");
+        }
+    }
+    assert!(
+        support::application_data_intact(&mut con),
+        "the application's data changed"
+    );
+    // Never set: refused at once, every form.
+    let sem = client.semaphore("never-set");
+    for (call, r) in [
+        ("try_acquire", sem.try_acquire().map(drop)),
+        (
+            "try_acquire_for",
+            sem.try_acquire_for(Duration::from_secs(30)).map(drop),
+        ),
+        ("acquire", sem.acquire().map(drop)),
+    ] {
+        let e = r.expect_err(call);
+        assert!(
+            matches!(e, leasehold::Error::NoPermits { .. }),
+            "{call}: {e:?}"
+        );
+        assert!(e.to_string().contains("set_permits"), "{e}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "at once, not after waits of 30 s or for ever: {:?}",
+        started.elapsed()
+    );
+    let left: Vec<String> = con.keys("*never-set*").unwrap();
+    assert!(
+        left.is_empty(),
+        "nothing of the refused acquires is left: {left:?}"
+    );
+    // Once set, as ever.
+    sem.set_permits(1).unwrap();
+    sem.try_acquire().unwrap().unwrap().release().unwrap();
+}
+
 #[test]
 fn an_acl_user_without_the_lock_commands_is_told_what_to_grant() {
     let server = RedisServer::start();

@@ -209,7 +209,8 @@ fn connection_errors_name_the_server_and_what_answered() {
     let text = check("http in the lock path", &e);
     assert!(matches!(e, Error::NotRedis { .. }), "{e:?}");
     assert!(
-        !text.contains("answered the lock command") && text.contains(&format!("127.0.0.1:{http}")),
+        !text.contains("answered a leasehold command")
+            && text.contains(&format!("127.0.0.1:{http}")),
         "{text}"
     );
 

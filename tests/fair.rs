@@ -428,7 +428,7 @@ fn a_redisson_waiter_in_the_queue_is_woken_not_granted() {
     let g = holder.fair_lock("fair:mixed").unwrap();
     // A Redisson waiter queued as Redisson's fair acquire queues it (no
     // leasehold mark), listening on its own channel.
-    let java = "0a0b0c0d-0000-4000-8000-00000000java:1";
+    let java = "0a0b0c0d-0000-4000-8000-000000c0ffee:1";
     let far: i64 = 4_000_000_000_000;
     let _: () = redis::pipe()
         .rpush("redisson_lock_queue:{fair:mixed}", java)

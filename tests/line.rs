@@ -162,7 +162,7 @@ fn a_redisson_waiter_gets_the_lock_while_leasehold_processes_hammer_it() {
         redis::Script::new(REDISSON_ACQUIRE),
         redis::Script::new(REDISSON_RELEASE),
     );
-    let owner = "0a0b0c0d-0000-4000-8000-00000000java:1";
+    let owner = "0a0b0c0d-0000-4000-8000-000000c0ffee:1";
     let started = Instant::now();
     loop {
         let ttl: Option<i64> = acquire

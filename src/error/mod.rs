@@ -218,6 +218,26 @@ pub enum Error {
         what: String,
     },
 
+    /// A semaphore's key holds something that is not a semaphore's count of
+    /// permits (an application's hash, list, or a string that is no whole
+    /// number): nothing was changed.
+    #[error("key {key:?} is not a semaphore: it is {what}; nothing was changed (a semaphore's key holds its count of free permits, a whole number); choose another semaphore name or a key prefix")]
+    NotASemaphore {
+        /// The Redis key (prefix + name).
+        key: String,
+        /// What it is instead.
+        what: String,
+    },
+
+    /// An acquire of a semaphore whose permits were never set (or whose
+    /// key was deleted): nothing would ever give it permits, so it does not
+    /// wait — whatever its bound. Nothing was changed.
+    #[error("semaphore {name:?} has no permits: they were never set (or its key was deleted); set them once with Semaphore::try_set_permits or set_permits before acquiring")]
+    NoPermits {
+        /// The semaphore name as the caller gave it.
+        name: String,
+    },
+
     /// Redis refused our credentials, or needs some and got none (`NOAUTH`;
     /// a long command on a connection that has not authenticated, which
     /// Redis 6.2.6+ and Valkey refuse as `Protocol error: unauthenticated
@@ -318,7 +338,7 @@ pub enum Error {
     },
 
     /// Redis answered with an error leasehold does not classify further.
-    #[error("redis answered the lock command with an error")]
+    #[error("redis answered a leasehold command with an error")]
     Redis {
         /// The error from the `redis` crate.
         #[source]
@@ -446,11 +466,15 @@ impl Error {
         )
     }
 
-    /// True when the key holds something that is not a lock: a non-hash
-    /// value met by a lock call (`WRONGTYPE`), or anything not shaped like
-    /// a lock met by an operator's call ([`Error::NotALock`]).
+    /// True when the key holds something that is not a lock (or
+    /// semaphore): anything not shaped like one met by any call
+    /// ([`Error::NotALock`], [`Error::NotASemaphore`]), or a value of the
+    /// wrong type (`WRONGTYPE`).
     pub fn is_wrong_type(&self) -> bool {
-        matches!(self, Error::WrongType { .. } | Error::NotALock { .. })
+        matches!(
+            self,
+            Error::WrongType { .. } | Error::NotALock { .. } | Error::NotASemaphore { .. }
+        )
     }
 
     /// True when Redis rejected the credentials.
@@ -584,6 +608,12 @@ impl Error {
 
     /// Classifies an error of the `redis` crate met while working on `key`.
     pub(crate) fn from_redis(err: redis::RedisError, key: &str) -> Self {
+        if err.code() == Some("NOTASEMAPHORE") {
+            return Error::NotASemaphore {
+                key: key.to_owned(),
+                what: err.detail().unwrap_or("something else").to_owned(),
+            };
+        }
         if is_wrongtype(&err) {
             return Error::WrongType {
                 key: key.to_owned(),

@@ -9,20 +9,31 @@ use super::plain::companion_fn;
 use super::{run, unexpected, PubSub};
 use crate::names::{channel_name, line_key, queue_key, rw_channel};
 
-/// The Lua function `shape(key)`: `{'lock'}` when `key` is a lock of any
-/// kind — a hash whose every field is a lock owner (`<client-uuid>:<n>`,
-/// `<client-uuid>:<n>:write` — leasehold's and Redisson's, whose `<n>` is a
-/// thread id — or leasehold's Redlock owner `<client-uuid>:redlock-<n>`)
-/// holding a hold count, or a read/write lock's `mode` (`read`, `write`);
-/// `{'none'}` when there is no key; and
-/// otherwise what it is: `{'type', <type>}` for a key that is no hash,
-/// `{'field', <field>}` for a field that is no lock owner, `{'count',
-/// <field>, <value>}` for an owner without a hold count. The one
-/// definition of a lock's shape: the forced release and the operators'
-/// reads ([`SHAPE`]) both call it.
+/// The Lua functions `lock_owner(f)` — whether hash field `f` names a
+/// lock owner (`<client-uuid>:<n>`, `<client-uuid>:<n>:write` — leasehold's
+/// and Redisson's, whose `<n>` is a thread id — or leasehold's Redlock owner
+/// `<client-uuid>:redlock-<n>`) — and `shape(key)`: `{'lock'}` when `key` is
+/// a lock of any kind — a hash whose every field is a lock owner holding a
+/// hold count, or a read/write lock's `mode` (`read`, `write`); `{'none'}`
+/// when there is no key; and otherwise what it is: `{'type', <type>}` for a
+/// key that is no hash, `{'field', <field>}` for a field that is no lock
+/// owner, `{'count', <field>, <value>}` for an owner without a hold count;
+/// and `not_a_lock(key)`: `shape(key)` behind the marker `'n'`, the reply
+/// with which an acquire refuses a key that is not a lock
+/// ([`shape_after_marker`] reads it). The one definition of a lock's
+/// shape: the forced release and the operators' reads ([`SHAPE`]) call it,
+/// and every kind's acquire (its owner check on the fields it reads
+/// anyway, `shape` only once a key was found not to be a lock).
 macro_rules! shape_fn {
     () => {
         r#"
+local owner_id = '^' .. string.rep('%x', 8) .. '%-' .. string.rep('%x', 4) .. '%-'
+    .. string.rep('%x', 4) .. '%-' .. string.rep('%x', 4) .. '%-'
+    .. string.rep('%x', 12) .. ':'
+local function lock_owner(f)
+    return string.match(f, owner_id .. '%d+$') or string.match(f, owner_id .. '%d+:write$')
+        or string.match(f, owner_id .. 'redlock%-%d+$')
+end
 local function shape(key)
     local t = redis.call('type', key)['ok']
     if t == 'none' then
@@ -31,13 +42,6 @@ local function shape(key)
     if t ~= 'hash' then
         return {'type', t}
     end
-    local id = '^' .. string.rep('%x', 8) .. '%-' .. string.rep('%x', 4) .. '%-'
-        .. string.rep('%x', 4) .. '%-' .. string.rep('%x', 4) .. '%-'
-        .. string.rep('%x', 12) .. ':'
-    local function owner(f)
-        return string.match(f, id .. '%d+$') or string.match(f, id .. '%d+:write$')
-            or string.match(f, id .. 'redlock%-%d+$')
-    end
     local fields = redis.call('hgetall', key)
     for i = 1, #fields, 2 do
         local f, v = fields[i], fields[i + 1]
@@ -45,7 +49,7 @@ local function shape(key)
             if v ~= 'read' and v ~= 'write' then
                 return {'count', f, v}
             end
-        elseif not owner(f) then
+        elseif not lock_owner(f) then
             return {'field', f}
         elseif not string.match(v, '^%d+$') then
             return {'count', f, v}
@@ -53,9 +57,15 @@ local function shape(key)
     end
     return {'lock'}
 end
+local function not_a_lock(key)
+    local s = shape(key)
+    table.insert(s, 1, 'n')
+    return s
+end
 "#
     };
 }
+pub(crate) use shape_fn;
 
 /// What a key is, as the operators' calls see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +103,29 @@ fn shape_of(reply: &Value) -> RedisResult<Shape> {
     let Value::Array(items) = reply else {
         return Err(unexpected("shape", reply));
     };
+    shape_in(items, reply)
+}
+
+/// What an acquire's reply says when it is `not_a_lock(key)`'s (see
+/// [`shape_fn!`]): the words of `shape(key)` after the marker `n`; `None`
+/// for any other reply.
+pub(crate) fn shape_after_marker(reply: &Value) -> Option<String> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    match items.first() {
+        Some(Value::BulkString(b)) if b == b"n" => match shape_in(&items[1..], reply) {
+            Ok(Shape::Other(what)) => Some(what),
+            // A key that changed between the acquire's check and its
+            // shape (it cannot: one script) reads as a hash of that shape.
+            Ok(Shape::Lock | Shape::None) | Err(_) => Some("not a lock".to_owned()),
+        },
+        _ => None,
+    }
+}
+
+/// The words of a shape (`items`, of `reply`).
+fn shape_in(items: &[Value], reply: &Value) -> RedisResult<Shape> {
     let word = |i: usize| match items.get(i) {
         Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
         Some(Value::SimpleString(s)) => s.clone(),

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
+use super::admin::shape_fn;
 use super::plain::{granted_fn, mint_fn, UNLOCK_MESSAGE};
 use super::{evalsha, keep_fn, millis, token, unexpected, Call, Keep, Lua, PubSub};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
@@ -108,6 +109,9 @@ end
 /// would be dropped (at most the queue lease); -1 when the holder has no
 /// expiry.
 ///
+/// A key that is not a lock (an application's hash or string; see
+/// `admin::shape_fn!`) → `{'n', <its shape>}`, nothing changed.
+///
 /// Fenced (a token counter in `KEYS[5]`): a first hold returns `{token}`, a
 /// reentrant one `{-1}` (it keeps the token of the outer hold).
 pub(super) const ACQUIRE: &str = r#"
@@ -120,7 +124,11 @@ local function first_hold()
     end
     return nil
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+local ours = redis.pcall('hexists', KEYS[1], ARGV[2])
+if type(ours) == 'table' then
+    return not_a_lock(KEYS[1])
+end
+if ours == 1 then
     if ARGV[4] ~= '' and redis.call('hget', KEYS[4], ARGV[2]) == ARGV[4] .. '!' then
         redis.call('hdel', KEYS[4], ARGV[2])
         return first_hold()
@@ -140,6 +148,13 @@ if redis.call('exists', KEYS[1]) == 0 and ((not first) or first == ARGV[2]) then
         redis.call('hdel', KEYS[4], ARGV[2])
     end
     return first_hold()
+end
+-- Held by another, or waited for: an application's hash is no lock (a
+-- read/write lock's `mode` is another kind's lock, held).
+for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
+    if f ~= 'mode' and not lock_owner(f) then
+        return not_a_lock(KEYS[1])
+    end
 end
 if redis.call('zscore', KEYS[3], ARGV[2]) == false then
     local fresh = now + math.max(redis.call('pttl', KEYS[1]), 0)
@@ -259,7 +274,12 @@ pub(crate) struct FairScripts {
 impl FairScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         FairScripts {
-            acquire: pubsub.lua(&format!("{PURGE}{}{}{ACQUIRE}", mint_fn!(), keep_fn!())),
+            acquire: pubsub.lua(&format!(
+                "{PURGE}{}{}{}{ACQUIRE}",
+                mint_fn!(),
+                keep_fn!(),
+                shape_fn!()
+            )),
             release: pubsub.lua(&format!(
                 "{PURGE}{}{}{}{RELEASE}",
                 mint_fn!(),

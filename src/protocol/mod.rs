@@ -98,7 +98,7 @@ impl OwnedRequest {
 }
 
 /// What an acquire attempt found, for every kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
     /// Held now; the fencing token minted by this attempt (a fenced first
     /// hold), `None` otherwise (also for a fenced reentrant hold, which keeps
@@ -115,6 +115,9 @@ pub(crate) enum Attempt {
     /// Read/write: the owner reads and asked to write, which would wait for
     /// itself.
     Upgrade,
+    /// The key is not a lock (an application's hash or string): what it is,
+    /// in words. Nothing was changed.
+    NotALock(String),
 }
 
 /// One release of any kind.
@@ -432,6 +435,9 @@ impl Scripts {
     /// What the reply to an [`acquire_call`](Self::acquire_call) of `kind`
     /// says.
     pub(crate) fn acquire_reply(kind: Kind, reply: Value) -> RedisResult<Attempt> {
+        if let Some(what) = admin::shape_after_marker(&reply) {
+            return Ok(Attempt::NotALock(what));
+        }
         Ok(match kind {
             Kind::Plain => plain_attempt(plain::acquire_reply(reply)?),
             Kind::Fair => match fair::acquire_reply(reply)? {

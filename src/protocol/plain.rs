@@ -173,6 +173,9 @@ pub(crate) use granted_fn;
 /// its place would expire) or while the lock is left to other libraries'
 /// waiters (the yield marker): then the reply is how long to wait.
 ///
+/// A key that is not a lock (an application's hash or string; see
+/// `admin::shape_fn!`) → `{'n', <its shape>}`, nothing changed.
+///
 /// Held by someone else → its PTTL (-1 when it has no expiry), after taking
 /// or confirming our place at the end of the line when `ARGV[4]` is not
 /// empty (a waiter; a single try leaves no place) — `{'f', PTTL}` when a
@@ -183,6 +186,7 @@ macro_rules! acquire_script {
         concat!(
             line_fns!(),
             $crate::protocol::keep_fn!(),
+            $crate::protocol::admin::shape_fn!(),
             r#"
 local function join()
     if ARGV[4] == '' then
@@ -220,14 +224,23 @@ if free then
     end
 end
 -- Held: by us (one more hold), or by whom. A holder that is not
--- leasehold's (`ours`) releases with the unlock message only.
+-- leasehold's (`ours`) releases with the unlock message only. A key that
+-- is no lock (an application's hash or string) is refused, untouched; a
+-- read/write lock's hash (`mode`) is another kind's lock, held.
 local mine = free
 local foreign = false
 if not free then
-    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+    local fields = redis.pcall('hkeys', KEYS[1])
+    if fields.err then
+        return not_a_lock(KEYS[1])
+    end
+    for _, field in ipairs(fields) do
         if field == ARGV[2] then
             mine = true
         elseif not ours(field) then
+            if field ~= 'mode' and not lock_owner(field) then
+                return not_a_lock(KEYS[1])
+            end
             foreign = true
         end
     end

@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
+use super::admin::shape_fn;
 use super::{evalsha, keep_fn, millis, unexpected, Call, Keep, Lua, PubSub};
 use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
 use crate::options::Kind;
@@ -71,11 +72,37 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 "#;
 
+/// The Lua helper `lock_mode()` both acquires start with: the read/write
+/// lock's `mode` (`read`, `write`; false when free) — or, for a key that is
+/// not one, nil and the acquire's reply: `{'n', <its shape>}` for an application's
+/// hash or string (see `admin::shape_fn!`), nothing changed; the holder's
+/// PTTL for another kind's lock (a plain or fair lock's hash has no
+/// `mode`: held, to wait for). One more command (`EXISTS`) only when no
+/// `mode` was found.
+pub(super) const LOCK_MODE: &str = r#"
+local function lock_mode()
+    local mode = redis.pcall('hget', KEYS[1], 'mode')
+    if type(mode) == 'table' then
+        return nil, not_a_lock(KEYS[1])
+    end
+    if mode == false and redis.call('exists', KEYS[1]) == 1 then
+        if shape(KEYS[1])[1] ~= 'lock' then
+            return nil, not_a_lock(KEYS[1])
+        end
+        return nil, redis.call('pttl', KEYS[1])
+    end
+    return mode, nil
+end
+"#;
+
 /// Read acquire: KEYS hash, own timeout prefix, writer set; ARGV lease,
 /// owner, owner's write field. nil when held; otherwise how long to wait at
 /// most (ms; -1: no expiry known).
 pub(super) const READ_ACQUIRE: &str = r#"
-local mode = redis.call('hget', KEYS[1], 'mode')
+local mode, other = lock_mode()
+if other then
+    return other
+end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return redis.call('pttl', KEYS[1])
 end
@@ -101,7 +128,10 @@ return nil
 /// its lease). nil when held; -3 when the owner holds a read lock
 /// (an upgrade would wait for itself); otherwise how long to wait at most.
 pub(super) const WRITE_ACQUIRE: &str = r#"
-local mode = redis.call('hget', KEYS[1], 'mode')
+local mode, other = lock_mode()
+if other then
+    return other
+end
 if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -237,8 +267,8 @@ pub(crate) struct RwScripts {
 impl RwScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         RwScripts {
-            read_acquire: pubsub.lua(&format!("{NOW}{READ_ACQUIRE}")),
-            write_acquire: pubsub.lua(&format!("{NOW}{WRITE_ACQUIRE}")),
+            read_acquire: pubsub.lua(&format!("{NOW}{}{LOCK_MODE}{READ_ACQUIRE}", shape_fn!())),
+            write_acquire: pubsub.lua(&format!("{NOW}{}{LOCK_MODE}{WRITE_ACQUIRE}", shape_fn!())),
             read_release: pubsub.lua(&format!("{NOW}{}{READ_RELEASE}", keep_fn!())),
             write_release: pubsub.lua(&format!("{}{WRITE_RELEASE}", keep_fn!())),
             cancel_writer: pubsub.script(&format!("{NOW}{CANCEL_WRITER}")),

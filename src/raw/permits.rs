@@ -584,6 +584,12 @@ impl LockKind for PermitWaiting<'_> {
                     self.permits, self.name
                 )))
             }
+            Acquire::NotSet => {
+                self.place = None; // none was taken
+                Err(Error::NoPermits {
+                    name: self.name.to_owned(),
+                })
+            }
             Acquire::Wait { hint, .. } => {
                 if self.join && self.place.is_none() {
                     // The next attempt takes a place in line.

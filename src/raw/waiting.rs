@@ -528,6 +528,10 @@ impl LockKind for Waiting<'_> {
             Attempt::Upgrade => Err(Error::UpgradeWouldDeadlock {
                 name: self.name.to_owned(),
             }),
+            Attempt::NotALock(what) => Err(Error::NotALock {
+                key: self.key.clone(),
+                what,
+            }),
         }
     }
 

@@ -294,7 +294,7 @@ impl Redisson {
         Redisson {
             url: url.to_owned(),
             con,
-            id: "0a0b0c0d-1111-4222-8333-00000000java".to_owned(),
+            id: "0a0b0c0d-1111-4222-8333-000000c0ffee".to_owned(),
             publish: if sharded { "spublish" } else { "publish" },
         }
     }

@@ -61,6 +61,9 @@ pub(crate) enum Acquire {
     /// More permits asked for than the semaphore has in all (`total`): it
     /// would wait forever. Our place, if any, is gone.
     TooMany { total: i64 },
+    /// The semaphore has no permits: they were never set (or its key was
+    /// deleted). Nothing was changed.
+    NotSet,
 }
 
 /// What a release found.
@@ -318,6 +321,7 @@ pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
                 })
             }
             [Value::Int(2), Value::Int(total)] => Ok(Acquire::TooMany { total: *total }),
+            [Value::Int(3)] => Ok(Acquire::NotSet),
             _ => Err(unexpected("semaphore acquire", &reply)),
         },
         _ => Err(unexpected("semaphore acquire", &reply)),

@@ -3,7 +3,10 @@
 //! acquire, release, leave the line, set and add permits, and the reads.
 
 /// The Lua prelude of every semaphore script: the keys, the server's clock
-/// in ms (`now`), and the helpers `ids(blob)` (16-byte permit ids),
+/// in ms (`now`), and the helpers `not_a_semaphore()` (the error reply
+/// `NOTASEMAPHORE <what the counter key is>` when it holds anything but a
+/// whole number — an application's hash, list or string: the calls that
+/// write refuse it, untouched; nil otherwise), `ids(blob)` (16-byte permit ids),
 /// `total()` (permits available and out; nil while the counter does not
 /// exist), `head()` (the first live place in line and the ids it asks for,
 /// dropping on the way dead places and places asking for more permits than
@@ -28,6 +31,17 @@ local N, T, C, L, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local me = false
+local function not_a_semaphore()
+    local v = redis.pcall('get', N)
+    if type(v) == 'table' then
+        return redis.error_reply('NOTASEMAPHORE a ' .. redis.call('type', N)['ok'])
+    end
+    if v and not string.match(v, '^%-?%d+$') then
+        return redis.error_reply('NOTASEMAPHORE a string holding "' .. string.sub(v, 1, 60)
+            .. '", which is no count of permits')
+    end
+    return nil
+end
 local function ids(blob)
     local out = {}
     for i = 1, #blob - 15, 16 do
@@ -126,6 +140,10 @@ pub(crate) use reclaim_max;
 /// Acquire. ARGV: permits, lease ms, place (`''`: a single try, no place),
 /// the ids (16 bytes each, as many as permits).
 ///
+/// A counter key that is no semaphore's → the `NOTASEMAPHORE` error reply;
+/// no counter at all (its permits were never set, or it was deleted) →
+/// `{3}`, nothing changed: nothing would ever give permits to a waiter.
+///
 /// Our own ids past their lease (a grant heard too late) and every expired
 /// permit go back first (to the line). Then: our ids in the table — a grant
 /// to our place came first, or just now — are ours, with our own lease:
@@ -139,6 +157,13 @@ pub(crate) use reclaim_max;
 pub(crate) const ACQUIRE: &str = concat!(
     prelude!(),
     r#"
+local bad = not_a_semaphore()
+if bad then
+    return bad
+end
+if redis.call('exists', N) == 0 then
+    return {3}
+end
 me = ARGV[3]
 local k = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
@@ -252,6 +277,10 @@ return ours
 pub(crate) const SET_PERMITS: &str = concat!(
     prelude!(),
     r#"
+local bad = not_a_semaphore()
+if bad then
+    return bad
+end
 local current = redis.call('get', N)
 if current and ARGV[2] == '1' then
     return 0
@@ -276,6 +305,10 @@ return 1
 pub(crate) const ADD_PERMITS: &str = concat!(
     prelude!(),
     r#"
+local bad = not_a_semaphore()
+if bad then
+    return bad
+end
 redis.call('incrby', N, ARGV[1])
 local back = reclaim()
 give(back, back > 0 or tonumber(ARGV[1]) > 0)
@@ -289,6 +322,10 @@ return tonumber(redis.call('get', N))
 pub(crate) const AVAILABLE: &str = concat!(
     prelude!(),
     r#"
+local bad = not_a_semaphore()
+if bad then
+    return bad
+end
 local back = reclaim()
 give(back, back > 0)
 return redis.call('get', N)
