@@ -3,10 +3,11 @@
 //! acquire, release, leave the line, set and add permits, and the reads.
 
 /// The Lua prelude of every semaphore script: the keys, the server's clock
-/// in ms (`now`), and the helpers `not_a_semaphore()` (the error reply
-/// `NOTASEMAPHORE <what the counter key is>` when it holds anything but a
-/// whole number — an application's hash, list or string: the calls that
-/// write refuse it, untouched; nil otherwise), `ids(blob)` (16-byte permit ids),
+/// in ms (`now`), and the helpers `counter()` (the counter's value, false
+/// when there is none — or nil and the error reply `NOTASEMAPHORE <what
+/// the key is>` when it holds anything but a whole number, an
+/// application's hash, list or string: the calls that write refuse it,
+/// untouched), `ids(blob)` (16-byte permit ids),
 /// `total()` (permits available and out; nil while the counter does not
 /// exist), `head()` (the first live place in line and the ids it asks for,
 /// dropping on the way dead places and places asking for more permits than
@@ -31,16 +32,16 @@ local N, T, C, L, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local me = false
-local function not_a_semaphore()
+local function counter()
     local v = redis.pcall('get', N)
     if type(v) == 'table' then
-        return redis.error_reply('NOTASEMAPHORE a ' .. redis.call('type', N)['ok'])
+        return nil, redis.error_reply('NOTASEMAPHORE a ' .. redis.call('type', N)['ok'])
     end
     if v and not string.match(v, '^%-?%d+$') then
-        return redis.error_reply('NOTASEMAPHORE a string holding "' .. string.sub(v, 1, 60)
-            .. '", which is no count of permits')
+        return nil, redis.error_reply('NOTASEMAPHORE a string holding "'
+            .. string.sub(v, 1, 60) .. '", which is no count of permits')
     end
-    return nil
+    return v, nil
 end
 local function ids(blob)
     local out = {}
@@ -157,11 +158,11 @@ pub(crate) use reclaim_max;
 pub(crate) const ACQUIRE: &str = concat!(
     prelude!(),
     r#"
-local bad = not_a_semaphore()
+local set, bad = counter()
 if bad then
     return bad
 end
-if redis.call('exists', N) == 0 then
+if not set then
     return {3}
 end
 me = ARGV[3]
@@ -277,7 +278,7 @@ return ours
 pub(crate) const SET_PERMITS: &str = concat!(
     prelude!(),
     r#"
-local bad = not_a_semaphore()
+local _, bad = counter()
 if bad then
     return bad
 end
@@ -305,7 +306,7 @@ return 1
 pub(crate) const ADD_PERMITS: &str = concat!(
     prelude!(),
     r#"
-local bad = not_a_semaphore()
+local _, bad = counter()
 if bad then
     return bad
 end
@@ -322,7 +323,7 @@ return tonumber(redis.call('get', N))
 pub(crate) const AVAILABLE: &str = concat!(
     prelude!(),
     r#"
-local bad = not_a_semaphore()
+local _, bad = counter()
 if bad then
     return bad
 end
