@@ -242,6 +242,22 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// What a semaphore's line and grant channels are named after.
 pub(crate) const SEMAPHORE_LINE: &str = "leasehold_sline";
 pub(crate) const SEMAPHORE_GRANT: &str = "leasehold_sgrant";
+/// What the channel leasehold's waiters of a semaphore subscribe beside
+/// Redisson's is named after (see [`semaphore_waiters`]).
+pub(crate) const SEMAPHORE_WAITERS: &str = "leasehold_swait";
+
+/// The channel every leasehold client waiting on a semaphore subscribes
+/// beside its Redisson channel `channel` (`redisson_sc:{<key>}`), and that
+/// nobody publishes on: `leasehold_swait:{<key>}`. `PUBSUB NUMSUB` of both
+/// tells a release how many of Redisson's channel's subscribers are not
+/// leasehold's — Redisson's waiters, to leave their share to. The scripts
+/// derive it the same way (a test checks that both agree). `None` for a
+/// channel that is no semaphore's.
+pub(crate) fn semaphore_waiters(channel: &str) -> Option<String> {
+    channel
+        .strip_prefix("redisson_sc")
+        .map(|tail| format!("{SEMAPHORE_WAITERS}{tail}"))
+}
 
 /// The ACL rules (`ACL SETUSER <user> on ><password> <rules…>`) a Redis user
 /// needs for every lock kind under `key_prefix`: the commands, the keys of
@@ -306,6 +322,7 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
         "redisson_rwlock",
         "redisson_sc",
         SEMAPHORE_GRANT,
+        SEMAPHORE_WAITERS,
     ] {
         companion('&', channel);
     }

@@ -508,3 +508,178 @@ fn a_mixed_fair_queue_is_served_in_arrival_order() {
         );
     }
 }
+
+/// How a side of [`mixed_semaphore`] fared: sections, the longest wait of
+/// any acquire, and the sections per thread.
+#[derive(Debug, Default)]
+struct Side {
+    sections: u64,
+    longest: Duration,
+    per_thread: Vec<u64>,
+}
+
+/// 3 permits; two leasehold clients × 3 threads and two Redisson instances
+/// × 3 threads (played on the wire: `RedissonWaiters`, woken only by
+/// Redisson's channel and its soonest lease) contend for `run`, each
+/// section about a millisecond. Never more than 3 inside at once; no
+/// acquire of either side waits a second; every thread gets in.
+fn mixed_semaphore(
+    clients: [LockClient; 2],
+    url: &str,
+    sharded: bool,
+    name: &str,
+    run: Duration,
+) -> (Side, Side) {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::Arc;
+    use support::redisson_semaphore::{RedissonSemaphore, RedissonWaiters};
+    let mut java = RedissonSemaphore::new(url, sharded);
+    assert!(java.try_set_permits(name, 3));
+    let inside = Arc::new(AtomicI64::new(0));
+    let most = Arc::new(AtomicI64::new(0));
+    let section = {
+        let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+        move || {
+            let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            thread::sleep(Duration::from_micros(700));
+            inside.fetch_sub(1, Ordering::SeqCst);
+        }
+    };
+    let stop = AtomicBool::new(false);
+    let instances: Vec<RedissonWaiters> = (0..2)
+        .map(|_| RedissonWaiters::start(url, name, sharded))
+        .collect();
+    let side = |threads: Vec<thread::ScopedJoinHandle<'_, (u64, Duration)>>| {
+        let mut s = Side::default();
+        for t in threads {
+            let (n, longest) = t.join().unwrap();
+            s.sections += n;
+            s.longest = s.longest.max(longest);
+            s.per_thread.push(n);
+        }
+        s
+    };
+    let (ours, theirs) = thread::scope(|scope| {
+        let mut ours = Vec::new();
+        for client in &clients {
+            for _ in 0..3 {
+                let (sem, stop, section) = (client.semaphore(name), &stop, section.clone());
+                ours.push(scope.spawn(move || {
+                    let (mut n, mut longest) = (0u64, Duration::ZERO);
+                    while !stop.load(Ordering::Relaxed) {
+                        let asked = Instant::now();
+                        let permit = sem
+                            .acquire_with(1, LockOptions::new().wait(Duration::from_secs(20)))
+                            .unwrap();
+                        longest = longest.max(asked.elapsed());
+                        section();
+                        permit.release().unwrap();
+                        n += 1;
+                    }
+                    (n, longest)
+                }));
+            }
+        }
+        let mut theirs = Vec::new();
+        for instance in &instances {
+            for _ in 0..3 {
+                let section = section.clone();
+                theirs.push(scope.spawn(move || {
+                    let mut java = RedissonSemaphore::new(url, sharded);
+                    let (mut n, mut longest) = (0u64, Duration::ZERO);
+                    loop {
+                        if instance.stopped() {
+                            break (n, longest);
+                        }
+                        match instance.acquire(&mut java, name, LONG) {
+                            Ok((ids, waited)) => {
+                                longest = longest.max(waited);
+                                section();
+                                assert!(java.release(name, &ids[0]), "its permit was its own");
+                                n += 1;
+                            }
+                            // Stopped: a wait in vain till the end counts.
+                            Err(waited) => break (n, longest.max(waited)),
+                        }
+                    }
+                }));
+            }
+        }
+        thread::sleep(run);
+        stop.store(true, Ordering::Relaxed);
+        let ours = side(ours);
+        for i in &instances {
+            i.stop();
+        }
+        (ours, side(theirs))
+    });
+    assert!(
+        most.load(Ordering::SeqCst) <= 3,
+        "more than 3 inside at once"
+    );
+    (ours, theirs)
+}
+
+fn fair_share(label: &str, (ours, theirs): (Side, Side)) {
+    println!("{label}: leasehold {ours:?}, Redisson {theirs:?}");
+    for (side, s) in [("leasehold", &ours), ("Redisson", &theirs)] {
+        assert!(
+            s.per_thread.iter().all(|&n| n > 0),
+            "{label}: every {side} thread got in: {s:?}"
+        );
+        assert!(
+            s.longest < Duration::from_secs(1),
+            "{label}: no {side} acquire waits a second: {s:?} (the other side: {:?})",
+            if side == "leasehold" { &theirs } else { &ours }
+        );
+    }
+}
+
+/// Redisson's semaphore waiters beside ours (issue: 0–5 Redisson sections
+/// against thousands of ours in 4 s, each Redisson thread waiting the whole
+/// run): a release leaves Redisson's waiters their share, so no acquire of
+/// either side waits a second — on one server, and in a Redis 7 cluster
+/// (sharded pub/sub on both sides).
+#[test]
+fn redissons_semaphore_waiters_get_their_share_beside_ours() {
+    let server = RedisServer::start();
+    let clients = [
+        LockClient::new(&server.url()).unwrap(),
+        LockClient::new(&server.url()).unwrap(),
+    ];
+    fair_share(
+        "one server",
+        mixed_semaphore(
+            clients,
+            &server.url(),
+            false,
+            "sem:mixed",
+            Duration::from_secs(4),
+        ),
+    );
+    let cluster = RedisCluster::start(3, 0);
+    let sharded = support::sharded_pubsub();
+    let name = "sem:mixed:cluster";
+    let url = node_url_for(&cluster)(name);
+    let client = || {
+        LockClient::cluster_builder(&cluster.urls())
+            .sharded_pubsub(if sharded {
+                ShardedPubSub::On
+            } else {
+                ShardedPubSub::Off
+            })
+            .build()
+            .unwrap()
+    };
+    fair_share(
+        "cluster",
+        mixed_semaphore(
+            [client(), client()],
+            &url,
+            sharded,
+            name,
+            Duration::from_secs(4),
+        ),
+    );
+}

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use super::{send, Listen};
 use crate::conn::stream::Stream;
+use crate::names::semaphore_waiters;
 use crate::park::Signal;
 
 #[derive(Default)]
@@ -51,6 +52,10 @@ pub(super) struct Channel {
     pub(super) key: Option<String>,
     /// The client's grant channel (a plain lock's, a semaphore's).
     pub(super) grant: Option<String>,
+    /// A channel subscribed beside the one it is named after, and with it:
+    /// a semaphore's `leasehold_swait:{<key>}` (see
+    /// `names::semaphore_waiters`), which nobody publishes on.
+    pub(super) also: Option<String>,
     /// Its grants are claimed by the waiter whose place they name, not
     /// taken by whoever wakes (a semaphore's: several waiters of the client
     /// share the subscription).
@@ -81,15 +86,21 @@ pub(super) struct Channel {
 
 impl Channel {
     pub(super) fn new(listen: Listen<'_>) -> Self {
-        let (unlock, grant, key, claims) = match listen {
-            Listen::Channel(_) => (true, None, None, false),
+        let (unlock, grant, key, claims, also) = match listen {
+            Listen::Channel(_) => (true, None, None, false, None),
             Listen::Line {
                 key,
+                channel,
                 grant,
                 unlock,
                 claims,
-                ..
-            } => (unlock, Some(grant.to_owned()), Some(key.to_owned()), claims),
+            } => (
+                unlock,
+                Some(grant.to_owned()),
+                Some(key.to_owned()),
+                claims,
+                claims.then(|| semaphore_waiters(channel)).flatten(),
+            ),
         };
         Channel {
             unlock,
@@ -97,6 +108,7 @@ impl Channel {
             moved: false,
             key,
             grant,
+            also,
             claims,
             refs: 0,
             live: false,
@@ -152,6 +164,10 @@ impl Channel {
         if self.unlock {
             one(name);
             acks += 1;
+            if let Some(also) = &self.also {
+                one(also);
+                acks += 1;
+            }
         }
         acks
     }
@@ -191,11 +207,13 @@ impl Link<'_> {
 /// acknowledgement.
 pub(super) fn toggle_unlock(link: Link<'_>, name: &str, c: &mut Channel, on: bool) {
     let mut bytes = Vec::new();
-    redis::cmd(subscribe_command(on, link.sharded))
-        .arg(name)
-        .write_packed_command(&mut bytes);
-    link.sent.push_back(name.to_owned());
-    c.inflight += 1;
+    for wire in std::iter::once(name).chain(c.also.as_deref()) {
+        redis::cmd(subscribe_command(on, link.sharded))
+            .arg(wire)
+            .write_packed_command(&mut bytes);
+        link.sent.push_back(name.to_owned());
+        c.inflight += 1;
+    }
     c.unlock = on;
     send(link.w, &bytes);
 }
@@ -213,8 +231,8 @@ impl State {
     /// Forgets channel `name` and the wire names that route to it.
     pub(super) fn remove(&mut self, name: &str) {
         if let Some(c) = self.channels.remove(name) {
-            if let Some(g) = c.grant {
-                self.routes.remove(&g);
+            for wire in c.grant.iter().chain(c.also.iter()) {
+                self.routes.remove(wire);
             }
             if let Some(k) = c.key {
                 self.lines.remove(&k);

@@ -394,6 +394,9 @@ impl Shared {
             if let Some(grant) = &c.grant {
                 st.routes.insert(grant.clone(), channel.to_owned());
             }
+            if let Some(also) = &c.also {
+                st.routes.insert(also.clone(), channel.to_owned());
+            }
             if let Some(key) = &c.key {
                 st.lines.insert(key.clone(), channel.to_owned());
             }

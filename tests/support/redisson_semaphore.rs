@@ -222,3 +222,136 @@ impl RedissonSemaphore {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// One Redisson instance's waiting threads on one semaphore, as Redisson
+/// runs them: one subscription to the semaphore's channel per instance
+/// (`SemaphorePubSub`), each message — the count available — lets at most
+/// that many of the instance's waiting threads try again (its latch is
+/// released by `min(waiting, count)`), and a waiting thread also tries
+/// again when the soonest lease it was told of ends. Nothing else wakes
+/// it: a permit nobody announces is never seen.
+pub struct RedissonWaiters {
+    latch: std::sync::Arc<Latch>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Latch {
+    /// (wake-ups released, threads waiting, stopped)
+    state: std::sync::Mutex<(u64, u64, bool)>,
+    cv: std::sync::Condvar,
+}
+
+impl Latch {
+    fn release(&self, count: i64) {
+        let mut s = self.state.lock().unwrap();
+        let k = s.1.min(u64::try_from(count).unwrap_or(0));
+        s.0 += k;
+        self.cv.notify_all();
+    }
+
+    /// Waits for a wake-up until `until` (`None`: for ever); false when it
+    /// timed out or the waiters were stopped.
+    fn wait(&self, until: Option<std::time::Instant>) -> bool {
+        let mut s = self.state.lock().unwrap();
+        s.1 += 1;
+        let woken = loop {
+            if s.2 {
+                break false;
+            }
+            if s.0 > 0 {
+                s.0 -= 1;
+                break true;
+            }
+            match until {
+                None => s = self.cv.wait(s).unwrap(),
+                Some(t) => {
+                    let left = t.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break false;
+                    }
+                    s = self.cv.wait_timeout(s, left).unwrap().0;
+                }
+            }
+        };
+        s.1 -= 1;
+        woken
+    }
+}
+
+impl RedissonWaiters {
+    /// Subscribed to semaphore `name`'s channel on `url` (the node serving
+    /// its slot; `sharded`: `SSUBSCRIBE`) when it returns.
+    pub fn start(url: &str, name: &str, sharded: bool) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let latch = Arc::new(Latch::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut listener =
+            super::redisson::Listener::start(url, &prefix_name("redisson_sc", name), sharded);
+        let reader = {
+            let (latch, stop) = (Arc::clone(&latch), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(count) = listener.next(Duration::from_millis(100)) {
+                        latch.release(count.parse().unwrap_or(0));
+                    }
+                }
+            })
+        };
+        RedissonWaiters {
+            latch,
+            stop,
+            reader: Some(reader),
+        }
+    }
+
+    /// `acquire(lease)` of one permit by one of this instance's threads
+    /// (using `java`, its own connection): its ids and how long it waited —
+    /// or, once the waiters are stopped, how long it had waited in vain.
+    pub fn acquire(
+        &self,
+        java: &mut RedissonSemaphore,
+        name: &str,
+        lease: Duration,
+    ) -> Result<(Vec<String>, Duration), Duration> {
+        let started = std::time::Instant::now();
+        loop {
+            match java.try_acquire(name, 1, Some(lease)) {
+                Tried::Taken(ids) => return Ok((ids, started.elapsed())),
+                Tried::Later(soonest) => {
+                    let until = soonest.map(|ms| {
+                        std::time::Instant::now()
+                            + Duration::from_millis(ms.saturating_sub(java.now()))
+                    });
+                    if !self.latch.wait(until) && self.latch.state.lock().unwrap().2 {
+                        return Err(started.elapsed());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub fn stopped(&self) -> bool {
+        self.latch.state.lock().unwrap().2
+    }
+
+    /// Stops every waiting thread (their `acquire` returns `Err`) and the
+    /// subscription.
+    pub fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.latch.state.lock().unwrap().2 = true;
+        self.latch.cv.notify_all();
+    }
+}
+
+impl Drop for RedissonWaiters {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}

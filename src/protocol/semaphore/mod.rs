@@ -42,6 +42,19 @@ pub(crate) use scripts::{
 /// Redisson's score for a permit without a lease.
 pub(crate) const NO_LEASE_SCORE: u64 = 922_337_203_685_477;
 
+/// How long permits left to Redisson's waiters are kept from leasehold's
+/// acquires at most (until then the next leasehold release ends their
+/// turn; Redisson's waiters hear the announcement and try within a round
+/// trip or two). In the scripts as [`yield_ms!`].
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const YIELD: Duration = Duration::from_millis(20);
+macro_rules! yield_ms {
+    () => {
+        "20"
+    };
+}
+pub(crate) use yield_ms;
+
 /// The most permits one acquisition may take at once (each is a member of
 /// the lease table, written by one script).
 pub(crate) const MAX_PERMITS_AT_ONCE: u32 = 1_000;
@@ -369,7 +382,14 @@ mod tests {
                 format!("leasehold_sgrant{tail}:c1"),
                 keys.grant_channel("c1")
             );
+            // 'leasehold_swait' .. string.sub(C, 12)
+            let tail = &keys.channel[11..];
+            assert_eq!(
+                Some(format!("leasehold_swait{tail}")),
+                crate::names::semaphore_waiters(&keys.channel)
+            );
         }
+        assert_eq!(yield_ms!(), millis(YIELD).to_string());
         assert_eq!(
             SemaphoreKeys::of("sem"),
             SemaphoreKeys {

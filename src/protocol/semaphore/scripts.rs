@@ -23,6 +23,24 @@
 /// `announce`, the count left available on Redisson's channel, for its
 /// waiters: they are not in our line) and `join(place, blob)` (takes a
 /// place at the end of the line, or confirms it where it stands).
+///
+/// Redisson's waiters beside ours (`others()`: the subscribers of
+/// Redisson's channel that are not leasehold clients' — each leasehold
+/// client waiting subscribes `leasehold_swait:{<key>}` beside it, see
+/// `names::semaphore_waiters`): Redisson's acquire takes permits only when
+/// the counter has them, which a release that gives them to our line first
+/// never leaves — and a Redisson thread that releases takes its permit
+/// back at once when it acquires again, before any waiter hears of it. So
+/// while they wait, permits coming back (a release, expired ones taken
+/// back) that would go to our line are left
+/// in the counter instead when Redisson's clients hold none or fewer
+/// than leasehold's (told apart by the permit ids in the lease table, see
+/// `raw::permits::permit_id`): announced on their channel, and kept from
+/// leasehold's acquires by a place no waiter has at the head of our line
+/// (`~yield:0#0`) until permits come back to a leasehold script (a
+/// release) or at most [`yield_ms!`] (an acquire that finds it waits until
+/// then; the next script drops it once expired). Each side then holds
+/// about half of the permits.
 macro_rules! prelude {
     () => {
         concat!(
@@ -89,6 +107,11 @@ local function reclaim()
     end
     return #expired
 end
+local function others()
+    local n = redis.call('pubsub', 'numsub', C, 'leasehold_swait' .. string.sub(C, 12))
+    return n[2] - n[4]
+end
+local YIELD = '~yield:0#0'
 local function give(n, announce)
     local avail
     if n > 0 then
@@ -97,7 +120,33 @@ local function give(n, announce)
         avail = tonumber(redis.call('get', N) or '0')
     end
     local first, blob = head()
-    while first and math.floor(#blob / 16) <= avail do
+    if first == YIELD and n > 0 then
+        -- What was left to Redisson's waiters had its turn: permits coming
+        -- back are ours to give again.
+        redis.call('lpop', L)
+        redis.call('hdel', P, YIELD)
+        first, blob = head()
+    end
+    if n > 0 and first and first ~= YIELD and others() > 0 then
+        local mine, theirs = 0, 0
+        for _, id in ipairs(redis.call('zrange', T, 0, 999)) do
+            if string.byte(id, 9) == 30 and string.byte(id, 10) == 165
+                    and math.floor(string.byte(id, 7) / 16) == 8 then
+                mine = mine + 1
+            else
+                theirs = theirs + 1
+            end
+        end
+        if theirs == 0 or theirs < mine then
+            redis.call('lpush', L, YIELD)
+            redis.call('hset', P, YIELD, (now + "#,
+            $crate::protocol::semaphore::yield_ms!(),
+            r#") .. ' ')
+            redis.call('publish', C, avail)
+            return
+        end
+    end
+    while first and first ~= YIELD and math.floor(#blob / 16) <= avail do
         avail = redis.call('decrby', N, math.floor(#blob / 16))
         local expiry = now + granted(first)
         for _, id in ipairs(ids(blob)) do
@@ -217,6 +266,12 @@ if soonest[2] and tonumber(soonest[2]) < "#,
     "922337203685477",
     r#" then
     wait = math.max(tonumber(soonest[2]) - now, 0) + 1
+end
+if first == YIELD then
+    local left = place(YIELD) - now + 1
+    if wait < 0 or left < wait then
+        wait = left
+    end
 end
 if all then
     return {0, wait, avail, 1}
@@ -342,7 +397,7 @@ local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local places = {}
 for _, p in ipairs(redis.call('lrange', L, 0, 999)) do
-    local v = redis.call('hget', P, p)
+    local v = string.sub(p, 1, 1) ~= '~' and redis.call('hget', P, p)
     local sp = v and string.find(v, ' ', 1, true)
     local ttl = sp and tonumber(string.sub(v, 1, sp - 1)) - now
     if ttl and ttl > 0 then
