@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnedLockGuard, OwnerKind};
 use crate::names::short_id;
 use crate::options::{check_name, deadline_after, LockOptions};
-use crate::park::{blocking_wait_allowed, Park};
+use crate::park::{block_on, blocking_wait_allowed, Park};
 use crate::raw::{Raw, Want};
 use crate::shared::Shared;
 use crate::stats::Stats;
@@ -544,6 +544,22 @@ impl LockClient {
             Ok(sent.elapsed())
         })?;
         Ok(rtts.into_iter().max().unwrap_or_default())
+    }
+
+    /// Sees through what this client still does in the background — the
+    /// release of a guard or permit dropped in async code, a lost reply
+    /// still to undo — waiting at most the socket timeout; whether all of
+    /// it was answered (false: Redis did not answer in time, and what it
+    /// held expires with its lease). The client stays usable through its
+    /// other clones.
+    ///
+    /// The last handle of a client does the same as it goes, so a program
+    /// that ends in the ordinary way (its guards, then its client, going
+    /// out of scope) leaves nothing held; call this where a clone may live
+    /// on (a `static`, an `Arc` in a framework's state) or to know.
+    pub fn close(self) -> bool {
+        let raw = Arc::clone(self.raw());
+        block_on(raw.flush(Park::Thread, raw.socket_timeout()))
     }
 
     /// Counters of this client (shared by its clones) for export to metrics:

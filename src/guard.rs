@@ -219,6 +219,12 @@ impl<O> LockGuard<O> {
         self.hold.state.lost_receiver()
     }
 
+    /// The client's raw engine this hold is of (for the async guard's
+    /// background release).
+    pub(crate) fn raw(&self) -> &Arc<Raw> {
+        &self.raw
+    }
+
     /// The lease's state (for the async guard's `lost()`).
     pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
         &self.hold.state
@@ -288,7 +294,7 @@ impl<O> Drop for LockGuard<O> {
         // acquisition there.
         if !self.thread_owned && on_executor() {
             let (raw, hold) = (Arc::clone(&self.raw), self.hold.clone());
-            Park::Task.detach(move || release(&raw, &hold));
+            self.raw.detach(Park::Task, move || release(&raw, &hold));
             return;
         }
         release(&self.raw, &self.hold);

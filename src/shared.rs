@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::notify::Notifier;
+use crate::park::{block_on, Park};
 use crate::raw::Raw;
 use crate::stats::Stats;
 
@@ -16,8 +17,15 @@ pub(crate) struct Shared {
     notifier: Notifier,
 }
 
+/// The last handle of a client goes (every clone of `LockClient`,
+/// `AsyncLockClient`, `Semaphore` …; guards keep the raw engine only): what
+/// it started in the background — a dropped guard's release — is seen
+/// through first, bounded by the socket timeout, so a program whose guard
+/// went as `main` returned leaves nothing held behind it.
 impl Drop for Shared {
     fn drop(&mut self) {
+        let within = self.raw.socket_timeout();
+        let _ = block_on(self.raw.flush(Park::Thread, within));
         self.notifier.close();
     }
 }

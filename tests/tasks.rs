@@ -735,3 +735,47 @@ fn a_stopped_redis_holds_up_no_client_of_another() {
     println!("20 locks on a healthy server took {took:?} while the other was stopped");
     assert!(took < Duration::from_secs(2), "{took:?}");
 }
+
+/// Short programs on the async face (`#[tokio::main]`): each takes a lock
+/// and a permit and ends, dropping them as `main` returns — their releases
+/// went to the background. Three processes; a moment after they exit,
+/// nothing of theirs is left in Redis (before: the lock held for its whole
+/// lease, PTTL ~29.9 s three seconds after the exit, the permits out).
+#[test]
+fn programs_that_end_holding_an_async_guard_and_a_permit_leave_nothing_behind() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let setup = LockClient::new(&server.url()).unwrap();
+    let names: Vec<String> = (0..3).map(|i| format!("exit:{i}")).collect();
+    for name in &names {
+        setup
+            .semaphore(&format!("{name}:sem"))
+            .set_permits(2)
+            .unwrap();
+    }
+    let exits: Vec<std::thread::JoinHandle<std::process::Output>> = names
+        .iter()
+        .map(|name| {
+            let mut cmd = child_command(&["exit", &server.url(), name]);
+            std::thread::spawn(move || cmd.output().unwrap())
+        })
+        .collect();
+    for exit in exits {
+        let out = exit.join().unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("held"),
+            "{out:?}"
+        );
+    }
+    // The processes are gone: what they held is given back (well within
+    // the 30 s watchdog lease it would otherwise keep).
+    for name in &names {
+        let locked: bool = con.exists(name).unwrap();
+        let available = setup.semaphore(&format!("{name}:sem")).available().unwrap();
+        assert!(
+            !locked && available == Some(2),
+            "{name}: left behind after its process ended: lock held {locked}, permits available {available:?}"
+        );
+    }
+}

@@ -12,6 +12,7 @@
 //! Runtime-agnostic: nothing here needs or starts an executor.
 
 mod block;
+mod pending;
 mod pool;
 mod signal;
 mod timer;
@@ -22,6 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 pub(crate) use block::block_on;
+pub(crate) use pending::Pending;
 pub(crate) use signal::Signal;
 pub(crate) use timer::Sleep;
 

@@ -246,7 +246,7 @@ impl Raw {
         let released = self.released_or_pending(hold, &rel, ran)?;
         if let Some(owner) = releasing.end(released, sent_at) {
             let (raw, key) = (Arc::clone(self), hold.key.clone());
-            Park::Task.detach(move || {
+            self.detach(Park::Task, move || {
                 let _ = raw.undo_hold(Kind::Plain, &key, &owner, true, bound);
             });
         }

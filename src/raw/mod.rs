@@ -31,6 +31,7 @@ use crate::conn::{Bound, Connections, Pooled};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::options::Kind;
+use crate::park::{Park, Pending};
 use crate::protocol::admin::{Forced, Shape};
 use crate::protocol::{self, Attempt, Fence, Keep, PubSub, Release, Request, Scripts};
 use crate::renewal::{LeaseState, Renewer};
@@ -66,6 +67,9 @@ pub(crate) struct Raw {
     orphans: orphans::Orphans,
     /// Whether the thread that undoes them runs.
     undoing: Mutex<bool>,
+    /// Background work under way (see [`detach`](Self::detach)), which
+    /// [`flush`](Self::flush) sees through.
+    pending: Arc<Pending>,
 }
 
 /// The settings and parts a [`Raw`] is made of (see the builder).
@@ -97,7 +101,45 @@ impl Raw {
             waits: AtomicU64::new(0),
             orphans: orphans::Orphans::default(),
             undoing: Mutex::new(false),
+            pending: Arc::default(),
         }
+    }
+
+    /// Runs `job` — a round trip nobody waits for: a dropped guard's
+    /// release, a dropped wait's leave or undo — inline for a thread, on
+    /// an I/O thread for a task, counted as this client's background work
+    /// until it ends ([`flush`](Self::flush) sees it through).
+    pub(crate) fn detach(&self, park: Park, job: impl FnOnce() + Send + 'static) {
+        match park {
+            Park::Thread => job(),
+            Park::Task => {
+                let counted = self.pending.start();
+                park.detach(move || {
+                    job();
+                    drop(counted);
+                });
+            }
+        }
+    }
+
+    /// Sees this client's background work through, within `within`: waits
+    /// for what [`detach`](Self::detach) started, then undoes the calls
+    /// whose reply was lost once more (see `orphans`). What the client's
+    /// last handle does as it goes, and `close` — so a program that ends
+    /// in the ordinary way leaves nothing held behind it. Whether nothing
+    /// is left.
+    pub(crate) async fn flush(self: &Arc<Self>, park: Park, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        let idle = self.pending.idle(park, until).await;
+        if !self.orphans.any() {
+            return idle;
+        }
+        let raw = Arc::clone(self);
+        let pass = move || {
+            let bound = Bound::until(Some(until)).with_pool_wait(raw.socket_timeout);
+            !raw.orphans.pass(|o| raw.undo(o, bound))
+        };
+        idle && park.io(pass, drop).await.unwrap_or(false)
     }
 
     /// The client's id (the first part of its owners).

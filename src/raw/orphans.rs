@@ -294,7 +294,7 @@ impl Raw {
     /// undo thread, as a lost reply is.
     pub(crate) fn forsake(self: &Arc<Self>, orphan: Orphan, in_flight: bool) {
         let raw = Arc::clone(self);
-        Park::Task.detach(move || {
+        self.detach(Park::Task, move || {
             let undone = raw.undo(&orphan, Bound::default());
             if in_flight || undone.is_err() {
                 raw.orphaned(orphan);
@@ -325,7 +325,7 @@ impl Raw {
     /// One owner-checked undo of a lost call, within `bound`: leave its
     /// waiting place, release whatever hold it took or kept (all of the
     /// owner's: it has no other here).
-    fn undo(&self, o: &Orphan, bound: Bound) -> Result<()> {
+    pub(super) fn undo(&self, o: &Orphan, bound: Bound) -> Result<()> {
         if let Some(p) = &o.permits {
             let given = self.leave_permits_once(&p.keys, o.place.as_deref(), &p.ids, bound)?;
             tracing::debug!(key = %o.key, given, "leasehold: undid a semaphore call whose reply was lost");

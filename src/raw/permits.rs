@@ -450,8 +450,9 @@ impl PermitWaiting<'_> {
             );
             let owner = self.owner.clone();
             move |_: (Result<(Acquire, Option<u32>)>, bool)| {
-                Park::Task.detach(move || {
-                    raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
+                let leaving = Arc::clone(&raw);
+                raw.detach(Park::Task, move || {
+                    leaving.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
                 });
             }
         };
@@ -522,8 +523,9 @@ impl PermitWaiting<'_> {
             Arc::clone(&self.ids),
         );
         let (owner, lease) = (self.owner.clone(), self.lease);
-        self.park.detach(move || {
-            raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
+        let leaving = Arc::clone(&raw);
+        raw.detach(self.park, move || {
+            leaving.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
         });
     }
 }

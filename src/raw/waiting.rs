@@ -620,7 +620,7 @@ impl LockKind for Waiting<'_> {
             self.fresh,
             self.raw.give_back(),
         );
-        self.park.detach(move || {
+        self.raw.detach(self.park, move || {
             let granted = raw.leave(kind, &key, &owner, place.as_deref(), lease, bound);
             if granted {
                 // Given to us as we gave up: pass it on.

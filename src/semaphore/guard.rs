@@ -81,6 +81,11 @@ impl PermitGuard {
     }
 
     /// The lease state (for the async guard's `lost()`).
+    pub(crate) fn raw(&self) -> &Arc<Raw> {
+        &self.raw
+    }
+
+    /// The permits' lease state (for the async guard's `lost()`).
     pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
         &self.hold.state
     }
@@ -135,7 +140,7 @@ impl Drop for PermitGuard {
         // the thread's tasks for a round trip.
         if on_executor() {
             let (raw, hold) = (Arc::clone(&self.raw), self.hold.clone());
-            Park::Task.detach(move || release(&raw, &hold));
+            self.raw.detach(Park::Task, move || release(&raw, &hold));
             return;
         }
         release(&self.raw, &self.hold);

@@ -129,7 +129,8 @@ impl AsyncLockGuard {
 impl Drop for AsyncLockGuard {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {
-            Park::Task.detach(move || drop(guard));
+            let raw = Arc::clone(guard.raw());
+            raw.detach(Park::Task, move || drop(guard));
         }
     }
 }

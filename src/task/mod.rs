@@ -108,6 +108,34 @@ impl AsyncLockClient {
         LockClient::new(url).map(|c| c.to_async())
     }
 
+    /// Sees through what this client still does in the background — the
+    /// release of a guard or permit dropped (at the end of `main`, say), a
+    /// lost reply still to undo — parking the task at most the socket
+    /// timeout; whether all of it was answered (false: Redis did not
+    /// answer in time, and what it held expires with its lease).
+    ///
+    /// The last handle of a client does the same as it goes (blocking its
+    /// thread meanwhile); `close().await` at the end of `main` or of a
+    /// service's shutdown does it without blocking, and says how it went:
+    ///
+    /// ```no_run
+    /// #[tokio::main]
+    /// async fn main() -> leasehold::Result<()> {
+    ///     let client = leasehold::AsyncLockClient::new("redis://127.0.0.1/")?;
+    ///     {
+    ///         let _guard = client.lock("report").await?;
+    ///         // … the work; the guard is dropped here, its release sent
+    ///         // in the background …
+    ///     }
+    ///     client.close().await; // … and seen through before main ends
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn close(self) -> bool {
+        let raw = Arc::clone(self.shared.raw());
+        raw.flush(Park::Task, raw.socket_timeout()).await
+    }
+
     /// The blocking face of this same client.
     pub fn blocking(&self) -> LockClient {
         LockClient {

@@ -261,7 +261,8 @@ impl AsyncPermitGuard {
 impl Drop for AsyncPermitGuard {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {
-            Park::Task.detach(move || drop(guard));
+            let raw = Arc::clone(guard.raw());
+            raw.detach(Park::Task, move || drop(guard));
         }
     }
 }

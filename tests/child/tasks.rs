@@ -6,6 +6,11 @@
 //! the line `release` unlocks them all and prints `released`; it ends with
 //! its input.
 //!
+//! `exit <url> <name>` is a short program on the async face, as
+//! `#[tokio::main] async fn main` runs it: it takes lock `<name>` and a
+//! permit of semaphore `<name>:sem`, prints `held`, and ends — the guard,
+//! the permit and the client going out of scope as `main` returns.
+//!
 //! `mixed <url> <name> <tasks> <threads> <rounds> <tag>` runs `tasks` async
 //! tasks (a multi-thread tokio runtime) and `threads` blocking threads of
 //! one client, each taking `name` `rounds` times; inside each critical
@@ -30,6 +35,7 @@ fn child_process_entry() {
         match args.first().map(String::as_str) {
             Some("hold") => hold(&args[1..]),
             Some("mixed") => mixed(&args[1..]),
+            Some("exit") => exit_holding(&args[1..]),
             _ => {
                 eprintln!("unknown child mode {args:?}");
                 std::process::exit(2);
@@ -40,6 +46,28 @@ fn child_process_entry() {
     }
     let mut holder = ChildProcess::start(&["hold", "redis://127.0.0.1:1/", "x", "0"]);
     assert_eq!(holder.line(), "held");
+}
+
+fn exit_holding(args: &[String]) {
+    let [url, name] = args else {
+        panic!("usage: exit <url> <name>");
+    };
+    // What `#[tokio::main]` builds.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = leasehold::AsyncLockClient::new(url).unwrap();
+        let _guard = client.lock(name).await.unwrap();
+        let _permit = client
+            .semaphore(&format!("{name}:sem"))
+            .acquire()
+            .await
+            .unwrap();
+        say("held");
+        // `main` ends here: the permit, the guard, then the client go.
+    });
 }
 
 fn say(line: &str) {
