@@ -170,7 +170,23 @@ impl RedisServer {
             }
             if let Ok(mut con) = server.try_connection() {
                 if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    return Ok(server);
+                    // The server that answers must be ours: another test
+                    // process may have been given the same free port at
+                    // the same moment, and then ours cannot bind it (its
+                    // exit may come after this PING).
+                    let info: String = redis::cmd("INFO")
+                        .arg("server")
+                        .query(&mut con)
+                        .unwrap_or_default();
+                    let pid = format!("process_id:{}", server.child.id());
+                    if info.lines().any(|l| l.trim() == pid) {
+                        return Ok(server);
+                    }
+                    let _ = server.child.kill();
+                    let _ = server.child.wait();
+                    return Err(format!(
+                        "Address already in use: port {port} answers for another server"
+                    ));
                 }
             }
             if Instant::now() > deadline {
