@@ -12,7 +12,7 @@ use crossbeam_channel::Receiver;
 
 use crate::conn::Bound;
 use crate::error::Result;
-use crate::park::{on_executor, Park};
+use crate::park::{block_on, on_executor, Park};
 use crate::raw::{Hold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
 /// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
@@ -256,21 +256,16 @@ impl<O> LockGuard<O> {
     /// out, the key was removed): nothing was changed in Redis. Connection
     /// errors when Redis could not be reached; the lock then expires with its
     /// lease.
-    pub fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        self.raw.release(&self.hold, Bound::default())
+    pub fn unlock(self) -> Result<()> {
+        block_on(self.unlock_as(Park::Thread))
     }
 
-    /// [`unlock`](Self::unlock) for a task, on the reactor lane (feature
-    /// `tokio`): the guard back when the lane does not release this hold
-    /// (then unlock it on an I/O thread).
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn unlock_on_lane(mut self) -> std::result::Result<Result<()>, Self> {
-        if !self.raw.lane_releases() {
-            return Err(self);
-        }
+    /// [`unlock`](Self::unlock) where `park`'s caller waits (a task: its
+    /// round trip where the transport sends it; dropped before the answer,
+    /// the release goes on in the background).
+    pub(crate) async fn unlock_as(mut self, park: Park) -> Result<()> {
         self.released = true;
-        Ok(self.raw.release_on_lane(&self.hold, Bound::default()).await)
+        self.raw.release(park, &self.hold, Bound::default()).await
     }
 }
 
@@ -283,7 +278,7 @@ impl<O> Drop for LockGuard<O> {
         // Wait for a pooled connection no longer than one reply may take.
         let bound = Bound::pool_wait(self.raw.socket_timeout());
         let release = move |raw: &Arc<Raw>, hold: &Hold| {
-            if let Err(e) = raw.release(hold, bound) {
+            if let Err(e) = block_on(raw.release(Park::Thread, hold, bound)) {
                 tracing::warn!(lock = %hold.name, error = ?e, "leasehold: releasing a lock on drop failed");
             }
         };

@@ -35,7 +35,7 @@ use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
 use crate::options::{check_lease, check_name, deadline_after, LockOptions};
-use crate::park::{blocking_wait_allowed, on_executor, Park};
+use crate::park::{block_on, blocking_wait_allowed, on_executor, Park};
 use crate::raw::Hold;
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
 
@@ -605,7 +605,7 @@ impl RedlockGuard {
 fn release_holds(redlock: &Redlock, holds: &[(usize, Hold)]) -> (usize, Vec<Error>) {
     let nodes = &redlock.inner.nodes;
     let answers = on_every_node(holds, |(i, hold)| match nodes.get(*i) {
-        Some(node) => node.raw().release(hold, Bound::default()),
+        Some(node) => block_on(node.raw().release(Park::Thread, hold, Bound::default())),
         None => Ok(()),
     });
     let (mut ours, mut errors) = (0, Vec::new());

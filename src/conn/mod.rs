@@ -7,14 +7,13 @@
 
 mod batch;
 pub(crate) mod cluster;
-#[cfg(feature = "tokio")]
-mod lane;
-#[cfg(feature = "tokio")]
-pub(crate) use lane::MakeUndo;
 mod pool;
+#[cfg(feature = "tokio")]
+mod runtime;
 pub(crate) mod sentinel;
 pub(crate) mod stream;
 mod target;
+mod transport;
 mod wire;
 
 use std::collections::HashMap;
@@ -28,6 +27,7 @@ pub(crate) use cluster::Router;
 pub(crate) use pool::{NodePool, Pooled};
 pub(crate) use stream::TlsConfig;
 pub(crate) use target::Target;
+pub(crate) use transport::{Forsaken, MakeForsaken, Outcome};
 pub(crate) use wire::{handshake, Wire};
 
 use crate::error::{Error, Result, Retry};
@@ -148,10 +148,10 @@ pub(crate) struct Connections {
     socket_timeout: Duration,
     /// The ACL rules the client needs (named in a `NOPERM` error).
     acl_rules: Vec<String>,
-    /// The async face's calls on the tokio runtime's reactor (one server
-    /// over TCP; see `lane`).
+    /// A task's calls on its own tokio runtime (one server over TCP; see
+    /// `runtime`).
     #[cfg(feature = "tokio")]
-    lane: Option<lane::Lane>,
+    tokio: Option<runtime::Runtimes>,
 }
 
 impl Connections {
@@ -166,12 +166,8 @@ impl Connections {
         acl_rules: Vec<String>,
     ) -> Self {
         #[cfg(feature = "tokio")]
-        let lane = match (&*target, &tls) {
-            (Target::Fixed(client), None) => lane::Lane::new(
-                client.get_connection_info(),
-                (connect_timeout, socket_timeout),
-                pool_size as usize,
-            ),
+        let tokio = match (&*target, &tls) {
+            (Target::Fixed(client), None) => runtime::Runtimes::new(client, socket_timeout),
             _ => None,
         };
         let cluster = match &*target {
@@ -190,62 +186,8 @@ impl Connections {
             socket_timeout,
             acl_rules,
             #[cfg(feature = "tokio")]
-            lane,
+            tokio,
         }
-    }
-
-    /// Whether a call made here now could go on the reactor lane (feature
-    /// `tokio`: a client of one server over TCP, called from a task of a
-    /// tokio runtime).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn lane_here(&self) -> bool {
-        self.lane.as_ref().is_some_and(|l| l.here().is_some())
-    }
-
-    /// Sends `call` for `key` on the reactor lane within `bound` and reads its reply
-    /// with `read`: as [`run_sent`](Self::run_sent) — the result, and
-    /// whether the request went out — or `None` when nothing was sent (no
-    /// lane here, no connection, a connection found closed, the script
-    /// unknown to the server and not loaded): send it with `run_sent` then.
-    /// `sent` is set while the request is out; `undo` makes what undoes
-    /// the call when its future is dropped then, run after its reply (see
-    /// `lane::Lane::call`).
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn run_lane<T>(
-        &self,
-        key: &str,
-        bound: Bound,
-        call: &crate::protocol::Call<'_>,
-        read: impl FnOnce(redis::Value) -> redis::RedisResult<T>,
-        sent: &std::sync::atomic::AtomicBool,
-        undo: Option<lane::MakeUndo<'_>>,
-    ) -> Option<(Result<T>, bool)> {
-        let lane = self.lane.as_ref()?;
-        let (io, by_deadline) = self.io_timeout(bound);
-        if io.is_zero() {
-            return None;
-        }
-        let connect = self.pool_wait(bound).unwrap_or(self.connect_timeout());
-        match lane.call(call, (connect, io, bound.end), sent, undo).await {
-            lane::Answer::Skip => None,
-            lane::Answer::Sent(reply) => {
-                let result = reply.and_then(read).map_err(|e| {
-                    let at = At {
-                        addr: self.pool.addr(),
-                        io,
-                        by_deadline,
-                        sent: true,
-                    };
-                    self.explained(Error::from_redis(e, key), &at)
-                });
-                Some((result, true))
-            }
-        }
-    }
-
-    /// Whether the locks live in a Redis Cluster.
-    pub(crate) fn is_cluster(&self) -> bool {
-        self.cluster.is_some()
     }
 
     /// The pub/sub the lock scripts use now (see [`Router::pubsub`]).

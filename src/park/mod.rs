@@ -80,13 +80,6 @@ impl Park {
         }
     }
 
-    /// Runs `job` on an I/O thread; `Err` (and `job` dropped, not run)
-    /// when no I/O thread can take it (none could be started).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn offload<J: FnOnce() + Send + 'static>(job: J) -> std::result::Result<(), ()> {
-        pool::spawn(Box::new(job)).map_err(drop)
-    }
-
     /// Sleeps until `until`.
     pub(crate) async fn sleep_until(self, until: Instant) {
         match self {

@@ -293,13 +293,13 @@ impl FairScripts {
     /// One acquire as a call (read by [`acquire_reply`]); `place`: the
     /// waiter's place in the queue, when it has one.
     pub(crate) fn acquire_call(
-        &self,
+        &'static self,
         key: &str,
         owner: &str,
         lease: Duration,
         fenced: bool,
         place: Option<&str>,
-    ) -> Call<'_> {
+    ) -> Call {
         let mut cmd = evalsha(&self.acquire.script, if fenced { 5 } else { 4 });
         cmd.arg(key)
             .arg(queue_key(key))
@@ -318,7 +318,13 @@ impl FairScripts {
     }
 
     /// One release as a call (read by [`release_reply`]).
-    pub(crate) fn release_call(&self, key: &str, owner: &str, keep: Keep, last: bool) -> Call<'_> {
+    pub(crate) fn release_call(
+        &'static self,
+        key: &str,
+        owner: &str,
+        keep: Keep,
+        last: bool,
+    ) -> Call {
         let mut cmd = evalsha(&self.release.script, 6);
         cmd.arg(key)
             .arg(queue_key(key))

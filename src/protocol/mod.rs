@@ -24,6 +24,7 @@ pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{
@@ -53,48 +54,6 @@ pub(crate) struct Request<'a> {
     /// fair: the mark of its queue entry. `None` for a single try (plain:
     /// no place; fair: no grant).
     pub(crate) place: Option<&'a str>,
-}
-
-impl Request<'_> {
-    /// The same request owning its strings (to send from another thread).
-    pub(crate) fn to_owned(&self) -> OwnedRequest {
-        OwnedRequest {
-            kind: self.kind,
-            key: self.key.to_owned(),
-            owner: self.owner.to_owned(),
-            lease: self.lease,
-            fresh: self.fresh,
-            fence: self.fence,
-            place: self.place.map(str::to_owned),
-        }
-    }
-}
-
-/// A [`Request`] that owns its strings.
-#[derive(Debug, Clone)]
-pub(crate) struct OwnedRequest {
-    kind: Kind,
-    key: String,
-    owner: String,
-    lease: Duration,
-    pub(crate) fresh: bool,
-    fence: Fence,
-    place: Option<String>,
-}
-
-impl OwnedRequest {
-    /// The request it holds.
-    pub(crate) fn request(&self) -> Request<'_> {
-        Request {
-            kind: self.kind,
-            key: &self.key,
-            owner: &self.owner,
-            lease: self.lease,
-            fresh: self.fresh,
-            fence: self.fence,
-            place: self.place.as_deref(),
-        }
-    }
 }
 
 /// What an acquire attempt found, for every kind.
@@ -352,7 +311,8 @@ impl PubSub {
     }
 }
 
-/// Every kind's scripts, hashed once per client.
+/// Every kind's scripts, hashed once per process (one set per pub/sub mode,
+/// [`Scripts::of`]): a call of them borrows nothing of a client's.
 pub(crate) struct Scripts {
     plain: plain::PlainScripts,
     fair: fair::FairScripts,
@@ -362,7 +322,17 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    pub(crate) fn new(pubsub: PubSub) -> Self {
+    /// The scripts of `pubsub` mode.
+    pub(crate) fn of(pubsub: PubSub) -> &'static Scripts {
+        static CLASSIC: LazyLock<Scripts> = LazyLock::new(|| Scripts::new(PubSub::Classic));
+        static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::new(PubSub::Sharded));
+        match pubsub {
+            PubSub::Classic => &CLASSIC,
+            PubSub::Sharded => &SHARDED,
+        }
+    }
+
+    fn new(pubsub: PubSub) -> Self {
         Scripts {
             plain: plain::PlainScripts::new(pubsub),
             fair: fair::FairScripts::new(pubsub),
@@ -397,29 +367,10 @@ impl Scripts {
         self.admin.shape(con, key)
     }
 
-    /// One acquire script (one `EVALSHA`, plus `SCRIPT LOAD` and a retry
-    /// only when the server's script cache was flushed).
-    pub(crate) fn acquire(
-        &self,
-        con: &mut dyn ConnectionLike,
-        req: &Request<'_>,
-    ) -> RedisResult<Attempt> {
-        Self::acquire_reply(req.kind, self.acquire_call(req).run(con)?)
-    }
-
-    /// One release script.
-    pub(crate) fn release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        rel: &Release<'_>,
-    ) -> RedisResult<Released> {
-        Self::release_reply(rel.kind, self.release_call(rel).run(con)?)
-    }
-
     /// The acquire call of `req` as data: what [`acquire`](Self::acquire)
     /// runs on a blocking connection, and the async face's reactor lane
     /// (feature `tokio`) sends itself.
-    pub(crate) fn acquire_call(&self, req: &Request<'_>) -> Call<'_> {
+    pub(crate) fn acquire_call(&'static self, req: &Request<'_>) -> Call {
         let (key, owner, lease) = (req.key, req.owner, req.lease);
         match req.kind {
             Kind::Plain => self.plain.acquire_call(req),
@@ -462,7 +413,7 @@ impl Scripts {
 
     /// The release call of `rel` as data (see
     /// [`acquire_call`](Self::acquire_call)).
-    pub(crate) fn release_call(&self, rel: &Release<'_>) -> Call<'_> {
+    pub(crate) fn release_call(&'static self, rel: &Release<'_>) -> Call {
         let (key, field, last) = (rel.key, rel.field, rel.last);
         match rel.kind {
             Kind::Plain => self.plain.release_call(rel),
@@ -504,6 +455,17 @@ impl Scripts {
             (Kind::Write, _) => self.rw.cancel_writer(con, key, owner).map(|()| false),
             _ => Ok(false),
         }
+    }
+}
+
+/// Whether an acquire script's reply (any lock kind's) says it took a hold:
+/// nil, or a token (`{token}`, `{-1}`); not a wait (a PTTL, `{'f', PTTL}`)
+/// nor a refusal (`{'n', …}`). What a replica acknowledgement waits after.
+pub(crate) fn took_lock(reply: &Value) -> bool {
+    match reply {
+        Value::Nil => true,
+        Value::Array(items) => matches!(items.first(), Some(Value::Int(_))),
+        _ => false,
     }
 }
 
@@ -550,18 +512,39 @@ fn evalsha(script: &Script, numkeys: usize) -> Cmd {
     cmd
 }
 
-/// One script call as data: what a blocking connection runs with
-/// [`Call::run`], and what the async face's reactor lane (feature `tokio`)
-/// sends itself. The reply is read by the kind's `…_reply` function, the
-/// same for both.
-pub(crate) struct Call<'a> {
+/// One script call as data — what every transport sends (see
+/// `conn::transport`): its `EVALSHA`, the script to load when the server
+/// does not know it, and with replica acknowledgement a `WAIT` after it on
+/// the same connection. The reply is read by the kind's `…_reply`
+/// function, whatever sent it.
+pub(crate) struct Call {
     /// The script (for `SCRIPT LOAD` when the server does not know it).
-    pub(crate) script: &'a Script,
-    /// Its source, as loaded (`SCRIPT LOAD <source>`; the lane's).
+    pub(crate) script: &'static Script,
+    /// Its source, as loaded (`SCRIPT LOAD <source>`; the tokio
+    /// transport's, the blocking connection loads `script`).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) source: &'a str,
+    pub(crate) source: &'static str,
     /// `EVALSHA <hash> <numkeys> <keys…> <args…>`.
     pub(crate) cmd: Cmd,
+    /// `WAIT` on the same connection once the script took a hold.
+    pub(crate) wait: Option<Wait>,
+}
+
+/// A `WAIT <replicas> <timeout>` after a script whose reply `took` says it
+/// took a hold (replica acknowledgement: `WAIT` counts the writes made on
+/// the connection it is sent on).
+#[derive(Clone, Copy)]
+pub(crate) struct Wait {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+    pub(crate) took: fn(&Value) -> bool,
+}
+
+/// What a [`Call`] got: the script's reply, and how many replicas
+/// acknowledged its writes when a `WAIT` followed it.
+pub(crate) struct Reply {
+    pub(crate) value: Value,
+    pub(crate) acked: Option<u32>,
 }
 
 /// A script and the source it was made of (what [`Call`]s of it carry).
@@ -572,19 +555,36 @@ pub(crate) struct Lua {
 
 impl Lua {
     /// A call of this script with `cmd` (its `EVALSHA`).
-    pub(crate) fn call(&self, cmd: Cmd) -> Call<'_> {
+    pub(crate) fn call(&'static self, cmd: Cmd) -> Call {
         Call {
             script: &self.script,
             source: &self.source,
             cmd,
+            wait: None,
         }
     }
 }
 
-impl Call<'_> {
-    /// Runs it on `con` (see [`run`]).
-    pub(crate) fn run(&self, con: &mut dyn ConnectionLike) -> RedisResult<Value> {
-        run(con, self.script, &self.cmd)
+impl Call {
+    /// The same call followed by `wait` (replica acknowledgement).
+    pub(crate) fn then_wait(self, wait: Option<Wait>) -> Call {
+        Call { wait, ..self }
+    }
+
+    /// Runs it on `con` (see [`run`]), then its `WAIT` if it took a hold.
+    pub(crate) fn run(&self, con: &mut dyn ConnectionLike) -> RedisResult<Reply> {
+        let value: Value = run(con, self.script, &self.cmd)?;
+        let acked = match self.wait {
+            Some(w) if (w.took)(&value) => {
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(w.replicas)
+                    .arg(millis(w.timeout))
+                    .query(con)?;
+                Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))
+            }
+            _ => None,
+        };
+        Ok(Reply { value, acked })
     }
 }
 

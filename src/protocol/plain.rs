@@ -504,7 +504,7 @@ impl PlainScripts {
     /// when the server's script cache was flushed); its reply is read by
     /// [`acquire_reply`]. `place`: the waiter's place in the line
     /// (`<owner>#<n>`), taken or confirmed when the lock is held elsewhere.
-    pub(crate) fn acquire_call(&self, req: &Request<'_>) -> Call<'_> {
+    pub(crate) fn acquire_call(&'static self, req: &Request<'_>) -> Call {
         let (key, fence) = (req.key, req.fence);
         let fenced = fence != Fence::None;
         let lua = if fenced {
@@ -534,7 +534,7 @@ impl PlainScripts {
     /// remaining reentrant holds keep; `last`: no other guard of `owner` is
     /// alive in this client; `successor` is whom the lock may pass to
     /// directly.
-    pub(crate) fn release_call(&self, rel: &Release<'_>) -> Call<'_> {
+    pub(crate) fn release_call(&'static self, rel: &Release<'_>) -> Call {
         let (key, successor) = (rel.key, rel.successor);
         let mut cmd = evalsha(&self.release.script, 6);
         cmd.arg(key)

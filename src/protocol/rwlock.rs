@@ -277,7 +277,7 @@ impl RwScripts {
 
     /// One read attempt of `owner` on `key`, as a call (read by
     /// [`acquire_reply`]).
-    pub(crate) fn read_call(&self, key: &str, owner: &str, lease: Duration) -> Call<'_> {
+    pub(crate) fn read_call(&'static self, key: &str, owner: &str, lease: Duration) -> Call {
         let mut cmd = evalsha(&self.read_acquire.script, 3);
         cmd.arg(key)
             .arg(timeout_prefix(key, owner))
@@ -291,7 +291,7 @@ impl RwScripts {
     /// One write attempt of `owner` on `key`, as a call (read by
     /// [`acquire_reply`]); a refused attempt (re)enters the waiting
     /// writers.
-    pub(crate) fn write_call(&self, key: &str, owner: &str, lease: Duration) -> Call<'_> {
+    pub(crate) fn write_call(&'static self, key: &str, owner: &str, lease: Duration) -> Call {
         let mut cmd = evalsha(&self.write_acquire.script, 2);
         cmd.arg(key)
             .arg(writers_key(key))
@@ -306,12 +306,12 @@ impl RwScripts {
 
     /// Releases one read hold, as a call (read by [`release_reply`]).
     pub(crate) fn read_release_call(
-        &self,
+        &'static self,
         key: &str,
         owner: &str,
         keep: Keep,
         last: bool,
-    ) -> Call<'_> {
+    ) -> Call {
         let mut others = String::with_capacity(key.len() + 2);
         push_tagged(&mut others, key);
         let mut cmd = evalsha(&self.read_release.script, 5);
@@ -331,12 +331,12 @@ impl RwScripts {
     /// Releases one write hold, as a call (read by [`release_reply`]);
     /// `field` is the owner's write field.
     pub(crate) fn write_release_call(
-        &self,
+        &'static self,
         key: &str,
         field: &str,
         keep: Keep,
         last: bool,
-    ) -> Call<'_> {
+    ) -> Call {
         let mut cmd = evalsha(&self.write_release.script, 2);
         cmd.arg(key)
             .arg(channel(key))

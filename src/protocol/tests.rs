@@ -414,3 +414,4 @@ fn a_write_hold_has_its_own_field() {
         assert_eq!(owner_of_field(kind, &hold_field(kind, "u:1")), "u:1");
     }
 }
+

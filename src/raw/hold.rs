@@ -8,19 +8,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Orphan, Raw};
-use crate::conn::Bound;
-#[cfg(feature = "tokio")]
-use crate::conn::MakeUndo;
+use super::{Orphan, Raw, Undoing};
+use crate::conn::{Bound, MakeForsaken};
 use crate::error::{Error, Result};
 use crate::ledger::{Handover, Outcome, Removed};
 use crate::options::Kind;
-#[cfg(feature = "tokio")]
 use crate::park::Park;
-use crate::protocol::{self, Keep, Release, Released};
+use crate::protocol::{self, Keep, Release, Released, Reply, Scripts};
 use crate::renewal::LeaseState;
-#[cfg(feature = "tokio")]
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One hold, as a guard keeps it and [`Raw::release`] gives it back
 /// (cloned only to be released elsewhere, by a guard that is gone).
@@ -155,98 +150,55 @@ impl Raw {
         }
     }
 
-    /// Gives back one hold, within `bound`: the ledger counts it out —
-    /// renewal of its lease stops when it was the last guard on it — then
-    /// the release script runs: for a plain lock handing it to a thread of
-    /// this client queued for it when there is one (unless every acquire
-    /// must be acknowledged by replicas), or granting it to the first client
-    /// waiting in line. A lost hold sends nothing.
+    /// Gives back one hold, for `park`'s caller, within `bound`: the ledger
+    /// counts it out — renewal of its lease stops when it was the last
+    /// guard on it — then the release script runs: for a plain lock handing
+    /// it to a thread of this client queued for it when there is one
+    /// (unless every acquire must be acknowledged by replicas), or granting
+    /// it to the first client waiting in line. A lost hold sends nothing. A
+    /// task's future dropped before the answer came leaves the owner's last
+    /// release to the background, as nobody else will send it (the hold
+    /// has left the ledger and the renewal): see [`forsaken`](Self::forsaken).
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the hold was no longer ours;
     /// [`Error::ReleasePending`] when the owner's last release was not
     /// answered (it is sent again in the background until Redis answers or
     /// the lease ends); connection errors when Redis could not be reached.
-    pub(crate) fn release(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
-        let result = self.release_hold(hold, bound);
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        park: Park,
+        hold: &Hold,
+        bound: Bound,
+    ) -> Result<()> {
+        let result = self.release_hold(park, hold, bound).await;
         // Debug level, no owner: names and the outcome only.
         tracing::debug!(lock = %hold.name, kind = ?hold.kind, ok = result.is_ok(), "leasehold: release");
         result
     }
 
-    fn release_hold(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
+    async fn release_hold(self: &Arc<Self>, park: Park, hold: &Hold, bound: Bound) -> Result<()> {
         let releasing = match self.release_begin(hold) {
             Ok(releasing) => releasing,
             Err(done) => return done,
         };
         let rel = releasing.release(hold, self.replicas.is_none());
+        let call = self.scripts().release_call(&rel);
+        let forsaken = || self.forsaken(release_orphan(hold), Undoing::Release);
+        let forsaken = rel.last.then_some(&forsaken as MakeForsaken<'_>);
+        let kind = rel.kind;
+        let read = move |r: Reply| Scripts::release_reply(kind, r.value);
         let sent_at = Instant::now();
         let ran = self
             .conns
-            .run_sent(rel.key, bound, |con| self.scripts().release(con, &rel))
+            .call(park, rel.key, bound, call, read, forsaken)
+            .await
             .0;
         let released = self.released_or_pending(hold, &rel, ran)?;
         if let Some(owner) = releasing.end(released, sent_at) {
-            let _ = self.undo_hold(Kind::Plain, &hold.key, &owner, true, bound);
-        }
-        released_as(hold, released)
-    }
-
-    /// Whether a task's release goes on the reactor lane now (feature
-    /// `tokio`; see [`release_on_lane`](Self::release_on_lane)): no replica
-    /// acknowledgement, no lost reply to undo first, a tokio runtime here
-    /// with a lane (a client of one server over TCP).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn lane_releases(&self) -> bool {
-        self.replicas.is_none() && !self.orphans.any() && self.conns.lane_here()
-    }
-
-    /// The release of `hold` for a task (the async face): as
-    /// [`release`](Self::release), its script sent on the reactor lane —
-    /// or, where the lane cannot send it, on an I/O thread. For a hold
-    /// [`lane_releases`](Self::lane_releases) takes.
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn release_on_lane(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
-        let result = self.release_hold_on_lane(hold, bound).await;
-        tracing::debug!(lock = %hold.name, kind = ?hold.kind, ok = result.is_ok(), "leasehold: release");
-        result
-    }
-
-    #[cfg(feature = "tokio")]
-    async fn release_hold_on_lane(self: &Arc<Self>, hold: &Hold, bound: Bound) -> Result<()> {
-        let releasing = match self.release_begin(hold) {
-            Ok(releasing) => releasing,
-            Err(done) => return done,
-        };
-        let rel = releasing.release(hold, true);
-        let sent_at = Instant::now();
-        // Dropped before its answer came, the release is seen to its end,
-        // as nobody else will send it (the hold has left the ledger and the
-        // renewal): out on the lane, the lane reads its reply and, when none
-        // came, it is sent again in the background until Redis answers; not
-        // sent yet (a lane connection still being made), it is sent in the
-        // background; on an I/O thread, that thread sees to it
-        // (`release_lost`).
-        let (sent, on_io) = (AtomicBool::new(false), AtomicBool::new(false));
-        let in_flight = super::InFlight::new(|| {
-            if rel.last && !on_io.load(Ordering::Relaxed) && !sent.load(Ordering::Relaxed) {
-                self.pending_release(hold);
-            }
-        });
-        let undo = || self.pending_unless_answered(release_orphan(hold));
-        let undo = rel.last.then_some(&undo as MakeUndo<'_>);
-        let lost = || {
-            on_io.store(true, Ordering::Relaxed);
-            self.release_lost(hold, &rel)
-        };
-        let ran = self
-            .release_for_task(&rel, bound, (&sent, undo), lost)
-            .await;
-        in_flight.landed();
-        let released = self.released_or_pending(hold, &rel, ran)?;
-        if let Some(owner) = releasing.end(released, sent_at) {
+            // Handed to a waiter that had given up: given back.
             let (raw, key) = (Arc::clone(self), hold.key.clone());
-            self.detach(Park::Task, move || {
+            self.detach(park, move || {
                 let _ = raw.undo_hold(Kind::Plain, &key, &owner, true, bound);
             });
         }
@@ -350,24 +302,6 @@ impl Raw {
         let until = orphan.until;
         self.orphaned(orphan);
         until
-    }
-
-    /// What a task's release that went to an I/O thread does with its
-    /// outcome when the task is gone before it: as
-    /// [`released_or_pending`](Self::released_or_pending), a last release
-    /// that failed transiently is sent again in the background.
-    #[cfg(feature = "tokio")]
-    fn release_lost(
-        self: &Arc<Self>,
-        hold: &Hold,
-        rel: &Release<'_>,
-    ) -> impl FnOnce(Result<Released>) + Send + 'static {
-        let (raw, orphan, last) = (Arc::clone(self), release_orphan(hold), rel.last);
-        move |ran| {
-            if last && ran.is_err_and(|e| e.is_transient()) {
-                raw.orphaned(orphan);
-            }
-        }
     }
 
     /// Releases all of the hold of `owner` — an owner of one acquisition

@@ -15,8 +15,6 @@
 //! semaphore's permits: one acquisition, the hold, the release, its calls).
 
 mod hold;
-#[cfg(feature = "tokio")]
-mod lane;
 mod orphans;
 mod permits;
 mod waiting;
@@ -27,20 +25,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::conn::{Bound, Connections, Pooled};
+use crate::conn::{Bound, Connections, MakeForsaken, Pooled};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::options::Kind;
-use crate::park::{Park, Pending};
+use crate::park::{block_on, Park, Pending};
 use crate::protocol::admin::{Forced, Shape};
-use crate::protocol::{self, Attempt, Fence, Keep, PubSub, Release, Request, Scripts};
+use crate::protocol::{self, Attempt, Fence, Keep, Release, Reply, Request, Scripts, Wait};
 use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Counters;
 
 pub(crate) use hold::Hold;
-#[cfg(feature = "tokio")]
-pub(crate) use lane::InFlight;
-pub(crate) use orphans::Orphan;
+pub(crate) use orphans::{Orphan, Undoing};
 pub(crate) use permits::{permit_client, PermitHold};
 pub(crate) use waiting::{Answer, Channels, Got, Granted, LockKind, Taken, Waiting, Wake, Want};
 
@@ -49,10 +45,8 @@ pub(crate) struct Raw {
     id: uuid::Uuid,
     /// `"<id>:"`, the start of every owner of this client.
     owner_prefix: String,
-    conns: Connections,
-    scripts: Scripts,
-    /// The same scripts publishing with `SPUBLISH` (a cluster only).
-    sharded_scripts: Option<Scripts>,
+    /// Its connections, and the one round trip (`Connections::call`).
+    conns: Arc<Connections>,
     key_prefix: String,
     watchdog_lease: Duration,
     socket_timeout: Duration,
@@ -85,13 +79,10 @@ pub(crate) struct Parts {
 
 impl Raw {
     pub(crate) fn new(parts: Parts) -> Self {
-        let cluster = parts.conns.is_cluster();
         Raw {
             id: parts.id,
             owner_prefix: format!("{}:", parts.id),
-            conns: parts.conns,
-            sharded_scripts: cluster.then(|| Scripts::new(PubSub::Sharded)),
-            scripts: Scripts::new(PubSub::Classic),
+            conns: Arc::new(parts.conns),
             key_prefix: parts.key_prefix,
             watchdog_lease: parts.watchdog_lease,
             socket_timeout: parts.socket_timeout,
@@ -193,11 +184,8 @@ impl Raw {
 
     /// The scripts for the pub/sub in use (decided by the cluster's first
     /// table read, which every command's routing does first).
-    fn scripts(&self) -> &Scripts {
-        match (self.conns.pubsub(), &self.sharded_scripts) {
-            (PubSub::Sharded, Some(sharded)) => sharded,
-            _ => &self.scripts,
-        }
+    fn scripts(&self) -> &'static Scripts {
+        Scripts::of(self.conns.pubsub())
     }
 
     /// `"<client-uuid>:<thread-n>"`, the hash field Redisson uses.
@@ -239,72 +227,92 @@ impl Raw {
         crate::names::grant_channel(key, &self.owner_prefix[..self.owner_prefix.len() - 1])
     }
 
-    /// One acquire attempt of any kind, within `bound`. With replica
-    /// acknowledgement, a hold is followed by `WAIT` on the same connection;
-    /// too few replicas → the hold is undone (owner-checked) and the answer
-    /// is [`Error::NotReplicated`]. Sending an attempt twice is harmless: a
-    /// first hold is set (not incremented), a reentrant count is settled by
-    /// the last local release, a second token is larger.
+    /// One acquire attempt of any kind, for `park`'s caller, within
+    /// `bound`. With replica acknowledgement a hold is followed by `WAIT` on
+    /// the same connection; too few replicas → the hold is given back
+    /// (owner-checked) and the answer is [`Error::NotReplicated`]. Sending an
+    /// attempt twice is harmless: a first hold is set (not incremented), a
+    /// reentrant count is settled by the last local release, a second token
+    /// is larger.
     ///
     /// An attempt that went out and was not answered may have run: when it
     /// asked for a first hold (`req.fresh`), what it may have taken is
     /// undone once Redis answers (see [`orphaned`](Self::orphaned)); a
     /// reentrant one keeps the owner's real hold (its stale count goes with
     /// the last release). One that never went out (a refused connect) did
-    /// nothing.
-    fn attempt(self: &Arc<Self>, name: &str, req: &Request<'_>, bound: Bound) -> Result<Attempt> {
-        let sent_at = Instant::now();
-        let ran = self.conns.run_sent(req.key, bound, |con| {
-            let answer = self.scripts().acquire(con, req)?;
-            let unacked = match answer {
-                Attempt::Acquired { .. } => self.unreplicated(con)?,
-                _ => None,
-            };
-            Ok((answer, unacked))
-        });
-        self.attempted(name, req, sent_at, ran)
-    }
-
-    /// The ending of an attempt sent at `sent_at`, whatever sent it: a
-    /// reply that never came is undone once Redis answers (an orphan); a
-    /// hold too few replicas acknowledged (`Some(acked)`) is given back
-    /// (within [`give_back`](Self::give_back)).
-    pub(super) fn attempted(
+    /// nothing. A task's future dropped while a first hold's attempt is out:
+    /// what it took is undone after its reply (see [`forsaken`](Self::forsaken)).
+    pub(crate) async fn attempt(
         self: &Arc<Self>,
+        park: Park,
         name: &str,
         req: &Request<'_>,
-        sent_at: Instant,
-        (answer, sent): (Result<(Attempt, Option<u32>)>, bool),
+        bound: Bound,
     ) -> Result<Attempt> {
-        let (answer, unacked) = match answer {
+        let call = self
+            .scripts()
+            .acquire_call(req)
+            .then_wait(self.wait(protocol::took_lock));
+        let sent_at = Instant::now();
+        let forsaken = || self.forsaken(self.lost_attempt(req, sent_at), Undoing::Acquire);
+        let forsaken = req.fresh.then_some(&forsaken as MakeForsaken<'_>);
+        let kind = req.kind;
+        let read = move |r: Reply| Ok((Scripts::acquire_reply(kind, r.value)?, r.acked));
+        let (answer, sent) = self
+            .conns
+            .call(park, req.key, bound, call, read, forsaken)
+            .await;
+        let (answer, acked) = match answer {
             Err(e) if req.fresh && sent && e.is_unanswered() => {
-                self.orphaned(Orphan::lost(
-                    req.kind, req.key, req.owner, req.lease, req.place, sent_at,
-                ));
+                self.orphaned(self.lost_attempt(req, sent_at));
                 return Err(e);
             }
             other => other?,
         };
-        if let Some(acked) = unacked {
-            let field = protocol::hold_field(req.kind, req.owner);
-            let rel = Release {
-                kind: req.kind,
-                key: req.key,
-                field: &field,
-                keep: Keep::UNCHANGED,
-                last: req.fresh,
-                successor: None,
-            };
-            let _ = self.release_script(&rel, self.give_back());
-            let (wanted, timeout) = self.replicas.unwrap_or_default();
-            return Err(Error::NotReplicated {
-                name: name.to_owned(),
-                acked,
-                wanted,
-                timeout,
-            });
+        match self.unreplicated(acked) {
+            None => Ok(answer),
+            Some(acked) => {
+                let (raw, kind, key, owner, last) = (
+                    Arc::clone(self),
+                    req.kind,
+                    req.key.to_owned(),
+                    req.owner.to_owned(),
+                    req.fresh,
+                );
+                self.detach(park, move || {
+                    let _ = raw.undo_hold(kind, &key, &owner, last, raw.give_back());
+                });
+                let (wanted, timeout) = self.replicas.unwrap_or_default();
+                Err(Error::NotReplicated {
+                    name: name.to_owned(),
+                    acked,
+                    wanted,
+                    timeout,
+                })
+            }
         }
-        Ok(answer)
+    }
+
+    /// What a lost reply of attempt `req` sent at `sent_at` may have left.
+    fn lost_attempt(&self, req: &Request<'_>, sent_at: Instant) -> Orphan {
+        Orphan::lost(req.kind, req.key, req.owner, req.lease, req.place, sent_at)
+    }
+
+    /// The `WAIT` after a script whose reply `took` says it took a hold,
+    /// with replica acknowledgement.
+    fn wait(&self, took: fn(&redis::Value) -> bool) -> Option<Wait> {
+        self.replicas.map(|(replicas, timeout)| Wait {
+            replicas,
+            timeout,
+            took,
+        })
+    }
+
+    /// Too few replicas acknowledged a hold (`acked`, when a `WAIT` ran):
+    /// how many did.
+    fn unreplicated(&self, acked: Option<u32>) -> Option<u32> {
+        let (wanted, _) = self.replicas?;
+        acked.filter(|acked| *acked < wanted)
     }
 
     /// One attempt at plain lock `key` for `owner`, an owner of one
@@ -327,24 +335,8 @@ impl Raw {
             fence: Fence::None,
             place: None,
         };
-        Ok(matches!(
-            self.attempt(name, &req, bound)?,
-            Attempt::Acquired { .. }
-        ))
-    }
-
-    /// After an acquire that took a hold, with replica acknowledgement
-    /// required: `WAIT` on the same connection (it waits for this
-    /// connection's writes). `Some(acked)` when too few acknowledged.
-    fn unreplicated(&self, con: &mut Pooled) -> redis::RedisResult<Option<u32>> {
-        let Some((wanted, timeout)) = self.replicas else {
-            return Ok(None);
-        };
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(protocol::millis(timeout))
-            .query(con)?;
-        Ok((acked < i64::from(wanted)).then(|| u32::try_from(acked.max(0)).unwrap_or(0)))
+        let attempt = block_on(self.attempt(Park::Thread, name, &req, bound))?;
+        Ok(matches!(attempt, Attempt::Acquired { .. }))
     }
 
     /// The bound of giving back what an attempt took or left (an undo, a
@@ -357,8 +349,10 @@ impl Raw {
 
     /// One release script, within `bound`.
     fn release_script(&self, rel: &Release<'_>, bound: Bound) -> Result<protocol::Released> {
-        self.conns
-            .run(rel.key, bound, |con| self.scripts().release(con, rel))
+        let call = self.scripts().release_call(rel);
+        self.conns.run(rel.key, bound, |con| {
+            Scripts::release_reply(rel.kind, call.run(con)?.value)
+        })
     }
 
     /// Undoes `owner`'s hold of `key` (a reply that came too late, or was

@@ -30,13 +30,22 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::Raw;
-use crate::conn::Bound;
+use crate::conn::{Bound, Forsaken, Outcome};
 use crate::error::{Error, Result};
 use crate::ledger::Undo;
 use crate::names::SemaphoreKeys;
 use crate::options::Kind;
 use crate::park::Park;
 use crate::protocol::LONGEST_PLACE;
+
+/// What a call whose caller went away is (see [`Raw::forsaken`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undoing {
+    /// An acquire (of a first hold, of permits): what it took is undone.
+    Acquire,
+    /// A release: it must reach Redis.
+    Release,
+}
 
 /// How often the background undo of lost calls tries again.
 const UNDO_RETRY: Duration = Duration::from_millis(100);
@@ -302,23 +311,26 @@ impl Raw {
         });
     }
 
-    /// [`forsake`](Self::forsake) as a hook, told later whether the call
-    /// may still be on its way (a dropped acquire's undo).
+    /// [`forsake`](Self::forsake) as the in-process queue's hook, told later
+    /// whether the hand-over may still be on its way.
     pub(crate) fn forsaking(self: &Arc<Self>, orphan: Orphan) -> Undo {
         let raw = Arc::clone(self);
         Box::new(move |in_flight| raw.forsake(orphan, in_flight))
     }
 
-    /// What a dropped task's release leaves, as a hook told whether it may
-    /// still be on its way: nothing once its reply came (it ran); else it
-    /// is sent again in the background until Redis answers.
-    #[cfg(feature = "tokio")]
-    pub(crate) fn pending_unless_answered(self: &Arc<Self>, orphan: Orphan) -> Undo {
+    /// What a call leaves to undo when its caller's future is dropped while
+    /// it is out — the one hook of every operation, run by the transport
+    /// once the call's outcome is known (see `conn::Outcome`): an acquire
+    /// (`Undoing::Acquire`) that ran is undone at once, owner-checked (what
+    /// it took: a hold, permits, a place); a release (`Undoing::Release`)
+    /// that was not sent is sent in the background; and either one whose
+    /// answer never came is undone as a lost reply is, until Redis answers.
+    pub(crate) fn forsaken(self: &Arc<Self>, orphan: Orphan, undoing: Undoing) -> Forsaken {
         let raw = Arc::clone(self);
-        Box::new(move |in_flight| {
-            if in_flight {
-                raw.orphaned(orphan);
-            }
+        Box::new(move |outcome| match (undoing, outcome) {
+            (_, Outcome::Unknown) | (Undoing::Release, Outcome::NotSent) => raw.orphaned(orphan),
+            (Undoing::Acquire, Outcome::Ran) => raw.forsake(orphan, false),
+            (Undoing::Acquire, Outcome::NotSent) | (Undoing::Release, Outcome::Ran) => {}
         })
     }
 

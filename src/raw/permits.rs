@@ -15,14 +15,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::orphans::LostPermits;
-use super::{Answer, Channels, Got, Granted, LockKind, Orphan, Raw, Wake, Want};
+use super::{Answer, Channels, Got, Granted, LockKind, Orphan, Raw, Undoing, Wake, Want};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::SemaphoreKeys;
 use crate::options::{check_lease, check_name, Kind};
 use crate::park::Park;
-use crate::protocol;
 use crate::protocol::semaphore::{self, Acquire, State, MAX_PERMITS_AT_ONCE};
+use crate::protocol::{self, Reply};
 use crate::renewal::LeaseState;
 
 /// One acquisition of permits, for the wait loop.
@@ -169,62 +169,30 @@ impl Raw {
         })
     }
 
-    /// Gives back the permits of `hold` within `bound`: renewal stops
-    /// first. An error when one of them was no longer ours (its lease ran
-    /// out, or it was removed): they were given back all the same.
-    pub(crate) fn release_permits(self: &Arc<Self>, hold: &PermitHold, bound: Bound) -> Result<()> {
-        permits_release_begin(self, hold);
-        let sent_at = Instant::now();
-        let ran = self.conns.run_sent(&hold.keys.counter, bound, |con| {
-            self.scripts()
-                .semaphore()
-                .release(con, &hold.keys, &hold.ids)
-        });
-        self.permits_released(hold, ran, sent_at)
-    }
-
-    /// [`release_permits`](Self::release_permits) for a task, on the
-    /// reactor lane (feature `tokio`): `None` when the lane cannot send it
-    /// now (then release them on an I/O thread). A future dropped before
-    /// the answer came — the release out, or not sent yet — leaves the
-    /// release to the background (by id, until Redis answers).
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn release_permits_on_lane(
+    /// Gives back the permits of `hold`, for `park`'s caller, within
+    /// `bound`: renewal stops first. An error when one of them was no
+    /// longer ours (its lease ran out, or it was removed): they were given
+    /// back all the same. A task's future dropped before the answer came
+    /// leaves the release to the background (by id, until Redis answers).
+    pub(crate) async fn release_permits(
         self: &Arc<Self>,
+        park: Park,
         hold: &PermitHold,
         bound: Bound,
-    ) -> Option<Result<()>> {
-        if !self.conns.lane_here() {
-            return None;
-        }
+    ) -> Result<()> {
         permits_release_begin(self, hold);
         let call = self
             .scripts()
             .semaphore()
             .release_call(&hold.keys, &hold.ids);
         let sent_at = Instant::now();
-        let sent = std::sync::atomic::AtomicBool::new(false);
-        // Out on the lane, the lane reads its reply and, when none came,
-        // the release goes on in the background; not sent yet, it goes now.
-        let in_flight = super::InFlight::new(|| {
-            if !sent.load(std::sync::atomic::Ordering::Relaxed) {
-                self.orphaned(permits_orphan(hold, sent_at));
-            }
-        });
-        let undo = || self.pending_unless_answered(permits_orphan(hold, sent_at));
+        let forsaken = || self.forsaken(permits_orphan(hold, sent_at), Undoing::Release);
+        let read = |r: Reply| semaphore::release_reply(r.value);
         let ran = self
             .conns
-            .run_lane(
-                &hold.keys.counter,
-                bound,
-                &call,
-                semaphore::release_reply,
-                &sent,
-                Some(&undo),
-            )
+            .call(park, &hold.keys.counter, bound, call, read, Some(&forsaken))
             .await;
-        in_flight.landed();
-        Some(self.permits_released(hold, ran?, sent_at))
+        self.permits_released(hold, ran, sent_at)
     }
 
     /// What a release of `hold`'s permits sent at `sent_at` says, whatever
@@ -408,110 +376,43 @@ impl PermitWaiting<'_> {
         }
     }
 
-    /// One attempt through [`Park::io`] (for a thread inline, for a task on
-    /// an I/O thread): its answer (and replica acknowledgement), and
-    /// whether it was sent.
-    async fn attempt_on_io(&self) -> Result<(Result<(Acquire, Option<u32>)>, bool)> {
-        let (raw, keys, ids) = (
-            Arc::clone(self.raw),
-            Arc::clone(&self.keys),
-            Arc::clone(&self.ids),
-        );
-        let (permits, lease, place, bound) =
-            (self.permits, self.lease, self.place.clone(), self.bound);
-        let job = {
-            let place = place.clone();
-            move || {
-                raw.conns.run_sent(&keys.counter, bound, |con| {
-                    let answer = raw.scripts().semaphore().acquire(
-                        con,
-                        &keys,
-                        permits,
-                        lease,
-                        place.as_deref(),
-                        &ids,
-                    )?;
-                    // Replica acknowledgement, as for every acquire.
-                    let unacked = match answer {
-                        Acquire::Acquired => raw.unreplicated(con)?,
-                        _ => None,
-                    };
-                    Ok((answer, unacked))
-                })
-            }
-        };
-        // A task's future dropped while the attempt was out: what it took
-        // (permits, a place) is given back at once, by id.
-        let lost = {
-            let (raw, keys, ids) = (
-                Arc::clone(self.raw),
-                Arc::clone(&self.keys),
-                Arc::clone(&self.ids),
-            );
-            let owner = self.owner.clone();
-            move |_: (Result<(Acquire, Option<u32>)>, bool)| {
-                let leaving = Arc::clone(&raw);
-                raw.detach(Park::Task, move || {
-                    leaving.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
-                });
-            }
-        };
-        self.park.io(job, lost).await
-    }
-
-    /// A task's attempt on the reactor lane (feature `tokio`; see
-    /// `conn::lane`): `None` when it cannot go there now (a thread's wait,
-    /// replica acknowledgement, an earlier lost reply still to undo, not a
-    /// tokio runtime, nothing sent). A future dropped while the attempt is
-    /// out gives back what it may have taken, by id, at once.
-    #[cfg(feature = "tokio")]
-    async fn attempt_on_lane(&self) -> Option<(Result<(Acquire, Option<u32>)>, bool)> {
+    /// One attempt where its caller waits (see `conn::transport`): its
+    /// answer (and replica acknowledgement), and whether it was sent. A
+    /// task's future dropped while the attempt is out: what it took
+    /// (permits, a place) is given back after its reply, by id.
+    async fn attempt_once(&self) -> (Result<(Acquire, Option<u32>)>, bool) {
         let raw = self.raw;
-        if !matches!(self.park, Park::Task)
-            || raw.replicas.is_some()
-            || raw.orphans.any()
-            || !raw.conns.lane_here()
-        {
-            return None;
-        }
-        let call = raw.scripts().semaphore().acquire_call(
-            &self.keys,
-            self.permits,
-            self.lease,
-            self.place.as_deref(),
-            &self.ids,
-        );
-        let sent = std::sync::atomic::AtomicBool::new(false);
-        // Dropped while out: the lane reads the reply, then what the
-        // attempt took (permits, a place) is given back, by id — again once
-        // Redis answers when no reply came.
-        let undo = || {
+        let call = raw
+            .scripts()
+            .semaphore()
+            .acquire_call(
+                &self.keys,
+                self.permits,
+                self.lease,
+                self.place.as_deref(),
+                &self.ids,
+            )
+            .then_wait(raw.wait(semaphore::took_permits));
+        let forsaken = || {
             let lost = LostPermits {
                 keys: Arc::clone(&self.keys),
                 ids: Arc::clone(&self.ids),
             };
             let (place, now) = (self.place.as_deref(), Instant::now());
-            raw.forsaking(Orphan::lost_permits(
-                lost,
-                &self.owner,
-                self.lease,
-                place,
-                now,
-            ))
+            let orphan = Orphan::lost_permits(lost, &self.owner, self.lease, place, now);
+            raw.forsaken(orphan, Undoing::Acquire)
         };
-        let ran = raw
-            .conns
-            .run_lane(
+        let read = |r: Reply| Ok((semaphore::acquire_reply(r.value)?, r.acked));
+        raw.conns
+            .call(
+                self.park,
                 &self.keys.counter,
                 self.bound,
-                &call,
-                semaphore::acquire_reply,
-                &sent,
-                Some(&undo),
+                call,
+                read,
+                Some(&forsaken),
             )
-            .await;
-        let (answer, sent) = ran?;
-        Some((answer.map(|a| (a, None)), sent))
+            .await
     }
 
     /// Leaves our place and gives back our permits (by id), for a thread
@@ -547,15 +448,8 @@ impl LockKind for PermitWaiting<'_> {
 
     async fn attempt(&mut self) -> Result<Answer<()>> {
         self.raw.touch(Instant::now(), self.lease);
-        #[cfg(feature = "tokio")]
-        let on_lane = self.attempt_on_lane().await;
-        #[cfg(not(feature = "tokio"))]
-        let on_lane = None;
-        let (answer, sent) = match on_lane {
-            Some(ran) => ran,
-            None => self.attempt_on_io().await?,
-        };
-        let (answer, unacked) = match answer {
+        let (answer, sent) = self.attempt_once().await;
+        let (answer, acked) = match answer {
             Err(e) => {
                 if sent && e.is_unanswered() {
                     self.unsettled = true;
@@ -564,7 +458,7 @@ impl LockKind for PermitWaiting<'_> {
             }
             Ok(answer) => answer,
         };
-        if let Some(acked) = unacked {
+        if let Some(acked) = self.raw.unreplicated(acked) {
             let _ = self.undo(()).await;
             let (wanted, timeout) = self.raw.replicas.unwrap_or_default();
             return Err(Error::NotReplicated {

@@ -299,27 +299,6 @@ impl<'a> Waiting<'a> {
         self.raw.forsaking(orphan)
     }
 
-    /// An attempt of a task on the reactor lane (feature `tokio`; see
-    /// `Raw::attempt_on_lane`): `None` when it cannot go there now. A
-    /// future dropped while the attempt is out leaves it to the lane, which
-    /// reads its reply and then undoes what it took — a hold, a place —
-    /// owner-checked (again once Redis answers, when no reply came). Only
-    /// a first hold is undone (a reentrant one would lose the real hold).
-    #[cfg(feature = "tokio")]
-    async fn attempt_on_lane(&self) -> Option<Result<Attempt>> {
-        if !self.raw.conns.lane_here() {
-            return None;
-        }
-        let req = self.request();
-        let sent = std::sync::atomic::AtomicBool::new(false);
-        // The undo is made only when it is needed (not for every attempt).
-        let undo = || self.forsaken(self.place.as_deref());
-        let undo = req.fresh.then_some(&undo as crate::conn::MakeUndo<'_>);
-        self.raw
-            .attempt_on_lane(self.name, &req, self.bound, (&sent, undo))
-            .await
-    }
-
     /// Whether this kind waits in the client's in-process queue first (a
     /// plain lock: one thread per client and name talks to Redis).
     pub(crate) fn queues_in_process(&self) -> bool {
@@ -472,36 +451,13 @@ impl LockKind for Waiting<'_> {
         // A waiter is named to operators too (its registration is kept
         // written while it waits; two atomics).
         self.raw.touch(Instant::now(), self.lease);
-        #[cfg(feature = "tokio")]
-        let on_lane = match self.park {
-            Park::Task => self.attempt_on_lane().await,
-            Park::Thread => None,
-        };
-        #[cfg(not(feature = "tokio"))]
-        let on_lane = None;
-        let attempt = match (on_lane, self.park) {
-            (Some(attempt), _) => attempt,
-            (None, Park::Thread) => attempt_at(self.raw, self.name, &self.request(), self.bound),
-            (None, Park::Task) => {
-                let raw = Arc::clone(self.raw);
-                let name = self.name.to_owned();
-                let (req, bound) = (self.request().to_owned(), self.bound);
-                let fresh = req.fresh;
-                // The task's future dropped while the call was out: what it
-                // took (a hold, a place) is undone at once, owner-checked.
-                // A reentrant attempt (not `fresh`) is never undone: the
-                // owner's other holds are in it (a task's hold is never
-                // reentrant: it has an owner of its own).
-                let forsaken = self.forsaken(self.place.as_deref());
-                let lost = move |_: Result<Attempt>| {
-                    if fresh {
-                        forsaken(false);
-                    }
-                };
-                let job = move || attempt_at(&raw, &name, &req.request(), bound);
-                self.park.io(job, lost).await?
-            }
-        };
+        // What a lost reply of this owner on this key may have left is
+        // undone first (a retry after a lost reply).
+        self.settle().await?;
+        let attempt = self
+            .raw
+            .attempt(self.park, self.name, &self.request(), self.bound)
+            .await;
         match attempt? {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
             Attempt::Wait { hint, foreign } => {
@@ -643,11 +599,4 @@ impl Waiting<'_> {
             place: self.place.as_deref(),
         }
     }
-}
-
-/// One attempt: first undoing what a lost reply of this owner on this key
-/// may have left (a retry after a lost reply), then the kind's script.
-fn attempt_at(raw: &Arc<Raw>, name: &str, req: &Request<'_>, bound: Bound) -> Result<Attempt> {
-    raw.settle(req.key, req.owner, bound)?;
-    raw.attempt(name, req, bound)
 }

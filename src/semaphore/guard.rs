@@ -11,7 +11,7 @@ use crossbeam_channel::Receiver;
 use crate::conn::Bound;
 use crate::error::Result;
 use crate::names::hex;
-use crate::park::{on_executor, Park};
+use crate::park::{block_on, on_executor, Park};
 use crate::raw::{PermitHold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
 
@@ -80,7 +80,8 @@ impl PermitGuard {
         self.hold.state.lost_receiver()
     }
 
-    /// The lease state (for the async guard's `lost()`).
+    /// The client's raw engine the permits are of (for the async guard's
+    /// background release).
     pub(crate) fn raw(&self) -> &Arc<Raw> {
         &self.raw
     }
@@ -97,30 +98,17 @@ impl PermitGuard {
     /// taken back (its lease ran out, or it was removed): the rest were
     /// given back all the same. Redis errors: the permits come back when
     /// their lease ends.
-    pub fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.raw.release_permits(&self.hold, Bound::default())
+    pub fn release(self) -> Result<()> {
+        block_on(self.release_as(Park::Thread))
     }
 
-    /// [`release`](Self::release) for a task, on the reactor lane (feature
-    /// `tokio`): the guard back when the lane cannot send it now (then
-    /// release it on an I/O thread).
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn release_on_lane(mut self) -> std::result::Result<Result<()>, Self> {
-        // Dropped while on the lane, the release is left to the background
-        // there, not to `Drop`.
+    /// [`release`](Self::release) where `park`'s caller waits (a task:
+    /// dropped before the answer, the release goes on in the background).
+    pub(crate) async fn release_as(mut self, park: Park) -> Result<()> {
         self.released = true;
-        match self
-            .raw
-            .release_permits_on_lane(&self.hold, Bound::default())
+        self.raw
+            .release_permits(park, &self.hold, Bound::default())
             .await
-        {
-            Some(done) => Ok(done),
-            None => {
-                self.released = false;
-                Err(self)
-            }
-        }
     }
 }
 
@@ -132,7 +120,7 @@ impl Drop for PermitGuard {
         self.released = true;
         let bound = Bound::pool_wait(self.raw.socket_timeout());
         let release = move |raw: &Arc<Raw>, hold: &PermitHold| {
-            if let Err(e) = raw.release_permits(hold, bound) {
+            if let Err(e) = block_on(raw.release_permits(Park::Thread, hold, bound)) {
                 tracing::warn!(semaphore = %hold.name, error = ?e, "leasehold: giving permits back on drop failed");
             }
         };

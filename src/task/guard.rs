@@ -117,12 +117,7 @@ impl AsyncLockGuard {
         let Some(guard) = self.guard.take() else {
             return Ok(());
         };
-        #[cfg(feature = "tokio")]
-        let guard = match guard.unlock_on_lane().await {
-            Ok(done) => return done,
-            Err(guard) => guard,
-        };
-        Park::Task.io(move || guard.unlock(), drop).await?
+        guard.unlock_as(Park::Task).await
     }
 }
 

@@ -249,12 +249,7 @@ impl AsyncPermitGuard {
         let Some(guard) = self.guard.take() else {
             return Ok(());
         };
-        #[cfg(feature = "tokio")]
-        let guard = match guard.release_on_lane().await {
-            Ok(done) => return done,
-            Err(guard) => guard,
-        };
-        Park::Task.io(move || guard.release(), drop).await?
+        guard.release_as(Park::Task).await
     }
 }
 

@@ -164,31 +164,17 @@ impl SemaphoreScripts {
         cmd
     }
 
-    /// One attempt to take `permits` permits with ids `ids` for `lease`;
-    /// `place`: the waiter's place in line (`None`: a single try).
-    pub(crate) fn acquire(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &SemaphoreKeys,
-        permits: u32,
-        lease: Duration,
-        place: Option<&str>,
-        ids: &[u8],
-    ) -> RedisResult<Acquire> {
-        let call = self.acquire_call(keys, permits, lease, place, ids);
-        acquire_reply(call.run(con)?)
-    }
-
-    /// [`acquire`](Self::acquire) as a call (read by [`acquire_reply`]):
-    /// what the async face's reactor lane (feature `tokio`) sends.
+    /// One attempt to take `permits` permits with ids `ids` for `lease`, as
+    /// a call (read by [`acquire_reply`]); `place`: the waiter's place in
+    /// line (`None`: a single try).
     pub(crate) fn acquire_call(
-        &self,
+        &'static self,
         keys: &SemaphoreKeys,
         permits: u32,
         lease: Duration,
         place: Option<&str>,
         ids: &[u8],
-    ) -> Call<'_> {
+    ) -> Call {
         let (k, ms) = (permits.to_string(), millis(lease).to_string());
         let args: [&[u8]; 4] = [
             k.as_bytes(),
@@ -200,18 +186,9 @@ impl SemaphoreScripts {
             .call(Self::cmd(&self.acquire.script, keys, &args))
     }
 
-    /// Gives back the permits with ids `ids`.
-    pub(crate) fn release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &SemaphoreKeys,
-        ids: &[u8],
-    ) -> RedisResult<Released> {
-        release_reply(self.release_call(keys, ids).run(con)?)
-    }
-
-    /// [`release`](Self::release) as a call (read by [`release_reply`]).
-    pub(crate) fn release_call(&self, keys: &SemaphoreKeys, ids: &[u8]) -> Call<'_> {
+    /// Gives back the permits with ids `ids`, as a call (read by
+    /// [`release_reply`]).
+    pub(crate) fn release_call(&'static self, keys: &SemaphoreKeys, ids: &[u8]) -> Call {
         self.release
             .call(Self::cmd(&self.release.script, keys, &[ids]))
     }
@@ -320,6 +297,11 @@ fn parse_state(reply: &Value) -> Option<State> {
         held,
         line,
     })
+}
+
+/// Whether a semaphore acquire's reply says it took the permits (`{1}`).
+pub(crate) fn took_permits(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if matches!(items.as_slice(), [Value::Int(1)]))
 }
 
 /// What an acquire's reply says.
