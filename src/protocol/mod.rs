@@ -116,10 +116,13 @@ impl Keep {
     pub(crate) const UNCHANGED: Keep = Keep::AtLeast(Duration::ZERO);
 
     /// As the scripts read it (see [`keep_fn!`]): `=<ms>` or `><ms>`.
+    /// Rounded up to the millisecond: Redis keeps the hold no shorter
+    /// than a guard's view of it.
     pub(crate) fn arg(self) -> String {
+        let ms = |d: Duration| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
         match self {
-            Keep::Exactly(d) => format!("={}", millis(d).max(1)),
-            Keep::AtLeast(d) => format!(">{}", millis(d)),
+            Keep::Exactly(d) => format!("={}", ms(d).max(1)),
+            Keep::AtLeast(d) => format!(">{}", ms(d)),
         }
     }
 }
