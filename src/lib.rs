@@ -19,8 +19,10 @@
 //   conn       conn/     pools, targets (fixed, Sentinel), cluster routing; the
 //                        one place that follows redirects (calls: `run`;
 //                        batches: `batch`); our socket and wire, one handshake;
-//                        the reactor lane (`lane`, feature `tokio`): a task's
-//                        calls on its own tokio runtime
+//                        the one round trip of the lock path (`transport`:
+//                        inline, the I/O threads, or the task's own tokio
+//                        runtime — `runtime`, feature `tokio`) and what a
+//                        call dropped while out leaves to undo
 //   machinery  notify/   the shared subscriber: its book of channels, wake-ups,
 //                        grants kept per waiter, slots that move
 //              renewal/  the watchdog thread: lease state, timer wheel, the
@@ -29,11 +31,12 @@
 //                        renewal share per owner field); the plain lock's
 //                        in-process queue and its handover
 //   raw        raw/      one lock's operations for every kind (attempt with
-//                        WAIT and undo, release, leave, forced release, reads);
-//                        a guard's hold (the one acquire ending, the one
-//                        release path); one acquisition for the wait loop;
-//                        lost replies and the thread that undoes them; a
-//                        task's attempt and release on the reactor lane
+//                        WAIT and undo, release, leave, forced release, reads),
+//                        each written once over the transport; a guard's hold
+//                        (the one acquire ending, the one release path); one
+//                        acquisition for the wait loop; lost replies, the
+//                        thread that undoes them, and the one hook of a call
+//                        whose caller went away
 //   wait       wait      the one acquire/wait loop (attempt, park, grant, leave,
 //                        outages, deadline), behind two seams (tests: fakes)
 //   shared     shared    a client's parts assembled: raw engine and subscriber
@@ -130,9 +133,10 @@
 //! # Features
 //! `tls`: `rediss://` URLs with rustls (a server, Cluster, Sentinel). `cli`:
 //! the operators' `leasehold` tool (`inspect`, `list`, `force-unlock`,
-//! `watch`). `tokio`: the async face's lock and unlock on the task's own
-//! tokio runtime (its reactor) rather than leasehold's I/O threads. None is
-//! on by default.
+//! `watch`). `tokio`: the async face's round trips on the task's own tokio
+//! runtime (the `redis` crate's multiplexed connection, driven there)
+//! rather than leasehold's I/O threads, and blocking calls refused on an
+//! executor's thread. None is on by default.
 //!
 //! How it works — what is in Redis, how waiters are woken, renewal — is in
 //! the README and in `docs/design.md` in the repository.

@@ -1,9 +1,8 @@
 //! Per-lock options, the lock kinds, and the input checks and deadline
 //! arithmetic that `LockClient` and `Redlock` share (one wording, one limit).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};
@@ -111,25 +110,23 @@ pub(crate) fn deadline_min(deadline: Option<Instant>, at: Instant) -> Instant {
 /// assert_eq!(opts.wait_value(), Some(Duration::from_millis(500)));
 /// assert_eq!(LockOptions::new().lease_value(), None);
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use = "options do nothing until passed to lock_with or try_lock_with"]
 pub struct LockOptions {
     lease: Option<Duration>,
     wait: Option<Duration>,
     fenced: bool,
     kind: Kind,
-    /// The number of a [`Cancel`] handle (so the options stay `Copy`).
-    cancel: Option<u64>,
+    cancel: Option<Cancel>,
 }
 
 /// Cancels the waits it was given to, from another thread — Redisson's
 /// `lockInterruptibly`. Pass it with [`LockOptions::cancel_on`]; calling
-/// [`cancel`](Self::cancel) makes every wait holding it (now or later)
-/// return [`Error::Cancelled`] within [`Cancel::RESPONSE`], leaving no
-/// waiting place in Redis. A cancelled handle stays cancelled; make a new
-/// one for new waits. Clones share the state; keep one alive for as long as
-/// you may want to cancel (the options carry only its number, so they stay
-/// `Copy`).
+/// [`cancel`](Self::cancel) wakes every wait holding it at once — a parked
+/// thread or task, no polling — and each returns [`Error::Cancelled`],
+/// holding nothing and leaving no waiting place in Redis; a wait given it
+/// later ends before it starts. A cancelled handle stays cancelled; make a
+/// new one for new waits. Clones share the state.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), leasehold::Error> {
@@ -153,59 +150,83 @@ pub struct Cancel {
 }
 
 struct CancelInner {
-    id: u64,
     cancelled: AtomicBool,
+    /// What wakes each wait holding it now (see [`Cancel::on_cancel`]).
+    wakers: Mutex<Wakers>,
 }
 
-/// Live cancel handles by number: options carry the number (they are
-/// `Copy`), a wait looks its handle up once when it starts.
-static HANDLES: LazyLock<Mutex<HashMap<u64, Weak<CancelInner>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-static NEXT_HANDLE: AtomicU64 = AtomicU64::new(0);
-
-impl Drop for CancelInner {
-    fn drop(&mut self) {
-        HANDLES.lock().remove(&self.id);
-    }
+#[derive(Default)]
+struct Wakers {
+    next: u64,
+    list: Vec<(u64, Waker)>,
 }
+
+/// Wakes one wait: notifies the signal it parks on, under that signal's
+/// mutex (so a wait that looked at the handle just before cannot miss it).
+pub(crate) type Waker = Arc<dyn Fn() + Send + Sync>;
 
 impl Default for Cancel {
     fn default() -> Self {
-        let id = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
-        let inner = Arc::new(CancelInner {
-            id,
-            cancelled: AtomicBool::new(false),
-        });
-        HANDLES.lock().insert(id, Arc::downgrade(&inner));
-        Cancel { inner }
+        Cancel {
+            inner: Arc::new(CancelInner {
+                cancelled: AtomicBool::new(false),
+                wakers: Mutex::new(Wakers::default()),
+            }),
+        }
     }
 }
 
 impl Cancel {
-    /// How long a cancelled wait may take at most to notice (it looks this
-    /// often while it waits; no network traffic).
-    pub const RESPONSE: Duration = Duration::from_millis(20);
-
     /// A handle not cancelled yet.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Cancels every wait given this handle (or a clone).
+    /// Cancels every wait given this handle (or a clone): each one parked
+    /// now is woken at once.
     pub fn cancel(&self) {
-        self.inner.cancelled.store(true, Ordering::Release);
+        if self.inner.cancelled.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let woken = std::mem::take(&mut self.inner.wakers.lock().list);
+        for (_, wake) in woken {
+            wake();
+        }
     }
 
     /// Whether [`cancel`](Self::cancel) was called.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::Acquire)
+        self.inner.cancelled.load(Ordering::SeqCst)
     }
 
-    /// The live handle numbered `id` (none once every clone was dropped:
-    /// then nobody can cancel).
-    pub(crate) fn find(id: u64) -> Option<Cancel> {
-        let inner = HANDLES.lock().get(&id)?.upgrade()?;
-        Some(Cancel { inner })
+    /// Has `wake` run when the handle is cancelled, while the returned
+    /// registration lives. The wait looks at [`is_cancelled`] under the
+    /// mutex `wake` takes, after registering: a cancel then either is seen
+    /// there or wakes it.
+    ///
+    /// [`is_cancelled`]: Self::is_cancelled
+    pub(crate) fn on_cancel(&self, wake: Waker) -> OnCancel {
+        let mut wakers = self.inner.wakers.lock();
+        let id = wakers.next;
+        wakers.next += 1;
+        wakers.list.push((id, wake));
+        OnCancel {
+            cancel: self.clone(),
+            id,
+        }
+    }
+}
+
+/// A wait's registration with a [`Cancel`]; taken out when dropped.
+pub(crate) struct OnCancel {
+    cancel: Cancel,
+    id: u64,
+}
+
+impl Drop for OnCancel {
+    fn drop(&mut self) {
+        let mut wakers = self.cancel.inner.wakers.lock();
+        wakers.list.retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -241,17 +262,17 @@ impl LockOptions {
         self
     }
 
-    /// Lets another thread cancel this wait (see [`Cancel`]): the call
-    /// returns [`Error::Cancelled`] within [`Cancel::RESPONSE`] of
-    /// [`Cancel::cancel`], holding nothing and leaving no waiting place.
+    /// Lets another thread or task cancel this wait (see [`Cancel`]): the
+    /// call returns [`Error::Cancelled`] as soon as [`Cancel::cancel`] is
+    /// called, holding nothing and leaving no waiting place.
     pub fn cancel_on(mut self, cancel: &Cancel) -> Self {
-        self.cancel = Some(cancel.inner.id);
+        self.cancel = Some(cancel.clone());
         self
     }
 
-    /// The cancel handle, if one was given and any clone of it is alive.
+    /// The cancel handle, if one was given.
     pub fn cancel_value(&self) -> Option<Cancel> {
-        Cancel::find(self.cancel?)
+        self.cancel.clone()
     }
 
     /// The longest to wait for the lock. Defaults to unbounded for

@@ -347,32 +347,10 @@ pub(crate) struct Live<'a> {
     pub(crate) notifier: &'a Notifier,
     pub(crate) counters: &'a Counters,
     pub(crate) outage_limit: Duration,
-    /// Parks and pauses look at it every [`Cancel::RESPONSE`].
+    /// Wakes its parks and pauses at once when cancelled.
     pub(crate) cancel: Option<&'a Cancel>,
     /// Who waits.
     pub(crate) park: Park,
-}
-
-impl Live<'_> {
-    /// Waits until `until` in slices of [`Cancel::RESPONSE`] while a cancel
-    /// handle is given, so a cancel is noticed in time: `wait` waits until
-    /// the instant it is given and returns whether it was woken.
-    async fn sliced<F: std::future::Future<Output = bool>>(
-        &self,
-        until: Instant,
-        mut wait: impl FnMut(Instant) -> F,
-    ) {
-        let Some(cancel) = self.cancel else {
-            wait(until).await;
-            return;
-        };
-        loop {
-            let slice = until.min(Instant::now() + Cancel::RESPONSE);
-            if wait(slice).await || slice >= until || cancel.is_cancelled() {
-                return;
-            }
-        }
-    }
 }
 
 impl Env for Live<'_> {
@@ -413,11 +391,8 @@ impl Env for Live<'_> {
         let parked = &self.counters.waiters_parked;
         parked.fetch_add(1, Ordering::Relaxed);
         let _parked = Unpark(parked);
-        let park = self.park;
-        self.sliced(until, |until| async move {
-            sub.wait_claim_until(park, claim, until).await
-        })
-        .await;
+        sub.wait_claim_until(self.park, claim, until, self.cancel)
+            .await;
     }
 
     fn broadcasts(&self, sub: &Subscription) -> u64 {
@@ -430,14 +405,11 @@ impl Env for Live<'_> {
         parked.fetch_add(1, Ordering::Relaxed);
         // Counted while parked, also when a task's wait is dropped here.
         let _parked = Unpark(parked);
-        let park = self.park;
-        self.sliced(until, |until| async move {
-            match wake {
-                Wake::One | Wake::Claim => sub.wait_until(park, until).await,
-                Wake::OneOrAll => sub.wait_until_or_broadcast(park, seen, until).await,
-            }
-        })
-        .await;
+        let (park, stop) = (self.park, self.cancel);
+        match wake {
+            Wake::One | Wake::Claim => sub.wait_until(park, until, stop).await,
+            Wake::OneOrAll => sub.wait_until_or_broadcast(park, seen, until, stop).await,
+        };
     }
 
     fn listening(&self, sub: &Subscription) -> bool {
@@ -449,17 +421,12 @@ impl Env for Live<'_> {
     }
 
     async fn pause(&self, sub: Option<&Subscription>, until: Instant) {
-        let park = self.park;
-        self.sliced(until, |until| async move {
-            match sub {
-                Some(sub) => sub.wait_until(park, until).await,
-                None => {
-                    park.sleep_until(until).await;
-                    false
-                }
+        match sub {
+            Some(sub) => {
+                sub.wait_until(self.park, until, self.cancel).await;
             }
-        })
-        .await;
+            None => self.park.sleep_until(until, self.cancel).await,
+        }
     }
 
     fn cancelled(&self) -> bool {

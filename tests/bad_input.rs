@@ -197,25 +197,25 @@ fn application_keys_under_every_lock_kinds_acquire_are_refused_untouched() {
     };
     let started = Instant::now();
     for key in &keys {
-        for (kind, opts) in kinds {
+        for (kind, opts) in kinds.clone() {
             let what = format!("{kind} on {key}");
             refused(
                 &format!("{what}, one attempt"),
-                client.try_lock_with(key, opts).map(|g| g.is_some()),
+                client.try_lock_with(key, opts.clone()).map(|g| g.is_some()),
             );
             refused(
                 &format!("{what}, bounded"),
                 client
-                    .try_lock_with(key, opts.wait(Duration::from_secs(30)))
+                    .try_lock_with(key, opts.clone().wait(Duration::from_secs(30)))
                     .map(|g| g.is_some()),
             );
             refused(
                 &format!("{what}, unbounded"),
-                client.lock_with(key, opts).map(|_| true),
+                client.lock_with(key, opts.clone()).map(|_| true),
             );
             refused(
                 &format!("{what}, owned"),
-                client.lock_owned_with(key, opts).map(|_| true),
+                client.lock_owned_with(key, opts.clone()).map(|_| true),
             );
             refused(
                 &format!("{what}, async"),
@@ -386,11 +386,11 @@ fn an_acl_user_with_exactly_the_listed_rules_runs_every_lock_kind() {
         ("write", LockOptions::new().write()),
         ("read-then-write", LockOptions::new().read()),
     ] {
-        let held = client.lock_with(name, opts).unwrap();
+        let held = client.lock_with(name, opts.clone()).unwrap();
         let waiting = if name == "read-then-write" {
             LockOptions::new().write()
         } else {
-            opts
+            opts.clone()
         };
         let parked = other.stats().waiters_parked;
         let waiter = {

@@ -213,8 +213,8 @@ fn fair_holds_are_reentrant_renewed_and_report_loss() {
     assert!(outer.unlock().unwrap_err().is_not_held());
     // Fenced fair holds: a token per new hold, the outer one on reentry.
     let fenced = LockOptions::new().fair().fenced();
-    let a = client.lock_with("fair:f", fenced).unwrap();
-    let b = client.lock_with("fair:f", fenced).unwrap();
+    let a = client.lock_with("fair:f", fenced.clone()).unwrap();
+    let b = client.lock_with("fair:f", fenced.clone()).unwrap();
     assert!(a.fence().is_some());
     assert_eq!(a.fence(), b.fence());
     let first = a.fence().unwrap();

@@ -45,6 +45,8 @@ const PEERS: &[(&str, &str)] = &[
     ("options", "error"),
     ("tls", "error"),
     ("park", "error"),
+    // A wait parks until its deadline or its `Cancel`.
+    ("park", "options"),
     ("ledger", "notify"),
     ("ledger", "renewal"),
     ("acquire", "guard"),

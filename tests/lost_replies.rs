@@ -26,7 +26,7 @@ fn client(server: &RedisServer) -> LockClient {
 /// then resumes it; returns when Redis answers again.
 fn lose_an_acquire_reply(server: &RedisServer, client: &LockClient, name: &str, opts: LockOptions) {
     // Connections and scripts are warm, so the attempt is one EVALSHA.
-    drop(client.try_lock_with(&format!("{name}:warm"), opts).unwrap());
+    drop(client.try_lock_with(&format!("{name}:warm"), opts.clone()).unwrap());
     server.signal("STOP");
     let started = Instant::now();
     let e = client.try_lock_with(name, opts).unwrap_err();
@@ -95,11 +95,11 @@ fn after_a_lost_reply_the_same_threads_lock_and_unlock_leave_the_lock_free() {
     let other = LockClient::new(&server.url()).unwrap();
     for (kind, opts) in kinds() {
         let name = format!("stale:{kind}");
-        lose_an_acquire_reply(&server, &client, &name, opts);
+        lose_an_acquire_reply(&server, &client, &name, opts.clone());
         // At once, before anything else could tidy up: the same thread
         // locks and unlocks.
         let g = client
-            .lock_with(&name, opts.wait(Duration::from_secs(5)))
+            .lock_with(&name, opts.clone().wait(Duration::from_secs(5)))
             .unwrap();
         g.unlock().unwrap();
         assert!(
@@ -151,8 +151,8 @@ fn the_last_release_frees_the_lock_after_a_lost_reentrant_reply() {
     let other = LockClient::new(&server.url()).unwrap();
     for (kind, opts) in kinds() {
         let name = format!("reentrant:{kind}");
-        let outer = client.lock_with(&name, opts).unwrap();
-        lose_an_acquire_reply(&server, &client, &name, opts);
+        let outer = client.lock_with(&name, opts.clone()).unwrap();
+        lose_an_acquire_reply(&server, &client, &name, opts.clone());
         thread::sleep(Duration::from_millis(200)); // Redis ran it meanwhile
         outer.unlock().unwrap();
         assert!(

@@ -95,7 +95,7 @@ fn an_owned_guard_of_each_kind_released_on_another_thread_lets_the_next_in() {
         ("write", LockOptions::new().write()),
         ("fenced", LockOptions::new().fenced()),
     ] {
-        let guard = client.lock_owned_with(name, opts).unwrap();
+        let guard = client.lock_owned_with(name, opts.clone()).unwrap();
         let waiter = {
             let client = client.clone();
             thread::spawn(move || {
@@ -125,9 +125,9 @@ fn an_explicit_lease_that_ran_out_does_not_keep_the_same_clients_next_try_out() 
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
     let short = LockOptions::new().lease(Duration::from_millis(200));
-    let first = client.lock_owned_with("ran-out", short).unwrap();
+    let first = client.lock_owned_with("ran-out", short.clone()).unwrap();
     assert!(client
-        .try_lock_owned_with("ran-out", short)
+        .try_lock_owned_with("ran-out", short.clone())
         .unwrap()
         .is_none());
     thread::sleep(Duration::from_millis(300));

@@ -87,7 +87,7 @@ fn mixed_contention(
             };
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let g = c.lock_with(&name, options).unwrap();
+                let g = c.lock_with(&name, options.clone()).unwrap();
                 section(&mut con, &counter);
                 g.unlock().unwrap();
                 n += 1;
@@ -407,7 +407,7 @@ fn a_redisson_read_renewal_cannot_cut_a_leasehold_read_hold_short() {
         LockOptions::new().read().lease(Duration::from_secs(20)),
         LockOptions::new().read(), // the watchdog's 30 s lease
     ] {
-        let guard = client.lock_with(name, options).unwrap();
+        let guard = client.lock_with(name, options.clone()).unwrap();
         let mut reader = Redisson::new(&server.url(), false);
         assert_eq!(reader.try_read(name, Duration::from_millis(1_500), 1), None);
         assert!(reader.renew_read(name, Duration::from_millis(1_500), 1));

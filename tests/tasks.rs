@@ -319,10 +319,10 @@ fn a_thousand_dropped_waits_leave_nothing_in_redis_and_the_next_waiter_gets_in_a
     let churn: Vec<_> = kinds
         .iter()
         .map(|(name, opts)| {
-            let (other, stop, name, opts) = (other.clone(), Arc::clone(&stop), *name, *opts);
+            let (other, stop, name, opts) = (other.clone(), Arc::clone(&stop), *name, opts.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let g = other.lock_owned_with(name, opts).unwrap();
+                    let g = other.lock_owned_with(name, opts.clone()).unwrap();
                     std::thread::sleep(Duration::from_millis(3));
                     g.unlock().unwrap();
                 }
@@ -337,7 +337,7 @@ fn a_thousand_dropped_waits_leave_nothing_in_redis_and_the_next_waiter_gets_in_a
         for _ in 0..10 {
             let batch: Vec<_> = (0..100)
                 .map(|_| {
-                    let (name, opts) = kinds[rng.below(3) as usize];
+                    let (name, opts) = kinds[rng.below(3) as usize].clone();
                     let after = Duration::from_micros(rng.below(15_000));
                     let (client, dropped, held) =
                         (client.clone(), Arc::clone(&dropped), Arc::clone(&held));
@@ -371,7 +371,7 @@ fn a_thousand_dropped_waits_leave_nothing_in_redis_and_the_next_waiter_gets_in_a
     // The other client holds every name now; a third waits for each.
     let guards: Vec<_> = kinds
         .iter()
-        .map(|(name, opts)| other.lock_owned_with(name, *opts).unwrap())
+        .map(|(name, opts)| other.lock_owned_with(name, opts.clone()).unwrap())
         .collect();
     let mut con = server.connection();
     let id = id.expect("the client's id in its Debug");
@@ -390,7 +390,7 @@ fn a_thousand_dropped_waits_leave_nothing_in_redis_and_the_next_waiter_gets_in_a
     let waits: Vec<_> = kinds
         .iter()
         .map(|(name, opts)| {
-            let (third, name, opts) = (third.clone(), *name, *opts);
+            let (third, name, opts) = (third.clone(), *name, opts.clone());
             std::thread::spawn(move || {
                 let g = third
                     .try_lock_owned_with(name, opts.wait(Duration::from_secs(10)))

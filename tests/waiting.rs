@@ -457,7 +457,7 @@ fn cancelled_waits_return_at_once_and_leave_nothing_behind() {
         let queued = waiter.stats().waiters_queued;
         let waits: Vec<_> = (0..threads)
             .map(|_| {
-                let (c, options) = (waiter.clone(), waiting.cancel_on(&cancel));
+                let (c, options) = (waiter.clone(), waiting.clone().cancel_on(&cancel));
                 thread::spawn(move || {
                     let r = c.lock_with(name, options).map(drop);
                     (r, Instant::now())

@@ -115,8 +115,7 @@ pub(crate) fn handshake(
 }
 
 /// The handshake's commands (see [`handshake`]), and how each reply is
-/// judged: written once for our blocking connections and the async face's
-/// reactor lane.
+/// judged: written once for our command connections and the subscriber.
 pub(crate) struct Hello {
     pub(crate) pipe: redis::Pipeline,
     named: bool,

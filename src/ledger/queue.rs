@@ -228,6 +228,15 @@ impl Ledger {
             done: false,
         };
         self.queued.fetch_add(1, Ordering::Relaxed);
+        // A cancel wakes the wait at once (under the waiter's mutex, which
+        // its wait looks at the handle under).
+        let _on_cancel = cancel.map(|c| {
+            let w = Arc::clone(&waiter);
+            c.on_cancel(Arc::new(move || {
+                let _state = w.state.lock();
+                w.cv.notify_all();
+            }))
+        });
         // (The queue's wait is written out here, not in a function of its
         // own: a waiting task's future is smaller for it.)
         let waiter = &waiter;
@@ -241,26 +250,20 @@ impl Ledger {
                 (Some(d), Some(l)) => Some(d.min(l)),
                 (d, l) => d.or(l),
             };
-            // A cancellable wait looks at its handle every so often.
-            let wake_at = match cancel {
-                Some(_) => {
-                    let slice = Instant::now() + Cancel::RESPONSE;
-                    Some(due.map_or(slice, |d| d.min(slice)))
-                }
-                None => due,
-            };
+            let cancelled = || cancel.is_some_and(Cancel::is_cancelled);
             let woke = waiter
                 .cv
-                .wait(park, &waiter.state, wake_at, |state| match *state {
+                .wait(park, &waiter.state, due, |state| match *state {
+                    _ if cancelled() => Some(None),
                     WaitState::Queued | WaitState::Handing
                         if waiter.nudges.load(Ordering::SeqCst) == seen =>
                     {
                         None
                     }
-                    state => Some(state),
+                    state => Some(Some(state)),
                 })
                 .await;
-            match woke {
+            match woke.flatten() {
                 Some(WaitState::Granted(at, fence)) => break Enter::Granted(at, fence),
                 Some(WaitState::Promoted(epoch, yield_to)) => {
                     let mut turn = Turn::new(self, key, epoch, true, true);
@@ -269,8 +272,8 @@ impl Ledger {
                 }
                 Some(WaitState::Abandoned) => break Enter::Abandoned,
                 // Nudged: look at the lease again.
-                Some(WaitState::Queued | WaitState::Handing) => continue,
-                None => {}
+                Some(WaitState::Queued | WaitState::Handing) if !cancelled() => continue,
+                _ => {}
             }
             let cancelled = cancel.is_some_and(Cancel::is_cancelled);
             let given_up = cancelled || deadline.is_some_and(|d| d <= Instant::now());
@@ -282,11 +285,11 @@ impl Ledger {
                         break Enter::Abandoned;
                     }
                     WaitState::Queued => {}
-                    _ => continue, // the outcome came meanwhile, or a slice ended
+                    _ => continue, // the outcome came meanwhile
                 }
             }
             if !cancelled && due.is_none_or(|d| d > Instant::now()) {
-                continue; // a slice ended, nothing else
+                continue; // woken early, nothing else
             }
             if given_up {
                 if self.leave_queue(key, waiter) {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{toggle, toggle_unlock, Shared, LINGER_MAX};
+use crate::options::{Cancel, Waker};
 use crate::park::{Park, Signal};
 
 /// One waiter's interest in one channel; dropping it gives the interest back.
@@ -85,20 +86,38 @@ impl Subscription {
     }
 
     /// Waits until `check` (on the subscriber's book, under its mutex, with
-    /// this subscription's channel) answers, or `until` — the one wait of
-    /// every method below, for a thread or a task.
+    /// this subscription's channel) answers, `until`, or `stop` is
+    /// cancelled (`None` then, as at `until`) — the one wait of every
+    /// method below, for a thread or a task. A cancel wakes it at once: it
+    /// is registered with the handle for the time of the wait.
     async fn wait_on<R>(
         &self,
         park: Park,
         until: Instant,
+        stop: Option<&Cancel>,
         mut check: impl FnMut(&mut super::book::State, &str) -> Option<R>,
     ) -> Option<R> {
         let channel = self.channel.as_str();
+        let _on_cancel = stop.map(|c| c.on_cancel(self.waker()));
         self.cv
             .wait(park, &self.shared.state, Some(until), |st| {
-                check(st, channel)
+                if stop.is_some_and(Cancel::is_cancelled) {
+                    return Some(None);
+                }
+                check(st, channel).map(Some)
             })
             .await
+            .flatten()
+    }
+
+    /// What wakes a wait on this subscription: its signal, notified under
+    /// the subscriber's mutex (which the wait looks at its state under).
+    fn waker(&self) -> Waker {
+        let (shared, cv) = (Arc::clone(&self.shared), Arc::clone(&self.cv));
+        Arc::new(move || {
+            let _st = shared.state.lock();
+            cv.notify_all();
+        })
     }
 
     /// Waits until Redis has acknowledged every command sent for the
@@ -107,7 +126,7 @@ impl Subscription {
     /// Redis confirms, or a message published before then is lost to them.
     pub(crate) async fn confirm(&self, park: Park, confirm_by: Instant) {
         let confirmed = self
-            .wait_on(park, confirm_by, |st, channel| {
+            .wait_on(park, confirm_by, None, |st, channel| {
                 let done = st.writer.is_some()
                     && st.channels.get(channel).is_some_and(|c| c.inflight == 0);
                 done.then_some(())
@@ -140,7 +159,7 @@ impl Subscription {
         seen: u64,
         until: Instant,
     ) -> bool {
-        self.wait_on(park, until, |st, channel| {
+        self.wait_on(park, until, None, |st, channel| {
             match st.channels.get(channel) {
                 Some(c) if c.messages > seen => Some(true),
                 Some(_) if st.writer.is_some() => None,
@@ -158,14 +177,16 @@ impl Subscription {
     }
 
     /// Parks until a wake-up permit (taken), a wake-all message after the
-    /// first `seen`, or `until`. Returns whether it was woken.
+    /// first `seen`, `until`, or `stop` is cancelled. Returns whether it
+    /// was woken (by a message).
     pub(crate) async fn wait_until_or_broadcast(
         &self,
         park: Park,
         seen: u64,
         until: Instant,
+        stop: Option<&Cancel>,
     ) -> bool {
-        self.wait_on(park, until, |st, channel| {
+        self.wait_on(park, until, stop, |st, channel| {
             let c = st.channels.get_mut(channel)?;
             if c.broadcasts > seen {
                 return Some(());
@@ -179,9 +200,16 @@ impl Subscription {
     /// A subscription whose grants are claimed (a semaphore's: several
     /// waiters of one client share it): parks until a grant naming `claim`
     /// arrived (left for [`take_claims`](Self::take_claims)), a wake-up
-    /// permit (taken), or `until`. Returns whether it was woken.
-    pub(crate) async fn wait_claim_until(&self, park: Park, claim: &str, until: Instant) -> bool {
-        self.wait_on(park, until, |st, channel| {
+    /// permit (taken), `until`, or `stop` is cancelled. Returns whether it
+    /// was woken (by a message).
+    pub(crate) async fn wait_claim_until(
+        &self,
+        park: Park,
+        claim: &str,
+        until: Instant,
+        stop: Option<&Cancel>,
+    ) -> bool {
+        self.wait_on(park, until, stop, |st, channel| {
             let c = st.channels.get_mut(channel)?;
             if c.grants.iter().any(|g| names(g, claim)) {
                 return Some(());
@@ -227,9 +255,15 @@ impl Subscription {
     }
 
     /// Parks until an unlock message (or a reconnect) grants this waiter a
-    /// wake-up, or until `until`. Returns whether it was woken.
-    pub(crate) async fn wait_until(&self, park: Park, until: Instant) -> bool {
-        self.wait_on(park, until, |st, channel| {
+    /// wake-up, until `until`, or until `stop` is cancelled. Returns whether
+    /// it was woken (by a message).
+    pub(crate) async fn wait_until(
+        &self,
+        park: Park,
+        until: Instant,
+        stop: Option<&Cancel>,
+    ) -> bool {
+        self.wait_on(park, until, stop, |st, channel| {
             take_permit(&mut st.channels.get_mut(channel)?.permits)
         })
         .await

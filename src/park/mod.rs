@@ -27,7 +27,12 @@ pub(crate) use pending::Pending;
 pub(crate) use signal::Signal;
 pub(crate) use timer::Sleep;
 
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
 use crate::error::{Error, Result};
+use crate::options::Cancel;
 
 /// Who waits: the calling thread, or an async task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,12 +85,30 @@ impl Park {
         }
     }
 
-    /// Sleeps until `until`.
-    pub(crate) async fn sleep_until(self, until: Instant) {
-        match self {
-            Park::Thread => std::thread::sleep(until.saturating_duration_since(Instant::now())),
-            Park::Task => Sleep::until(until).await,
-        }
+    /// Sleeps until `until` — or, given a handle, until it is cancelled
+    /// (it wakes the sleep at once).
+    pub(crate) async fn sleep_until(self, until: Instant, cancel: Option<&Cancel>) {
+        let Some(cancel) = cancel else {
+            match self {
+                Park::Thread => std::thread::sleep(until.saturating_duration_since(Instant::now())),
+                Park::Task => Sleep::until(until).await,
+            }
+            return;
+        };
+        let sleep = Arc::new((Mutex::new(()), Signal::new()));
+        let _on_cancel = cancel.on_cancel({
+            let sleep = Arc::clone(&sleep);
+            Arc::new(move || {
+                let _lock = sleep.0.lock();
+                sleep.1.notify_all();
+            })
+        });
+        let _ = sleep
+            .1
+            .wait(self, &sleep.0, Some(until), |_| {
+                cancel.is_cancelled().then_some(())
+            })
+            .await;
     }
 }
 

@@ -370,9 +370,8 @@ impl Scripts {
         self.admin.shape(con, key)
     }
 
-    /// The acquire call of `req` as data: what [`acquire`](Self::acquire)
-    /// runs on a blocking connection, and the async face's reactor lane
-    /// (feature `tokio`) sends itself.
+    /// The acquire call of `req` as data, for any transport (see
+    /// `conn::transport`).
     pub(crate) fn acquire_call(&'static self, req: &Request<'_>) -> Call {
         let (key, owner, lease) = (req.key, req.owner, req.lease);
         match req.kind {

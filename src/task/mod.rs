@@ -41,12 +41,10 @@ use crate::stats::Stats;
 /// waiter (the timer is one thread for the process); Redis round trips run
 /// on a few I/O threads of the library (4 for the process, more only while
 /// all are stuck on a server that does not answer), never blocking the
-/// executor's threads — or, with the `tokio` feature, a task's lock and
-/// unlock of a client of one server run on its own tokio runtime's reactor
-/// (no hop to another thread; the runtime needs its I/O driver, and like
-/// any tokio socket's, a call made where no thread of the runtime drives it
-/// — another executor's `block_on` inside it — waits for the socket
-/// timeout). Dropping a future cancels its wait at
+/// executor's threads — or, with the `tokio` feature, a task's round trips
+/// to a client of one server run on its own tokio runtime (the `redis`
+/// crate's multiplexed connection, driven there: no hop to another thread;
+/// the runtime needs its I/O driver). Dropping a future cancels its wait at
 /// once: its place in line is left, and a lock Redis granted it meanwhile
 /// is released.
 ///

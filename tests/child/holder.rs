@@ -227,7 +227,7 @@ fn hammer(args: &[String]) {
     };
     let mut sections = 0u64;
     while std::time::Instant::now() < until {
-        let guard = client.lock_with(name, opts).expect("lock");
+        let guard = client.lock_with(name, opts.clone()).expect("lock");
         sections += 1;
         guard.unlock().expect("unlock");
     }
@@ -520,7 +520,7 @@ fn soak(args: &[String]) {
             let records = format!("soak:{name}");
             let opts = LockOptions::new().fenced().wait(Duration::from_secs(2));
             loop {
-                let guard = match client.lock_with(&name, opts) {
+                let guard = match client.lock_with(&name, opts.clone()) {
                     Ok(g) => g,
                     Err(e) => {
                         let what = if e.is_wait_timeout() {
