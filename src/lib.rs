@@ -10,8 +10,7 @@
 //              stats     Stats and the counters behind it
 //              tls       rustls for the subscriber socket (feature `tls`)
 //              park      how a wait parks (a thread, or a task: wakers, the
-//                        timer thread) and where a round trip runs (inline,
-//                        or the I/O threads): one acquire path for both APIs
+//                        timer thread): one acquire path for both APIs
 //   protocol   protocol/ every script call and its reply per kind (plain, fair,
 //                        rwlock), the renew call (renew), a lock's shape and
 //                        forced release (admin), channel messages; one dispatch
@@ -20,9 +19,10 @@
 //                        one place that follows redirects (calls: `run`;
 //                        batches: `batch`); our socket and wire, one handshake;
 //                        the one round trip of the lock path (`transport`:
-//                        inline, the I/O threads, or the task's own tokio
-//                        runtime — `runtime`, feature `tokio`) and what a
-//                        call dropped while out leaves to undo
+//                        inline, the client's I/O threads — `threads` — or
+//                        the task's own tokio runtime — `runtime`, feature
+//                        `tokio`) and what a call dropped while out leaves
+//                        to undo
 //   machinery  notify/   the shared subscriber: its book of channels, wake-ups,
 //                        grants kept per waiter, slots that move
 //              renewal/  the watchdog thread: lease state, timer wheel, the

@@ -630,12 +630,17 @@ impl Drop for RedlockGuard {
         if on_executor() {
             let (redlock, holds) = (self.redlock.clone(), std::mem::take(&mut self.nodes));
             let name = self.name.clone();
-            Park::Task.detach(move || {
+            let release = move || {
                 let (_, errors) = release_holds(&redlock, &holds);
                 if let Some(e) = errors.first() {
                     tracing::warn!(lock = %name, error = ?e, "leasehold: releasing a Redlock on drop failed");
                 }
-            });
+            };
+            // On the first node's client: counted as its background work.
+            match self.redlock.inner.nodes.first() {
+                Some(node) => node.raw().detach(Park::Task, release),
+                None => release(),
+            }
             return;
         }
         if let Err(e) = self.release() {

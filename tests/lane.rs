@@ -8,7 +8,7 @@
 //! dropped while an I/O thread sends it included.
 //!
 //! One test: the first part needs a process in which no I/O thread was
-//! ever started (the pool is the process's).
+//! ever started (threads are counted by name, any client's).
 #![cfg(feature = "tokio")]
 
 mod support;

@@ -659,8 +659,40 @@ fn the_futures_executors_wait_time_out_and_cancel() {
     drop(g);
 }
 
-/// The I/O threads are shared by the process: calls stuck on a Redis that
-/// stopped answering must not hold up a client of another, healthy one.
+/// The I/O threads alive in this process (any client's).
+fn io_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("leasehold-io"))
+        .count()
+}
+
+/// A client's I/O threads are its own: started by its first round trip
+/// that a task's runtime cannot take (here another executor's), they end
+/// when the client is dropped — no thread of the library outlives it but
+/// the timer.
+#[test]
+fn a_clients_io_threads_end_when_it_is_dropped() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let before = io_threads();
+    let client = AsyncLockClient::new(&server.url()).unwrap();
+    futures::executor::block_on(async {
+        let held = client.lock("io:own").await.unwrap();
+        held.unlock().await.unwrap();
+    });
+    assert!(io_threads() > before, "the call ran on an I/O thread");
+    drop(client);
+    assert!(
+        support::eventually(Duration::from_secs(10), || io_threads() == before),
+        "{} I/O threads left, {before} before",
+        io_threads()
+    );
+}
+
+/// Calls stuck on a Redis that stopped answering must not hold up a client
+/// of another, healthy one (each client has I/O threads of its own).
 #[test]
 fn a_stopped_redis_holds_up_no_client_of_another() {
     let _serial = serial();

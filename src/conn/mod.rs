@@ -13,6 +13,7 @@ mod runtime;
 pub(crate) mod sentinel;
 pub(crate) mod stream;
 mod target;
+mod threads;
 mod transport;
 mod wire;
 
@@ -27,6 +28,7 @@ pub(crate) use cluster::Router;
 pub(crate) use pool::{NodePool, Pooled};
 pub(crate) use stream::TlsConfig;
 pub(crate) use target::Target;
+pub(crate) use threads::{Io, IoThreads};
 pub(crate) use transport::{Forsaken, MakeForsaken, Outcome};
 pub(crate) use wire::{handshake, Wire};
 
@@ -152,6 +154,9 @@ pub(crate) struct Connections {
     /// `runtime`).
     #[cfg(feature = "tokio")]
     tokio: Option<runtime::Runtimes>,
+    /// Where a task's round trips run that its runtime cannot take, and
+    /// its background work (see `threads`).
+    pub(crate) threads: IoThreads,
 }
 
 impl Connections {
@@ -187,6 +192,7 @@ impl Connections {
             acl_rules,
             #[cfg(feature = "tokio")]
             tokio,
+            threads: IoThreads::default(),
         }
     }
 

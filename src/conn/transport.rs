@@ -92,7 +92,7 @@ impl Connections {
                 forsaken(Outcome::of(&result, sent));
             }
         };
-        match Park::Task.io(job, lost).await {
+        match self.threads.io(Park::Task, job, lost).await {
             Ok(done) => done,
             Err(e) => (Err(e), false),
         }

@@ -1,25 +1,21 @@
-//! How a wait parks and where a round trip runs — a thread (the blocking
-//! API) or a task (the async API) — so that one acquire path serves both.
+//! How a wait parks — a thread (the blocking API) or a task (the async
+//! API) — so that one acquire path serves both. Only waiting: where a round
+//! trip runs is the connections' business (`conn::transport`).
 //!
 //! Every wait of the lock path is an `async fn` taking a [`Park`]. With
 //! [`Park::Thread`] nothing in it ever returns `Pending`: a wait blocks the
-//! calling thread on a condition variable, a round trip runs inline, and
-//! [`block_on`] returns after one poll. With [`Park::Task`] a wait registers
-//! the task's waker with the same [`Signal`] the condition variable hangs
-//! on (and with the timer thread for its deadline), and a round trip runs on
-//! the I/O threads ([`pool`]): no executor thread ever blocks on Redis.
+//! calling thread on a condition variable, and [`block_on`] returns after
+//! one poll. With [`Park::Task`] a wait registers the task's waker with the
+//! same [`Signal`] the condition variable hangs on (and with the timer
+//! thread for its deadline): no executor thread ever blocks.
 //!
 //! Runtime-agnostic: nothing here needs or starts an executor.
 
 mod block;
 mod pending;
-mod pool;
 mod signal;
 mod timer;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 pub(crate) use block::block_on;
@@ -37,54 +33,15 @@ use crate::options::Cancel;
 /// Who waits: the calling thread, or an async task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Park {
-    /// The blocking API: waits block the thread, round trips run inline.
+    /// The blocking API: waits block the thread (and its round trips run
+    /// inline).
     Thread,
-    /// The async API: waits park the task, round trips run on I/O threads.
+    /// The async API: waits park the task (and its round trips never run on
+    /// the executor's thread).
     Task,
 }
 
 impl Park {
-    /// Runs `job` — blocking work, a round trip — inline for a thread, on an
-    /// I/O thread for a task (handed over at once: the future only waits
-    /// for the result, and is small). When the task's future is dropped
-    /// before the result reached it, `lost` gets the result (to undo what
-    /// it did; it runs on the I/O thread or in the dropping task, so it
-    /// must not block: hand round trips to [`Park::detach`]).
-    ///
-    /// The future's error is [`Error::Thread`] when no I/O thread could be
-    /// started, or one stopped without an answer (a bug: the job panicked).
-    pub(crate) fn io<T: Send + 'static>(
-        self,
-        job: impl FnOnce() -> T + Send + 'static,
-        lost: impl FnOnce(T) + Send + 'static,
-    ) -> Io<T> {
-        match self {
-            Park::Thread => Io::Ready(Some(Ok(job()))),
-            // No I/O thread at all (none could be started): better on
-            // this thread than not at all.
-            Park::Task if !pool::available() => Io::Ready(Some(Ok(job()))),
-            Park::Task => match pool::start(job, lost) {
-                Ok(waiting) => Io::Waiting(waiting),
-                Err(e) => Io::Ready(Some(Err(e))),
-            },
-        }
-    }
-
-    /// Runs `job` without waiting for it: inline for a thread (as the
-    /// blocking API always did), on an I/O thread for a task (a drop, a
-    /// cancelled wait leaving its place).
-    pub(crate) fn detach(self, job: impl FnOnce() + Send + 'static) {
-        match self {
-            Park::Thread => job(),
-            Park::Task => {
-                if let Err(job) = pool::spawn(Box::new(job)) {
-                    // No I/O thread: better late on this thread than never.
-                    job();
-                }
-            }
-        }
-    }
-
     /// Sleeps until `until` — or, given a handle, until it is cancelled
     /// (it wakes the sleep at once).
     pub(crate) async fn sleep_until(self, until: Instant, cancel: Option<&Cancel>) {
@@ -129,6 +86,7 @@ impl Park {
 pub(crate) fn on_executor() -> bool {
     #[cfg(feature = "tokio")]
     {
+        use std::task::{Context, Poll};
         use tokio::task::coop::poll_proceed;
         // Outside any runtime's context (most blocking callers): at once.
         if tokio::runtime::Handle::try_current().is_err() {
@@ -176,35 +134,4 @@ pub(crate) fn blocking_wait_allowed(
         });
     }
     Ok(())
-}
-
-/// The result of [`Park::io`]: ready (a thread ran the job), or on its way
-/// from an I/O thread.
-pub(crate) enum Io<T> {
-    Ready(Option<Result<T>>),
-    Waiting(pool::Awaiting<T>),
-}
-
-// Nothing in it is pinned: the slot is behind an `Arc`.
-impl<T> Unpin for Io<T> {}
-
-impl<T> Future for Io<T> {
-    type Output = Result<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
-        match self.get_mut() {
-            Io::Ready(out) => Poll::Ready(
-                out.take()
-                    .unwrap_or_else(|| Err(thread_error("a round trip's result was taken twice"))),
-            ),
-            Io::Waiting(waiting) => waiting.poll(cx),
-        }
-    }
-}
-
-/// The error of an I/O thread that could not run or answer a job.
-fn thread_error(what: &str) -> Error {
-    Error::Thread {
-        source: std::io::Error::other(what.to_owned()),
-    }
 }

@@ -105,12 +105,22 @@ impl Raw {
             Park::Thread => job(),
             Park::Task => {
                 let counted = self.pending.start();
-                park.detach(move || {
+                self.conns.threads.detach(park, move || {
                     job();
                     drop(counted);
                 });
             }
         }
+    }
+
+    /// Runs `job` — blocking work, a round trip — inline for a thread, on
+    /// one of the client's I/O threads for a task (see `conn::threads`).
+    pub(crate) fn io<T: Send + 'static>(
+        &self,
+        park: Park,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> crate::conn::Io<T> {
+        self.conns.threads.io(park, job, drop)
     }
 
     /// Sees this client's background work through, within `within`: waits
@@ -130,7 +140,7 @@ impl Raw {
             let bound = Bound::until(Some(until)).with_pool_wait(raw.socket_timeout);
             !raw.orphans.pass(|o| raw.undo(o, bound))
         };
-        idle && park.io(pass, drop).await.unwrap_or(false)
+        idle && self.io(park, pass).await.unwrap_or(false)
     }
 
     /// The client's id (the first part of its owners).

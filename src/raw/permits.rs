@@ -513,7 +513,7 @@ impl LockKind for PermitWaiting<'_> {
         );
         let (owner, lease) = (self.owner.clone(), self.lease);
         let undo = move || raw.leave_permits(&keys, &owner, None, &ids, lease);
-        let _ = self.park.io(undo, drop).await;
+        let _ = self.raw.io(self.park, undo).await;
     }
 
     fn lease(&self) -> Duration {

@@ -279,9 +279,8 @@ impl<'a> Waiting<'a> {
             self.owner.clone(),
             self.bound,
         );
-        self.park
-            .io(move || raw.settle(&key, &owner, bound), drop)
-            .await?
+        let settle = move || raw.settle(&key, &owner, bound);
+        self.raw.io(self.park, settle).await?
     }
 
     /// The undo of a lost call of this acquisition (`place`: the waiting
@@ -504,7 +503,7 @@ impl LockKind for Waiting<'_> {
         let undo = move || {
             let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
         };
-        let _ = self.park.io(undo, drop).await;
+        let _ = self.raw.io(self.park, undo).await;
     }
 
     fn lease(&self) -> Duration {

@@ -39,9 +39,9 @@ use crate::stats::Stats;
 /// Runtime-agnostic: no executor is needed or started. A waiting task is
 /// woken by the same unlock message, grant or timer that wakes a blocking
 /// waiter (the timer is one thread for the process); Redis round trips run
-/// on a few I/O threads of the library (4 for the process, more only while
-/// all are stuck on a server that does not answer), never blocking the
-/// executor's threads — or, with the `tokio` feature, a task's round trips
+/// on a few I/O threads of the client (4, more only while all are stuck on
+/// a server that does not answer; they end with the client), never
+/// blocking the executor's threads — or, with the `tokio` feature, a task's round trips
 /// to a client of one server run on its own tokio runtime (the `redis`
 /// crate's multiplexed connection, driven there: no hop to another thread;
 /// the runtime needs its I/O driver). Dropping a future cancels its wait at
@@ -335,7 +335,10 @@ impl AsyncLockClient {
         call: impl FnOnce(&LockClient) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let client = self.blocking();
-        Park::Task.io(move || call(&client), drop).await?
+        self.shared
+            .raw()
+            .io(Park::Task, move || call(&client))
+            .await?
     }
 }
 

@@ -152,7 +152,8 @@ impl AsyncSemaphore {
         call: impl FnOnce(&Semaphore) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let sem = self.sem.clone();
-        Park::Task.io(move || call(&sem), drop).await?
+        let raw = self.sem.shared().raw();
+        raw.io(Park::Task, move || call(&sem)).await?
     }
 
     /// See [`Semaphore::try_set_permits`].
