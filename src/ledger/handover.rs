@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::queue::{slot_of, WaitState, Waiter};
+use super::slot::{slot_of, Phase, WaitState, Waiter, YieldTo};
 use super::{Held, Ledger, Removed};
 use crate::protocol::{Keep, Successor};
 use crate::renewal::LeaseState;
@@ -39,13 +39,6 @@ pub(crate) const YIELD_WAIT: Duration = Duration::from_millis(10);
 /// a bound for waiters Redis cannot see (e.g. polling clients of another
 /// library), which still get a chance every this many turns.
 pub(crate) const HANDOFFS_MAX: u32 = 64;
-
-/// Other clients were woken by our release: wait until the unlock channel
-/// has delivered more than `messages` messages (ours included) before trying.
-#[derive(Clone, Copy)]
-pub(crate) struct YieldTo {
-    pub(crate) messages: u64,
-}
 
 /// How a release ended, for [`Handover::finish`].
 pub(crate) enum Outcome {
@@ -102,21 +95,19 @@ impl Ledger {
             handover.finished = true;
             return handover;
         };
-        if !last || slot.attempting {
+        if !last || slot.phase == Phase::Attempting {
             handover.finished = true;
             return handover;
         }
         handover.last = true;
         if slot.streak >= HANDOFFS_MAX {
             // Release publicly; `finish` promotes the first in the queue.
-            slot.releasing = true;
+            slot.phase = Phase::Releasing;
             return handover;
         }
         if let Some(next) = slot.queue.pop_front() {
             next.set(WaitState::Handing);
-            slot.active = next.owner.clone();
-            slot.epoch += 1;
-            slot.handing = true;
+            slot.pass_to(&next.owner, Phase::Handing);
             handover.force = slot.streak < HANDOFFS_WHILE_OTHERS_WAIT;
             if let Some(sub) = &slot.sub {
                 handover.own_subscriptions = u32::from(sub.confirmed());
@@ -124,7 +115,7 @@ impl Ledger {
             }
             handover.next = Some(next);
         } else {
-            slot.releasing = true;
+            slot.phase = Phase::Releasing;
         }
         handover
     }
@@ -195,7 +186,7 @@ impl Handover<'_> {
         let mut keys = self.locks.keys.lock();
         if self.next.is_some() {
             if let Some((slot, _)) = slot_of(&mut keys, self.key) {
-                slot.handing = false;
+                slot.end(Phase::Handing);
             }
         }
         match (self.next.take(), outcome) {
@@ -226,7 +217,7 @@ impl Handover<'_> {
                 let mut epoch = 0;
                 if let Some((slot, _)) = slot_of(&mut keys, self.key) {
                     slot.streak = 0;
-                    slot.attempting = true;
+                    slot.phase = Phase::Attempting;
                     epoch = slot.epoch;
                 }
                 let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(YieldTo {
@@ -236,7 +227,7 @@ impl Handover<'_> {
                 if !next.set(WaitState::Promoted(epoch, yield_to)) {
                     // It gave up meanwhile: the next one tries instead.
                     if let Some((slot, _)) = slot_of(&mut keys, self.key) {
-                        slot.attempting = false;
+                        slot.end(Phase::Attempting);
                     }
                     let dropped = self.locks.promote(&mut keys, self.key);
                     drop(keys);
@@ -245,7 +236,7 @@ impl Handover<'_> {
             }
             (None, _) => {
                 if let Some((slot, _)) = slot_of(&mut keys, self.key) {
-                    slot.releasing = false;
+                    slot.end(Phase::Releasing);
                 }
                 let dropped = self.locks.promote(&mut keys, self.key);
                 drop(keys);

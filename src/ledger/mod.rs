@@ -3,8 +3,8 @@
 //! fencing token of those holds, the lease state its watchdog guards share
 //! with the renewal thread (and how many of them do), the lease of its
 //! latest hold — and, for a plain lock, the in-process queue of this
-//! client's threads (`queue`) and the handover of a release to one of them
-//! (`handover`). Every decision that depends on "does this
+//! client's threads: its state (`slot`), the waits in it (`queue`) and the
+//! handover of a release to one of them (`handover`). Every decision that depends on "does this
 //! owner hold it here" reads it here, under one lock per client: whether an
 //! acquire is a first hold or a reentrant one, which token a reentrant
 //! fenced hold returns, whether a release is the owner's last, when renewal
@@ -17,6 +17,7 @@
 
 mod handover;
 mod queue;
+mod slot;
 #[cfg(test)]
 mod tests;
 
@@ -30,8 +31,9 @@ use parking_lot::Mutex;
 use crate::protocol::Keep;
 use crate::renewal::LeaseState;
 
-pub(crate) use handover::{Handover, Outcome, YieldTo, YIELD_WAIT};
+pub(crate) use handover::{Handover, Outcome, YIELD_WAIT};
 pub(crate) use queue::{Enter, Turn, Undo};
+pub(crate) use slot::YieldTo;
 
 /// The holds of one client, by lock key.
 #[derive(Default)]
@@ -48,7 +50,7 @@ pub(crate) struct Ledger {
 struct Entry {
     holds: Vec<Held>,
     /// A plain lock's in-process queue (see `queue`).
-    line: Option<queue::Slot>,
+    line: Option<slot::Slot>,
 }
 
 /// The holds of one owner field on one key.

@@ -11,110 +11,17 @@
 //! deadline; the first one also watches the holder's lease and takes over
 //! when it ran out. How a release passes the lock on is `handover`.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
-use super::handover::YieldTo;
-use super::{entry_of, Added, Entry, Held, Ledger, NewState};
+use super::slot::{holder_expired, slot_of, Phase, Slot, WaitState, Waiter, YieldTo};
+use super::{entry_of, Added, Entry, Ledger, NewState};
 use crate::notify::Subscription;
 use crate::options::Cancel;
-use crate::park::{Park, Signal};
+use crate::park::Park;
 use crate::renewal::LeaseState;
-
-pub(super) struct Slot {
-    /// The owner holding the lock (a guard of it in the ledger) or trying
-    /// to get it.
-    pub(super) active: String,
-    /// Bumped whenever `active` changes hands, so that a turn that lost its
-    /// place (taken over meanwhile) cannot update the new owner's counts.
-    pub(super) epoch: u64,
-    /// The active owner is running an acquire attempt right now.
-    pub(super) attempting: bool,
-    /// The active owner's last hold is being released (its script is in
-    /// flight): the same owner must not start a fresh hold meanwhile, or
-    /// Redis could run the new hold before the release deletes the field.
-    pub(super) releasing: bool,
-    /// A release is handing the lock to the popped waiter `active` (its
-    /// script is in flight). That waiter may give up meanwhile (its
-    /// deadline): its owner then queues like anyone else until the handover
-    /// is resolved, instead of re-entering a hold that may never be its own.
-    pub(super) handing: bool,
-    /// In-process handoffs in a row (reset by a public release).
-    pub(super) streak: u32,
-    pub(super) queue: VecDeque<Arc<Waiter>>,
-    /// The client's subscription to the unlock channel, kept while the slot
-    /// lives so that handoffs cost no SUBSCRIBE/UNSUBSCRIBE churn.
-    pub(super) sub: Option<Subscription>,
-}
-
-impl Slot {
-    /// Nothing held, tried, released or queued here any more (`entry`: the
-    /// slot's ledger entry).
-    pub(super) fn idle(&self, entry: &Entry) -> bool {
-        entry.count(&self.active) == 0
-            && !self.attempting
-            && !self.releasing
-            && !self.handing
-            && self.queue.is_empty()
-    }
-}
-
-/// A thread queued behind the active owner.
-pub(super) struct Waiter {
-    pub(super) owner: String,
-    pub(super) lease: Duration,
-    pub(super) fenced: bool,
-    pub(super) state: Mutex<WaitState>,
-    pub(super) cv: Signal,
-    /// Bumped (under `state`) to make the waiter look again without a new
-    /// state: a new lease to watch, first in the queue now.
-    nudges: AtomicU64,
-}
-
-#[derive(Clone, Copy)]
-pub(super) enum WaitState {
-    Queued,
-    /// Popped by a releasing holder that is running the handoff script: the
-    /// waiter waits for the outcome, as the lock may already be its own —
-    /// until its deadline.
-    Handing,
-    /// It gave up while being handed the lock (its deadline passed): what
-    /// the handoff may have given it in Redis is its caller's to undo.
-    Abandoned,
-    /// The lock is ours; the lease counts from this instant; the token
-    /// minted for us when we asked for one.
-    Granted(Instant, Option<u64>),
-    /// We are the active owner now (of the slot's `epoch`) and must try Redis
-    /// ourselves — first letting other clients go when `yield_to` says they
-    /// were woken for it.
-    Promoted(u64, Option<YieldTo>),
-}
-
-impl Waiter {
-    /// Moves the waiter to `state`; false when it had given up meanwhile
-    /// ([`WaitState::Abandoned`]), and nothing changed.
-    pub(super) fn set(&self, state: WaitState) -> bool {
-        let mut current = self.state.lock();
-        if matches!(*current, WaitState::Abandoned) {
-            return false;
-        }
-        *current = state;
-        self.cv.notify_one();
-        true
-    }
-
-    /// Makes the waiter look again (the holder's lease changed, or it may
-    /// be first in the queue now).
-    pub(super) fn nudge(&self) {
-        let _state = self.state.lock();
-        self.nudges.fetch_add(1, Ordering::SeqCst);
-        self.cv.notify_one();
-    }
-}
 
 /// What [`Ledger::enter`] decided.
 pub(crate) enum Enter<'a> {
@@ -130,16 +37,6 @@ pub(crate) enum Enter<'a> {
     /// may be ours in Redis now, with nobody to hold it — the caller undoes
     /// that (owner-checked, before this owner's next acquire of the key).
     Abandoned,
-}
-
-/// The slot of `key` in `keys` with its ledger entry.
-pub(super) fn slot_of<'e>(
-    keys: &'e mut HashMap<String, Entry>,
-    key: &str,
-) -> Option<(&'e mut Slot, &'e mut Vec<Held>)> {
-    let entry = keys.get_mut(key)?;
-    let Entry { holds, line } = entry;
-    Some((line.as_mut()?, holds))
 }
 
 impl Ledger {
@@ -168,55 +65,33 @@ impl Ledger {
             let (count, fence) = entry.held(owner).map_or((0, None), |h| (h.count, h.fence));
             let slot = match entry.line.as_mut() {
                 None => {
-                    entry.line = Some(Slot {
-                        active: owner.to_owned(),
-                        epoch: 0,
-                        attempting: true,
-                        releasing: false,
-                        handing: false,
-                        streak: 0,
-                        queue: VecDeque::new(),
-                        sub: None,
-                    });
+                    entry.line = Some(Slot::new(owner));
                     return Enter::Turn(Turn::new(self, key, 0, count == 0, false));
                 }
                 Some(slot) => slot,
             };
-            if slot.active == owner && !slot.releasing && !slot.handing {
+            if slot.active == owner && !matches!(slot.phase, Phase::Releasing | Phase::Handing) {
                 // Reentrant, or our own guard is being released elsewhere.
                 let fresh = count == 0;
-                slot.attempting = true;
+                slot.phase = Phase::Attempting;
                 let mut turn = Turn::new(self, key, slot.epoch, fresh, true);
                 turn.fence = if fresh { None } else { fence };
                 return Enter::Turn(turn);
             }
             if slot.queue.is_empty()
-                && !slot.attempting
-                && !slot.releasing
-                && !slot.handing
+                && slot.phase == Phase::Settled
                 && holder_expired(&entry.holds, &slot.active)
             {
                 // The holder's lease ran out while it kept its guard (an
                 // explicit lease, a lost one): nobody queues behind it —
                 // take the slot over now; Redis decides.
-                entry.holds.retain(|h| h.field != slot.active);
-                slot.active = owner.to_owned();
-                slot.epoch += 1;
-                slot.attempting = true;
-                slot.streak = 0;
-                return Enter::Turn(Turn::new(self, key, slot.epoch, true, true));
+                let epoch = slot.take_over(&mut entry.holds, owner);
+                return Enter::Turn(Turn::new(self, key, epoch, true, true));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Enter::TimedOut;
             }
-            let waiter = Arc::new(Waiter {
-                owner: owner.to_owned(),
-                lease,
-                fenced,
-                state: Mutex::new(WaitState::Queued),
-                cv: Signal::new(),
-                nudges: AtomicU64::new(0),
-            });
+            let waiter = Arc::new(Waiter::new(owner, lease, fenced));
             slot.queue.push_back(Arc::clone(&waiter));
             waiter
         };
@@ -312,12 +187,7 @@ impl Ledger {
     fn forsake(&self, key: &str, waiter: &Arc<Waiter>) -> Option<bool> {
         let mut keys = self.keys.lock();
         let (slot, holds) = slot_of(&mut keys, key)?;
-        let before = slot.queue.len();
-        slot.queue.retain(|w| !Arc::ptr_eq(w, waiter));
-        if slot.queue.len() < before {
-            if let Some(first) = slot.queue.front() {
-                first.nudge();
-            }
+        if slot.remove(waiter) {
             return None;
         }
         let mut state = waiter.state.lock();
@@ -348,7 +218,7 @@ impl Ledger {
         let keys = self.keys.lock();
         let entry = keys.get(key)?;
         let slot = entry.line.as_ref()?;
-        if !slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter)) {
+        if !slot.first(waiter) {
             return None;
         }
         let held = entry.held(&slot.active).filter(|h| h.count > 0)?;
@@ -366,19 +236,11 @@ impl Ledger {
     fn take_over(&self, key: &str, waiter: &Arc<Waiter>) -> Option<u64> {
         let mut keys = self.keys.lock();
         let (slot, holds) = slot_of(&mut keys, key)?;
-        let first = slot.queue.front().is_some_and(|w| Arc::ptr_eq(w, waiter));
-        if !first || !holder_expired(holds, &slot.active) {
+        if !slot.first(waiter) || !holder_expired(holds, &slot.active) {
             return None;
         }
-        // The old holder's guards count for nothing here any more: its
-        // release changes nothing (Redis decides who holds the lock).
-        holds.retain(|h| h.field != slot.active);
         slot.queue.pop_front();
-        slot.active = waiter.owner.clone();
-        slot.epoch += 1;
-        slot.attempting = true;
-        slot.streak = 0;
-        Some(slot.epoch)
+        Some(slot.take_over(holds, &waiter.owner))
     }
 
     /// Takes up the hold a release handed `owner` in-process
@@ -412,8 +274,8 @@ impl Ledger {
             }
             _ => entry.add(owner, renewed, until, None, new_state),
         };
-        if let Some(first) = entry.line.as_ref().and_then(|l| l.queue.front()) {
-            first.nudge(); // to watch the new lease
+        if let Some(slot) = &entry.line {
+            slot.nudge_first(); // to watch the new lease
         }
         added
     }
@@ -421,15 +283,7 @@ impl Ledger {
     /// Removes a timed-out waiter; false if a releaser popped it first.
     fn leave_queue(&self, key: &str, waiter: &Arc<Waiter>) -> bool {
         let mut keys = self.keys.lock();
-        let Some((slot, _)) = slot_of(&mut keys, key) else {
-            return false;
-        };
-        let before = slot.queue.len();
-        slot.queue.retain(|w| !Arc::ptr_eq(w, waiter));
-        if let Some(first) = slot.queue.front() {
-            first.nudge(); // it may be first now: watch the lease
-        }
-        slot.queue.len() < before
+        slot_of(&mut keys, key).is_some_and(|(slot, _)| slot.remove(waiter))
     }
 
     /// The active owner's attempt ended: holding (`acquired`: its hold, as
@@ -456,7 +310,7 @@ impl Ledger {
                 // Taken over while we tried: the slot is someone else's now.
                 return acquired.map(Acquired::uncounted);
             }
-            slot.attempting = false;
+            slot.end(Phase::Attempting);
             if slot.sub.is_none() {
                 slot.sub = dropped.take();
             }
@@ -464,8 +318,8 @@ impl Ledger {
             let holding = acquired.is_some();
             if let Some(a) = acquired {
                 added = Some(entry.add(&active, a.renewed, a.until, a.minted, a.new_state));
-                if let Some(first) = entry.line.as_ref().and_then(|l| l.queue.front()) {
-                    first.nudge(); // to watch the new lease
+                if let Some(slot) = &entry.line {
+                    slot.nudge_first(); // to watch the new lease
                 }
             }
             if !holding && entry.count(&active) == 0 {
@@ -486,15 +340,13 @@ impl Ledger {
         let entry = keys.get_mut(key)?;
         let slot = entry.line.as_mut()?;
         slot.streak = 0;
-        if slot.attempting {
+        if slot.phase == Phase::Attempting {
             return None; // that turn decides when it ends
         }
         match slot.queue.pop_front() {
             Some(next) => {
-                slot.active = next.owner.clone();
-                slot.epoch += 1;
-                slot.attempting = true;
-                next.set(WaitState::Promoted(slot.epoch, None));
+                let epoch = slot.pass_to(&next.owner, Phase::Attempting);
+                next.set(WaitState::Promoted(epoch, None));
                 None
             }
             None if entry.line.as_ref().is_some_and(|l| l.idle(entry)) => {
@@ -513,14 +365,6 @@ impl Ledger {
         let mut keys = self.keys.lock();
         slot_of(&mut keys, key).and_then(|(s, _)| s.sub.take())
     }
-}
-
-/// Whether the active owner `active` holds guards here on a lease that is
-/// no longer held (ran out, or lost).
-fn holder_expired(holds: &[Held], active: &str) -> bool {
-    holds.iter().any(|h| {
-        h.field == active && h.count > 0 && h.latest.as_ref().is_some_and(|l| !l.is_held())
-    })
 }
 
 /// What undoes a hold in Redis that a dropped task's wait was handed

@@ -150,7 +150,7 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
     let entry = &keys["k"];
     let slot = entry.line.as_ref().unwrap();
     assert_eq!(slot.active, "b");
-    assert!(slot.attempting, "still b's turn");
+    assert_eq!(slot.phase, super::slot::Phase::Attempting, "still b's turn");
     assert_eq!(entry.count("b"), 0);
     assert_eq!(
         entry.count("a"),
