@@ -1,20 +1,23 @@
-//! The acquire path of `LockClient`: one acquisition of the raw layer
-//! ([`Waiting`]: input checks, every kind's attempt), the undo of an earlier
-//! lost reply, then — for a kind with the in-process queue — a turn in the
-//! client's queue (threads of one client never race each other at Redis),
-//! the one wait loop ([`wait::wait_for`]), and the hold as a guard. Counts
-//! and traces each acquire.
+//! The one acquire driver of every face, for locks and permits alike
+//! (`Run` and `end`: cancelled before it began, counted, traced). A lock: one
+//! acquisition of the raw layer ([`Waiting`]: input checks, every kind's
+//! attempt), the undo of an earlier lost reply, then — for a kind with the
+//! in-process queue — a turn in the client's queue (threads of one client
+//! never race each other at Redis), the one wait loop ([`wait::wait_for`]),
+//! and the hold. Permits: a [`PermitWaiting`](crate::raw::PermitWaiting)
+//! through the same wait loop.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnerKind};
 use crate::ledger::{Enter, Turn, YieldTo, YIELD_WAIT};
 use crate::notify::Subscription;
+use crate::options::Kind;
 use crate::options::{deadline_min, Cancel};
 use crate::park::{block_on, Park};
-use crate::raw::{Hold, Taken, Waiting, Want};
+use crate::raw::{Hold, PermitHold, Taken, Waiting, Want};
 use crate::shared::Shared;
 use crate::wait::{self, Env, Live};
 
@@ -42,29 +45,95 @@ pub(crate) async fn acquire_hold(
     want: Want,
     deadline: Option<Instant>,
 ) -> Result<Option<Hold>> {
-    let started = Instant::now();
-    let raw = shared.raw();
-    let counters = raw.counters();
-    let cancel = want.cancel.clone();
-    let cancelled = || cancel.as_ref().is_some_and(Cancel::is_cancelled);
-    let got = if cancelled() {
-        None
-    } else {
-        take(shared, name, &want, deadline).await?
+    let run = Run::start(&want);
+    let got = match run {
+        Some(_) => take(shared, name, &want, deadline).await,
+        None => Ok(None),
     };
-    let waited = started.elapsed();
-    let outcome = counters.ended(waited, got.is_some(), cancelled());
-    if got.is_some() {
-        let lease = want.lease.unwrap_or(raw.watchdog_lease());
-        raw.touch(started + waited, lease);
+    end(run, shared, name, Of::Lock(want.kind), &want, got)
+}
+
+/// The one acquire of permits for both faces: `permits` permits of
+/// semaphore `name` as `want` says, until `deadline`; `None` at the
+/// deadline, [`Error::Cancelled`] when cancelled.
+pub(crate) async fn acquire_permits(
+    shared: &Arc<Shared>,
+    name: &str,
+    permits: u32,
+    want: Want,
+    deadline: Option<Instant>,
+) -> Result<Option<PermitHold>> {
+    let run = Run::start(&want);
+    let got = match run {
+        Some(_) => take_permits(shared, name, permits, &want, deadline).await,
+        None => Ok(None),
+    };
+    end(run, shared, name, Of::Permits(permits), &want, got)
+}
+
+/// What an acquire is of, for its trace.
+#[derive(Clone, Copy)]
+enum Of {
+    Lock(Kind),
+    Permits(u32),
+}
+
+impl std::fmt::Display for Of {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Of::Lock(kind) => write!(f, "{kind:?} lock"),
+            Of::Permits(n) => write!(f, "{n} permits"),
+        }
+    }
+}
+
+/// The one driver of every acquisition, in two halves around its wait (not
+/// a function taking the wait's future: a task's future would hold that
+/// twice): [`Run::start`], then [`end`].
+#[derive(Clone, Copy)]
+struct Run {
+    started: Instant,
+}
+
+impl Run {
+    /// The acquire begins — or `None`: it was cancelled before it began.
+    fn start(want: &Want) -> Option<Run> {
+        let started = Instant::now();
+        (!cancelled(want)).then_some(Run { started })
+    }
+}
+
+fn cancelled(want: &Want) -> bool {
+    want.cancel.as_ref().is_some_and(Cancel::is_cancelled)
+}
+
+/// The acquire `run` ended as `got`: counted, traced, and a wait that ended
+/// because it was cancelled made [`Error::Cancelled`].
+fn end<T>(
+    run: Option<Run>,
+    shared: &Shared,
+    name: &str,
+    of: Of,
+    want: &Want,
+    got: Result<Option<T>>,
+) -> Result<Option<T>> {
+    let raw = shared.raw();
+    let waited = run.map_or(Duration::ZERO, |r| r.started.elapsed());
+    let cancelled = cancelled(want);
+    let outcome = match &got {
+        Ok(got) => raw.counters().ended(waited, got.is_some(), cancelled),
+        Err(_) => "failed",
+    };
+    if matches!(got, Ok(Some(_))) {
+        raw.touch(Instant::now(), want.lease.unwrap_or(raw.watchdog_lease()));
     }
     // Debug level, no owner: names and timings only.
-    tracing::debug!(lock = %name, kind = ?want.kind, waited_us = waited.as_micros() as u64, outcome, "leasehold: acquire");
+    tracing::debug!(name = %name, of = %of, waited_us = waited.as_micros() as u64, outcome, "leasehold: acquire");
     match got {
-        None if cancelled() => Err(Error::Cancelled {
+        Ok(None) if cancelled => Err(Error::Cancelled {
             name: name.to_owned(),
         }),
-        got => Ok(got),
+        got => got,
     }
 }
 
@@ -166,6 +235,38 @@ async fn yield_first(
     if let Some(s) = sub.as_ref() {
         s.wait_for_message_after(env.park, seen, until).await;
     }
+}
+
+/// `permits` permits of semaphore `name` as `want` says, or `None` at the
+/// deadline; a wait that ends without them leaves its place in line.
+async fn take_permits(
+    shared: &Shared,
+    name: &str,
+    permits: u32,
+    want: &Want,
+    deadline: Option<Instant>,
+) -> Result<Option<PermitHold>> {
+    let mut waiting = shared.raw().permit_waiting(name, permits, want, deadline)?;
+    let env = live(shared, want.cancel.as_ref(), want.park);
+    // A subscription still confirmed (a busy semaphore) is taken before the
+    // first attempt, which then takes a place in line: one round trip
+    // before parking.
+    let mut sub = if deadline.is_none_or(|d| d > Instant::now()) {
+        let channel = waiting.channel().to_owned();
+        shared
+            .notifier()
+            .resume_line_on(waiting.line(), move || channel)
+    } else {
+        None
+    };
+    if sub.is_some() {
+        waiting.take_place();
+    }
+    let got = Box::pin(wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)).await;
+    if !matches!(got, Ok(Some(_))) {
+        waiting.give_up();
+    }
+    Ok(got?.map(|got| waiting.held(got)))
 }
 
 /// The wait loop's view of this client: its notifier, counters, the pool's

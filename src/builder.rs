@@ -447,9 +447,7 @@ impl LockClientBuilder {
             replicas: self.replicas,
         });
         let shared = Shared::new(raw, notifier);
-        Ok(LockClient {
-            shared: Arc::new(shared),
-        })
+        Ok(LockClient::of(&Arc::new(shared)))
     }
 }
 

@@ -123,7 +123,7 @@ const ASYNC_FACE: &str =
 /// [`Redlock`](crate::Redlock) narrow the second).
 #[derive(Clone)]
 pub struct LockClient {
-    pub(crate) shared: Arc<Shared>,
+    shared: Arc<Shared>,
 }
 
 impl LockClient {
@@ -646,6 +646,18 @@ impl LockClient {
     /// This client's raw lock engine (shared with its clones and guards).
     pub(crate) fn raw(&self) -> &Arc<Raw> {
         self.shared.raw()
+    }
+
+    /// What this client's clones and other faces share.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The blocking face of `shared` (another face's client).
+    pub(crate) fn of(shared: &Arc<Shared>) -> Self {
+        LockClient {
+            shared: Arc::clone(shared),
+        }
     }
 }
 

@@ -1,9 +1,7 @@
 //! The semaphore's face: [`Semaphore`] (a handle on one semaphore of a
-//! client: set or add permits, the ladder of acquires, an operator's read)
-//! and the one acquire path of permits for both faces
-//! ([`acquire_permits`]: a [`PermitWaiting`](crate::raw::PermitWaiting) of
-//! the raw layer through the one wait loop). Thin: the raw layer knows the
-//! scripts.
+//! client: set or add permits, the ladder of acquires, an operator's read).
+//! Thin: acquires go through the one driver (`acquire`), the raw layer
+//! knows the scripts.
 
 mod guard;
 mod info;
@@ -15,14 +13,13 @@ use std::time::{Duration, Instant};
 pub use guard::PermitGuard;
 pub use info::{PermitInfo, SemaphoreInfo, SemaphoreWaiter};
 
-use crate::acquire::live;
+use crate::acquire::acquire_permits;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
-use crate::options::{deadline_after, Cancel, LockOptions};
+use crate::options::{deadline_after, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, Park};
-use crate::raw::{PermitHold, Want};
+use crate::raw::Want;
 use crate::shared::Shared;
-use crate::wait;
 
 /// A distributed semaphore: at most N permits out at a time, across
 /// processes — N exports, N calls to a rate-limited API.
@@ -64,7 +61,7 @@ impl LockClient {
     /// sent until it is used; [`Semaphore::try_set_permits`] or
     /// [`Semaphore::set_permits`] give it its permits.
     pub fn semaphore(&self, name: &str) -> Semaphore {
-        Semaphore::new(Arc::clone(&self.shared), name)
+        Semaphore::new(Arc::clone(self.shared()), name)
     }
 }
 
@@ -240,63 +237,5 @@ impl fmt::Debug for Semaphore {
         f.debug_struct("Semaphore")
             .field("name", &self.name)
             .finish_non_exhaustive()
-    }
-}
-
-/// The one acquire of permits for both faces: `permits` permits of
-/// semaphore `name` as `want` says (a thread or a task waits), until
-/// `deadline` (`None`: as long as it takes); `None` at the deadline,
-/// [`Error::Cancelled`] when cancelled.
-pub(crate) async fn acquire_permits(
-    shared: &Arc<Shared>,
-    name: &str,
-    permits: u32,
-    want: Want,
-    deadline: Option<Instant>,
-) -> Result<Option<PermitHold>> {
-    let started = Instant::now();
-    let raw = shared.raw();
-    let counters = raw.counters();
-    let cancel = want.cancel.clone();
-    let cancelled = || cancel.as_ref().is_some_and(Cancel::is_cancelled);
-    let mut waiting = raw.permit_waiting(name, permits, &want, deadline)?;
-    if cancelled() {
-        return Err(Error::Cancelled {
-            name: name.to_owned(),
-        });
-    }
-    let env = live(shared, want.cancel.as_ref(), want.park);
-    // A subscription still confirmed (a busy semaphore) is taken before the
-    // first attempt, which then takes a place in line: one round trip
-    // before parking.
-    let mut sub = if deadline.is_none_or(|d| d > Instant::now()) {
-        let channel = waiting.channel().to_owned();
-        shared
-            .notifier()
-            .resume_line_on(waiting.line(), move || channel)
-    } else {
-        None
-    };
-    if sub.is_some() {
-        waiting.take_place();
-    }
-    let got = Box::pin(wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)).await;
-    let waited = started.elapsed();
-    if !matches!(got, Ok(Some(_))) {
-        waiting.give_up();
-    }
-    let (hold, outcome) = match got {
-        Ok(got) => {
-            let outcome = counters.ended(waited, got.is_some(), cancelled());
-            (Ok(got.map(|got| waiting.held(got))), outcome)
-        }
-        Err(e) => (Err(e), "failed"),
-    };
-    tracing::debug!(semaphore = %name, permits, waited_us = waited.as_micros() as u64, outcome, "leasehold: acquire permits");
-    match hold {
-        Ok(None) if cancelled() => Err(Error::Cancelled {
-            name: name.to_owned(),
-        }),
-        hold => hold,
     }
 }

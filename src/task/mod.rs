@@ -90,7 +90,7 @@ impl LockClient {
     /// renewal, subscriber), for tasks.
     pub fn to_async(&self) -> AsyncLockClient {
         AsyncLockClient {
-            shared: Arc::clone(&self.shared),
+            shared: Arc::clone(self.shared()),
         }
     }
 }
@@ -136,9 +136,7 @@ impl AsyncLockClient {
 
     /// The blocking face of this same client.
     pub fn blocking(&self) -> LockClient {
-        LockClient {
-            shared: Arc::clone(&self.shared),
-        }
+        LockClient::of(&self.shared)
     }
 
     // The acquiring methods return their future (no `async fn` layers

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::AsyncLockClient;
+use crate::acquire::acquire_permits;
 use crate::error::{Error, Result};
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
 use crate::raw::Want;
 use crate::renewal::{LeaseLost, LeaseState};
-use crate::semaphore::{acquire_permits, PermitGuard, Semaphore, SemaphoreInfo};
+use crate::semaphore::{PermitGuard, Semaphore, SemaphoreInfo};
 
 /// A [`Semaphore`] for async code: waiting parks the task, not a thread.
 /// Dropping an acquire's future cancels its wait at once (its place in line
