@@ -10,7 +10,7 @@
 //! What differs between kinds comes in through [`LockKind`] (its attempt,
 //! undo, channel, wake rule, waiting place); everything that blocks or
 //! listens comes in through [`Env`] (the notifier, the pool's connect
-//! timeout). Both are seams: the unit tests below drive the loop with fakes,
+//! timeout, the clock). Both are seams: the unit tests below drive the loop with fakes,
 //! no Redis, and check each decision.
 
 use std::time::{Duration, Instant};
@@ -74,6 +74,11 @@ pub(crate) trait Env {
     /// (its waiting place left), checked before every attempt and after
     /// every park.
     fn cancelled(&self) -> bool;
+    /// The time, as the loop reads it (the unit tests' fake moves it on
+    /// instead of sleeping).
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
 }
 
 /// A waiter that cannot hear unlock messages retries after this long at
@@ -100,7 +105,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
     // deadline still ahead) rides an outage out from its first attempt, up
     // to its deadline; a single attempt reports the error at once.
     let mut waiting = false;
-    let bounded = deadline.is_some_and(|d| d > Instant::now());
+    let bounded = deadline.is_some_and(|d| d > env.now());
     let mut outage = Outage::default();
     let mut late = 0;
     // While unlock messages cannot reach us, retry this often (growing).
@@ -126,7 +131,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             drop(grants(env, s, &*place.kind));
         }
         // The lease counts from when the request was sent, not answered.
-        let sent_at = Instant::now();
+        let sent_at = env.now();
         let cap = match place.kind.attempt().await {
             Err(e) if (waiting || bounded) && e.is_transient() => {
                 outage
@@ -136,7 +141,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             }
             Err(e) => return Err(e),
             Ok(Answer::Held(held)) => {
-                let round_trip = sent_at.elapsed();
+                let round_trip = env.now().saturating_duration_since(sent_at);
                 let lease = place.kind.lease();
                 if round_trip < lease {
                     place.armed = false;
@@ -150,7 +155,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
                 // is no lock. Undo whatever is left, owner-checked.
                 place.kind.undo(held).await;
                 late += 1;
-                if late >= LATE_REPLIES_MAX || deadline.is_some_and(|d| d <= Instant::now()) {
+                if late >= LATE_REPLIES_MAX || deadline.is_some_and(|d| d <= env.now()) {
                     return Err(Error::LeaseExpiredOnArrival {
                         name: name.to_owned(),
                         lease,
@@ -165,7 +170,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
         outage.over();
         waiting = true;
         place.armed = place.kind.holds_place();
-        let now = Instant::now();
+        let now = env.now();
         if deadline.is_some_and(|d| d <= now) || env.cancelled() {
             return Ok(None); // `place` leaves a waiting place
         }
@@ -222,7 +227,9 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
                 // `sent_at`): its lease runs at least that long from then.
                 // Held with half of it gone already is held too briefly to
                 // trust: the attempt decides instead.
-                Some(Granted::Held(held, lease)) if sent_at.elapsed() < lease / 2 => {
+                Some(Granted::Held(held, lease))
+                    if env.now().saturating_duration_since(sent_at) < lease / 2 =>
+                {
                     place.armed = false;
                     return Ok(Some(Got {
                         held,
@@ -258,10 +265,10 @@ pub(crate) async fn ride_out<T, E: Env, F: std::future::Future<Output = Result<T
     deadline: Option<Instant>,
     mut step: impl FnMut() -> F,
 ) -> Result<T> {
-    let bounded = deadline.is_some_and(|d| d > Instant::now());
+    let bounded = deadline.is_some_and(|d| d > env.now());
     let mut outage = Outage::default();
     loop {
-        let sent_at = Instant::now();
+        let sent_at = env.now();
         match step().await {
             Err(e) if bounded && e.is_transient() && !env.cancelled() => {
                 outage.ride(env, name, e, sent_at, deadline, None).await?;
@@ -312,7 +319,7 @@ impl Outage {
         deadline: Option<Instant>,
         sub: Option<&E::Sub>,
     ) -> Result<()> {
-        let now = Instant::now();
+        let now = env.now();
         let since = *self.since.get_or_insert(sent_at);
         let backoff = (now - since).clamp(OUTAGE_BACKOFF_MIN, OUTAGE_BACKOFF_MAX);
         let mut retry_at = now + backoff;

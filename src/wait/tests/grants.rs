@@ -36,7 +36,7 @@ fn granted_run(
 
 #[test]
 fn a_grant_while_parked_is_held_without_another_attempt() {
-    let started = Instant::now();
+    let started = now();
     let (kind, env, got) = granted_run(
         vec![vec![b"mine"]],
         vec![Step::Wait(Duration::from_secs(10))],
@@ -143,10 +143,7 @@ fn a_waiter_hears_the_unlock_channel_only_while_another_library_holds_the_lock()
         },
     ]);
     let env = fake();
-    assert_eq!(
-        run(&mut kind, &env, Some(Instant::now() + long)).unwrap(),
-        Some(6)
-    );
+    assert_eq!(run(&mut kind, &env, Some(now() + long)).unwrap(), Some(6));
     assert_eq!(
         env.log(),
         [

@@ -9,6 +9,29 @@ use std::collections::VecDeque;
 
 use super::*;
 
+thread_local! {
+    /// The tests' clock (each test runs on a thread of its own): the real
+    /// instant of its first read, moved on only by what the fakes take —
+    /// an attempt's round trip, a park or a pause to its end. No test
+    /// sleeps, and every time it checks is exact.
+    static NOW: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The tests' clock now.
+fn now() -> Instant {
+    NOW.with(|n| {
+        let t = n.get().unwrap_or_else(Instant::now);
+        n.set(Some(t));
+        t
+    })
+}
+
+/// Moves the tests' clock on to `t` (never back).
+fn advance_to(t: Instant) {
+    let t = t.max(now());
+    NOW.with(|n| n.set(Some(t)));
+}
+
 mod grants;
 mod outages;
 
@@ -83,7 +106,7 @@ impl LockKind for Scripted {
             .expect("an attempt more than scripted")
         {
             Step::Held { after } => {
-                std::thread::sleep(after);
+                advance_to(now() + after);
                 Ok(Answer::Held(self.attempts))
             }
             Step::Wait(cap) => {
@@ -148,7 +171,8 @@ impl LockKind for Scripted {
     }
 }
 
-/// Records what the loop asked of it; parks sleep until their bound.
+/// Records what the loop asked of it; parks and pauses last until their
+/// bound (on the tests' clock).
 /// `grants`: what each park delivers on the grant channel, in turn.
 #[derive(Default)]
 struct Fake {
@@ -223,9 +247,7 @@ impl Env for Fake {
     }
 
     async fn park(&self, _sub: &(), wake: Wake, seen: u64, until: Instant) {
-        let ms = until.saturating_duration_since(Instant::now()).as_millis();
-        // Rounded to tens of ms so the log does not depend on scheduling.
-        let ms = (ms + 5) / 10 * 10;
+        let ms = until.saturating_duration_since(now()).as_millis();
         self.log
             .borrow_mut()
             .push(format!("park {wake:?} seen {seen} ~{ms} ms"));
@@ -235,7 +257,7 @@ impl Env for Fake {
                 .delivered
                 .borrow_mut()
                 .extend(grants.into_iter().map(<[u8]>::to_vec)),
-            None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
+            None => advance_to(until),
         }
     }
 
@@ -251,11 +273,15 @@ impl Env for Fake {
         self.log
             .borrow_mut()
             .push(format!("pause subscribed={}", sub.is_some()));
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        advance_to(until);
     }
 
     fn outage_limit(&self) -> Duration {
         self.outage_limit
+    }
+
+    fn now(&self) -> Instant {
+        now()
     }
 
     fn cancelled(&self) -> bool {
@@ -339,7 +365,7 @@ fn a_waiter_that_cannot_hear_unlocks_retries_within_a_second_not_a_lease() {
         deaf: true,
         ..fake()
     };
-    let started = Instant::now();
+    let started = now();
     assert_eq!(run(&mut kind, &env, None).unwrap(), Some(7));
     let parks: Vec<String> = env
         .log()
@@ -356,7 +382,8 @@ fn a_waiter_that_cannot_hear_unlocks_retries_within_a_second_not_a_lease() {
             "park One seen 0 ~1000 ms",
         ]
     );
-    assert!(started.elapsed() < Duration::from_secs(4));
+    // Retried within 2.5 s in all, not after the 30 s lease.
+    assert_eq!(now() - started, Duration::from_millis(2_500));
 }
 
 /// Sharded pub/sub: a subscription on a node that no longer serves the
@@ -379,7 +406,7 @@ fn a_waiter_whose_channel_moved_subscribes_again_where_it_is_now() {
     let env = fake();
     // The first subscription is on the old node, and so is the next.
     env.moved.set(3);
-    let started = Instant::now();
+    let started = now();
     assert_eq!(run(&mut kind, &env, None).unwrap(), Some(6));
     assert_eq!(
         env.log(),
@@ -395,7 +422,8 @@ fn a_waiter_whose_channel_moved_subscribes_again_where_it_is_now() {
             "clear",
         ]
     );
-    assert!(started.elapsed() < Duration::from_secs(1));
+    // One pause of 100 ms, never the 30 s lease.
+    assert_eq!(now() - started, Duration::from_millis(100));
 }
 
 /// A cancelled wait ends like one whose deadline passed: no attempt after

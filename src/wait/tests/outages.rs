@@ -39,7 +39,7 @@ fn a_late_reply_past_the_deadline_is_refused_at_once() {
         after: Duration::from_millis(15),
     }]);
     kind.lease = Duration::from_millis(10);
-    let deadline = Instant::now() + Duration::from_millis(5);
+    let deadline = now() + Duration::from_millis(5);
     let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
     assert!(
         matches!(e, Error::LeaseExpiredOnArrival { tries: 1, .. }),
@@ -84,10 +84,11 @@ fn an_outage_longer_than_the_limit_gives_up_with_its_error() {
         outage_limit: Duration::from_millis(60),
         ..Fake::default()
     };
-    let started = Instant::now();
+    let started = now();
     let e = run(&mut kind, &env, None).unwrap_err();
     assert!(e.is_connection(), "{e:?}");
-    assert!(started.elapsed() >= Duration::from_millis(60));
+    // Retried at 10, 20 and 40 ms, given up at 80 ms (the limit passed).
+    assert_eq!(now() - started, Duration::from_millis(80));
     assert!(
         kind.attempts < 20,
         "backoff between tries: {}",
@@ -100,10 +101,10 @@ fn an_outage_is_not_ridden_past_the_deadline() {
     let mut steps = vec![Step::Wait(Duration::from_millis(1))];
     steps.extend((0..50).map(|_| Step::Fail(io_error)));
     let mut kind = Scripted::new(steps);
-    let deadline = Instant::now() + Duration::from_millis(40);
+    let deadline = now() + Duration::from_millis(40);
     let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
     assert!(e.is_connection(), "{e:?}");
-    assert!(Instant::now() < deadline + Duration::from_millis(30));
+    assert_eq!(now(), deadline, "the last try at the deadline, none after");
 }
 
 #[test]
@@ -114,17 +115,14 @@ fn the_deadline_ends_the_wait_and_leaves_the_place() {
         Step::Wait(Duration::from_secs(10)),
     ]);
     kind.place = true;
-    let started = Instant::now();
+    let started = now();
     let deadline = started + Duration::from_millis(50);
     let env = fake();
     assert_eq!(run(&mut kind, &env, Some(deadline)).unwrap(), None);
     assert_eq!(kind.left, 1, "the waiting place was left");
     // The park was capped by the deadline, not by the 10 s hint.
-    let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(50) && took < Duration::from_secs(5),
-        "{took:?}"
-    );
+    let took = now() - started;
+    assert_eq!(took, Duration::from_millis(50));
     assert_eq!(
         kind.attempts, 3,
         "attempt, retry after subscribing, last try at the deadline"
@@ -211,11 +209,11 @@ fn a_bounded_wait_rides_out_an_outage_from_its_first_attempt_up_to_its_deadline(
         outage_limit: Duration::from_millis(1), // a bounded wait ignores it
         ..Fake::default()
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = now() + Duration::from_secs(5);
     assert_eq!(run(&mut kind, &env, Some(deadline)).unwrap(), Some(3));
     // A single attempt (deadline now) reports the error at once.
     let mut kind = Scripted::new(vec![Step::Fail(io_error)]);
-    let e = run(&mut kind, &fake(), Some(Instant::now())).unwrap_err();
+    let e = run(&mut kind, &fake(), Some(now())).unwrap_err();
     assert!(e.is_connection(), "{e:?}");
     assert_eq!(kind.attempts, 1);
 }
