@@ -129,11 +129,12 @@ impl Ledger {
             let woke = waiter
                 .cv
                 .wait(park, &waiter.state, due, |state| match *state {
-                    _ if cancelled() => Some(None),
+                    // An outcome first, cancelled or not: a waiter popped
+                    // meanwhile must see it (or it would wait for nothing).
                     WaitState::Queued | WaitState::Handing
                         if waiter.nudges.load(Ordering::SeqCst) == seen =>
                     {
-                        None
+                        cancelled().then_some(None)
                     }
                     state => Some(Some(state)),
                 })

@@ -504,3 +504,62 @@ fn a_task_dropped_while_handed_the_lock_leaves_its_hold_to_the_releaser_to_undo(
     assert_eq!(queued(&locks), 0);
     assert!(locks.keys.lock().is_empty(), "nothing held or queued here");
 }
+
+/// A queued wait promoted by a release just as it is cancelled sees its
+/// promotion (and takes the turn, which then ends as cancelled) — it must
+/// not take the cancel for "still queued" and wait for nothing (it spun:
+/// the cancel was looked at before the outcome).
+#[test]
+fn a_waiter_promoted_as_it_is_cancelled_sees_the_promotion() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let locks = Arc::new(Ledger::default());
+    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
+    else {
+        panic!("a free slot is ours at once");
+    };
+    let a = hold(turn, Duration::from_secs(30));
+    let cancel = Cancel::new();
+    let (told, hear) = std::sync::mpsc::channel();
+    let (go, wait_go) = std::sync::mpsc::channel::<()>();
+    // b's wait is a task's, polled by hand: queued at its first poll, then
+    // polled again once it was both promoted and cancelled.
+    std::thread::spawn({
+        let (locks, cancel) = (Arc::clone(&locks), cancel.clone());
+        move || {
+            let fut = locks.enter(
+                Park::Task,
+                "k",
+                "b",
+                Duration::from_secs(1),
+                false,
+                None,
+                Some(&cancel),
+                || Box::new(|_| {}),
+            );
+            let mut fut = std::pin::pin!(fut);
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(fut.as_mut().poll(&mut cx).is_pending(), "queued");
+            told.send("queued").unwrap();
+            wait_go.recv().unwrap();
+            let got = match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(Enter::Turn(_)) => "turn",
+                Poll::Ready(_) => "other",
+                Poll::Pending => "pending",
+            };
+            told.send(got).unwrap();
+        }
+    });
+    assert_eq!(hear.recv_timeout(Duration::from_secs(10)), Ok("queued"));
+    // Released publicly (not handed over): b is promoted to try Redis.
+    let handover = locks.release("k", "a", 0, &a.state, false);
+    assert_eq!(handover.finish(Outcome::Other), None);
+    cancel.cancel();
+    go.send(()).unwrap();
+    assert_eq!(
+        hear.recv_timeout(Duration::from_secs(10)),
+        Ok("turn"),
+        "the promoted waiter took its turn"
+    );
+}
