@@ -1,11 +1,11 @@
-//! The reactor lane (feature `tokio`, issue 27): a task's lock and unlock
-//! of a client of one server go on its own tokio runtime — no leasehold I/O
+//! The tokio transport (feature `tokio`): a task's lock and unlock of a
+//! client of one server go on its own tokio runtime — no leasehold I/O
 //! thread is started, still two round trips — on a current-thread and a
-//! multi-thread runtime; and where the lane cannot go (a runtime without an
-//! I/O driver, another executor, a server that restarted and forgot the
-//! scripts, a stopped server) the same calls work through the I/O threads,
-//! with the same errors and nothing left behind — an unlock whose task is
-//! dropped while an I/O thread sends it included.
+//! multi-thread runtime; and where it cannot go (a runtime without an I/O
+//! driver, another executor) the same calls work through the I/O threads;
+//! a server that restarted and forgot the scripts, a stopped server, a
+//! connection pool's size, a bounded wait that must connect first. Calls
+//! dropped while out, on every transport: `dropped_calls.rs`.
 //!
 //! One test: the first part needs a process in which no I/O thread was
 //! ever started (threads are counted by name, any client's).
@@ -207,46 +207,6 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
             .unwrap()
     }));
 
-    // An unlock the lane could not send (its connection had been closed)
-    // goes to an I/O thread; its task is dropped while that try gets no
-    // answer (a partition: the request never reaches Redis). The release is
-    // still sent again in the background: the lock is free soon after the
-    // partition heals, not when its 30 s lease ends.
-    let partition = support::proxy::FaultProxy::start(server.port());
-    let patient = LockClient::builder(&partition.url())
-        .socket_timeout(Duration::from_millis(300))
-        .connect_timeout(Duration::from_millis(300))
-        .watchdog_lease(Duration::from_secs(30))
-        .build()
-        .unwrap()
-        .to_async();
-    let g = current
-        .block_on(patient.lock("lane:dropped-unlock"))
-        .unwrap();
-    partition.reset_all();
-    partition.set(support::proxy::Fault::Blackhole);
-    let gave_up = current
-        .block_on(async { tokio::time::timeout(Duration::from_millis(100), g.unlock()).await });
-    assert!(gave_up.is_err(), "the unlock ended: {gave_up:?}");
-    // The I/O thread's try ends (socket and connect timeouts) meanwhile.
-    std::thread::sleep(Duration::from_millis(1500));
-    partition.set(support::proxy::Fault::Forward);
-    let healed = Instant::now();
-    assert!(
-        support::eventually(Duration::from_secs(5), || {
-            !server
-                .connection()
-                .exists::<_, bool>("lane:dropped-unlock")
-                .unwrap()
-        }),
-        "the lock is still held {:?} after the partition healed (ttl {} ms)",
-        healed.elapsed(),
-        server
-            .connection()
-            .pttl::<_, i64>("lane:dropped-unlock")
-            .unwrap()
-    );
-
     // A runtime without an I/O driver, and another executor: the I/O
     // threads take the round trips.
     let no_io = tokio::runtime::Builder::new_current_thread()
@@ -330,100 +290,4 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
         "a 200 ms wait took {took:?}: {got:?}"
     );
     drop(held);
-
-    // An unlock dropped before its request went out (on a runtime with no
-    // lane connection yet, whose handshake, AUTH, is slow): the release is
-    // sent in the background all the same.
-    proxy.set(support::proxy::Fault::Forward);
-    let fresh = AsyncLockClient::new(&url).unwrap();
-    let plain = current.block_on(fresh.lock("lane:unsent-unlock")).unwrap();
-    let fair = current
-        .block_on(fresh.fair_lock("lane:unsent-fair"))
-        .unwrap();
-    proxy.set(support::proxy::Fault::Delay(Duration::from_millis(250)));
-    let other = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let gave_up = other.block_on(async {
-        let both = futures::future::join(plain.unlock(), fair.unlock());
-        tokio::time::timeout(Duration::from_millis(50), both).await
-    });
-    assert!(gave_up.is_err(), "the unlocks ended: {gave_up:?}");
-    std::thread::sleep(Duration::from_millis(600));
-    proxy.set(support::proxy::Fault::Forward);
-    let dropped = Instant::now();
-    for name in ["lane:unsent-unlock", "lane:unsent-fair"] {
-        assert!(
-            support::eventually(Duration::from_secs(5), || {
-                !guarded.connection().exists::<_, bool>(name).unwrap()
-            }),
-            "{name} is still held {:?} after its unlock was dropped (ttl {} ms)",
-            dropped.elapsed(),
-            guarded.connection().pttl::<_, i64>(name).unwrap()
-        );
-    }
-    // And a semaphore's permit (a new runtime again: no lane connection).
-    let sem = fresh.semaphore("lane:unsent-sem");
-    sem.blocking().set_permits(1).unwrap();
-    let permit = current.block_on(sem.acquire()).unwrap();
-    proxy.set(support::proxy::Fault::Delay(Duration::from_millis(250)));
-    let another = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let gave_up = another.block_on(async {
-        tokio::time::timeout(Duration::from_millis(50), permit.release()).await
-    });
-    assert!(gave_up.is_err(), "the release ended: {gave_up:?}");
-    std::thread::sleep(Duration::from_millis(600));
-    proxy.set(support::proxy::Fault::Forward);
-    let available = || sem.blocking().available().unwrap();
-    assert!(
-        support::eventually(Duration::from_secs(5), || available() == Some(1)),
-        "the permit is not back after its release was dropped: {:?} available",
-        available()
-    );
-
-    // Acquires dropped while their requests are held up on the way (a slow
-    // network; here a proxy holds them 300 ms, and the undo goes out at
-    // once on another connection): what they take when they land — a
-    // permit, a lock — is undone after them, not before.
-    let slow = support::proxy::FaultProxy::start(server.port());
-    let late = LockClient::builder(&slow.url())
-        .socket_timeout(Duration::from_secs(1))
-        .watchdog_lease(Duration::from_secs(30))
-        .build()
-        .unwrap()
-        .to_async();
-    let sem = late.semaphore("lane:late-sem");
-    sem.blocking().set_permits(1).unwrap();
-    current.block_on(async {
-        // A lane connection each, on this runtime.
-        let (permit, lock) = futures::future::join(sem.acquire(), late.lock("lane:late")).await;
-        permit.unwrap().release().await.unwrap();
-        lock.unwrap().unlock().await.unwrap();
-    });
-    slow.set(support::proxy::Fault::Delay(Duration::from_millis(300)));
-    current.block_on(async {
-        let mut both = Box::pin(futures::future::join(sem.acquire(), late.lock("lane:late")));
-        let r = tokio::time::timeout(Duration::from_millis(30), &mut both).await;
-        assert!(r.is_err(), "the acquires ended");
-        slow.set(support::proxy::Fault::Forward);
-        drop(both);
-    });
-    let dropped = Instant::now();
-    let (permit_back, lock_free) = (
-        || sem.blocking().available().unwrap() == Some(1),
-        || !server.connection().exists::<_, bool>("lane:late").unwrap(),
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    assert!(
-        support::eventually(Duration::from_secs(2), || permit_back() && lock_free()),
-        "{:?} after the drop: permit back {}, lock free {} (ttl {} ms)",
-        dropped.elapsed(),
-        permit_back(),
-        lock_free(),
-        server.connection().pttl::<_, i64>("lane:late").unwrap()
-    );
 }
