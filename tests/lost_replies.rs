@@ -26,7 +26,11 @@ fn client(server: &RedisServer) -> LockClient {
 /// then resumes it; returns when Redis answers again.
 fn lose_an_acquire_reply(server: &RedisServer, client: &LockClient, name: &str, opts: LockOptions) {
     // Connections and scripts are warm, so the attempt is one EVALSHA.
-    drop(client.try_lock_with(&format!("{name}:warm"), opts.clone()).unwrap());
+    drop(
+        client
+            .try_lock_with(&format!("{name}:warm"), opts.clone())
+            .unwrap(),
+    );
     server.signal("STOP");
     let started = Instant::now();
     let e = client.try_lock_with(name, opts).unwrap_err();
