@@ -540,8 +540,8 @@ struct Side {
 /// 3 permits; two leasehold clients × 3 threads and two Redisson instances
 /// × 3 threads (played on the wire: `RedissonWaiters`, woken only by
 /// Redisson's channel and its soonest lease) contend for `run`, each
-/// section about a millisecond. Never more than 3 inside at once (what
-/// else: [`fair_share`]).
+/// section about a millisecond. Never more than 3 inside at once; the
+/// sides' shares and waits are checked by [`fair_share`].
 fn mixed_semaphore(
     clients: [LockClient; 2],
     url: &str,
