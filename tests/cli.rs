@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::io::Write;
+use std::io::{BufRead, Read, Write};
 use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::Duration;
@@ -128,21 +128,26 @@ fn the_cli_inspects_lists_force_unlocks_and_watches() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(service.is_locked("order:pay").unwrap());
 
-    // watch: the release below shows up as a change (the waiter in).
-    let watch = Command::new(env!("CARGO_BIN_EXE_leasehold-cli"))
+    // watch: the release below shows up as a change (the waiter in). The
+    // release comes once the watch printed the lock as it is, and the watch
+    // goes on for 4 s: the change shows within a few hundred ms.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_leasehold-cli"))
         .args(["--url", &server.url(), "--prefix", "ops:"])
-        .args(["watch", "order:pay", "--interval", "50", "--for", "1.5"])
+        .args(["watch", "order:pay", "--interval", "50", "--for", "4"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(500));
+    let mut output = std::io::BufReader::new(watch.stdout.take().unwrap());
+    let mut watched = String::new();
+    output.read_line(&mut watched).unwrap();
     // Confirmed: the lock goes, its waiter gets in, the holder learns it.
     let freed = stdout(&cli(&server, &["force-unlock", "order:pay"], "y\n"));
     assert!(freed.contains("order:pay: released"), "{freed}");
     got_rx
         .recv_timeout(Duration::from_secs(5))
         .expect("the waiter got in");
-    let watched = String::from_utf8_lossy(&watch.wait_with_output().unwrap().stdout).into_owned();
+    output.read_to_string(&mut watched).unwrap();
+    assert!(watch.wait().unwrap().success());
     done_tx.send(()).unwrap();
     w.join().unwrap().unwrap();
     println!("{watched}");
@@ -291,9 +296,11 @@ fn the_cli_names_the_cause_and_the_address() {
     // waited, and the option that changes it.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent = listener.local_addr().unwrap().to_string();
+    // It holds the connections a minute: a client that waited for an
+    // answer instead of its 300 ms socket timeout would wait that long.
     let _accepting = thread::spawn(move || {
         let held: Vec<_> = listener.incoming().take(4).collect();
-        thread::sleep(Duration::from_secs(10));
+        thread::sleep(Duration::from_secs(60));
         drop(held);
     });
     let started = std::time::Instant::now();

@@ -13,9 +13,24 @@ use std::time::{Duration, Instant};
 use leasehold::{LockClient, LockOptions, Redlock};
 use support::{free_port, RedisServer};
 
-/// The slack a deadline may be passed by: one round trip and the
-/// scheduling of a loaded 2-core machine.
-const SLACK: Duration = Duration::from_millis(100);
+/// The slack a deadline may be passed by: a round trip and the scheduling
+/// of a loaded 2-core machine, with room to spare. A wait that passed its
+/// deadline instead takes what the tests below make at least ten times as
+/// long — a socket timeout of [`LONG_TIMEOUT`], a 30 s connect timeout.
+const SLACK: Duration = Duration::from_secs(1);
+
+/// A socket timeout (or a Redlock node timeout) far beyond every wait
+/// below: a wait bounded by it rather than by its deadline would take that
+/// long.
+const LONG_TIMEOUT: Duration = Duration::from_secs(12);
+
+/// A client of `server` whose socket timeout is [`LONG_TIMEOUT`].
+fn long_timeout_client(server: &RedisServer) -> LockClient {
+    LockClient::builder(&server.url())
+        .socket_timeout(LONG_TIMEOUT)
+        .build()
+        .unwrap()
+}
 
 fn kinds() -> Vec<(&'static str, LockOptions, bool)> {
     vec![
@@ -53,11 +68,12 @@ fn bounded(
 #[test]
 fn a_bounded_wait_returns_by_its_deadline_while_redis_is_paused() {
     let server = RedisServer::start();
-    // The default socket timeout (3 s): it must not decide how long a 1 s
-    // wait takes.
-    let client = LockClient::new(&server.url()).unwrap();
+    // The socket timeout (12 s) must not decide how long a 1 s wait takes,
+    // nor the Redlock's node timeout (12 s, for a lease ten times that).
+    let client = long_timeout_client(&server);
     let redlock = Redlock::builder(&[server.url()])
-        .node_timeout(Duration::from_millis(300))
+        .watchdog_lease(LONG_TIMEOUT * 10)
+        .node_timeout(LONG_TIMEOUT)
         .build()
         .unwrap();
     // Warm: connections open, scripts loaded — the waits below send their
@@ -116,6 +132,8 @@ fn a_bounded_wait_returns_by_its_deadline_while_redis_is_paused() {
 
 #[test]
 fn a_long_wait_rides_out_a_pause_and_gets_the_lock_after_the_resume() {
+    // A wait of a minute across a 3 s pause gets the lock within a few
+    // seconds of the resume, not at the end of its wait.
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
     for (kind, opts, _) in kinds() {
@@ -136,7 +154,7 @@ fn a_long_wait_rides_out_a_pause_and_gets_the_lock_after_the_resume() {
                     &format!("ride:{kind}"),
                     opts,
                     owned,
-                    Duration::from_secs(12),
+                    Duration::from_secs(60),
                 );
                 (kind, got)
             })
@@ -148,7 +166,7 @@ fn a_long_wait_rides_out_a_pause_and_gets_the_lock_after_the_resume() {
         let (kind, (took, got)) = h.join().unwrap();
         assert!(
             matches!(got, Ok(true)),
-            "{kind}: a 12 s wait across a 3 s pause did not get the lock: {got:?} after {took:?}"
+            "{kind}: a 60 s wait across a 3 s pause did not get the lock: {got:?} after {took:?}"
         );
         assert!(took < Duration::from_secs(8), "{kind}: {took:?}");
     }
@@ -162,7 +180,11 @@ fn closed_port() -> u16 {
 #[test]
 fn with_nothing_listening_each_bounded_wait_lasts_until_its_deadline() {
     let port = closed_port();
-    let client = LockClient::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    // The outage limit (the connect timeout, 30 s) must not decide.
+    let client = LockClient::builder(&format!("redis://127.0.0.1:{port}/"))
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let wait = Duration::from_secs(2);
     for round in 0..2 {
         let started = Instant::now();
@@ -233,7 +255,7 @@ fn a_refused_connect_leaves_nothing_to_undo_and_the_next_wait_rides_it_out() {
 #[test]
 fn a_retried_bounded_wait_keeps_its_deadline_while_an_earlier_lost_reply_is_being_undone() {
     let server = RedisServer::start();
-    let client = LockClient::new(&server.url()).unwrap();
+    let client = long_timeout_client(&server);
     drop(client.lock("retry:warm").unwrap());
     server.signal("STOP");
     // The same thread and name, again and again: the first wait's attempt
@@ -261,7 +283,7 @@ fn a_retried_bounded_wait_keeps_its_deadline_while_an_earlier_lost_reply_is_bein
 #[test]
 fn a_wait_queued_behind_a_thread_of_its_own_client_keeps_its_deadline() {
     let server = RedisServer::start();
-    let client = LockClient::new(&server.url()).unwrap();
+    let client = long_timeout_client(&server);
     let held = client.lock_owned("queued").unwrap();
     let waiter = {
         let client = client.clone();
@@ -274,10 +296,14 @@ fn a_wait_queued_behind_a_thread_of_its_own_client_keeps_its_deadline() {
             )
         })
     };
-    thread::sleep(Duration::from_millis(100)); // queued in-process behind `held`
+    // Queued in-process behind `held`.
+    assert!(support::eventually(Duration::from_secs(5), || client
+        .stats()
+        .waiters_queued
+        == 1));
     server.signal("STOP");
     // The release pops the queued thread as its successor and waits for a
-    // reply that does not come (the socket timeout, 3 s).
+    // reply that does not come (the socket timeout, 12 s).
     let release = thread::spawn(move || held.unlock());
     let (took, got) = waiter.join().unwrap();
     server.signal("CONT");

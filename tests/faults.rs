@@ -139,15 +139,23 @@ fn redis_restarted_empty_while_locks_are_held_and_waiters_park() {
     let first_token = held.fence().unwrap();
     let lost = held.lost();
     let other = LockClient::new(&server.url()).unwrap();
-    let waiter = thread::spawn(move || {
-        let g = other.lock_with("job:restart", LockOptions::new().fenced());
-        g.map(|g| g.fence())
-    });
+    let waiter = {
+        let other = other.clone();
+        thread::spawn(move || {
+            let g = other.lock_with("job:restart", LockOptions::new().fenced());
+            g.map(|g| g.fence())
+        })
+    };
     assert!(eventually(Duration::from_secs(10), || client
         .stats()
         .live_leases
         == 1));
-    thread::sleep(Duration::from_millis(200)); // the waiter parks
+    // The waiter parks (its first attempt must reach the server before it
+    // goes down: a wait rides out an outage only once it waits).
+    assert!(eventually(Duration::from_secs(10), || other
+        .stats()
+        .waiters_parked
+        == 1));
 
     let probe = LockClient::builder(&server.url())
         .connect_timeout(Duration::from_millis(500))
@@ -268,11 +276,12 @@ fn a_bounded_wait_started_during_a_short_outage_rides_it_out() {
     assert!(e.is_connection(), "{e:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
     // A bounded wait rides the outage out, up to its deadline (not the
-    // 300 ms connect timeout): Redis is back after 1 s.
+    // 300 ms connect timeout): Redis is back after 1 s, and the lock comes
+    // within seconds of that, not at the end of the minute's wait.
     let c = client.clone();
     let started = Instant::now();
     let waiter = thread::spawn(move || {
-        c.try_lock_for("outage:job", Duration::from_secs(10))
+        c.try_lock_for("outage:job", Duration::from_secs(60))
             .map(|g| g.is_some())
     });
     thread::sleep(Duration::from_secs(1));

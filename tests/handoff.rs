@@ -294,8 +294,10 @@ fn an_expired_lease_of_a_kept_guard_lets_the_queue_try_redis() {
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
     let short = LockOptions::new().lease(Duration::from_millis(500));
-    let stale = client.lock_with("e", short).unwrap();
+    // From before the lease was set: the lock cannot be had again sooner
+    // than 500 ms after this, however long the reply took.
     let started = Instant::now();
+    let stale = client.lock_with("e", short).unwrap();
     let (got_tx, got_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let c = client.clone();

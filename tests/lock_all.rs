@@ -54,8 +54,10 @@ fn a_bounded_lock_all_that_cannot_get_one_name_returns_in_time_holding_none() {
         .unwrap();
     let took = started.elapsed();
     assert!(got.is_none());
+    // By its deadline (300 ms and a round trip), not after waits that start
+    // over or never end: "b" stays held for the whole test.
     assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_millis(800),
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
         "{took:?}"
     );
     // "a" was taken first (sorted) and given back: free for anyone.

@@ -73,8 +73,10 @@ fn a_timed_out_acquire_leaves_no_hold_behind_once_redis_answers() {
         let name = format!("orphan:{kind}");
         lose_an_acquire_reply(&server, &client, &name, opts);
         let resumed = Instant::now();
+        // Undone about 100 ms after the resume (the undo's next try);
+        // otherwise the hold would stay for its 30 s lease.
         assert!(
-            eventually(Duration::from_secs(3), || !con
+            eventually(Duration::from_secs(5), || !con
                 .exists::<_, bool>(&name)
                 .unwrap()),
             "{kind}: the hold of the lost reply is still there (PTTL {:?} ms)",
@@ -83,7 +85,7 @@ fn a_timed_out_acquire_leaves_no_hold_behind_once_redis_answers() {
         let took = resumed.elapsed();
         eprintln!("{kind}: the lost hold was undone {took:?} after the resume");
         assert!(
-            took < Duration::from_secs(1),
+            took < Duration::from_secs(3),
             "{kind}: undone after {took:?}"
         );
         // The waiting places of fair and write acquires are gone too.
@@ -170,8 +172,9 @@ fn the_last_release_frees_the_lock_after_a_lost_reentrant_reply() {
 /// while the holder unlocked — is sent again once Redis answers, also when
 /// the server had never run the release script (a fresh server's script
 /// cache is empty: the lost `EVALSHA` is refused `NOSCRIPT` after the
-/// resume, and the retry loads the script): the waiter gets the lock within
-/// about a second of the resume, and `unlock()` says the release is pending.
+/// resume, and the retry loads the script): the waiter gets the lock soon
+/// after the resume (within 100 ms or so; 3 s allowed), not when the lease
+/// (about 27 s left) runs out, and `unlock()` says the release is pending.
 #[test]
 fn a_release_sent_during_a_pause_is_sent_again_and_the_waiter_gets_in() {
     for cached in [false, true] {
@@ -206,7 +209,7 @@ fn a_release_sent_during_a_pause_is_sent_again_and_the_waiter_gets_in() {
         let after = got_at.saturating_duration_since(resumed);
         eprintln!("cached {cached}: the waiter got in {after:?} after the resume");
         assert!(
-            after < Duration::from_millis(1_200),
+            after < Duration::from_secs(3),
             "cached {cached}: the waiter got in {after:?} after the resume"
         );
     }

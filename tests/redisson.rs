@@ -49,7 +49,7 @@ fn mixed_contention(
     sharded: bool,
     kind: Mixed,
 ) {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     let name = format!("mix:contend:{kind:?}:{sharded}");
     let url = url_for(&name);
@@ -63,6 +63,8 @@ fn mixed_contention(
         .del(&counter)
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    // Sections so far, of each side.
+    let (ours_in, theirs_in) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let section = |con: &mut redis::Connection, counter: &str| {
         let n: i64 = con.get(counter).unwrap_or(0);
         thread::sleep(Duration::from_micros(300));
@@ -70,12 +72,13 @@ fn mixed_contention(
     };
     let mut workers = Vec::new();
     for _ in 0..2 {
-        let (c, name, url, counter, stop) = (
+        let (c, name, url, counter, stop, ours_in) = (
             client.clone(),
             name.clone(),
             url.clone(),
             counter.clone(),
             Arc::clone(&stop),
+            Arc::clone(&ours_in),
         );
         workers.push(thread::spawn(move || {
             let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -91,16 +94,18 @@ fn mixed_contention(
                 section(&mut con, &counter);
                 g.unlock().unwrap();
                 n += 1;
+                ours_in.fetch_add(1, Ordering::Relaxed);
             }
             (n, 0u64)
         }));
     }
     for thread_id in [11u64, 12] {
-        let (name, url, counter, stop) = (
+        let (name, url, counter, stop, theirs_in) = (
             name.clone(),
             url.clone(),
             counter.clone(),
             Arc::clone(&stop),
+            Arc::clone(&theirs_in),
         );
         workers.push(thread::spawn(move || {
             let mut java = Redisson::new(&url, sharded);
@@ -137,6 +142,7 @@ fn mixed_contention(
                 };
                 assert_eq!(freed, Some(true));
                 n += 1;
+                theirs_in.fetch_add(1, Ordering::Relaxed);
             }
             // A Redisson waiter that stops leaves its fair place behind;
             // drop it, as its timeout would.
@@ -151,7 +157,13 @@ fn mixed_contention(
             (0u64, n)
         }));
     }
+    // A while of contention, and on until both sides got in (within a
+    // generous bound: a side shut out stays out for its holder's 30 s
+    // lease, or for ever).
     thread::sleep(Duration::from_millis(600));
+    let both_in = support::eventually(Duration::from_secs(20), || {
+        ours_in.load(Ordering::Relaxed) > 0 && theirs_in.load(Ordering::Relaxed) > 0
+    });
     stop.store(true, Ordering::Relaxed);
     let (mut ours, mut theirs) = (0, 0);
     for w in workers {
@@ -171,7 +183,7 @@ fn mixed_contention(
         "{kind:?} sharded={sharded}: a lost update means two holders at once"
     );
     assert!(
-        ours > 0 && theirs > 0,
+        both_in && ours > 0 && theirs > 0,
         "{kind:?} sharded={sharded}: both sides got in (leasehold {ours}, Redisson {theirs})"
     );
 }
@@ -210,16 +222,18 @@ fn a_waiter_stops_hearing_the_unlock_channel_once_it_got_in() {
     );
     assert_eq!(java.unlock("mix", 1), Some(true));
     waiter.join().unwrap().unwrap().unwrap();
+    // It stops hearing the unlock channel at once, while its subscription
+    // (the grant channel) lingers for a second: the order, not a bound of
+    // 600 ms, tells the two apart.
     assert!(
-        eventually(Duration::from_millis(600), || server
-            .listeners(&channel, false)
+        eventually(Duration::from_secs(5), || server.listeners(&channel, false)
             == Some(0)),
-        "not while its subscription lingers (1 s)"
+        "the waiter still hears the unlock channel"
     );
     assert_eq!(
         support::listening_clients(&server, "mix"),
         1,
-        "the grant channel lingers for the next wait"
+        "the grant channel lingers for the next wait: the unlock channel went only with it"
     );
 }
 
@@ -272,7 +286,6 @@ fn cluster_wake_ups_cross_both_ways_with_sharded_and_with_forced_classic_pubsub(
                 "{mode:?}: SSUBSCRIBEd to the unlock channel"
             );
             assert_eq!(cluster.listeners(&channel, sharded), 1, "{mode:?}");
-            thread::sleep(Duration::from_millis(30));
             let unlocked = Instant::now();
             assert_eq!(java.unlock(&name, 1), Some(true));
             to_leasehold.push(waiter.join().unwrap() - unlocked);
@@ -300,16 +313,17 @@ fn cluster_wake_ups_cross_both_ways_with_sharded_and_with_forced_classic_pubsub(
         for kind in Mixed::ALL {
             mixed_contention(&client, &node_url_for(&cluster), sharded, kind);
         }
-        // Woken by the message, not by a retry (a parked leasehold waiter
-        // retries every second to confirm its place; Redisson's after the
-        // holder's 30 s lease).
+        // Woken by the message, not by a retry: a parked leasehold waiter
+        // retries a second after it parked (it confirms its place; it was
+        // unlocked as soon as it parked), Redisson's after the holder's
+        // 30 s lease. Half a second allowed.
         let (l, r) = (median(to_leasehold.clone()), median(to_redisson.clone()));
         assert!(
-            l < Duration::from_millis(50),
+            l < Duration::from_millis(500),
             "{mode:?}: leasehold woken {to_leasehold:?} after Redisson's unlock"
         );
         assert!(
-            r < Duration::from_millis(50),
+            r < Duration::from_millis(500),
             "{mode:?}: Redisson woken {to_redisson:?} after leasehold's unlock"
         );
     }
@@ -379,7 +393,12 @@ fn a_sharded_waiter_follows_its_slot_through_a_reshard() {
         "the waiter subscribed again on the slot's new node"
     );
     let mut java = Redisson::new(&cluster.nodes[to].url(), sharded);
-    thread::sleep(Duration::from_millis(100));
+    // Unlocked as soon as it parks again: one that did not hear the unlock
+    // would next try when it confirms its place, a second after it parked.
+    assert!(eventually(Duration::from_secs(10), || client
+        .stats()
+        .waiters_parked
+        == 1));
     let unlocked = Instant::now();
     assert_eq!(
         java.unlock(&name, 1),
@@ -388,7 +407,7 @@ fn a_sharded_waiter_follows_its_slot_through_a_reshard() {
     );
     let woken = waiter.join().unwrap() - unlocked;
     assert!(
-        woken < Duration::from_millis(200),
+        woken < Duration::from_millis(500),
         "after the reshard: woken {woken:?} after the unlock"
     );
 }
@@ -521,8 +540,8 @@ struct Side {
 /// 3 permits; two leasehold clients × 3 threads and two Redisson instances
 /// × 3 threads (played on the wire: `RedissonWaiters`, woken only by
 /// Redisson's channel and its soonest lease) contend for `run`, each
-/// section about a millisecond. Never more than 3 inside at once; no
-/// acquire of either side waits a second; every thread gets in.
+/// section about a millisecond. Never more than 3 inside at once; the
+/// sides' shares and waits are checked by [`fair_share`].
 fn mixed_semaphore(
     clients: [LockClient; 2],
     url: &str,
@@ -621,16 +640,26 @@ fn mixed_semaphore(
     (ours, theirs)
 }
 
+/// Each side gets a share of the sections (about half; 10 % is the bound,
+/// against the 0-5 Redisson sections in thousands of the issue), every
+/// thread gets in, and no acquire waits half the run (about 100 ms at
+/// most measured; shut out, a Redisson acquire waits the whole run).
 fn fair_share(label: &str, (ours, theirs): (Side, Side)) {
     println!("{label}: leasehold {ours:?}, Redisson {theirs:?}");
+    let all = ours.sections + theirs.sections;
     for (side, s) in [("leasehold", &ours), ("Redisson", &theirs)] {
         assert!(
             s.per_thread.iter().all(|&n| n > 0),
             "{label}: every {side} thread got in: {s:?}"
         );
         assert!(
-            s.longest < Duration::from_secs(1),
-            "{label}: no {side} acquire waits a second: {s:?} (the other side: {:?})",
+            s.sections * 10 >= all,
+            "{label}: {side} got {} of {all} sections: {s:?}",
+            s.sections
+        );
+        assert!(
+            s.longest < Duration::from_secs(2),
+            "{label}: a {side} acquire waited half the run: {s:?} (the other side: {:?})",
             if side == "leasehold" { &theirs } else { &ours }
         );
     }
@@ -639,7 +668,7 @@ fn fair_share(label: &str, (ours, theirs): (Side, Side)) {
 /// Redisson's semaphore waiters beside ours (issue: 0–5 Redisson sections
 /// against thousands of ours in 4 s, each Redisson thread waiting the whole
 /// run): a release leaves Redisson's waiters their share, so no acquire of
-/// either side waits a second — on one server, and in a Redis 7 cluster
+/// either side waits long — on one server, and in a Redis 7 cluster
 /// (sharded pub/sub on both sides).
 #[test]
 fn redissons_semaphore_waiters_get_their_share_beside_ours() {

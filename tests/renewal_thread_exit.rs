@@ -29,7 +29,7 @@ fn threads_exit_when_the_client_and_all_guards_are_gone() {
     let server = RedisServer::start();
     let holder = LockClient::new(&server.url()).unwrap();
     let client = LockClient::builder(&server.url())
-        .watchdog_lease(Duration::from_millis(300))
+        .watchdog_lease(Duration::from_millis(1_500))
         .build()
         .unwrap();
     let held = holder.lock("busy").unwrap();
@@ -45,7 +45,9 @@ fn threads_exit_when_the_client_and_all_guards_are_gone() {
     drop(client);
     assert!(leasehold_threads().contains(&"leasehold-sub".to_owned()));
     assert!(leasehold_threads().contains(&"leasehold-renew".to_owned()));
-    std::thread::sleep(Duration::from_millis(400)); // renewal keeps going meanwhile
+    // Renewal keeps going meanwhile: half a second past the first lease
+    // (renewed every 500 ms, a second to spare).
+    std::thread::sleep(Duration::from_millis(2_000));
     assert!(guard.is_held());
     drop(clone);
     assert!(

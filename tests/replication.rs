@@ -93,7 +93,11 @@ fn threads_of_one_client_do_not_hand_over_without_acknowledgement() {
         let client = client.clone();
         thread::spawn(move || client.lock("repl:handoff").map(drop))
     };
-    thread::sleep(Duration::from_millis(100)); // it queues in the client
+    // It queues in the client.
+    assert!(support::eventually(Duration::from_secs(5), || client
+        .stats()
+        .waiters_queued
+        == 1));
     primary.reset_stats();
     first.unlock().unwrap();
     second.join().unwrap().unwrap();

@@ -402,13 +402,21 @@ fn a_thousand_dropped_waits_leave_nothing_in_redis_and_the_next_waiter_gets_in_a
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300)); // all three waiting
+    // Released as soon as all three park: a waiter the release did not
+    // wake (or that a place left behind kept out) would get in a second
+    // or more later (its next confirmation of its place; a grant to a
+    // dead place, 3 s). Half a second allowed.
+    assert!(
+        support::eventually(Duration::from_secs(5), || third.stats().waiters_parked == 3),
+        "all three waiting: {:?}",
+        third.stats()
+    );
     let released = Instant::now();
     drop(guards);
     for (w, (name, _)) in waits.into_iter().zip(kinds.iter()) {
         let took = w.join().unwrap() - released;
         println!("{name}: the next waiter got in {took:?} after the release");
-        assert!(took < Duration::from_millis(200), "{name}: {took:?}");
+        assert!(took < Duration::from_millis(500), "{name}: {took:?}");
     }
     // Nothing at all is left but the clients' registrations (for operators).
     let locks_left = |con: &mut redis::Connection| -> Vec<String> {
@@ -651,7 +659,12 @@ fn the_futures_executors_wait_time_out_and_cancel() {
             async move { client.lock("fx:held").await.unwrap() }
         })
         .unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    // Released once it waits. Had the dropped wait stayed in line, the
+    // release would go to it first (3 s for a dead grantee).
+    assert!(support::eventually(Duration::from_secs(5), || client
+        .stats()
+        .waiters_parked
+        == 1));
     let released = Instant::now();
     futures::executor::block_on(held.unlock()).unwrap();
     let g = futures::executor::block_on(next);
@@ -697,7 +710,15 @@ fn a_clients_io_threads_end_when_it_is_dropped() {
 fn a_stopped_redis_holds_up_no_client_of_another() {
     let _serial = serial();
     let (stuck, healthy) = (RedisServer::start(), RedisServer::start());
-    let blocked = AsyncLockClient::new(&stuck.url()).unwrap();
+    // Calls on the stopped server are stuck for its socket timeout (20 s):
+    // a healthy client held up behind them would take that long, ten times
+    // the 2 s allowed.
+    let blocked = LockClient::builder(&stuck.url())
+        .watchdog_lease(Duration::from_secs(60))
+        .socket_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+        .to_async();
     let fine = AsyncLockClient::new(&healthy.url()).unwrap();
     let rt = multi_thread();
     rt.block_on(async {

@@ -62,15 +62,17 @@ mod with_tls {
         assert!(matches!(t.join().unwrap(), Ok(Ok(()))));
         assert!(released.elapsed() < Duration::from_secs(5));
 
-        // Renewal runs over TLS too.
-        let short = client(&server, Duration::from_millis(900));
+        // Renewal runs over TLS too: two renewals (a second in), then half a
+        // second past the first lease; renewed every 500 ms, a second to
+        // spare.
+        let short = client(&server, Duration::from_millis(1_500));
         let renewed = short.lock("tls:renewed").unwrap();
         assert!(eventually(Duration::from_secs(5), || short
             .stats()
             .renewals_sent
             >= 2));
         thread::sleep(Duration::from_millis(1_000));
-        assert!(renewed.is_held(), "renewed past its 900 ms lease");
+        assert!(renewed.is_held(), "renewed past its 1.5 s lease");
         let exists: bool = server.connection().exists("tls:renewed").unwrap();
         assert!(exists);
         renewed.unlock().unwrap();
@@ -143,12 +145,13 @@ mod with_tls {
             }
         }
 
-        // Renewal over TLS to every primary, past a short lease.
-        let short = build(Duration::from_millis(900), ShardedPubSub::Auto);
+        // Renewal over TLS to every primary, past a short lease (half a
+        // second past it; renewed every 500 ms, a second to spare).
+        let short = build(Duration::from_millis(1_500), ShardedPubSub::Auto);
         let held: Vec<_> = names.iter().map(|n| short.lock(n).unwrap()).collect();
         thread::sleep(Duration::from_millis(2_000));
         for (guard, name) in held.iter().zip(&names) {
-            assert!(guard.is_held(), "{name} renewed past its 900 ms lease");
+            assert!(guard.is_held(), "{name} renewed past its 1.5 s lease");
             let info = short.inspect(name).unwrap();
             assert_eq!(info.holders.len(), 1, "{name}: {info:?}");
         }

@@ -41,6 +41,23 @@ pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Polls the PTTL of `key` through `con` until it rises above the lowest
+/// value seen so far — a renewal (or another write of its lease) landed in
+/// Redis — or `within` passes; returns whether it rose. Left alone, a key's
+/// PTTL only falls, and is -2 once it expired.
+pub fn renewed_in(con: &mut redis::Connection, key: &str, within: Duration) -> bool {
+    use redis::Commands;
+    let mut lowest = i64::MAX;
+    eventually(within, || {
+        let pttl: i64 = con.pttl(key).unwrap();
+        if pttl > 0 && pttl > lowest {
+            return true;
+        }
+        lowest = lowest.min(pttl);
+        false
+    })
+}
+
 /// Application data an operator's tool must never take for a lock: two
 /// hashes and a string, written through `con`. Returns each key with what
 /// it is, as the refusal names it; [`application_data_intact`] checks it.
