@@ -158,7 +158,7 @@ impl Semaphore {
 
     /// Takes `permits` permits as `options` say: an explicit lease (not
     /// renewed: the permits go back when it ends), a bounded wait
-    /// ([`Error::WaitTimedOut`] when it runs out), a [`Cancel`] handle.
+    /// ([`Error::WaitTimedOut`] when it runs out), a [`Cancel`](crate::Cancel) handle.
     /// Fencing tokens and lock kinds are refused.
     ///
     /// # Errors
