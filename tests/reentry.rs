@@ -109,9 +109,18 @@ fn check(
     case: &str,
 ) {
     for (label, guard) in guards {
-        let keeps = redis_keeps(con, kind, guard, owner);
-        let view = guard.remaining().as_millis() as i64;
-        let held = guard.is_held();
+        // A renewal that lands between reading Redis and reading the guard
+        // lengthens the guard's view past what was read (Redis had it
+        // first): read both again then.
+        let (keeps, view, held) = loop {
+            let before = guard.valid_until();
+            let keeps = redis_keeps(con, kind, guard, owner);
+            let view = guard.remaining().as_millis() as i64;
+            let held = guard.is_held();
+            if guard.valid_until() == before {
+                break (keeps, view, held);
+            }
+        };
         assert!(
             view <= keeps + 1,
             "{case}, {when}: the {label} guard counts on {view} ms, Redis keeps {keeps} ms"

@@ -484,15 +484,17 @@ fn cancelled_waits_return_at_once_and_leave_nothing_behind() {
         let cancel = Cancel::new();
         let parked = waiter.stats().waiters_parked;
         let queued = waiter.stats().waiters_queued;
-        let waits: Vec<_> = (0..threads)
-            .map(|_| {
-                let (c, options) = (waiter.clone(), waiting.clone().cancel_on(&cancel));
-                thread::spawn(move || {
-                    let r = c.lock_with(name, options).map(drop);
-                    (r, Instant::now())
-                })
-            })
-            .collect();
+        // Each wait reports how it ended on `ended`: one that never returns
+        // fails the test instead of hanging it.
+        let (ended_tx, ended) = mpsc::channel();
+        for _ in 0..threads {
+            let (c, options) = (waiter.clone(), waiting.clone().cancel_on(&cancel));
+            let ended_tx = ended_tx.clone();
+            thread::spawn(move || {
+                let r = c.lock_with(name, options).map(drop);
+                let _ = ended_tx.send((r, Instant::now()));
+            });
+        }
         assert!(
             eventually(Duration::from_secs(5), || {
                 let s = waiter.stats();
@@ -503,8 +505,10 @@ fn cancelled_waits_return_at_once_and_leave_nothing_behind() {
         thread::sleep(Duration::from_millis(50));
         let cancelled = Instant::now();
         cancel.cancel();
-        for w in waits {
-            let (r, at) = w.join().unwrap();
+        for _ in 0..threads {
+            let (r, at) = ended
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("{name}: a wait did not return 10 s after the cancel"));
             assert!(r.as_ref().unwrap_err().is_cancelled(), "{name}: {r:?}");
             assert!(
                 at - cancelled < Duration::from_millis(500),
