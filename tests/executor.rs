@@ -14,26 +14,13 @@
 
 mod support;
 
+use support::{current_thread, multi_thread};
+
 use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, LockOptions, Redlock};
 use redis::Commands;
 use support::{eventually, RedisServer};
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn multi_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Asserts `result` is the typed refusal, naming the async face.
 fn refused<T>(what: &str, result: leasehold::Result<T>) {

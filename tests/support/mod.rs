@@ -86,3 +86,20 @@ pub fn application_data_intact(con: &mut redis::Connection) -> bool {
         && con.hget::<_, _, i64>("pages", "page:2").ok() == Some(5)
         && con.get::<_, String>("greeting").ok().as_deref() == Some("hello")
 }
+
+/// A current-thread tokio runtime with its drivers (the async tests').
+pub fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A two-worker tokio runtime with its drivers (the async tests').
+pub fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
