@@ -42,6 +42,9 @@ mod contend;
 mod floors;
 #[path = "common/measure.rs"]
 mod measure;
+#[cfg(feature = "peers")]
+#[path = "common/peer.rs"]
+mod peer;
 #[path = "common/sem.rs"]
 mod sem;
 #[path = "common/table.rs"]
@@ -187,11 +190,24 @@ fn main() {
                     c.pairs_per_s, c.handoff_p50_us, c.handoff_p99_us, c.client_cmds_per_cs, c.redis_cpu_us_per_cs
                 );
             }
+            "a1" => {
+                let a = tasks::a1(&url, secs);
+                println!(
+                    "A1 blocking {:.0}/s async {:.0}/s ratio {:.2}",
+                    a.blocking_rate, a.async_rate, a.ratio
+                );
+            }
             "async" => {
                 let a = tasks::a1(&url, secs);
                 let (w2c_lh, a2c) = (w2c(Kind::Leasehold, &url, secs), tasks::a2c(&url, secs));
                 println!("{}", table::async_lines(&a, &w2c_lh, &a2c));
                 println!("{}", table::kind_lines(&tasks::a1_kinds(&url, secs)));
+            }
+            #[cfg(feature = "peers")]
+            "r1" => {
+                for (f, rslock, lh, ratio, ..) in peer::rows(&peer::r1(&url, secs)) {
+                    println!("{f}: rslock {rslock}, leasehold {lh}, ratio {ratio}");
+                }
             }
             "sem" => println!("{}", sem::lines(&sem::measure(&url, secs))),
             "floors" => {
@@ -208,7 +224,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "BENCH_ONLY: w1, w3, w2p, w2c, w2P, async, a2c, w2c-alone, sem, floors, w5 or fair, not {other}"
+                    "BENCH_ONLY: w1, a1, r1 (feature peers), w3, w2p, w2c, w2P, async, a2c, w2c-alone, sem, floors, w5 or fair, not {other}"
                 )
             }
         }
@@ -235,6 +251,11 @@ fn main() {
         },
         |c| c.pairs_per_s,
     );
+    #[cfg(feature = "peers")]
+    let peer = {
+        eprintln!("[{mode}] R1 the async face against rslock, a thread's own runtime per call…");
+        peer::r1(&url, secs)
+    };
     eprintln!("[{mode}] W2P 8 processes x 1 thread: raw spin floor, then leasehold…");
     let (w2pp_raw, w2pp_lh) = median_round(rounds, |k| w2pp(k, &url, secs), |c| c.pairs_per_s);
     eprintln!("[{mode}] handoff floors: a token ring, a bare grant lock…");
@@ -282,6 +303,8 @@ fn main() {
         w3_lh,
         w4,
         sem,
+        #[cfg(feature = "peers")]
+        peer,
     });
     println!("\n{t}");
     if let Some(path) = env("BENCH_SUMMARY") {

@@ -35,8 +35,8 @@ fi
 echo "building the benches…"
 # With the `tokio` feature: the async rows (A1, A2c) measure a tokio user's
 # build (round trips on the runtime's reactor); the blocking rows are the
-# same code either way.
-cargo bench --no-run -p leasehold-tests --features tokio --bench workloads --bench lock --quiet 2>&1 | grep -v "^ *Executable" || true
+# same code either way. With `peers`: the R1 row beside rslock.
+cargo bench --no-run -p leasehold-tests --features tokio,peers --bench workloads --bench lock --quiet 2>&1 | grep -v "^ *Executable" || true
 
 summary=target/bench-summary.md
 cpu=$(grep -m1 "model name" /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
@@ -60,13 +60,13 @@ for mode in $modes; do
     echo
     echo "== $label =="
     part=$(mktemp)
-    BENCH_MODE="$label" BENCH_SUMMARY="$part" "${pin[@]}" cargo bench --quiet -p leasehold-tests --features tokio --bench workloads
+    BENCH_MODE="$label" BENCH_SUMMARY="$part" "${pin[@]}" cargo bench --quiet -p leasehold-tests --features tokio,peers --bench workloads
     cat "$part" >>"$summary"
     echo >>"$summary"
     rm -f "$part"
     if [ "$mode" = "${modes%% *}" ]; then
         echo "== criterion, W1 detail ($label) =="
-        "${pin[@]}" cargo bench --quiet -p leasehold-tests --features tokio --bench lock 2>&1 | grep -E "time:|thrpt:|^uncontended|^[a-z_+]+/" || true
+        "${pin[@]}" cargo bench --quiet -p leasehold-tests --features tokio,peers --bench lock 2>&1 | grep -E "time:|thrpt:|^uncontended|^[a-z_+]+/" || true
     fi
 done
 

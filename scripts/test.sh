@@ -35,7 +35,7 @@ else
 fi
 stage "cargo clippy --all-targets -- -D warnings (default features, then tls, cli and tokio)"
 cargo clippy --all-targets -- -D warnings
-cargo clippy --all-targets --features tls,cli,tokio -- -D warnings
+cargo clippy --all-targets --features tls,cli,tokio,leasehold-tests/peers -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
 stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, and beside them the server matrix"

@@ -40,6 +40,9 @@ pub struct Results {
     pub w3_lh: f64,
     pub w4: Option<W4>,
     pub sem: SemFigures,
+    /// R1, with the `peers` feature.
+    #[cfg(feature = "peers")]
+    pub peer: crate::peer::Peer,
 }
 
 fn met(ok: bool) -> &'static str {
@@ -80,6 +83,7 @@ pub fn render(r: &Results) -> String {
         w3_lh,
         w4,
         sem,
+        ..
     } = r;
     let (secs, rounds, rtt, w3_raw, w3_lh) = (*secs, *rounds, *rtt, *w3_raw, *w3_lh);
     let mut t = String::new();
@@ -314,6 +318,11 @@ pub fn render(r: &Results) -> String {
     }
     for (f, blocking, asynch, ratio) in kind_rows(a1_kinds) {
         row("A async API", &f, blocking, asynch, ratio, "", None);
+    }
+    // The async face against rslock, in rslock's shape.
+    #[cfg(feature = "peers")]
+    for (f, rslock, lh, ratio, target, ok) in crate::peer::rows(&r.peer) {
+        row("R peers", &f, rslock, lh, ratio, target, ok);
     }
     // The semaphore against the floor a user would write by hand.
     for (f, floor, lh, ratio, target, ok) in crate::sem::rows(sem) {
