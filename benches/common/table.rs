@@ -514,7 +514,7 @@ fn async_rows(
     ]
 }
 
-/// A1's shape for the other kinds (no target: what the reactor lane gives
+/// A1's shape for the other kinds (no target: what the tokio transport gives
 /// them): (figure, blocking, async, ratio).
 fn kind_rows(kinds: &[(&'static str, AsyncUncontended)]) -> Vec<(String, String, String, String)> {
     kinds

@@ -2,11 +2,11 @@
 //! keep up with, from the same run: A1 uncontended (a current-thread tokio
 //! runtime, one task, lock + unlock) against W1's blocking pairs in
 //! alternating blocks, and the same for the other kinds (no target: what
-//! the reactor lane gives them); A2c 8 tasks on one multi-thread runtime of tokio's
+//! the tokio transport gives them); A2c 8 tasks on one multi-thread runtime of tokio's
 //! default size (a worker per CPU the process may use: one pinned, two
 //! unpinned), each with its own `AsyncLockClient`, on one name — the W2c
 //! shape and critical section (shared record, 20 µs of work). Built with
-//! the `tokio` feature by scripts/bench.sh (the reactor lane).
+//! the `tokio` feature by scripts/bench.sh (the tokio transport: the `redis` crate's multiplexed connection on the task's runtime).
 
 use std::path::Path;
 use std::time::{Duration, Instant};

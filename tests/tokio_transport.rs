@@ -94,7 +94,7 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
     let mut server = RedisServer::start();
     let client = AsyncLockClient::new(&server.url()).unwrap();
 
-    // On the lane: a current-thread and a multi-thread runtime, two round
+    // On the tokio transport: a current-thread and a multi-thread runtime, two round
     // trips per pair, and no I/O thread. (Waiting tasks of one client that
     // leave a place in line do that in the background, on an I/O thread:
     // these names are not contended.)
@@ -158,10 +158,10 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
     assert_eq!(
         io_threads(),
         0,
-        "no I/O thread for tasks on the lane: {:?}",
+        "no I/O thread for tasks on the tokio transport: {:?}",
         thread_names()
     );
-    // A bounded wait on a held name, on the lane, ends by its deadline.
+    // A bounded wait on a held name, on the tokio transport, ends by its deadline.
     current.block_on(async {
         let held = client.lock("lane:busy").await.unwrap();
         let started = Instant::now();
