@@ -6,7 +6,7 @@
 //! default size (a worker per CPU the process may use: one pinned, two
 //! unpinned), each with its own `AsyncLockClient`, on one name — the W2c
 //! shape and critical section (shared record, 20 µs of work). Built with
-//! the `tokio` feature by scripts/bench.sh (the tokio transport: the `redis` crate's multiplexed connection on the task's runtime).
+//! the `tokio` feature by scripts/bench.sh (the tokio transport: the task's own connection on its runtime).
 
 use std::path::Path;
 use std::time::{Duration, Instant};

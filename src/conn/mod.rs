@@ -172,7 +172,9 @@ impl Connections {
     ) -> Self {
         #[cfg(feature = "tokio")]
         let tokio = match (&*target, &tls) {
-            (Target::Fixed(client), None) => runtime::Runtimes::new(client, socket_timeout),
+            (Target::Fixed(client), None) => {
+                runtime::Runtimes::new(client, socket_timeout, pool_size)
+            }
             _ => None,
         };
         let cluster = match &*target {

@@ -1,11 +1,16 @@
 //! The tokio transport (feature `tokio`): a task's calls to the one server
-//! sent on the tokio runtime it runs on, through the `redis` crate's
-//! multiplexed connection — whose driver is a task of that same runtime, so
-//! no other thread takes part in a round trip (a hop to an I/O thread and
-//! back is two context switches, a third of the throughput on a busy CPU).
-//! A connection belongs to the runtime that made it (its socket is
-//! registered with that runtime's reactor): one per runtime, made on the
-//! runtime's first call.
+//! sent on the tokio runtime it runs on, on a connection of that runtime's
+//! own, by the task itself — written, its reply awaited on the runtime's
+//! reactor and read, with no other task or thread taking part (a hop to a
+//! driver task is two more wake-ups and an `epoll_wait` per call: the
+//! `redis` crate's multiplexed connection measured 0.85–0.87× the blocking
+//! pair where this is 0.9×; see docs/performance.md, A1). The `redis`
+//! crate encodes the commands and parses the replies; this file only finds
+//! where one reply ends ([`reply_len`]). A connection belongs to the
+//! runtime that made it (its socket is registered with that runtime's
+//! reactor): each runtime has its own, idle ones kept for its next calls,
+//! at most the client's pool size open at once (past that its calls go
+//! through the I/O threads).
 //!
 //! A future dropped while its call is out: the call goes on in a task of
 //! the same runtime, which hands its outcome to the call's `Forsaken` hook
@@ -14,9 +19,10 @@
 //! but not driven again: nothing reads it), as no answer, by the timer
 //! thread: then the undo is sent until Redis answers it twice, as for any
 //! lost reply. Dropped while still connecting, nothing was sent, and the
-//! hook is told so. A connection found dead (its driver gone: the server
-//! closed it) is made again and the call sent once more, as a pooled one
-//! that died idle is.
+//! hook is told so. A connection that broke after sitting idle (the server
+//! closed it, restarted) takes the runtime's other idle ones with it, and
+//! the call is sent once more on a new one, as a pooled one that died idle
+//! is. Only a connection whose reply was read whole is used again.
 //!
 //! Time is the library's timer thread's: a runtime needs no time driver. It
 //! needs its I/O driver (`enable_io`, as `#[tokio::main]` gives): on a
@@ -25,6 +31,7 @@
 //! I/O threads (under `panic = "abort"` the process aborts).
 
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,12 +39,14 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisConnectionInfo, RedisResult, ServerErrorKind, Value};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
 use tokio::runtime::{Handle, Id};
 
 use super::transport::{Forsaken, MakeForsaken, Outcome};
-use crate::park::{Park, Signal, Sleep};
+use super::wire::Hello;
+use crate::park::Sleep;
 use crate::protocol::{Call, Reply};
 
 /// After a connection could not be made, the runtime's calls go through
@@ -45,22 +54,28 @@ use crate::protocol::{Call, Reply};
 /// wait for two connection attempts).
 const BACKOFF: Duration = Duration::from_secs(1);
 
-/// Connections kept, one per runtime (the oldest goes past this: a runtime
-/// that was dropped leaves its own behind).
+/// Runtimes whose idle connections are kept (the oldest goes past this: a
+/// runtime that was dropped leaves its own behind).
 const RUNTIMES: usize = 16;
 
 type Request = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send>>;
 
 /// Calls to one server on the calling task's tokio runtime.
 pub(crate) struct Runtimes {
-    client: redis::Client,
+    pool: Arc<Pool>,
     /// How long a dropped call's reply is waited for before it is undone
     /// as a lost reply (see [`Drain`]).
     socket_timeout: Duration,
+}
+
+/// Every runtime's connections to the server.
+struct Pool {
+    host: String,
+    port: u16,
+    settings: RedisConnectionInfo,
+    /// Most connections one runtime has open at once.
+    size: usize,
     state: Mutex<State>,
-    /// Told when a connection was made or given up (the runtime's other
-    /// first calls wait for it: one connection per runtime).
-    connected: Signal,
     /// Whether a runtime was ever refused (the usual case, never: no lock
     /// taken to look).
     trouble: AtomicBool,
@@ -68,37 +83,46 @@ pub(crate) struct Runtimes {
 
 #[derive(Default)]
 struct State {
-    /// Each runtime's connection (its driver runs there).
-    conns: Vec<(Id, Conn)>,
-    /// Runtimes whose connection is being made.
-    connecting: Vec<Id>,
+    /// Each runtime's idle connections, and how many it has open.
+    runtimes: Vec<(Id, Vec<Con>, Arc<AtomicUsize>)>,
     /// Runtimes without an I/O driver (nothing is sent on them).
     no_io: Vec<Id>,
     /// No connection is tried before this, after one failed.
     backoff_until: Option<Instant>,
 }
 
-/// Where a runtime's call goes: on this connection, or — no connection
-/// (none to be had now) — another way.
+/// Where a runtime's call goes: on an idle connection, a new one (counted
+/// open already), or another way.
 enum Got {
-    Con(Conn),
-    Connect,
+    Idle(Con),
+    Open(Counted),
     None,
 }
 
 impl Runtimes {
     /// For the server `client` connects to, when it is reached over plain
-    /// TCP (TLS and Unix sockets go through the I/O threads).
-    pub(crate) fn new(client: &redis::Client, socket_timeout: Duration) -> Option<Runtimes> {
-        let redis::ConnectionAddr::Tcp(..) = client.get_connection_info().addr() else {
+    /// TCP (TLS and Unix sockets go through the I/O threads), each runtime
+    /// with at most `size` connections open.
+    pub(crate) fn new(
+        client: &redis::Client,
+        socket_timeout: Duration,
+        size: u32,
+    ) -> Option<Runtimes> {
+        let info = client.get_connection_info();
+        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
         };
-        Some(Runtimes {
-            client: client.clone(),
-            socket_timeout,
+        let pool = Pool {
+            host: host.clone(),
+            port: *port,
+            settings: info.redis_settings().clone(),
+            size: usize::try_from(size).unwrap_or(usize::MAX).max(1),
             state: Mutex::new(State::default()),
-            connected: Signal::new(),
             trouble: AtomicBool::new(false),
+        };
+        Some(Runtimes {
+            pool: Arc::new(pool),
+            socket_timeout,
         })
     }
 
@@ -119,7 +143,11 @@ impl Runtimes {
         // Dropped while connecting: nothing was sent — the hook is told.
         let mut unsent = Unsent(forsaken);
         for retry in [false, true] {
-            let con = self.connection(runtime, connect).await;
+            let (con, was_idle) = match self.pool.take(runtime) {
+                Got::Idle(con) => (Some(con), true),
+                Got::Open(counted) => (self.pool.open(runtime, counted, connect).await, false),
+                Got::None => (None, false),
+            };
             let io = end.map_or(io, |end| {
                 io.min(end.saturating_duration_since(Instant::now()))
             });
@@ -127,10 +155,8 @@ impl Runtimes {
                 unsent.0 = None; // sent another way (or out of time there)
                 return Err(call);
             };
-            // Counted among the connection's calls until it ends.
-            let busy = Busy::start(&con.in_flight);
             let mut flight = Flight {
-                request: Some(request(con.con, &call)),
+                request: Some(request(Arc::clone(&self.pool), runtime, con, &call)),
                 forsaken: unsent.0.take(),
                 polled: false,
                 sent: false,
@@ -144,18 +170,16 @@ impl Runtimes {
                     // No reply in time: the caller undoes it as a lost
                     // reply, not the hook as well.
                     flight.forsaken = None;
-                    let timeout =
-                        std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in time");
+                    let timeout = io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
                     Err(timeout.into())
                 }
             };
-            if reply.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
-                self.forget(runtime);
-                // Refused at once (its driver gone), or broken on a
-                // connection that sat idle before it — the server closed
-                // it, restarted: what was sent never ran. Once more, on a
-                // new connection.
-                if (!sent || busy.was_idle) && !retry {
+            if reply.as_ref().is_err_and(|e| e.is_unrecoverable_error()) && was_idle {
+                // Broken on a connection that sat idle — the server closed
+                // it, restarted: what was sent never ran, and the others
+                // idle beside it are as dead. Once more, on a new one.
+                self.pool.forget(runtime);
+                if !retry {
                     unsent.0 = forsaken;
                     continue;
                 }
@@ -164,80 +188,71 @@ impl Runtimes {
         }
         Err(call)
     }
+}
 
-    /// `runtime`'s connection: the one it has, one made now (within
-    /// `wait`), or the one another of its calls is making (waited for).
-    /// `None` where none is to be had now: a runtime without an I/O
-    /// driver, a backoff after a failed connect.
-    async fn connection(&self, runtime: Id, wait: Duration) -> Option<Conn> {
-        let until = Instant::now() + wait;
-        let got = self
-            .connected
-            .wait(Park::Task, &self.state, Some(until), |st| {
-                if let Some((_, con)) = st.conns.iter().find(|(id, _)| *id == runtime) {
-                    return Some(Got::Con(con.clone()));
+impl Pool {
+    /// An idle connection of `runtime`, or leave to open one; `None` where
+    /// none is to be had now: a runtime without an I/O driver, a backoff
+    /// after a failed connect, as many open as the pool's size.
+    fn take(&self, runtime: Id) -> Got {
+        let mut st = self.state.lock();
+        let refused = self.trouble.load(Ordering::Relaxed)
+            && (st.no_io.contains(&runtime)
+                || st.backoff_until.is_some_and(|t| Instant::now() < t));
+        if refused {
+            return Got::None;
+        }
+        let at = match st.runtimes.iter().position(|(id, ..)| *id == runtime) {
+            Some(at) => at,
+            None => {
+                if st.runtimes.len() >= RUNTIMES {
+                    st.runtimes.remove(0);
                 }
-                if st.connecting.contains(&runtime) {
-                    return None; // another call of it connects: wait
-                }
-                let refused = self.trouble.load(Ordering::Relaxed)
-                    && (st.no_io.contains(&runtime)
-                        || st.backoff_until.is_some_and(|t| Instant::now() < t));
-                if refused {
-                    return Some(Got::None);
-                }
-                st.connecting.push(runtime);
-                Some(Got::Connect)
-            })
-            .await;
-        match got? {
-            Got::Con(con) => Some(con),
-            Got::None => None,
-            Got::Connect => {
-                // Told to the others however it ends (a dropped connect
-                // too).
-                let _told = Told(self, runtime);
-                self.open(runtime, until.saturating_duration_since(Instant::now()))
-                    .await
+                st.runtimes.push((runtime, Vec::new(), Arc::default()));
+                st.runtimes.len() - 1
             }
+        };
+        let (_, idle, open) = &mut st.runtimes[at];
+        if let Some(con) = idle.pop() {
+            return Got::Idle(con);
+        }
+        if open.load(Ordering::Relaxed) >= self.size {
+            return Got::None;
+        }
+        Got::Open(Counted::new(open))
+    }
+
+    /// `con`, whose reply was read whole, back among `runtime`'s idle
+    /// connections.
+    fn put(&self, runtime: Id, con: Con) {
+        let mut st = self.state.lock();
+        if let Some((_, idle, _)) = st.runtimes.iter_mut().find(|(id, ..)| *id == runtime) {
+            idle.push(con);
         }
     }
 
-    /// A broken connection (the server went away, the runtime's driver
-    /// stopped) is made again on the runtime's next call.
+    /// `runtime`'s idle connections go (one of them broke idle).
     fn forget(&self, runtime: Id) {
-        self.state.lock().conns.retain(|(id, _)| *id != runtime);
+        let dropped = {
+            let mut st = self.state.lock();
+            st.runtimes
+                .iter_mut()
+                .find(|(id, ..)| *id == runtime)
+                .map(|(_, idle, _)| std::mem::take(idle))
+        };
+        drop(dropped);
     }
 
     /// A new connection for `runtime`, within `wait`; `None` when none
     /// could be made (then a backoff), or the runtime has no I/O driver.
-    async fn open(&self, runtime: Id, wait: Duration) -> Option<Conn> {
-        // No timeouts of the crate's: they would need the runtime's time
-        // driver. The connect is bounded here, each reply by the caller.
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(None)
-            .set_response_timeout(None);
-        let opening = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
-        let opened = within(wait, CatchUnwind(Box::pin(opening))).await;
-        let mut st = self.state.lock();
+    async fn open(&self, runtime: Id, counted: Counted, wait: Duration) -> Option<Con> {
+        let connecting = Box::pin(Con::connect(self, counted));
+        let opened = within(wait, CatchUnwind(connecting)).await;
         match opened {
-            Some(Ok(Ok(con))) => {
-                let con = Conn {
-                    con,
-                    in_flight: Arc::default(),
-                };
-                st.conns.retain(|(id, _)| *id != runtime);
-                if st.conns.len() >= RUNTIMES {
-                    st.conns.remove(0);
-                }
-                st.conns.push((runtime, con.clone()));
-                Some(con)
-            }
+            Some(Ok(Ok(con))) => Some(con),
             Some(Err(())) => {
                 tracing::warn!("leasehold: this tokio runtime has no I/O driver (enable_io); its tasks' round trips go through leasehold's I/O threads");
-                st.no_io.push(runtime);
+                self.state.lock().no_io.push(runtime);
                 self.trouble.store(true, Ordering::Relaxed);
                 None
             }
@@ -245,7 +260,7 @@ impl Runtimes {
                 if let Some(Ok(Err(e))) = failed {
                     tracing::debug!(error = %e, "leasehold: could not connect on the task's runtime; using the I/O threads for a while");
                 }
-                st.backoff_until = Some(Instant::now() + BACKOFF);
+                self.state.lock().backoff_until = Some(Instant::now() + BACKOFF);
                 self.trouble.store(true, Ordering::Relaxed);
                 None
             }
@@ -253,15 +268,112 @@ impl Runtimes {
     }
 }
 
-/// A connect under way for a runtime: its end (or the future's drop) is
-/// told to the runtime's calls waiting for it.
-struct Told<'a>(&'a Runtimes, Id);
+/// One of a runtime's open connections, counted until it is dropped.
+struct Counted(Arc<AtomicUsize>);
 
-impl Drop for Told<'_> {
+impl Counted {
+    fn new(open: &Arc<AtomicUsize>) -> Counted {
+        open.fetch_add(1, Ordering::Relaxed);
+        Counted(Arc::clone(open))
+    }
+}
+
+impl Drop for Counted {
     fn drop(&mut self) {
-        let mut st = self.0.state.lock();
-        st.connecting.retain(|id| *id != self.1);
-        self.0.connected.notify_all();
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection of a runtime's: its socket, and what was read of it and not
+/// yet parsed.
+struct Con {
+    stream: TcpStream,
+    read: Vec<u8>,
+    _counted: Counted,
+}
+
+impl Con {
+    /// Connects to `pool`'s server and makes the handshake every connection
+    /// of ours makes (`AUTH`, `SELECT`).
+    async fn connect(pool: &Pool, counted: Counted) -> RedisResult<Con> {
+        let stream = TcpStream::connect((pool.host.as_str(), pool.port)).await?;
+        stream.set_nodelay(true)?;
+        let mut con = Con {
+            stream,
+            read: Vec::new(),
+            _counted: counted,
+        };
+        if let Some(hello) = Hello::new(&pool.settings, None, true) {
+            con.send(&hello.pipe.get_packed_pipeline()).await?;
+            for i in 0..hello.pipe.len() {
+                hello.check(i, con.recv().await?)?;
+            }
+        }
+        Ok(con)
+    }
+
+    /// Writes `bytes` whole.
+    async fn send(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            match self.stream.try_write(bytes) {
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next reply.
+    async fn recv(&mut self) -> RedisResult<Value> {
+        loop {
+            if let Some(len) = reply_len(&self.read, 0) {
+                let value = redis::parse_redis_value(&self.read[..len]);
+                self.read.drain(..len);
+                return value.map_err(|e| crate::error::not_redis(&e));
+            }
+            let mut chunk = [0; 512];
+            match self.stream.try_read(&mut chunk) {
+                Ok(0) => {
+                    let closed = "the server closed the connection";
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, closed).into());
+                }
+                Ok(n) => {
+                    self.read.extend_from_slice(&chunk[..n]);
+                    if n < chunk.len() {
+                        // Short of the room it had: the socket was read
+                        // dry — the next read awaits the reactor's word,
+                        // not a `read` that would only say "not yet".
+                        let _ = self.stream.try_io(Interest::READABLE, || {
+                            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                        });
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.readable().await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Where the reply that starts at `at` in `buf` ends, once `buf` holds all
+/// of it (RESP2, as our connections speak: a line, a bulk string's line and
+/// body, an array's line and elements).
+fn reply_len(buf: &[u8], at: usize) -> Option<usize> {
+    let line = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")? + 2;
+    let n = || {
+        std::str::from_utf8(&buf[at + 1..line - 2])
+            .ok()?
+            .parse::<i64>()
+            .ok()
+    };
+    match buf[at] {
+        b'$' => match usize::try_from(n()?) {
+            Ok(len) => Some(line + len + 2).filter(|end| *end <= buf.len()),
+            Err(_) => Some(line), // nil
+        },
+        b'*' => (0..n()?.max(0)).try_fold(line, |at, _| reply_len(buf, at)),
+        _ => Some(line),
     }
 }
 
@@ -277,55 +389,37 @@ impl Drop for Unsent<'_> {
     }
 }
 
-/// A runtime's connection, and how many calls are out on it now.
-#[derive(Clone)]
-struct Conn {
-    con: MultiplexedConnection,
-    in_flight: Arc<AtomicUsize>,
-}
-
-/// One call out on a connection: counted until it ends.
-struct Busy {
-    in_flight: Arc<AtomicUsize>,
-    /// No other call was out on it as this one began.
-    was_idle: bool,
-}
-
-impl Busy {
-    fn start(in_flight: &Arc<AtomicUsize>) -> Busy {
-        Busy {
-            in_flight: Arc::clone(in_flight),
-            was_idle: in_flight.fetch_add(1, Ordering::Relaxed) == 0,
-        }
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// `call` on `con`: its `EVALSHA`, and when the server does not know the
 /// script (restarted, `SCRIPT FLUSH`: nothing ran) `SCRIPT LOAD`, then the
-/// call once more. The request owns what it sends.
-fn request(mut con: MultiplexedConnection, call: &Call) -> Request {
-    let (cmd, source) = (call.cmd.clone(), call.source);
+/// call once more. The request owns its connection and what it sends; the
+/// connection goes back to `pool` once a reply was read whole.
+fn request(pool: Arc<Pool>, runtime: Id, mut con: Con, call: &Call) -> Request {
+    let (cmd, source) = (call.cmd.get_packed_command(), call.source);
     Box::pin(async move {
-        // An error reply comes as a value: made the error it is.
-        let sent = con.send_packed_command(&cmd).await;
-        match sent.and_then(Value::extract_error) {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(source);
-                let loaded = con.send_packed_command(&load).await;
-                loaded.and_then(Value::extract_error)?;
-                let sent = con.send_packed_command(&cmd).await;
-                sent.and_then(Value::extract_error)
-            }
-            other => other,
+        let reply = exchange(&mut con, &cmd, source).await;
+        if reply
+            .as_ref()
+            .map_or_else(|e| matches!(e.kind(), ErrorKind::Server(_)), |_| true)
+        {
+            pool.put(runtime, con);
         }
+        reply
     })
+}
+
+async fn exchange(con: &mut Con, cmd: &[u8], source: &str) -> RedisResult<Value> {
+    con.send(cmd).await?;
+    match con.recv().await?.extract_error() {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            con.send(&load.get_packed_command()).await?;
+            con.recv().await?.extract_error()?;
+            con.send(cmd).await?;
+            con.recv().await?.extract_error()
+        }
+        other => other,
+    }
 }
 
 /// A call under way. Dropped before it ended — its caller's future dropped
@@ -478,6 +572,40 @@ impl<F: Future> Future for CatchUnwind<F> {
             Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
             Ok(Poll::Pending) => Poll::Pending,
             Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reply_len;
+
+    #[test]
+    fn a_reply_ends_where_its_last_part_ends_and_not_before() {
+        let replies: [&[u8]; 9] = [
+            b":1\r\n",
+            b"$-1\r\n",
+            b"$5\r\nhe\r\no\r\n",
+            b"-NOSCRIPT No matching script\r\n",
+            b"*2\r\n$1\r\na\r\n:-2\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*2\r\n*1\r\n+OK\r\n$0\r\n\r\n",
+            b"+OK\r\n",
+        ];
+        for reply in replies {
+            for cut in 0..reply.len() {
+                assert_eq!(reply_len(&reply[..cut], 0), None, "{reply:?} cut at {cut}");
+            }
+            assert_eq!(reply_len(reply, 0), Some(reply.len()), "{reply:?}");
+            let two = [reply, b":7\r\n".as_slice()].concat();
+            assert_eq!(
+                reply_len(&two, 0),
+                Some(reply.len()),
+                "{reply:?} then another"
+            );
+            let parsed = redis::parse_redis_value(reply);
+            assert!(parsed.is_ok(), "{reply:?}: {parsed:?}");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The one round trip of the lock path ([`Connections::call`]): a script
 //! call sent where its caller waits — inline on a pooled connection for a
 //! thread (the blocking API); for a task, with the `tokio` feature on its
-//! own tokio runtime (`tokio`: the `redis` crate's multiplexed connection),
+//! own tokio runtime (`runtime`: a connection of that runtime's own),
 //! otherwise — or where that cannot go — on the I/O threads, which need no
 //! runtime. The transport is chosen here, once per call; the raw layer
 //! writes each operation once and does not know which it got.
@@ -102,8 +102,8 @@ impl Connections {
     /// explained as a pooled connection's are; the call back, unsent, where
     /// it cannot go there: not a task of a tokio runtime (or one without an
     /// I/O driver), a client of other than one server over TCP, replica
-    /// acknowledgement (a `WAIT` would hold up every call multiplexed on
-    /// the connection), no connection to be had now.
+    /// acknowledgement (the I/O threads send a script and its `WAIT`), no
+    /// connection to be had now.
     #[cfg(feature = "tokio")]
     async fn on_runtime<T>(
         &self,
