@@ -98,3 +98,117 @@ fn more_than_sixteen_live_runtimes_keep_their_connections() {
         "{made} connections made for 200 lock + unlock pairs on 20 runtimes that each had one"
     );
 }
+
+/// A proxy that passes every reply on in two writes — its first byte, then
+/// the rest a few microseconds later (a reply split into two segments on
+/// the way, as any TCP hop may) — and requests as they come.
+fn splitting_proxy(upstream: u16) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+            client.set_nodelay(true).unwrap();
+            server.set_nodelay(true).unwrap();
+            let (mut c_in, mut c_out) = (client.try_clone().unwrap(), client);
+            let (mut s_in, mut s_out) = (server.try_clone().unwrap(), server);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    if s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(std::net::Shutdown::Both);
+            });
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                let mut gap = 0u64;
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    if c_out.write_all(&buf[..1]).is_err() {
+                        break;
+                    }
+                    // 0..=40 µs, varied: the rest lands around the moment
+                    // the reader's first read is done.
+                    gap = (gap + 7) % 41;
+                    let until = std::time::Instant::now() + Duration::from_micros(gap);
+                    while std::time::Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                    if c_out.write_all(&buf[1..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    port
+}
+
+/// Replies that come in two segments, on a multi-thread runtime (whose
+/// reactor runs on another worker while a task reads): `Con::recv`, after
+/// a read shorter than its buffer, clears the socket's read readiness with
+/// a `try_io` whose closure does no read — clearing as well an event the
+/// reactor set after that read (the second segment's). The socket is
+/// edge-triggered: nothing more comes, the rest of the reply sits unread,
+/// and the call waits out its socket timeout. None may.
+#[test]
+fn replies_in_two_segments_never_wait_out_the_socket_timeout() {
+    let server = RedisServer::start();
+    let port = splitting_proxy(server.port());
+    let client = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .socket_timeout(Duration::from_millis(1_000))
+        .build()
+        .unwrap()
+        .to_async();
+    let secs: u64 = std::env::var("SPLIT_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (calls, slow, failed) = rt.block_on(async {
+        let end = std::time::Instant::now() + Duration::from_secs(secs);
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let (mut calls, mut slow, mut failed) = (0u64, 0u64, Vec::new());
+                    while std::time::Instant::now() < end {
+                        let started = std::time::Instant::now();
+                        match client.lock(&format!("split:{i}")).await {
+                            Ok(g) => {
+                                if let Err(e) = g.unlock().await {
+                                    failed.push(format!("unlock: {e}"));
+                                }
+                            }
+                            Err(e) => failed.push(format!("lock: {e}")),
+                        }
+                        calls += 2;
+                        if started.elapsed() > Duration::from_millis(500) {
+                            slow += 1;
+                        }
+                    }
+                    (calls, slow, failed)
+                })
+            })
+            .collect();
+        let (mut calls, mut slow, mut failed) = (0, 0, Vec::new());
+        for t in tasks {
+            let (c, s, f) = t.await.unwrap();
+            calls += c;
+            slow += s;
+            failed.extend(f);
+        }
+        (calls, slow, failed)
+    });
+    eprintln!("{calls} calls, {slow} pairs over 500 ms, {} failed", failed.len());
+    assert!(
+        slow == 0 && failed.is_empty(),
+        "{calls} calls: {slow} pairs took over 500 ms; failed: {failed:?}"
+    );
+}
