@@ -207,8 +207,11 @@ fn replies_in_two_segments_never_wait_out_the_socket_timeout() {
         (calls, slow, failed)
     });
     eprintln!("{calls} calls, {slow} pairs over 500 ms, {} failed", failed.len());
+    // A lost wake-up is a call that waited out its 1 s socket timeout
+    // (pairs merely slow on a busy machine are only counted).
     assert!(
-        slow == 0 && failed.is_empty(),
-        "{calls} calls: {slow} pairs took over 500 ms; failed: {failed:?}"
+        failed.is_empty(),
+        "{calls} calls ({slow} pairs over 500 ms): {} waited out the socket timeout: {failed:?}",
+        failed.len()
     );
 }
