@@ -215,3 +215,31 @@ fn replies_in_two_segments_never_wait_out_the_socket_timeout() {
         failed.len()
     );
 }
+
+/// A password and a database other than 0, on the tokio transport, on a
+/// current-thread and a multi-thread runtime, across a restart (its idle
+/// connections dead, its scripts forgotten): every lock is in database 3
+/// and no I/O thread is needed for it. (Passes: AUTH and SELECT checked.)
+#[test]
+fn auth_and_select_on_the_runtimes_connections() {
+    let mut server = RedisServer::start_with_password("pw");
+    let url = format!("{}3", server.url());
+    let client = LockClient::new(&url).unwrap().to_async();
+    let (ct, mt) = (support::current_thread(), support::multi_thread());
+    let check = |server: &RedisServer, name: &str| {
+        let mut con = server.connection();
+        let _: () = redis::cmd("SELECT").arg(3).query(&mut con).unwrap();
+        assert!(con.exists::<_, bool>(name).unwrap(), "{name} not in db 3");
+        let _: () = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
+        assert!(!con.exists::<_, bool>(name).unwrap(), "{name} in db 0");
+    };
+    for round in 0..2 {
+        for (rt, which) in [(&ct, "ct"), (&mt, "mt")] {
+            let name = format!("db3:{which}:{round}");
+            let g = rt.block_on(async { client.lock(&name).await.unwrap() });
+            check(&server, &name);
+            rt.block_on(async { g.unlock().await.unwrap() });
+        }
+        server.restart();
+    }
+}
