@@ -243,3 +243,43 @@ fn auth_and_select_on_the_runtimes_connections() {
         server.restart();
     }
 }
+
+/// A call dropped while its request went into a partition (bytes vanish,
+/// the connection stays open): its `Drain` task waits for a reply that
+/// never comes — the timer thread tells the hook after the socket timeout,
+/// but nothing ends the `Drain`, which keeps the task, the socket and its
+/// place in the runtime's count of open connections for as long as the
+/// runtime lives. With a pool of one, that runtime never again sends on a
+/// connection of its own (every call through the I/O threads), and each
+/// such drop leaks one more.
+#[test]
+fn a_drain_whose_reply_never_comes_ends() {
+    use support::proxy::{Fault, FaultProxy};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::builder(&proxy.url())
+        .pool_size(1)
+        .socket_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .watchdog_lease(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .to_async();
+    let rt = support::current_thread();
+    rt.block_on(async { client.lock("stuck:warm").await.unwrap().unlock().await.unwrap() });
+    proxy.set(Fault::Blackhole);
+    let ended = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(100), client.lock("stuck:lock"))
+            .await
+            .is_ok()
+    });
+    assert!(!ended, "the acquire ended in a partition");
+    proxy.set(Fault::Forward);
+    // Driven for ten socket timeouts after the partition healed.
+    rt.block_on(async { tokio::time::sleep(Duration::from_secs(3)).await });
+    assert_eq!(
+        rt.metrics().num_alive_tasks(),
+        0,
+        "the dropped call's task still waits, 3 s after the partition healed"
+    );
+}
