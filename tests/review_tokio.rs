@@ -69,11 +69,10 @@ fn an_acquire_dropped_before_noscript_is_read_is_not_taken_after_its_undo() {
 
 /// Twenty live runtimes (a thread-per-core server on a 20-core machine:
 /// one current-thread runtime per worker), each taking turns at a lock and
-/// unlock: each keeps its idle connection. Runtimes' entries are evicted
-/// oldest-made first, not least-recently used: past 16 runtimes every
-/// acquire of every runtime finds its runtime's entry gone and makes a new
-/// connection (connect + handshake), and its open count starts again from
-/// zero.
+/// unlock: each keeps its idle connection. Only 16 runtimes' entries are
+/// kept (`RUNTIMES`), live or not: past 16 live runtimes every acquire of
+/// every runtime finds its runtime's entry gone and makes a new connection
+/// (connect + handshake), and its open count starts again from zero.
 #[test]
 fn more_than_sixteen_live_runtimes_keep_their_connections() {
     let server = RedisServer::start();
@@ -349,4 +348,34 @@ fn reply_len_agrees_with_the_parser_on_random_resp2() {
         two.extend_from_slice(b":7\r\n");
         assert_eq!(reply_len(&two, 0), Some(reply.len()));
     }
+}
+
+/// One long-lived runtime in steady use, and now and then a runtime made
+/// for one call (the R1 bench's shape; a library that builds its own
+/// runtime): the long-lived runtime's entry is evicted oldest-*made* first,
+/// not least-recently-used — every 16 short-lived runtimes it loses its
+/// idle connection (and its open count) though it used it a moment ago.
+#[test]
+fn a_runtime_in_steady_use_keeps_its_connection_among_short_lived_ones() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap().to_async();
+    let main = support::current_thread();
+    main.block_on(async { client.lock("steady:warm").await.unwrap().unlock().await.unwrap() });
+    let before = connections_received(&mut server.connection());
+    for i in 0..100 {
+        main.block_on(async {
+            client.lock("steady:main").await.unwrap().unlock().await.unwrap();
+        });
+        // Its own connection, one (kept idle after it, in its entry).
+        support::current_thread().block_on(async {
+            let name = format!("steady:once:{i}");
+            client.lock(&name).await.unwrap().unlock().await.unwrap();
+        });
+    }
+    // The short-lived runtimes' 100, the check's own 1.
+    let main_made = connections_received(&mut server.connection()) - before - 100 - 1;
+    assert!(
+        main_made == 0,
+        "the runtime in steady use made {main_made} new connections in 100 pairs"
+    );
 }
