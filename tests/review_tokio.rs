@@ -102,6 +102,8 @@ fn more_than_sixteen_live_runtimes_keep_their_connections() {
 /// the rest a few microseconds later (a reply split into two segments on
 /// the way, as any TCP hop may) — and requests as they come.
 fn splitting_proxy(upstream: u16) -> u16 {
+    static GAP_MAX_ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let gap_max = *GAP_MAX_ENV.get_or_init(|| std::env::var("SPLIT_GAP").ok().and_then(|s| s.parse().ok()).unwrap_or(41));
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -126,13 +128,15 @@ fn splitting_proxy(upstream: u16) -> u16 {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65536];
                 let mut gap = 0u64;
+                #[allow(non_snake_case)]
+                let GAP_MAX = gap_max;
                 while let Ok(n @ 1..) = s_in.read(&mut buf) {
                     if c_out.write_all(&buf[..1]).is_err() {
                         break;
                     }
                     // 0..=40 µs, varied: the rest lands around the moment
                     // the reader's first read is done.
-                    gap = (gap + 7) % 41;
+                    gap = (gap + 7) % GAP_MAX;
                     let until = std::time::Instant::now() + Duration::from_micros(gap);
                     while std::time::Instant::now() < until {
                         std::hint::spin_loop();
@@ -164,15 +168,18 @@ fn replies_in_two_segments_never_wait_out_the_socket_timeout() {
         .build()
         .unwrap()
         .to_async();
-    let secs: u64 = std::env::var("SPLIT_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let env = |name: &str, default: u64| -> u64 {
+        std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    };
+    let secs = env("SPLIT_SECS", 20);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
+        .worker_threads(env("SPLIT_WORKERS", 4) as usize)
         .enable_all()
         .build()
         .unwrap();
     let (calls, slow, failed) = rt.block_on(async {
         let end = std::time::Instant::now() + Duration::from_secs(secs);
-        let tasks: Vec<_> = (0..8)
+        let tasks: Vec<_> = (0..env("SPLIT_TASKS", 8))
             .map(|i| {
                 let client = client.clone();
                 tokio::spawn(async move {
