@@ -75,8 +75,8 @@ else
 fi
 rm -rf "$logs"
 [ "$failed" = 0 ] || exit 1
-stage "cargo test --features tls,cli,tokio (unit, TLS, the core lock test, the operators' CLI end to end, the async face on the tokio transport, calls dropped while out on every transport, a cancel of 200 waits, blocking calls refused on an executor)"
-cargo test --features tls,cli,tokio --lib --test tls --test lock --test cli --test tasks --test tokio_transport --test lock_all --test executor --test cancel --test dropped_calls
+stage "cargo test --features tls,cli,tokio (unit, TLS, the core lock test, the operators' CLI end to end, the async face on the tokio transport, calls dropped while out on every transport, the tokio transport's connections, a cancel of 200 waits, blocking calls refused on an executor)"
+cargo test --features tls,cli,tokio --lib --test tls --test lock --test cli --test tasks --test tokio_transport --test tokio_connections --test lock_all --test executor --test cancel --test dropped_calls
 stage "the examples of the README and docs/*.md as doc tests of a crate that depends only on leasehold (tests/downstream)"
 cp Cargo.lock tests/downstream/Cargo.lock
 (cd tests/downstream && CARGO_TARGET_DIR="$PWD/../../target" cargo test --doc --quiet)

@@ -54,9 +54,10 @@ use crate::protocol::{Call, Reply};
 /// wait for two connection attempts).
 const BACKOFF: Duration = Duration::from_secs(1);
 
-/// Runtimes whose idle connections are kept (the oldest goes past this: a
-/// runtime that was dropped leaves its own behind).
-const RUNTIMES: usize = 16;
+/// Runtimes whose idle connections are kept (the one least recently used
+/// goes past this: a runtime that was dropped leaves its own behind) — a
+/// thread-per-core server's runtimes on up to this many cores.
+const RUNTIMES: usize = 64;
 
 type Request = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send>>;
 
@@ -155,9 +156,17 @@ impl Runtimes {
                 unsent.0 = None; // sent another way (or out of time there)
                 return Err(call);
             };
+            let abandoned = Abandoned::default();
             let mut flight = Flight {
-                request: Some(request(Arc::clone(&self.pool), runtime, con, &call)),
+                request: Some(request(
+                    Arc::clone(&self.pool),
+                    runtime,
+                    con,
+                    &call,
+                    Arc::clone(&abandoned),
+                )),
                 forsaken: unsent.0.take(),
+                abandoned,
                 polled: false,
                 sent: false,
                 patience: self.socket_timeout,
@@ -202,17 +211,21 @@ impl Pool {
         if refused {
             return Got::None;
         }
-        let at = match st.runtimes.iter().position(|(id, ..)| *id == runtime) {
-            Some(at) => at,
+        // The runtime's entry, moved last: the first is the least recently
+        // used.
+        let entry = match st.runtimes.iter().position(|(id, ..)| *id == runtime) {
+            Some(at) => st.runtimes.remove(at),
             None => {
                 if st.runtimes.len() >= RUNTIMES {
                     st.runtimes.remove(0);
                 }
-                st.runtimes.push((runtime, Vec::new(), Arc::default()));
-                st.runtimes.len() - 1
+                (runtime, Vec::new(), Arc::default())
             }
         };
-        let (_, idle, open) = &mut st.runtimes[at];
+        st.runtimes.push(entry);
+        let Some((_, idle, open)) = st.runtimes.last_mut() else {
+            return Got::None;
+        };
         if let Some(con) = idle.pop() {
             return Got::Idle(con);
         }
@@ -333,24 +346,31 @@ impl Con {
                 return value.map_err(|e| crate::error::not_redis(&e));
             }
             let mut chunk = [0; 512];
-            match self.stream.try_read(&mut chunk) {
-                Ok(0) => {
+            let mut got = None;
+            // A short read (the socket read dry) clears the readiness the
+            // reactor had reported before it, so the next read awaits the
+            // reactor's word rather than a `read` that would only say "not
+            // yet" — in the same `try_io` as the read: what it clears was
+            // known before the read, and an event that came after stays.
+            let read = self.stream.try_io(Interest::READABLE, || {
+                let n = self.stream.try_read(&mut chunk)?;
+                got = Some(n);
+                match n {
+                    1..512 => Err(io::ErrorKind::WouldBlock.into()),
+                    _ => Ok(()),
+                }
+            });
+            match (got, read) {
+                (Some(0), _) => {
                     let closed = "the server closed the connection";
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, closed).into());
                 }
-                Ok(n) => {
-                    self.read.extend_from_slice(&chunk[..n]);
-                    if n < chunk.len() {
-                        // Short of the room it had: the socket was read
-                        // dry — the next read awaits the reactor's word,
-                        // not a `read` that would only say "not yet".
-                        let _ = self.stream.try_io(Interest::READABLE, || {
-                            Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                        });
-                    }
+                (Some(n), _) => self.read.extend_from_slice(&chunk[..n]),
+                (None, Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stream.readable().await?
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.readable().await?,
-                Err(e) => return Err(e.into()),
+                (None, Err(e)) => return Err(e.into()),
+                (None, Ok(())) => {}
             }
         }
     }
@@ -391,12 +411,21 @@ impl Drop for Unsent<'_> {
 
 /// `call` on `con`: its `EVALSHA`, and when the server does not know the
 /// script (restarted, `SCRIPT FLUSH`: nothing ran) `SCRIPT LOAD`, then the
-/// call once more. The request owns its connection and what it sends; the
-/// connection goes back to `pool` once a reply was read whole.
-fn request(pool: Arc<Pool>, runtime: Id, mut con: Con, call: &Call) -> Request {
+/// call once more — unless its caller went away meanwhile (`abandoned`):
+/// its hook may have been told no answer came and its undo be done, which
+/// a call sent now would overtake. The request owns its connection and
+/// what it sends; the connection goes back to `pool` once a reply was read
+/// whole.
+fn request(
+    pool: Arc<Pool>,
+    runtime: Id,
+    mut con: Con,
+    call: &Call,
+    abandoned: Abandoned,
+) -> Request {
     let (cmd, source) = (call.cmd.get_packed_command(), call.source);
     Box::pin(async move {
-        let reply = exchange(&mut con, &cmd, source).await;
+        let reply = exchange(&mut con, &cmd, source, &abandoned).await;
         if reply
             .as_ref()
             .map_or_else(|e| matches!(e.kind(), ErrorKind::Server(_)), |_| true)
@@ -407,20 +436,35 @@ fn request(pool: Arc<Pool>, runtime: Id, mut con: Con, call: &Call) -> Request {
     })
 }
 
-async fn exchange(con: &mut Con, cmd: &[u8], source: &str) -> RedisResult<Value> {
+async fn exchange(
+    con: &mut Con,
+    cmd: &[u8],
+    source: &str,
+    abandoned: &Abandoned,
+) -> RedisResult<Value> {
     con.send(cmd).await?;
     match con.recv().await?.extract_error() {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            let gone = || abandoned.load(Ordering::Acquire);
+            if gone() {
+                return Err(e);
+            }
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(source);
             con.send(&load.get_packed_command()).await?;
             con.recv().await?.extract_error()?;
+            if gone() {
+                return Err(e);
+            }
             con.send(cmd).await?;
             con.recv().await?.extract_error()
         }
         other => other,
     }
 }
+
+/// Set when a call's caller went away while it was out (see [`request`]).
+type Abandoned = Arc<AtomicBool>;
 
 /// A call under way. Dropped before it ended — its caller's future dropped
 /// while it was out — it goes on in a task of the runtime ([`Drain`]),
@@ -429,9 +473,11 @@ async fn exchange(con: &mut Con, cmd: &[u8], source: &str) -> RedisResult<Value>
 struct Flight<'a> {
     request: Option<Request>,
     forsaken: Option<MakeForsaken<'a>>,
-    /// Polled once: the request was handed to the connection's driver
-    /// (which sends it whatever becomes of this future) — unless it ended
-    /// at once with a dead connection's error.
+    /// Told when this future is dropped before the request ended.
+    abandoned: Abandoned,
+    /// Polled once: the request was written (its first poll writes it
+    /// whole, or fails) — unless it ended at once with a dead connection's
+    /// error.
     polled: bool,
     /// The request may have gone out.
     sent: bool,
@@ -462,6 +508,7 @@ impl Future for Flight<'_> {
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
+        self.abandoned.store(true, Ordering::Release);
         let (Some(request), Some(make)) = (self.request.take(), self.forsaken.take()) else {
             return;
         };
@@ -483,6 +530,7 @@ impl Drop for Flight<'_> {
             request,
             hook,
             _late: late,
+            ends: Sleep::until(Instant::now() + self.patience),
         };
         match Handle::try_current() {
             Ok(handle) => {
@@ -498,25 +546,33 @@ impl Drop for Flight<'_> {
 type Hook = Arc<Mutex<Option<Forsaken>>>;
 
 /// The rest of a call whose caller went away, a task of its runtime: awaits
-/// its reply, then tells the hook; dropped first (its runtime shut down),
-/// tells it no answer came.
+/// its reply, then tells the hook; dropped first (its runtime shut down), or
+/// no reply within the socket timeout (a partition), tells it no answer
+/// came — and its connection goes.
 struct Drain {
     request: Request,
     hook: Hook,
     /// Tells the hook no answer came, should none come within the socket
     /// timeout (the runtime not driven: see [`Late`]).
     _late: Sleep,
+    /// Ends it when no reply came within the socket timeout (the runtime
+    /// driven).
+    ends: Sleep,
 }
 
 impl Future for Drain {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Poll::Ready(reply) = self.request.as_mut().poll(cx) else {
-            return Poll::Pending;
-        };
-        tell(&self.hook, Outcome::of(&reply, true));
-        Poll::Ready(())
+        if let Poll::Ready(reply) = self.request.as_mut().poll(cx) {
+            tell(&self.hook, Outcome::of(&reply, true));
+            return Poll::Ready(());
+        }
+        // Out of time: ends, telling the hook no answer came (`drop`).
+        match self.ends.register(cx.waker()) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
     }
 }
 
