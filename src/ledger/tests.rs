@@ -77,7 +77,7 @@ fn release_hands_over_to_the_first_queued_thread() {
         });
         wait_until(|| queued(&locks) == 1);
         let handover = locks.release("k", "a", 0, &a.state, false);
-        assert!(handover.last());
+        assert!(handover.removed().last);
         let next = handover.successor().expect("b is queued");
         assert_eq!(next.owner, "b");
         assert!(next.force, "first handoff in a row");
@@ -87,7 +87,7 @@ fn release_hands_over_to_the_first_queued_thread() {
     assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
     // b holds now: its release with nobody queued frees the slot.
     let handover = locks.release("k", "b", 0, &lease(Duration::from_secs(1)), false);
-    assert!(handover.last() && handover.successor().is_none());
+    assert!(handover.removed().last && handover.successor().is_none());
     handover.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
 }
@@ -105,15 +105,15 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     assert!(!t2.fresh(), "a hold of this owner is alive");
     let t2 = hold(t2, Duration::from_secs(10));
     let inner = locks.release("k", "a", 0, &t2.state, false);
-    assert!(!inner.last() && inner.successor().is_none());
+    assert!(!inner.removed().last && inner.successor().is_none());
     assert!(
-        matches!(inner.keep(), Keep::Exactly(d) if d > Duration::from_secs(25)),
+        matches!(inner.removed().keep, Keep::Exactly(d) if d > Duration::from_secs(25)),
         "the outer guard counts on 30 s: {:?}",
-        inner.keep()
+        inner.removed().keep
     );
     inner.finish(Outcome::Other);
     let outer = locks.release("k", "a", 0, &t1.state, false);
-    assert!(outer.last());
+    assert!(outer.removed().last);
     outer.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
 }
@@ -168,7 +168,7 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
     hold(t, Duration::from_secs(30));
     // The last guard's release is in flight on another thread …
     let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
-    assert!(handover.last() && handover.successor().is_none());
+    assert!(handover.removed().last && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
         let again =

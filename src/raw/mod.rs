@@ -279,28 +279,31 @@ impl Raw {
             }
             other => other?,
         };
-        match self.unreplicated(acked) {
+        match self.unreplicated(name, acked) {
             None => Ok(answer),
-            Some(acked) => {
-                let (raw, kind, key, owner, last) = (
-                    Arc::clone(self),
-                    req.kind,
-                    req.key.to_owned(),
-                    req.owner.to_owned(),
-                    req.fresh,
-                );
-                self.detach(park, move || {
-                    let _ = raw.undo_hold(kind, &key, &owner, last, raw.give_back());
-                });
-                let (wanted, timeout) = self.replicas.unwrap_or_default();
-                Err(Error::NotReplicated {
-                    name: name.to_owned(),
-                    acked,
-                    wanted,
-                    timeout,
-                })
+            Some(e) => {
+                let bound = self.give_back();
+                self.undo_detached(park, req.kind, req.key, req.owner, req.fresh, bound);
+                Err(e)
             }
         }
+    }
+
+    /// [`undo_hold`](Self::undo_hold) as background work of `park`'s
+    /// caller (see [`detach`](Self::detach)).
+    fn undo_detached(
+        self: &Arc<Self>,
+        park: Park,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        last: bool,
+        bound: Bound,
+    ) {
+        let (raw, key, owner) = (Arc::clone(self), key.to_owned(), owner.to_owned());
+        self.detach(park, move || {
+            let _ = raw.undo_hold(kind, &key, &owner, last, bound);
+        });
     }
 
     /// What a lost reply of attempt `req` sent at `sent_at` may have left.
@@ -318,11 +321,35 @@ impl Raw {
         })
     }
 
-    /// Too few replicas acknowledged a hold (`acked`, when a `WAIT` ran):
-    /// how many did.
-    fn unreplicated(&self, acked: Option<u32>) -> Option<u32> {
-        let (wanted, _) = self.replicas?;
-        acked.filter(|acked| *acked < wanted)
+    /// [`Error::NotReplicated`] of `name` when too few replicas acknowledged
+    /// a hold (`acked`, when a `WAIT` ran).
+    fn unreplicated(&self, name: &str, acked: Option<u32>) -> Option<Error> {
+        let (wanted, timeout) = self.replicas?;
+        let acked = acked.filter(|acked| *acked < wanted)?;
+        let name = name.to_owned();
+        Some(Error::NotReplicated {
+            name,
+            acked,
+            wanted,
+            timeout,
+        })
+    }
+
+    /// How long a waiter told to wait may park: until the holder's lease
+    /// ends (`hint`, if known; else a watchdog lease) — or less, to confirm
+    /// a waiting place of `kind` with `lease` when it holds one (`place`).
+    fn wait_cap(
+        &self,
+        hint: Option<Duration>,
+        kind: Kind,
+        lease: Duration,
+        place: bool,
+    ) -> Duration {
+        let cap = hint.unwrap_or(self.watchdog_lease);
+        match protocol::waiting_place(kind, lease).filter(|_| place) {
+            Some(confirm) => cap.min(confirm),
+            None => cap,
+        }
     }
 
     /// One attempt at plain lock `key` for `owner`, an owner of one
@@ -366,8 +393,9 @@ impl Raw {
     }
 
     /// Undoes `owner`'s hold of `key` (a reply that came too late, or was
-    /// lost), owner-checked, handing it to no one: all of it when `last`,
-    /// else one count. The pool wait is the socket timeout.
+    /// lost; a hold nobody keeps), owner-checked, handing it to no one: all
+    /// of it when `last`, else one count. The pool wait is the socket
+    /// timeout.
     fn undo_hold(
         &self,
         kind: Kind,

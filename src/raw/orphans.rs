@@ -95,24 +95,22 @@ impl Orphan {
         }
     }
 
-    /// A semaphore acquisition of `owner` (permits `lost.ids`, `lease`,
-    /// `place` in line) whose call's reply was lost, sent at `sent_at`.
+    /// A semaphore acquisition of `owner` (permits `ids` of semaphore
+    /// `keys`, `lease`, `place` in line) whose call's reply was lost, sent
+    /// at `sent_at`.
     pub(crate) fn lost_permits(
-        lost: LostPermits,
+        keys: &Arc<SemaphoreKeys>,
+        ids: &Arc<[u8]>,
         owner: &str,
         lease: Duration,
         place: Option<&str>,
         sent_at: Instant,
     ) -> Self {
-        let mut orphan = Orphan::lost(
-            Kind::Plain,
-            &lost.keys.counter,
-            owner,
-            lease,
-            place,
-            sent_at,
-        );
-        orphan.permits = Some(lost);
+        let mut orphan = Orphan::lost(Kind::Plain, &keys.counter, owner, lease, place, sent_at);
+        orphan.permits = Some(LostPermits {
+            keys: Arc::clone(keys),
+            ids: Arc::clone(ids),
+        });
         orphan
     }
 }

@@ -260,15 +260,15 @@ impl<'a> Waiting<'a> {
         &self.key
     }
 
-    /// Undoes what a lost reply of this owner on this key may have left
-    /// (before anything else: also before a hold handed over in-process,
-    /// which sends no attempt).
     /// Whether a lost reply of this client may have left something to undo
     /// first (see [`settle`](Self::settle)).
     pub(crate) fn unsettled(&self) -> bool {
         self.raw.orphans.any()
     }
 
+    /// Undoes what a lost reply of this owner on this key may have left
+    /// (before anything else: also before a hold handed over in-process,
+    /// which sends no attempt).
     pub(crate) async fn settle(&self) -> Result<()> {
         if !self.unsettled() {
             return Ok(());
@@ -283,19 +283,16 @@ impl<'a> Waiting<'a> {
         self.raw.io(self.park, settle).await?
     }
 
-    /// The undo of a lost call of this acquisition (`place`: the waiting
-    /// place it may have taken), for a task's wait dropped meanwhile:
-    /// right away on an I/O thread, else by the client's undo thread.
-    fn forsaken(&self, place: Option<&str>) -> Undo {
-        let orphan = Orphan::lost(
-            self.kind,
-            &self.key,
-            &self.owner,
-            self.lease,
-            place,
-            Instant::now(),
-        );
-        self.raw.forsaking(orphan)
+    /// What a hold handed over to this acquisition in-process leaves to
+    /// undo when nobody takes it up.
+    fn handed_over(&self) -> Orphan {
+        let (key, owner) = (&self.key, &self.owner);
+        Orphan::lost(self.kind, key, owner, self.lease, None, Instant::now())
+    }
+
+    /// A new place in line (or fair queue mark) for this wait.
+    fn new_place(&mut self) {
+        self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
     }
 
     /// Whether this kind waits in the client's in-process queue first (a
@@ -318,7 +315,9 @@ impl<'a> Waiting<'a> {
             self.fenced,
             deadline,
             cancel,
-            || self.forsaken(None),
+            // A task's wait dropped as a hold was handed to it: undone right
+            // away on an I/O thread, else by the client's undo thread.
+            || -> Undo { self.raw.forsaking(self.handed_over()) },
         )
     }
 
@@ -326,15 +325,7 @@ impl<'a> Waiting<'a> {
     /// gave it in Redis is undone, owner-checked, once Redis answers (and
     /// before this owner's next acquire of the key).
     pub(crate) fn abandoned(&self) {
-        let orphan = Orphan::lost(
-            self.kind,
-            &self.key,
-            &self.owner,
-            self.lease,
-            None,
-            Instant::now(),
-        );
-        self.raw.orphaned(orphan);
+        self.raw.orphaned(self.handed_over());
     }
 
     /// The channel the waiter of a kind without the in-process queue
@@ -348,7 +339,7 @@ impl<'a> Waiting<'a> {
     /// directly; a single try does not wait for a grant.
     pub(crate) fn take_place(&mut self, deadline: Option<Instant>) {
         if self.kind == Kind::Fair && deadline.is_none_or(|d| d > Instant::now()) {
-            self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+            self.new_place();
         }
     }
 
@@ -382,7 +373,7 @@ impl<'a> Waiting<'a> {
         };
         self.join = deadline.is_none_or(|d| d > Instant::now());
         if self.join && subscribed {
-            self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+            self.new_place();
         }
     }
 
@@ -463,21 +454,13 @@ impl LockKind for Waiting<'_> {
                 self.foreign = foreign;
                 if self.join && self.place.is_none() {
                     // Plain: the next attempt takes a place in line.
-                    self.place = Some(self.raw.next_place(
-                        &self.owner,
-                        self.lease,
-                        self.fence != Fence::None,
-                    ));
+                    self.new_place();
                 }
                 // A holder that died without unlocking costs at most its
                 // lease: wake when it would have expired (+1 ms for PTTL's
                 // rounding) — or earlier, to confirm a waiting place.
-                let mut cap = hint.unwrap_or(self.raw.watchdog_lease);
-                if let Some(confirm) =
-                    protocol::waiting_place(self.kind, self.lease).filter(|_| self.holds_place())
-                {
-                    cap = cap.min(confirm);
-                }
+                let place = self.holds_place();
+                let cap = self.raw.wait_cap(hint, self.kind, self.lease, place);
                 Ok(Answer::Wait(cap + Duration::from_millis(1)))
             }
             Attempt::Upgrade => Err(Error::UpgradeWouldDeadlock {
@@ -491,19 +474,7 @@ impl LockKind for Waiting<'_> {
     }
 
     async fn undo(&mut self, _minted: Option<u64>) {
-        let (raw, kind, key, owner) = (
-            Arc::clone(self.raw),
-            self.kind,
-            self.key.clone(),
-            self.owner.clone(),
-        );
-        // The undo has a bound of its own, not the wait's (which may have
-        // passed): cut by it, nothing would be sent.
-        let (fresh, bound) = (self.fresh, self.raw.give_back());
-        let undo = move || {
-            let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
-        };
-        let _ = self.raw.io(self.park, undo).await;
+        let _ = self.raw.io(self.park, self.giving_back(false)).await;
     }
 
     fn lease(&self) -> Duration {
@@ -538,7 +509,7 @@ impl LockKind for Waiting<'_> {
         if Some(place) != self.place.as_deref() {
             return None;
         }
-        let fenced = self.fence != Fence::None;
+        let fenced = self.fenced;
         let direct = self.watchdog && self.raw.replicas.is_none() && (token.is_some() || !fenced);
         Some(if direct {
             Granted::Held(token.filter(|_| fenced), protocol::grant_lease(self.lease))
@@ -562,30 +533,31 @@ impl LockKind for Waiting<'_> {
     }
 
     fn leave(&mut self) {
+        self.raw.detach(self.park, self.giving_back(true));
+    }
+}
+
+impl Waiting<'_> {
+    /// The job that gives back what this wait took at Redis: its hold (an
+    /// undo), or (`leave`) its waiting place — and the lock when it was
+    /// granted to us as we gave up (passed on). Its bound is its own, not
+    /// the wait's (which may have passed: cut by it, nothing would be sent).
+    fn giving_back(&self, leave: bool) -> impl FnOnce() + Send + 'static {
         let (raw, kind, key, owner) = (
             Arc::clone(self.raw),
             self.kind,
             self.key.clone(),
             self.owner.clone(),
         );
-        // Its own bound, not the wait's (see `undo`).
-        let (place, lease, fresh, bound) = (
-            self.place.clone(),
-            self.lease,
-            self.fresh,
-            self.raw.give_back(),
-        );
-        self.raw.detach(self.park, move || {
-            let granted = raw.leave(kind, &key, &owner, place.as_deref(), lease, bound);
-            if granted {
-                // Given to us as we gave up: pass it on.
+        let (place, lease, fresh) = (self.place.clone(), self.lease, self.fresh);
+        move || {
+            let bound = raw.give_back();
+            if !leave || raw.leave(kind, &key, &owner, place.as_deref(), lease, bound) {
                 let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
             }
-        });
+        }
     }
-}
 
-impl Waiting<'_> {
     /// This acquisition's attempt as the protocol takes it.
     fn request(&self) -> Request<'_> {
         Request {
