@@ -9,26 +9,38 @@ use super::*;
 use crate::options::Cancel;
 use crate::park::{block_on, Park};
 
-/// A thread's turn in the queue (see `Ledger::enter`).
-fn enter<'a>(
+/// A thread's turn in the queue for `owner` on "k" (see `Ledger::enter`),
+/// waiting until `deadline`, cancelled by `cancel`.
+fn enter_until<'a>(
     locks: &'a Ledger,
-    key: &str,
     owner: &str,
-    lease: Duration,
-    fenced: bool,
     deadline: Option<Instant>,
     cancel: Option<&Cancel>,
 ) -> Enter<'a> {
+    let lease = Duration::from_secs(1);
+    let no_undo = || -> Undo { Box::new(|_| {}) };
     block_on(locks.enter(
         Park::Thread,
-        key,
+        "k",
         owner,
         lease,
-        fenced,
+        false,
         deadline,
         cancel,
-        || Box::new(|_| {}),
+        no_undo,
     ))
+}
+
+fn enter<'a>(locks: &'a Ledger, owner: &str) -> Enter<'a> {
+    enter_until(locks, owner, None, None)
+}
+
+/// `owner`'s turn on "k", at once (a free slot, or a reentry: not queued).
+fn turn<'a>(locks: &'a Ledger, owner: &str) -> Turn<'a> {
+    match enter(locks, owner) {
+        Enter::Turn(turn) => turn,
+        _ => panic!("{owner}'s turn is not at once"),
+    }
 }
 
 fn lease(valid_for: Duration) -> Arc<LeaseState> {
@@ -51,6 +63,16 @@ fn count(locks: &Ledger, key: &str, field: &str) -> u32 {
     locks.holds(key, field).0
 }
 
+/// Nobody is queued on "k".
+fn queue_is_empty(locks: &Ledger) -> bool {
+    locks.keys.lock()["k"]
+        .line
+        .as_ref()
+        .unwrap()
+        .queue
+        .is_empty()
+}
+
 fn wait_until(mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(5);
     while !cond() {
@@ -62,19 +84,11 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 #[test]
 fn release_hands_over_to_the_first_queued_thread() {
     let locks = Ledger::default();
-    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!("a free slot is ours at once");
-    };
+    let turn = turn(&locks, "a");
     assert!(turn.fresh());
     let a = hold(turn, Duration::from_secs(30));
     std::thread::scope(|s| {
-        let b = s.spawn(|| {
-            matches!(
-                enter(&locks, "k", "b", Duration::from_secs(1), false, None, None),
-                Enter::Granted(..)
-            )
-        });
+        let b = s.spawn(|| matches!(enter(&locks, "b"), Enter::Granted(..)));
         wait_until(|| queued(&locks) == 1);
         let handover = locks.release("k", "a", 0, &a.state, false);
         assert!(handover.removed().last);
@@ -95,13 +109,9 @@ fn release_hands_over_to_the_first_queued_thread() {
 #[test]
 fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let locks = Ledger::default();
-    let Enter::Turn(t1) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
+    let t1 = turn(&locks, "a");
     let t1 = hold(t1, Duration::from_secs(30));
-    let Enter::Turn(t2) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!("reentry is not queued")
-    };
+    let t2 = turn(&locks, "a");
     assert!(!t2.fresh(), "a hold of this owner is alive");
     let t2 = hold(t2, Duration::from_secs(10));
     let inner = locks.release("k", "a", 0, &t2.state, false);
@@ -121,28 +131,20 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
 #[test]
 fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
     let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
+    let t = turn(&locks, "a");
     hold(t, Duration::from_millis(50));
     // a re-enters (its attempt is in flight) …
-    let Enter::Turn(reentry) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!()
-    };
+    let reentry = turn(&locks, "a");
     std::thread::scope(|s| {
         // … while b, first in the queue, sees a's lease run out.
-        let b =
-            s.spawn(
-                || match enter(&locks, "k", "b", Duration::from_secs(1), false, None, None) {
-                    Enter::Turn(turn) => {
-                        assert!(turn.fresh());
-                        std::mem::forget(turn); // b keeps its turn for the checks below
-                        true
-                    }
-                    _ => false,
-                },
-            );
+        let b = s.spawn(|| match enter(&locks, "b") {
+            Enter::Turn(turn) => {
+                assert!(turn.fresh());
+                std::mem::forget(turn); // b keeps its turn for the checks below
+                true
+            }
+            _ => false,
+        });
         assert!(b.join().unwrap(), "b took over after a's lease ran out");
     });
     drop(reentry); // a's attempt ends (failed) after the takeover
@@ -161,27 +163,20 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
 
 #[test]
 fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     // The last guard's release is in flight on another thread …
     let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
     assert!(handover.removed().last && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
-        let again =
-            s.spawn(
-                || match enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) {
-                    Enter::Turn(turn) => {
-                        let fresh = turn.fresh();
-                        drop(turn);
-                        Some(fresh)
-                    }
-                    _ => None,
-                },
-            );
+        let again = s.spawn(|| match enter(&locks, "a") {
+            Enter::Turn(turn) => {
+                let fresh = turn.fresh();
+                drop(turn);
+                Some(fresh)
+            }
+            _ => None,
+        });
         wait_until(|| queued(&locks) == 1);
         handover.finish(Outcome::Other);
         assert_eq!(
@@ -194,41 +189,16 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
 
 #[test]
 fn a_queued_thread_leaves_at_its_deadline() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     let deadline = Instant::now() + Duration::from_millis(50);
     assert!(matches!(
-        enter(
-            &locks,
-            "k",
-            "b",
-            Duration::from_secs(1),
-            false,
-            Some(deadline),
-            None
-        ),
+        enter_until(&locks, "b", Some(deadline), None),
         Enter::TimedOut
     ));
     assert!(Instant::now() >= deadline);
-    assert!(locks.keys.lock()["k"]
-        .line
-        .as_ref()
-        .unwrap()
-        .queue
-        .is_empty());
+    assert!(queue_is_empty(&locks));
     assert!(matches!(
-        enter(
-            &locks,
-            "k",
-            "c",
-            Duration::from_secs(1),
-            false,
-            Some(Instant::now()),
-            None
-        ),
+        enter_until(&locks, "c", Some(Instant::now()), None),
         Enter::TimedOut
     ));
 }
@@ -237,23 +207,11 @@ fn a_queued_thread_leaves_at_its_deadline() {
 /// slices of the cancel, with no deadline of its own.
 #[test]
 fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     let cancel = Cancel::new();
     std::thread::scope(|s| {
         let b = s.spawn(|| {
-            let entered = enter(
-                &locks,
-                "k",
-                "b",
-                Duration::from_secs(1),
-                false,
-                None,
-                Some(&cancel),
-            );
+            let entered = enter_until(&locks, "b", None, Some(&cancel));
             (matches!(entered, Enter::TimedOut), Instant::now())
         });
         wait_until(|| queued(&locks) == 1);
@@ -268,29 +226,17 @@ fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
             at - cancelled
         );
     });
-    assert!(locks.keys.lock()["k"]
-        .line
-        .as_ref()
-        .unwrap()
-        .queue
-        .is_empty());
+    assert!(queue_is_empty(&locks));
 }
 
 #[test]
 fn a_public_release_for_others_promotes_with_a_yield() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     std::thread::scope(|s| {
-        let b =
-            s.spawn(
-                || match enter(&locks, "k", "b", Duration::from_secs(1), false, None, None) {
-                    Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
-                    _ => None,
-                },
-            );
+        let b = s.spawn(|| match enter(&locks, "b") {
+            Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
+            _ => None,
+        });
         wait_until(|| queued(&locks) == 1);
         let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
         assert!(handover.successor().is_some());
@@ -461,11 +407,7 @@ fn queued_task<'a>(
 /// A ledger where "a" holds "k" (its turn taken, a 30 s lease).
 fn held_by_a() -> Ledger {
     let locks = Ledger::default();
-    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!("a free slot is ours at once")
-    };
-    hold(turn, Duration::from_secs(30));
+    hold(turn(&locks, "a"), Duration::from_secs(30));
     locks
 }
 
@@ -515,10 +457,7 @@ fn a_waiter_promoted_as_it_is_cancelled_sees_the_promotion() {
     use std::task::{Context, Poll, Waker};
 
     let locks = Arc::new(Ledger::default());
-    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!("a free slot is ours at once");
-    };
+    let turn = turn(&locks, "a");
     let a = hold(turn, Duration::from_secs(30));
     let cancel = Cancel::new();
     let (told, hear) = std::sync::mpsc::channel();
