@@ -53,9 +53,24 @@ fn queued(locks: &Ledger) -> u64 {
 
 /// An explicit lease of `valid_for`, taken now: the hold as a turn records it.
 fn hold(turn: Turn<'_>, valid_for: Duration) -> Added {
-    turn.acquired(false, Instant::now() + valid_for, None, &mut || {
-        lease(valid_for)
+    turn.acquired(NewHold {
+        renewed: false,
+        until: Instant::now() + valid_for,
+        minted: None,
+        new_state: &mut || lease(valid_for),
     })
+}
+
+/// One more hold of "o" on "k" (see `Entry::add`), on a new lease of
+/// `valid_for`.
+fn add(ledger: &Ledger, renewed: bool, valid_for: Duration, minted: Option<u64>) -> Added {
+    let new = NewHold {
+        renewed,
+        until: Instant::now() + valid_for,
+        minted,
+        new_state: &mut || lease(valid_for),
+    };
+    ledger.add("k", "o", new)
 }
 
 /// The guards the ledger counts for `field` on `key`.
@@ -254,10 +269,9 @@ fn a_public_release_for_others_promotes_with_a_yield() {
 fn holds_are_counted_per_field_with_their_token() {
     let ledger = Ledger::default();
     let d = Duration::from_secs(30);
-    let until = Instant::now() + d;
-    let a = ledger.add("k", "o", false, until, Some(7), &mut || lease(d));
+    let a = add(&ledger, false, d, Some(7));
     assert_eq!(a.fence, Some(7), "a first fenced hold keeps its token");
-    let b = ledger.add("k", "o", false, until, None, &mut || lease(d));
+    let b = add(&ledger, false, d, None);
     assert_eq!(b.fence, Some(7), "a reentrant hold returns the outer token");
     assert_eq!(ledger.holds("k", "o"), (2, Some(7)));
     assert_eq!(count(&ledger, "k", "o:write"), 0, "fields count apart");
@@ -277,19 +291,28 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
     let d = Duration::from_secs(30);
     let until = Instant::now() + d;
     let made = std::cell::Cell::new(0);
-    let mut new = || {
-        made.set(made.get() + 1);
-        lease(d)
+    let add_renewed = || {
+        let new_state = &mut || {
+            made.set(made.get() + 1);
+            lease(d)
+        };
+        let (renewed, minted) = (true, None);
+        let new = NewHold {
+            renewed,
+            until,
+            minted,
+            new_state,
+        };
+        ledger.add("k", "o", new)
     };
-    let a = ledger.add("k", "o", true, until, None, &mut new);
-    let b = ledger.add("k", "o", true, until, None, &mut new);
+    let (a, b) = (add_renewed(), add_renewed());
     assert!(
         Arc::ptr_eq(&a.state, &b.state),
         "one lease, one registration"
     );
     assert_eq!(made.get(), 1);
     // An explicit lease of the same owner has a lease of its own.
-    let e = ledger.add("k", "o", false, until, None, &mut || lease(d));
+    let e = add(&ledger, false, d, None);
     assert!(!Arc::ptr_eq(&a.state, &e.state));
     let gone =
         |added: &Added, renewed| ledger.remove("k", "o", added.generation, &added.state, renewed);
@@ -315,16 +338,15 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
 #[test]
 fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on() {
     let ledger = Ledger::default();
-    let at = |d| Instant::now() + d;
     let (short, long) = (Duration::from_secs(2), Duration::from_secs(10));
     let kept = |removed: Removed| match removed.keep {
         Keep::Exactly(d) => ("exactly", d.as_secs_f64().round() as u64),
         Keep::AtLeast(d) => ("at least", d.as_secs_f64().round() as u64),
     };
     // Explicit leases only: exactly the longest left, whichever goes.
-    let a = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
-    let b = ledger.add("k", "o", false, at(short), None, &mut || lease(short));
-    let c = ledger.add("k", "o", false, at(short), None, &mut || lease(short));
+    let a = add(&ledger, false, long, None);
+    let b = add(&ledger, false, short, None);
+    let c = add(&ledger, false, short, None);
     let removed = ledger.remove("k", "o", a.generation, &a.state, false);
     assert_eq!(kept(removed), ("exactly", 2), "the 10 s lease went");
     let removed = ledger.remove("k", "o", b.generation, &b.state, false);
@@ -332,15 +354,15 @@ fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on(
     assert!(ledger.remove("k", "o", c.generation, &c.state, false).last);
     // A watchdog lease remains: never shortened (its renewal may be in
     // flight), at least the longest left.
-    let w = ledger.add("k", "o", true, at(short), None, &mut || lease(short));
-    let x = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
-    let y = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let w = add(&ledger, true, short, None);
+    let x = add(&ledger, false, long, None);
+    let y = add(&ledger, false, long, None);
     let removed = ledger.remove("k", "o", x.generation, &x.state, false);
     assert_eq!(kept(removed), ("at least", 10), "y counts on 10 s");
     let removed = ledger.remove("k", "o", y.generation, &y.state, false);
     assert_eq!(kept(removed), ("at least", 2), "the watchdog's 2 s");
     // The watchdog guard goes first: the explicit one left counts.
-    let z = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let z = add(&ledger, false, long, None);
     let removed = ledger.remove("k", "o", w.generation, &w.state, true);
     assert!(removed.stop_renewal);
     assert_eq!(kept(removed), ("exactly", 10));
@@ -352,12 +374,11 @@ fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on(
 fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothing() {
     let ledger = Ledger::default();
     let d = Duration::from_secs(30);
-    let until = Instant::now() + d;
-    let old = ledger.add("k", "o", true, until, Some(1), &mut || lease(d));
-    let older = ledger.add("k", "o", true, until, None, &mut || lease(d));
+    let old = add(&ledger, true, d, Some(1));
+    let older = add(&ledger, true, d, None);
     old.state
         .mark_lost(crate::renewal::LeaseLost::NotOurs, &AtomicU64::new(0));
-    let new = ledger.add("k", "o", true, until, Some(2), &mut || lease(d));
+    let new = add(&ledger, true, d, Some(2));
     assert!(!Arc::ptr_eq(&old.state, &new.state), "a new lease");
     assert_eq!(ledger.holds("k", "o"), (1, Some(2)), "the first hold again");
     assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));

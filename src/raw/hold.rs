@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::{Orphan, Raw, Undoing};
 use crate::conn::{Bound, MakeForsaken};
 use crate::error::{Error, Result};
-use crate::ledger::{Handover, Outcome, Removed};
+use crate::ledger::{Handover, NewHold, Outcome, Removed};
 use crate::options::Kind;
 use crate::park::Park;
 use crate::protocol::{self, Release, Released, Reply, Scripts};
@@ -122,11 +122,14 @@ impl Raw {
         watchdog: bool,
         sent_at: Instant,
     ) -> Hold {
-        let added = self
-            .ledger
-            .add(key, owner, watchdog, sent_at + lease, None, &mut || {
-                self.new_state(key, owner, lease, watchdog, sent_at, lease, None)
-            });
+        let new_state = &mut || self.new_state(key, owner, lease, watchdog, sent_at, lease, None);
+        let new = NewHold {
+            renewed: watchdog,
+            until: sent_at + lease,
+            minted: None,
+            new_state,
+        };
+        let added = self.ledger.add(key, owner, new);
         Hold {
             name: name.to_owned(),
             key: key.to_owned(),

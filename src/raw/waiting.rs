@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::{Hold, Orphan, Raw};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
-use crate::ledger::{Enter, Turn, Undo};
+use crate::ledger::{Enter, NewHold, Turn, Undo};
 use crate::names::timeout_prefix;
 use crate::options::{check_lease, check_name, Cancel, Kind};
 use crate::park::Park;
@@ -402,17 +402,16 @@ impl<'a> Waiting<'a> {
                 timeouts.as_deref(),
             )
         };
-        let until = sent_at + set;
+        let new = NewHold {
+            renewed: watchdog,
+            until: sent_at + set,
+            minted,
+            new_state: &mut new_state,
+        };
         let added = match taken {
-            Taken::Attempt(_) => {
-                raw.ledger
-                    .add(key, &field, watchdog, until, minted, &mut new_state)
-            }
-            Taken::Turn(turn, _) => turn.acquired(watchdog, until, minted, &mut new_state),
-            Taken::HandedOver(..) => {
-                raw.ledger
-                    .take_up(key, owner, watchdog, until, &mut new_state)
-            }
+            Taken::Attempt(_) => raw.ledger.add(key, &field, new),
+            Taken::Turn(turn, _) => turn.acquired(new),
+            Taken::HandedOver(..) => raw.ledger.take_up(key, owner, new),
         };
         if let Some(replaced) = &added.replaced {
             raw.renewer.cancel(replaced, true);
