@@ -301,21 +301,17 @@ impl Ledger {
         let mut added = None;
         {
             let mut keys = self.keys.lock();
-            let Some(entry) = keys.get_mut(key) else {
+            let slot = keys.get_mut(key).and_then(|e| e.line.as_mut());
+            let Some(slot) = slot.filter(|slot| slot.epoch == epoch) else {
+                // Gone, or taken over while we tried: someone else's now.
                 return acquired.map(NewHold::uncounted);
             };
-            let Some(slot) = entry.line.as_mut() else {
-                return acquired.map(NewHold::uncounted);
-            };
-            if slot.epoch != epoch {
-                // Taken over while we tried: the slot is someone else's now.
-                return acquired.map(NewHold::uncounted);
-            }
             slot.end(Phase::Attempting);
             if slot.sub.is_none() {
                 slot.sub = dropped.take();
             }
             let active = slot.active.clone();
+            let entry = keys.get_mut(key)?; // there: its slot is
             let holding = acquired.is_some();
             if let Some(a) = acquired {
                 added = Some(entry.add(&active, a));

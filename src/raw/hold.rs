@@ -59,13 +59,11 @@ fn not_held(hold: &Hold) -> Error {
 /// The undo of `hold`'s release whose answer was lost: its owner-checked
 /// release, sent until Redis answers or its lease would have ended.
 fn release_orphan(hold: &Hold) -> Orphan {
+    let (key, owner, now) = (&hold.key, hold.owner(), Instant::now());
+    let lost = Orphan::lost(hold.kind, key, owner, Duration::ZERO, None, now);
     Orphan {
-        kind: hold.kind,
-        key: hold.key.clone(),
-        owner: hold.owner().to_owned(),
-        place: None,
         until: hold.state.valid_until(),
-        permits: None,
+        ..lost
     }
 }
 

@@ -357,14 +357,8 @@ mod tests {
     use std::cell::Cell;
 
     fn orphan(key: &str, owner: &str, until: Instant) -> Orphan {
-        Orphan {
-            kind: Kind::Plain,
-            key: key.into(),
-            owner: owner.into(),
-            place: None,
-            until,
-            permits: None,
-        }
+        let lost = Orphan::lost(Kind::Plain, key, owner, Duration::ZERO, None, until);
+        Orphan { until, ..lost }
     }
 
     #[test]

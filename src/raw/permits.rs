@@ -73,12 +73,12 @@ fn permits_orphan(hold: &PermitHold, sent_at: Instant) -> Orphan {
     // Its name among lost calls: its first permit id (unique).
     let owner = crate::names::hex(&hold.ids[..hold.ids.len().min(16)]);
     let (keys, ids) = (&hold.keys, &hold.ids);
-    let mut orphan = Orphan::lost_permits(keys, ids, &owner, Duration::ZERO, None, sent_at);
-    orphan.until = hold
+    let lost = Orphan::lost_permits(keys, ids, &owner, Duration::ZERO, None, sent_at);
+    let until = hold
         .state
         .valid_until()
         .max(sent_at + Duration::from_secs(1));
-    orphan
+    Orphan { until, ..lost }
 }
 
 /// The mark in bytes 8 and 9 of a leasehold permit id (see [`permit_id`]).
