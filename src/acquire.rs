@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnerKind};
-use crate::ledger::{Enter, Turn, YieldTo, YIELD_WAIT};
+use crate::ledger::{Enter, Turn, YIELD_WAIT};
 use crate::notify::Subscription;
 use crate::options::Kind;
 use crate::options::{deadline_min, Cancel};
@@ -186,7 +186,8 @@ async fn in_turn<'a>(
 }
 
 /// Our release woke other clients: let them take it first, and try after
-/// the next unlock message (theirs) or a short bound. Without a subscription
+/// the next unlock message (theirs: after the first `messages`) or a short
+/// bound. Without a subscription
 /// yet, subscribe now: our own message came before it, so any message from
 /// here on is someone else's release. Others are other libraries' waiters:
 /// their release only publishes on the unlock channel, so hear it.
@@ -194,14 +195,14 @@ async fn yield_first(
     waiting: &Waiting<'_>,
     env: &Live<'_>,
     sub: &mut Option<Subscription>,
-    yield_to: YieldTo,
+    messages: u64,
     deadline: Option<Instant>,
 ) {
     let until = deadline_min(deadline, Instant::now() + YIELD_WAIT);
     let seen = match sub.as_ref() {
         Some(s) => {
             s.listen_unlock(env.park, true, until).await;
-            yield_to.messages
+            messages
         }
         None => {
             let s = env

@@ -50,16 +50,10 @@ pub(crate) trait Env {
     async fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
     /// [`Wake::Claim`]: takes the grants received so far that name `claim`
     /// (others are left for their waiters).
-    fn take_claims(&self, sub: &Self::Sub, claim: &str) -> Vec<Vec<u8>> {
-        let _ = claim;
-        self.take_grants(sub)
-    }
+    fn take_claims(&self, sub: &Self::Sub, claim: &str) -> Vec<Vec<u8>>;
     /// [`Wake::Claim`]: parks until a grant naming `claim` or a wake-up, or
     /// `until`.
-    async fn park_claim(&self, sub: &Self::Sub, claim: &str, until: Instant) {
-        let _ = claim;
-        self.park(sub, Wake::One, 0, until).await;
-    }
+    async fn park_claim(&self, sub: &Self::Sub, claim: &str, until: Instant);
     /// Whether Redis confirmed the subscription (the subscriber is
     /// connected): only then does an unlock message reach the waiter.
     fn listening(&self, sub: &Self::Sub) -> bool;

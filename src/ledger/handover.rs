@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::slot::{slot_of, Phase, WaitState, Waiter, YieldTo};
+use super::slot::{slot_of, Phase, WaitState, Waiter};
 use super::{Held, Ledger, Removed};
 use crate::protocol::{Keep, Successor};
 use crate::renewal::LeaseState;
@@ -205,10 +205,9 @@ impl Handover<'_> {
                     slot.phase = Phase::Attempting;
                     epoch = slot.epoch;
                 }
-                let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(YieldTo {
-                    // Our own subscription receives our own unlock message.
-                    messages: self.messages_before + u64::from(self.own_subscriptions),
-                });
+                // Our own subscription receives our own unlock message.
+                let messages = self.messages_before + u64::from(self.own_subscriptions);
+                let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(messages);
                 if !next.set(WaitState::Promoted(epoch, yield_to)) {
                     // It gave up meanwhile: the next one tries instead.
                     if let Some((slot, _)) = slot_of(&mut keys, self.key) {

@@ -33,7 +33,6 @@ use crate::renewal::LeaseState;
 
 pub(crate) use handover::{Handover, Outcome, YIELD_WAIT};
 pub(crate) use queue::{Enter, Turn, Undo};
-pub(crate) use slot::YieldTo;
 
 /// The holds of one client, by lock key.
 #[derive(Default)]

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::slot::{holder_expired, slot_of, Phase, Slot, WaitState, Waiter, YieldTo};
+use super::slot::{holder_expired, slot_of, Phase, Slot, WaitState, Waiter};
 use super::{entry_of, Added, Entry, Ledger, NewHold};
 use crate::notify::Subscription;
 use crate::options::Cancel;
@@ -416,8 +416,9 @@ pub(crate) struct Turn<'a> {
     sub: Option<Subscription>,
     /// The slot may keep a subscription we have not taken yet.
     slot_sub: bool,
-    /// Let other clients take the lock first (see [`YIELD_WAIT`]).
-    pub(crate) yield_to: Option<YieldTo>,
+    /// Let other clients take the lock first (see [`YIELD_WAIT`]): the
+    /// unlock messages to wait past (see [`WaitState::Promoted`]).
+    pub(crate) yield_to: Option<u64>,
     /// The token of this owner's live holds, for a reentrant fenced hold.
     fence: Option<u64>,
     done: bool,

@@ -249,7 +249,7 @@ fn a_public_release_for_others_promotes_with_a_yield() {
     let locks = held_by_a();
     std::thread::scope(|s| {
         let b = s.spawn(|| match enter(&locks, "b") {
-            Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
+            Enter::Turn(turn) => turn.yield_to,
             _ => None,
         });
         wait_until(|| queued(&locks) == 1);
