@@ -53,6 +53,7 @@ struct Entry {
 }
 
 /// The holds of one owner field on one key.
+#[derive(Default)]
 struct Held {
     field: String,
     /// The guards of this field alive here (of its current generation).
@@ -129,13 +130,7 @@ impl Held {
     fn new(field: &str) -> Self {
         Held {
             field: field.to_owned(),
-            count: 0,
-            generation: 0,
-            fence: None,
-            shared: None,
-            renewing: 0,
-            explicit: Vec::new(),
-            latest: None,
+            ..Held::default()
         }
     }
 

@@ -32,7 +32,6 @@ use parking_lot::Mutex;
 use super::Raw;
 use crate::conn::{Bound, Forsaken, Outcome};
 use crate::error::{Error, Result};
-use crate::ledger::Undo;
 use crate::names::SemaphoreKeys;
 use crate::options::Kind;
 use crate::park::Park;
@@ -307,13 +306,6 @@ impl Raw {
                 raw.orphaned(orphan);
             }
         });
-    }
-
-    /// [`forsake`](Self::forsake) as the in-process queue's hook, told later
-    /// whether the hand-over may still be on its way.
-    pub(crate) fn forsaking(self: &Arc<Self>, orphan: Orphan) -> Undo {
-        let raw = Arc::clone(self);
-        Box::new(move |in_flight| raw.forsake(orphan, in_flight))
     }
 
     /// What a call leaves to undo when its caller's future is dropped while

@@ -388,12 +388,8 @@ impl PermitWaiting<'_> {
 
     /// The job that leaves `place` and gives back our permits (by id).
     fn leaving(&self, place: Option<String>) -> impl FnOnce() + Send + 'static {
-        let (raw, keys, ids) = (
-            Arc::clone(self.raw),
-            Arc::clone(&self.keys),
-            Arc::clone(&self.ids),
-        );
-        let (owner, lease) = (self.owner.clone(), self.lease);
+        let (raw, owner, lease) = (Arc::clone(self.raw), self.owner.clone(), self.lease);
+        let (keys, ids) = (Arc::clone(&self.keys), Arc::clone(&self.ids));
         move || raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease)
     }
 

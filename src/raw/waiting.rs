@@ -273,12 +273,8 @@ impl<'a> Waiting<'a> {
         if !self.unsettled() {
             return Ok(());
         }
-        let (raw, key, owner, bound) = (
-            Arc::clone(self.raw),
-            self.key.clone(),
-            self.owner.clone(),
-            self.bound,
-        );
+        let (raw, bound) = (Arc::clone(self.raw), self.bound);
+        let (key, owner) = (self.key.clone(), self.owner.clone());
         let settle = move || raw.settle(&key, &owner, bound);
         self.raw.io(self.park, settle).await?
     }
@@ -316,8 +312,12 @@ impl<'a> Waiting<'a> {
             deadline,
             cancel,
             // A task's wait dropped as a hold was handed to it: undone right
-            // away on an I/O thread, else by the client's undo thread.
-            || -> Undo { self.raw.forsaking(self.handed_over()) },
+            // away on an I/O thread, else by the client's undo thread (told
+            // later whether the hand-over may still be on its way).
+            || -> Undo {
+                let (raw, orphan) = (Arc::clone(self.raw), self.handed_over());
+                Box::new(move |in_flight| raw.forsake(orphan, in_flight))
+            },
         )
     }
 
@@ -391,17 +391,8 @@ impl<'a> Waiting<'a> {
         let (key, owner, lease, watchdog) = (&self.key, &self.owner, self.lease, self.watchdog);
         let field = protocol::hold_field(self.kind, owner).into_owned();
         let timeouts = (self.kind == Kind::Read).then(|| timeout_prefix(key, owner));
-        let mut new_state = || {
-            raw.new_state(
-                key,
-                &field,
-                lease,
-                watchdog,
-                sent_at,
-                set,
-                timeouts.as_deref(),
-            )
-        };
+        let timeouts = timeouts.as_deref();
+        let mut new_state = || raw.new_state(key, &field, lease, watchdog, sent_at, set, timeouts);
         let new = NewHold {
             renewed: watchdog,
             until: sent_at + set,
@@ -542,13 +533,9 @@ impl Waiting<'_> {
     /// granted to us as we gave up (passed on). Its bound is its own, not
     /// the wait's (which may have passed: cut by it, nothing would be sent).
     fn giving_back(&self, leave: bool) -> impl FnOnce() + Send + 'static {
-        let (raw, kind, key, owner) = (
-            Arc::clone(self.raw),
-            self.kind,
-            self.key.clone(),
-            self.owner.clone(),
-        );
-        let (place, lease, fresh) = (self.place.clone(), self.lease, self.fresh);
+        let (raw, kind, fresh) = (Arc::clone(self.raw), self.kind, self.fresh);
+        let (key, owner) = (self.key.clone(), self.owner.clone());
+        let (place, lease) = (self.place.clone(), self.lease);
         move || {
             let bound = raw.give_back();
             if !leave || raw.leave(kind, &key, &owner, place.as_deref(), lease, bound) {
