@@ -384,14 +384,6 @@ impl Raw {
         Bound::pool_wait(self.socket_timeout)
     }
 
-    /// One release script, within `bound`.
-    fn release_script(&self, rel: &Release<'_>, bound: Bound) -> Result<protocol::Released> {
-        let call = self.scripts().release_call(rel);
-        self.conns.run(rel.key, bound, |con| {
-            Scripts::release_reply(rel.kind, call.run(con)?.value)
-        })
-    }
-
     /// Undoes `owner`'s hold of `key` (a reply that came too late, or was
     /// lost; a hold nobody keeps), owner-checked, handing it to no one: all
     /// of it when `last`, else one count. The pool wait is the socket
@@ -413,7 +405,11 @@ impl Raw {
             last,
             successor: None,
         };
-        self.release_script(&rel, bound.with_pool_wait(self.socket_timeout))
+        let call = self.scripts().release_call(&rel);
+        let bound = bound.with_pool_wait(self.socket_timeout);
+        self.conns.run(key, bound, |con| {
+            Scripts::release_reply(kind, call.run(con)?.value)
+        })
     }
 
     /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
@@ -474,10 +470,7 @@ impl Raw {
         match forced {
             Forced::Freed => Ok(true),
             Forced::NotHeld => Ok(false),
-            Forced::NotALock(what) => Err(Error::NotALock {
-                key: key.to_owned(),
-                what,
-            }),
+            Forced::NotALock(what) => Err(not_a_lock(key, what)),
         }
     }
 
@@ -492,10 +485,7 @@ impl Raw {
         match shape {
             Shape::Lock => Ok(true),
             Shape::None => Ok(false),
-            Shape::Other(what) => Err(Error::NotALock {
-                key: key.to_owned(),
-                what,
-            }),
+            Shape::Other(what) => Err(not_a_lock(key, what)),
         }
     }
 
@@ -543,6 +533,12 @@ impl Raw {
             None => LeaseState::new(sent_at + set),
         }
     }
+}
+
+/// [`Error::NotALock`]: `key` holds `what`.
+fn not_a_lock(key: &str, what: String) -> Error {
+    let key = key.to_owned();
+    Error::NotALock { key, what }
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);

@@ -456,10 +456,7 @@ impl LockKind for Waiting<'_> {
             Attempt::Upgrade => Err(Error::UpgradeWouldDeadlock {
                 name: self.name.to_owned(),
             }),
-            Attempt::NotALock(what) => Err(Error::NotALock {
-                key: self.key.clone(),
-                what,
-            }),
+            Attempt::NotALock(what) => Err(super::not_a_lock(&self.key, what)),
         }
     }
 
