@@ -412,38 +412,10 @@ impl Raw {
         })
     }
 
-    /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
-    /// waiting writers) within `bound`. True when a plain lock was granted
-    /// to `owner` meanwhile: the caller releases it. When Redis did not
-    /// answer, the leave (and the release of such a grant) is done in the
-    /// background once it does — or the place expires by itself first.
-    fn leave(
-        self: &Arc<Self>,
-        kind: Kind,
-        key: &str,
-        owner: &str,
-        place: Option<&str>,
-        lease: Duration,
-        bound: Bound,
-    ) -> bool {
-        let sent_at = Instant::now();
-        match self.leave_place(kind, key, owner, place, bound) {
-            (Ok(granted), _) => granted,
-            (Err(e), sent) => {
-                // Not sent (out of time, no connection), or not answered:
-                // left in the background once Redis answers — and before
-                // this owner's next acquire of the key.
-                tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; leaving it once redis answers");
-                if !sent || e.is_unanswered() {
-                    self.orphaned(Orphan::lost(kind, key, owner, lease, place, sent_at));
-                }
-                false
-            }
-        }
-    }
-
-    /// Leaves `owner`'s waiting place; the error when Redis did not answer,
-    /// and whether the request went out.
+    /// Leaves `owner`'s waiting place (`place`: its place in a plain lock's
+    /// line) within `bound`: true when a plain lock was granted to `owner`
+    /// meanwhile (the caller releases it); the error when Redis did not
+    /// answer, and whether the request went out.
     fn leave_place(
         &self,
         kind: Kind,

@@ -319,7 +319,7 @@ impl PermitWaiting<'_> {
     /// background. The loop leaves a place it knows of itself.
     pub(crate) fn give_up(&mut self) {
         if self.unsettled {
-            self.leave_now();
+            self.leave();
         }
     }
 
@@ -392,13 +392,6 @@ impl PermitWaiting<'_> {
         let (keys, ids) = (Arc::clone(&self.keys), Arc::clone(&self.ids));
         move || raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease)
     }
-
-    /// Leaves our place and gives back our permits, for a thread inline,
-    /// for a task in the background.
-    fn leave_now(&mut self) {
-        self.unsettled = false;
-        self.raw.detach(self.park, self.leaving(self.place.clone()));
-    }
 }
 
 /// A wait dropped while an attempt of it may have taken permits (its reply
@@ -407,7 +400,7 @@ impl PermitWaiting<'_> {
 impl Drop for PermitWaiting<'_> {
     fn drop(&mut self) {
         if self.unsettled {
-            self.leave_now();
+            self.leave();
         }
     }
 }
@@ -516,8 +509,11 @@ impl LockKind for PermitWaiting<'_> {
         self.place.is_some() || self.unsettled
     }
 
+    /// Also gives back our permits (by id): for a thread inline, for a
+    /// task in the background.
     fn leave(&mut self) {
-        self.leave_now();
+        self.unsettled = false;
+        self.raw.detach(self.park, self.leaving(self.place.clone()));
     }
 
     fn claim(&self) -> Option<&str> {

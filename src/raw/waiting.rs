@@ -526,18 +526,33 @@ impl LockKind for Waiting<'_> {
 
 impl Waiting<'_> {
     /// The job that gives back what this wait took at Redis: its hold (an
-    /// undo), or (`leave`) its waiting place — and the lock when it was
-    /// granted to us as we gave up (passed on). Its bound is its own, not
-    /// the wait's (which may have passed: cut by it, nothing would be sent).
+    /// undo), or (`leave`) its waiting place (the line's, fair queue,
+    /// waiting writers) — and a plain lock granted to us meanwhile (passed
+    /// on). Its bound is its own, not the wait's (which may have passed: cut
+    /// by it, nothing would be sent). A leave not sent (out of time, no
+    /// connection) or not answered is done in the background once Redis
+    /// answers (and before this owner's next acquire of the key) — or the
+    /// place expires by itself first.
     fn giving_back(&self, leave: bool) -> impl FnOnce() + Send + 'static {
         let (raw, kind, fresh) = (Arc::clone(self.raw), self.kind, self.fresh);
         let (key, owner) = (self.key.clone(), self.owner.clone());
         let (place, lease) = (self.place.clone(), self.lease);
         move || {
-            let bound = raw.give_back();
-            if !leave || raw.leave(kind, &key, &owner, place.as_deref(), lease, bound) {
-                let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
+            let (bound, sent_at, place) = (raw.give_back(), Instant::now(), place.as_deref());
+            if leave {
+                match raw.leave_place(kind, &key, &owner, place, bound) {
+                    (Ok(true), _) => {} // granted as we gave up: passed on below
+                    (Ok(false), _) => return,
+                    (Err(e), sent) => {
+                        tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; leaving it once redis answers");
+                        if !sent || e.is_unanswered() {
+                            raw.orphaned(Orphan::lost(kind, &key, &owner, lease, place, sent_at));
+                        }
+                        return;
+                    }
+                }
             }
+            let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
         }
     }
 
