@@ -70,11 +70,9 @@ fn transient_errors_are_ridden_out_only_once_waiting() {
 
 #[test]
 fn an_outage_longer_than_the_limit_gives_up_with_its_error() {
-    let steps = [
-        vec![Step::Wait(Duration::from_millis(1))],
-        vec![Step::Fail(io_error); 50],
-    ];
-    let mut kind = Scripted::new(steps.concat());
+    let mut steps = vec![Step::Wait(Duration::from_millis(1))];
+    steps.extend((0..50).map(|_| Step::Fail(io_error)));
+    let mut kind = Scripted::new(steps);
     let env = Fake {
         outage_limit: Duration::from_millis(60),
         ..Fake::default()
@@ -93,11 +91,9 @@ fn an_outage_longer_than_the_limit_gives_up_with_its_error() {
 
 #[test]
 fn an_outage_is_not_ridden_past_the_deadline() {
-    let steps = [
-        vec![Step::Wait(Duration::from_millis(1))],
-        vec![Step::Fail(io_error); 50],
-    ];
-    let mut kind = Scripted::new(steps.concat());
+    let mut steps = vec![Step::Wait(Duration::from_millis(1))];
+    steps.extend((0..50).map(|_| Step::Fail(io_error)));
+    let mut kind = Scripted::new(steps);
     let deadline = now() + Duration::from_millis(40);
     let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
     assert!(e.is_connection(), "{e:?}");
