@@ -469,10 +469,8 @@ impl<'a> Turn<'a> {
     pub(crate) fn acquired(mut self, new: NewHold<'_>) -> Added {
         self.done = true;
         let sub = self.sub.take();
-        match self.locks.end_turn(&self.key, self.epoch, Some(new), sub) {
-            Some(added) => added,
-            None => unreachable_added(),
-        }
+        let added = self.locks.end_turn(&self.key, self.epoch, Some(new), sub);
+        added.unwrap_or_else(unreachable_added)
     }
 
     /// The fencing token this owner's holds already have (reentry), if any.

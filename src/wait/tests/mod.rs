@@ -424,12 +424,8 @@ fn a_waiter_whose_channel_moved_subscribes_again_where_it_is_now() {
 /// the cancel, the waiting place left.
 #[test]
 fn a_cancelled_wait_ends_without_another_attempt_and_leaves_its_place() {
-    let mut kind = Scripted::new(vec![
-        Step::Wait(Duration::from_millis(10)),
-        Step::Wait(Duration::from_millis(10)),
-        Step::Wait(Duration::from_millis(10)),
-        HELD,
-    ]);
+    let waits = vec![Step::Wait(Duration::from_millis(10)); 3];
+    let mut kind = Scripted::new([waits, vec![HELD]].concat());
     kind.place = true;
     let env = fake();
     env.cancel_after_parks.set(Some(1));

@@ -102,11 +102,7 @@ fn an_outage_is_not_ridden_past_the_deadline() {
 
 #[test]
 fn the_deadline_ends_the_wait_and_leaves_the_place() {
-    let mut kind = Scripted::new(vec![
-        Step::Wait(Duration::from_secs(10)),
-        Step::Wait(Duration::from_secs(10)),
-        Step::Wait(Duration::from_secs(10)),
-    ]);
+    let mut kind = Scripted::new(vec![Step::Wait(Duration::from_secs(10)); 3]);
     kind.place = true;
     let started = now();
     let deadline = started + Duration::from_millis(50);
