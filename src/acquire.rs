@@ -1,5 +1,5 @@
 //! The one acquire driver of every face, for locks and permits alike
-//! (`Run` and `end`: cancelled before it began, counted, traced). A lock: one
+//! (`driven`: cancelled before it began, counted, traced). A lock: one
 //! acquisition of the raw layer ([`Waiting`]: input checks, every kind's
 //! attempt), the undo of an earlier lost reply, then — for a kind with the
 //! in-process queue — a turn in the client's queue (threads of one client
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnerKind};
-use crate::ledger::{Enter, Turn, YieldTo, YIELD_WAIT};
+use crate::ledger::{Enter, Turn, YIELD_WAIT};
 use crate::notify::Subscription;
 use crate::options::Kind;
 use crate::options::{deadline_min, Cancel};
@@ -45,12 +45,8 @@ pub(crate) async fn acquire_hold(
     want: Want,
     deadline: Option<Instant>,
 ) -> Result<Option<Hold>> {
-    let run = Run::start(&want);
-    let got = match run {
-        Some(_) => take(shared, name, &want, deadline).await,
-        None => Ok(None),
-    };
-    end(run, shared, name, Of::Lock(want.kind), &want, got)
+    let wait = || take(shared, name, &want, deadline);
+    driven(shared, name, Of::Lock(want.kind), &want, wait).await
 }
 
 /// The one acquire of permits for both faces: `permits` permits of
@@ -63,12 +59,8 @@ pub(crate) async fn acquire_permits(
     want: Want,
     deadline: Option<Instant>,
 ) -> Result<Option<PermitHold>> {
-    let run = Run::start(&want);
-    let got = match run {
-        Some(_) => take_permits(shared, name, permits, &want, deadline).await,
-        None => Ok(None),
-    };
-    end(run, shared, name, Of::Permits(permits), &want, got)
+    let wait = || take_permits(shared, name, permits, &want, deadline);
+    driven(shared, name, Of::Permits(permits), &want, wait).await
 }
 
 /// What an acquire is of, for its trace.
@@ -87,39 +79,27 @@ impl std::fmt::Display for Of {
     }
 }
 
-/// The one driver of every acquisition, in two halves around its wait (not
-/// a function taking the wait's future: a task's future would hold that
-/// twice): [`Run::start`], then [`end`].
-#[derive(Clone, Copy)]
-struct Run {
-    started: Instant,
-}
-
-impl Run {
-    /// The acquire begins — or `None`: it was cancelled before it began.
-    fn start(want: &Want) -> Option<Run> {
-        let started = Instant::now();
-        (!cancelled(want)).then_some(Run { started })
-    }
-}
-
-fn cancelled(want: &Want) -> bool {
-    want.cancel.as_ref().is_some_and(Cancel::is_cancelled)
-}
-
-/// The acquire `run` ended as `got`: counted, traced, and a wait that ended
-/// because it was cancelled made [`Error::Cancelled`].
-fn end<T>(
-    run: Option<Run>,
+/// The one driver of every acquisition: its wait — made by `wait` (not
+/// passed in: a task's future would hold it twice), unless it was cancelled
+/// before it began — counted, traced, and a wait that ended because it was
+/// cancelled made [`Error::Cancelled`].
+async fn driven<T, F: std::future::Future<Output = Result<Option<T>>>>(
     shared: &Shared,
     name: &str,
     of: Of,
     want: &Want,
-    got: Result<Option<T>>,
+    wait: impl FnOnce() -> F,
 ) -> Result<Option<T>> {
+    let cancelled = || want.cancel.as_ref().is_some_and(Cancel::is_cancelled);
+    let started = Instant::now();
+    let (waited, got) = if cancelled() {
+        (Duration::ZERO, Ok(None))
+    } else {
+        let got = wait().await;
+        (started.elapsed(), got)
+    };
     let raw = shared.raw();
-    let waited = run.map_or(Duration::ZERO, |r| r.started.elapsed());
-    let cancelled = cancelled(want);
+    let cancelled = cancelled();
     let outcome = match &got {
         Ok(got) => raw.counters().ended(waited, got.is_some(), cancelled),
         Err(_) => "failed",
@@ -206,7 +186,8 @@ async fn in_turn<'a>(
 }
 
 /// Our release woke other clients: let them take it first, and try after
-/// the next unlock message (theirs) or a short bound. Without a subscription
+/// the next unlock message (theirs: after the first `messages`) or a short
+/// bound. Without a subscription
 /// yet, subscribe now: our own message came before it, so any message from
 /// here on is someone else's release. Others are other libraries' waiters:
 /// their release only publishes on the unlock channel, so hear it.
@@ -214,14 +195,14 @@ async fn yield_first(
     waiting: &Waiting<'_>,
     env: &Live<'_>,
     sub: &mut Option<Subscription>,
-    yield_to: YieldTo,
+    messages: u64,
     deadline: Option<Instant>,
 ) {
     let until = deadline_min(deadline, Instant::now() + YIELD_WAIT);
     let seen = match sub.as_ref() {
         Some(s) => {
             s.listen_unlock(env.park, true, until).await;
-            yield_to.messages
+            messages
         }
         None => {
             let s = env

@@ -13,6 +13,7 @@
 //! timeout, the clock). Both are seams: the unit tests below drive the loop with fakes,
 //! no Redis, and check each decision.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -49,16 +50,10 @@ pub(crate) trait Env {
     async fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
     /// [`Wake::Claim`]: takes the grants received so far that name `claim`
     /// (others are left for their waiters).
-    fn take_claims(&self, sub: &Self::Sub, claim: &str) -> Vec<Vec<u8>> {
-        let _ = claim;
-        self.take_grants(sub)
-    }
+    fn take_claims(&self, sub: &Self::Sub, claim: &str) -> Vec<Vec<u8>>;
     /// [`Wake::Claim`]: parks until a grant naming `claim` or a wake-up, or
     /// `until`.
-    async fn park_claim(&self, sub: &Self::Sub, claim: &str, until: Instant) {
-        let _ = claim;
-        self.park(sub, Wake::One, 0, until).await;
-    }
+    async fn park_claim(&self, sub: &Self::Sub, claim: &str, until: Instant);
     /// Whether Redis confirmed the subscription (the subscriber is
     /// connected): only then does an unlock message reach the waiter.
     fn listening(&self, sub: &Self::Sub) -> bool;
@@ -394,10 +389,7 @@ impl Env for Live<'_> {
     }
 
     async fn park_claim(&self, sub: &Subscription, claim: &str, until: Instant) {
-        use std::sync::atomic::Ordering;
-        let parked = &self.counters.waiters_parked;
-        parked.fetch_add(1, Ordering::Relaxed);
-        let _parked = Unpark(parked);
+        let _parked = Unpark::counted(self.counters);
         sub.wait_claim_until(self.park, claim, until, self.cancel)
             .await;
     }
@@ -407,11 +399,8 @@ impl Env for Live<'_> {
     }
 
     async fn park(&self, sub: &Subscription, wake: Wake, seen: u64, until: Instant) {
-        use std::sync::atomic::Ordering;
-        let parked = &self.counters.waiters_parked;
-        parked.fetch_add(1, Ordering::Relaxed);
         // Counted while parked, also when a task's wait is dropped here.
-        let _parked = Unpark(parked);
+        let _parked = Unpark::counted(self.counters);
         let (park, stop) = (self.park, self.cancel);
         match wake {
             Wake::One | Wake::Claim => sub.wait_until(park, until, stop).await,
@@ -446,11 +435,19 @@ impl Env for Live<'_> {
 }
 
 /// Takes a parked waiter off the count when its park ends (or is dropped).
-struct Unpark<'a>(&'a std::sync::atomic::AtomicU64);
+struct Unpark<'a>(&'a AtomicU64);
+
+impl<'a> Unpark<'a> {
+    /// A parked waiter counted in `counters` until this is dropped.
+    fn counted(counters: &'a Counters) -> Self {
+        counters.waiters_parked.fetch_add(1, Ordering::Relaxed);
+        Unpark(&counters.waiters_parked)
+    }
+}
 
 impl Drop for Unpark<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::slot::{slot_of, Phase, WaitState, Waiter, YieldTo};
+use super::slot::{slot_of, Phase, WaitState, Waiter};
 use super::{Held, Ledger, Removed};
 use crate::protocol::{Keep, Successor};
 use crate::renewal::LeaseState;
@@ -63,6 +63,7 @@ impl Ledger {
         state: &Arc<LeaseState>,
         renewed: bool,
     ) -> Handover<'a> {
+        // Finished at once (nothing to report) unless it goes on below.
         let mut handover = Handover {
             locks: self,
             key,
@@ -70,36 +71,32 @@ impl Ledger {
             force: false,
             own_subscriptions: 0,
             messages_before: 0,
-            last: false,
-            stop_renewal: false,
-            keep: Keep::UNCHANGED,
-            finished: false,
+            removed: Removed {
+                last: false,
+                stop_renewal: false,
+                keep: Keep::UNCHANGED,
+            },
+            finished: true,
         };
         let mut keys = self.keys.lock();
         let Some(entry) = keys.get_mut(key) else {
-            handover.finished = true;
             return handover;
         };
         if entry.line.as_ref().is_none_or(|slot| slot.active != owner) {
-            handover.finished = true;
             return handover;
         }
-        let Removed {
-            last,
-            stop_renewal,
-            keep,
-        } = entry.remove(owner, generation, state, renewed);
-        handover.stop_renewal = stop_renewal;
-        handover.keep = keep;
+        let removed = entry.remove(owner, generation, state, renewed);
+        handover.removed = Removed {
+            last: false,
+            ..removed
+        };
         let Some(slot) = entry.line.as_mut() else {
-            handover.finished = true;
             return handover;
         };
-        if !last || slot.phase == Phase::Attempting {
-            handover.finished = true;
+        if !removed.last || slot.phase == Phase::Attempting {
             return handover;
         }
-        handover.last = true;
+        (handover.removed.last, handover.finished) = (true, false);
         if slot.streak >= HANDOFFS_MAX {
             // Release publicly; `finish` promotes the first in the queue.
             slot.phase = Phase::Releasing;
@@ -131,30 +128,18 @@ pub(crate) struct Handover<'a> {
     own_subscriptions: u32,
     /// Unlock messages our subscription had seen before the release.
     messages_before: u64,
-    /// No other guard of the owner is alive here (and none is being taken).
-    last: bool,
-    /// It was the last guard on the owner's shared (renewed) lease.
-    stop_renewal: bool,
-    /// What Redis keeps for the owner's remaining guards (when not `last`).
-    keep: Keep,
+    /// What the guard's going changed; `last`: no other guard of the owner
+    /// is alive here (and none is being taken).
+    removed: Removed,
     finished: bool,
 }
 
 impl Handover<'_> {
-    /// Whether this releases the owner's last hold in this client.
-    pub(crate) fn last(&self) -> bool {
-        self.last
-    }
-
-    /// Whether renewal of the owner's shared lease stops (this was the last
-    /// guard on it).
-    pub(crate) fn stop_renewal(&self) -> bool {
-        self.stop_renewal
-    }
-
-    /// What Redis keeps for the owner's remaining guards.
-    pub(crate) fn keep(&self) -> Keep {
-        self.keep
+    /// What the guard's going changed: whether this releases the owner's
+    /// last hold in this client, whether renewal of its shared lease stops,
+    /// what Redis keeps for its remaining guards.
+    pub(crate) fn removed(&self) -> Removed {
+        self.removed
     }
 
     /// The queued thread the lock may go to directly.
@@ -220,10 +205,9 @@ impl Handover<'_> {
                     slot.phase = Phase::Attempting;
                     epoch = slot.epoch;
                 }
-                let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(YieldTo {
-                    // Our own subscription receives our own unlock message.
-                    messages: self.messages_before + u64::from(self.own_subscriptions),
-                });
+                // Our own subscription receives our own unlock message.
+                let messages = self.messages_before + u64::from(self.own_subscriptions);
+                let yield_to = matches!(outcome, Outcome::FreedForOthers).then_some(messages);
                 if !next.set(WaitState::Promoted(epoch, yield_to)) {
                     // It gave up meanwhile: the next one tries instead.
                     if let Some((slot, _)) = slot_of(&mut keys, self.key) {

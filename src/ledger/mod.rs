@@ -33,7 +33,6 @@ use crate::renewal::LeaseState;
 
 pub(crate) use handover::{Handover, Outcome, YIELD_WAIT};
 pub(crate) use queue::{Enter, Turn, Undo};
-pub(crate) use slot::YieldTo;
 
 /// The holds of one client, by lock key.
 #[derive(Default)]
@@ -54,6 +53,7 @@ struct Entry {
 }
 
 /// The holds of one owner field on one key.
+#[derive(Default)]
 struct Held {
     field: String,
     /// The guards of this field alive here (of its current generation).
@@ -115,17 +115,22 @@ impl Removed {
 /// watchdog lease), made only when the ledger has no live one to share.
 pub(crate) type NewState<'a> = &'a mut dyn FnMut() -> Arc<LeaseState>;
 
+/// A hold an acquire took, as the ledger counts it (see [`Entry::add`]).
+pub(crate) struct NewHold<'n> {
+    /// On the watchdog lease (shared and renewed), not an explicit one.
+    pub(crate) renewed: bool,
+    /// When the lease the acquire set runs out.
+    pub(crate) until: Instant,
+    /// The token the acquire minted, if any.
+    pub(crate) minted: Option<u64>,
+    pub(crate) new_state: NewState<'n>,
+}
+
 impl Held {
     fn new(field: &str) -> Self {
         Held {
             field: field.to_owned(),
-            count: 0,
-            generation: 0,
-            fence: None,
-            shared: None,
-            renewing: 0,
-            explicit: Vec::new(),
-            latest: None,
+            ..Held::default()
         }
     }
 
@@ -174,16 +179,15 @@ impl Entry {
     /// One more hold of `field`: a watchdog hold (`renewed`) shares the
     /// field's live shared lease (extended to `until`: the acquire script
     /// set it) or makes one with `new_state`; an explicit one has a lease of
-    /// its own. `minted`: the token the acquire minted (a first fenced
-    /// hold), kept for the field's later reentrant holds.
-    fn add(
-        &mut self,
-        field: &str,
-        renewed: bool,
-        until: Instant,
-        minted: Option<u64>,
-        new_state: NewState<'_>,
-    ) -> Added {
+    /// its own. `minted` (a first fenced hold's token) is kept for the
+    /// field's later reentrant holds.
+    fn add(&mut self, field: &str, new: NewHold<'_>) -> Added {
+        let NewHold {
+            renewed,
+            until,
+            minted,
+            new_state,
+        } = new;
         let i = match self.holds.iter().position(|h| h.field == field) {
             Some(i) => i,
             None => {
@@ -292,18 +296,8 @@ impl Ledger {
     /// Records one more hold of `field` on `key` (a kind without the
     /// in-process queue: fair, read, write; or a Redlock node's). See
     /// [`Entry::add`].
-    pub(crate) fn add(
-        &self,
-        key: &str,
-        field: &str,
-        renewed: bool,
-        until: Instant,
-        minted: Option<u64>,
-        new_state: NewState<'_>,
-    ) -> Added {
-        let mut keys = self.keys.lock();
-        let entry = entry_of(&mut keys, key);
-        entry.add(field, renewed, until, minted, new_state)
+    pub(crate) fn add(&self, key: &str, field: &str, new: NewHold<'_>) -> Added {
+        entry_of(&mut self.keys.lock(), key).add(field, new)
     }
 
     /// One guard of `field` on `key` (on `state`) goes (a kind without the

@@ -16,8 +16,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::slot::{holder_expired, slot_of, Phase, Slot, WaitState, Waiter, YieldTo};
-use super::{entry_of, Added, Entry, Ledger, NewState};
+use super::slot::{holder_expired, slot_of, Phase, Slot, WaitState, Waiter};
+use super::{entry_of, Added, Entry, Ledger, NewHold};
 use crate::notify::Subscription;
 use crate::options::Cancel;
 use crate::park::Park;
@@ -245,22 +245,16 @@ impl Ledger {
     }
 
     /// Takes up the hold a release handed `owner` in-process
-    /// ([`Enter::Granted`]): its lease (see [`Entry::add`]; `until`, when it
-    /// runs out), watched by the first queued thread.
-    pub(crate) fn take_up(
-        &self,
-        key: &str,
-        owner: &str,
-        renewed: bool,
-        until: Instant,
-        new_state: NewState<'_>,
-    ) -> Added {
+    /// ([`Enter::Granted`]): its lease (see [`Entry::add`]; the token is the
+    /// handover's), watched by the first queued thread.
+    pub(crate) fn take_up(&self, key: &str, owner: &str, new: NewHold<'_>) -> Added {
         let mut keys = self.keys.lock();
         let entry = entry_of(&mut keys, key);
+        let renewed = new.renewed;
         let added = match entry.held_mut(owner) {
             // The handover counted the hold; its lease is new.
             Some(h) if h.count == 1 && h.latest.is_none() => {
-                let state = new_state();
+                let state = (new.new_state)();
                 if renewed {
                     h.shared = Some(Arc::clone(&state));
                     h.renewing = 1;
@@ -273,7 +267,13 @@ impl Ledger {
                     replaced: None,
                 }
             }
-            _ => entry.add(owner, renewed, until, None, new_state),
+            _ => entry.add(
+                owner,
+                NewHold {
+                    minted: None,
+                    ..new
+                },
+            ),
         };
         if let Some(slot) = &entry.line {
             slot.nudge_first(); // to watch the new lease
@@ -294,31 +294,27 @@ impl Ledger {
         &self,
         key: &str,
         epoch: u64,
-        acquired: Option<Acquired<'_>>,
+        acquired: Option<NewHold<'_>>,
         sub: Option<Subscription>,
     ) -> Option<Added> {
         let mut dropped = sub;
         let mut added = None;
         {
             let mut keys = self.keys.lock();
-            let Some(entry) = keys.get_mut(key) else {
-                return acquired.map(Acquired::uncounted);
+            let slot = keys.get_mut(key).and_then(|e| e.line.as_mut());
+            let Some(slot) = slot.filter(|slot| slot.epoch == epoch) else {
+                // Gone, or taken over while we tried: someone else's now.
+                return acquired.map(NewHold::uncounted);
             };
-            let Some(slot) = entry.line.as_mut() else {
-                return acquired.map(Acquired::uncounted);
-            };
-            if slot.epoch != epoch {
-                // Taken over while we tried: the slot is someone else's now.
-                return acquired.map(Acquired::uncounted);
-            }
             slot.end(Phase::Attempting);
             if slot.sub.is_none() {
                 slot.sub = dropped.take();
             }
             let active = slot.active.clone();
+            let entry = keys.get_mut(key)?; // there: its slot is
             let holding = acquired.is_some();
             if let Some(a) = acquired {
-                added = Some(entry.add(&active, a.renewed, a.until, a.minted, a.new_state));
+                added = Some(entry.add(&active, a));
                 if let Some(slot) = &entry.line {
                     slot.nudge_first(); // to watch the new lease
                 }
@@ -396,15 +392,7 @@ impl<F: FnOnce() -> Undo> Drop for Queued<'_, F> {
     }
 }
 
-/// A hold an attempt took, as the ledger counts it (see [`Entry::add`]).
-struct Acquired<'n> {
-    renewed: bool,
-    until: Instant,
-    minted: Option<u64>,
-    new_state: NewState<'n>,
-}
-
-impl Acquired<'_> {
+impl NewHold<'_> {
     /// A hold taken after the slot was taken over: its lease of its own,
     /// counted nowhere (its release changes nothing here).
     fn uncounted(self) -> Added {
@@ -428,8 +416,9 @@ pub(crate) struct Turn<'a> {
     sub: Option<Subscription>,
     /// The slot may keep a subscription we have not taken yet.
     slot_sub: bool,
-    /// Let other clients take the lock first (see [`YIELD_WAIT`]).
-    pub(crate) yield_to: Option<YieldTo>,
+    /// Let other clients take the lock first (see [`YIELD_WAIT`]): the
+    /// unlock messages to wait past (see [`WaitState::Promoted`]).
+    pub(crate) yield_to: Option<u64>,
     /// The token of this owner's live holds, for a reentrant fenced hold.
     fence: Option<u64>,
     done: bool,
@@ -475,32 +464,13 @@ impl<'a> Turn<'a> {
         }
     }
 
-    /// We hold the lock now (`renewed`: on the watchdog lease; `until`:
-    /// when the lease the attempt set runs out; `minted`: the token the
-    /// attempt minted, if any): the hold's lease and token, as the ledger
-    /// counts them (see [`Entry::add`]).
-    pub(crate) fn acquired(
-        mut self,
-        renewed: bool,
-        until: Instant,
-        minted: Option<u64>,
-        new_state: NewState<'_>,
-    ) -> Added {
+    /// We hold the lock now (`new`): the hold's lease and token, as the
+    /// ledger counts them (see [`Entry::add`]).
+    pub(crate) fn acquired(mut self, new: NewHold<'_>) -> Added {
         self.done = true;
-        let acquired = Acquired {
-            renewed,
-            until,
-            minted,
-            new_state,
-        };
         let sub = self.sub.take();
-        match self
-            .locks
-            .end_turn(&self.key, self.epoch, Some(acquired), sub)
-        {
-            Some(added) => added,
-            None => unreachable_added(),
-        }
+        let added = self.locks.end_turn(&self.key, self.epoch, Some(new), sub);
+        added.unwrap_or_else(unreachable_added)
     }
 
     /// The fencing token this owner's holds already have (reentry), if any.

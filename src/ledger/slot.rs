@@ -158,16 +158,10 @@ pub(super) enum WaitState {
     /// minted for us when we asked for one.
     Granted(Instant, Option<u64>),
     /// We are the active owner now (of the slot's `epoch`) and must try Redis
-    /// ourselves — first letting other clients go when `yield_to` says they
-    /// were woken for it.
-    Promoted(u64, Option<YieldTo>),
-}
-
-/// Other clients were woken by our release: wait until the unlock channel
-/// has delivered more than `messages` messages (ours included) before trying.
-#[derive(Clone, Copy)]
-pub(crate) struct YieldTo {
-    pub(crate) messages: u64,
+    /// ourselves — first letting other clients go when they were woken by
+    /// our release (`Some`: wait until the unlock channel has delivered more
+    /// than that many messages, ours included, before trying).
+    Promoted(u64, Option<u64>),
 }
 
 impl Waiter {

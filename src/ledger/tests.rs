@@ -9,26 +9,38 @@ use super::*;
 use crate::options::Cancel;
 use crate::park::{block_on, Park};
 
-/// A thread's turn in the queue (see `Ledger::enter`).
-fn enter<'a>(
+/// A thread's turn in the queue for `owner` on "k" (see `Ledger::enter`),
+/// waiting until `deadline`, cancelled by `cancel`.
+fn enter_until<'a>(
     locks: &'a Ledger,
-    key: &str,
     owner: &str,
-    lease: Duration,
-    fenced: bool,
     deadline: Option<Instant>,
     cancel: Option<&Cancel>,
 ) -> Enter<'a> {
+    let lease = Duration::from_secs(1);
+    let no_undo = || -> Undo { Box::new(|_| {}) };
     block_on(locks.enter(
         Park::Thread,
-        key,
+        "k",
         owner,
         lease,
-        fenced,
+        false,
         deadline,
         cancel,
-        || Box::new(|_| {}),
+        no_undo,
     ))
+}
+
+fn enter<'a>(locks: &'a Ledger, owner: &str) -> Enter<'a> {
+    enter_until(locks, owner, None, None)
+}
+
+/// `owner`'s turn on "k", at once (a free slot, or a reentry: not queued).
+fn turn<'a>(locks: &'a Ledger, owner: &str) -> Turn<'a> {
+    match enter(locks, owner) {
+        Enter::Turn(turn) => turn,
+        _ => panic!("{owner}'s turn is not at once"),
+    }
 }
 
 fn lease(valid_for: Duration) -> Arc<LeaseState> {
@@ -41,14 +53,39 @@ fn queued(locks: &Ledger) -> u64 {
 
 /// An explicit lease of `valid_for`, taken now: the hold as a turn records it.
 fn hold(turn: Turn<'_>, valid_for: Duration) -> Added {
-    turn.acquired(false, Instant::now() + valid_for, None, &mut || {
-        lease(valid_for)
+    turn.acquired(NewHold {
+        renewed: false,
+        until: Instant::now() + valid_for,
+        minted: None,
+        new_state: &mut || lease(valid_for),
     })
+}
+
+/// One more hold of "o" on "k" (see `Entry::add`), on a new lease of
+/// `valid_for`.
+fn add(ledger: &Ledger, renewed: bool, valid_for: Duration, minted: Option<u64>) -> Added {
+    let new = NewHold {
+        renewed,
+        until: Instant::now() + valid_for,
+        minted,
+        new_state: &mut || lease(valid_for),
+    };
+    ledger.add("k", "o", new)
 }
 
 /// The guards the ledger counts for `field` on `key`.
 fn count(locks: &Ledger, key: &str, field: &str) -> u32 {
     locks.holds(key, field).0
+}
+
+/// Nobody is queued on "k".
+fn queue_is_empty(locks: &Ledger) -> bool {
+    locks.keys.lock()["k"]
+        .line
+        .as_ref()
+        .unwrap()
+        .queue
+        .is_empty()
 }
 
 fn wait_until(mut cond: impl FnMut() -> bool) {
@@ -62,22 +99,14 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 #[test]
 fn release_hands_over_to_the_first_queued_thread() {
     let locks = Ledger::default();
-    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!("a free slot is ours at once");
-    };
+    let turn = turn(&locks, "a");
     assert!(turn.fresh());
     let a = hold(turn, Duration::from_secs(30));
     std::thread::scope(|s| {
-        let b = s.spawn(|| {
-            matches!(
-                enter(&locks, "k", "b", Duration::from_secs(1), false, None, None),
-                Enter::Granted(..)
-            )
-        });
+        let b = s.spawn(|| matches!(enter(&locks, "b"), Enter::Granted(..)));
         wait_until(|| queued(&locks) == 1);
         let handover = locks.release("k", "a", 0, &a.state, false);
-        assert!(handover.last());
+        assert!(handover.removed().last);
         let next = handover.successor().expect("b is queued");
         assert_eq!(next.owner, "b");
         assert!(next.force, "first handoff in a row");
@@ -87,7 +116,7 @@ fn release_hands_over_to_the_first_queued_thread() {
     assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
     // b holds now: its release with nobody queued frees the slot.
     let handover = locks.release("k", "b", 0, &lease(Duration::from_secs(1)), false);
-    assert!(handover.last() && handover.successor().is_none());
+    assert!(handover.removed().last && handover.successor().is_none());
     handover.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
 }
@@ -95,25 +124,21 @@ fn release_hands_over_to_the_first_queued_thread() {
 #[test]
 fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let locks = Ledger::default();
-    let Enter::Turn(t1) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
+    let t1 = turn(&locks, "a");
     let t1 = hold(t1, Duration::from_secs(30));
-    let Enter::Turn(t2) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!("reentry is not queued")
-    };
+    let t2 = turn(&locks, "a");
     assert!(!t2.fresh(), "a hold of this owner is alive");
     let t2 = hold(t2, Duration::from_secs(10));
     let inner = locks.release("k", "a", 0, &t2.state, false);
-    assert!(!inner.last() && inner.successor().is_none());
+    assert!(!inner.removed().last && inner.successor().is_none());
     assert!(
-        matches!(inner.keep(), Keep::Exactly(d) if d > Duration::from_secs(25)),
+        matches!(inner.removed().keep, Keep::Exactly(d) if d > Duration::from_secs(25)),
         "the outer guard counts on 30 s: {:?}",
-        inner.keep()
+        inner.removed().keep
     );
     inner.finish(Outcome::Other);
     let outer = locks.release("k", "a", 0, &t1.state, false);
-    assert!(outer.last());
+    assert!(outer.removed().last);
     outer.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
 }
@@ -121,28 +146,20 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
 #[test]
 fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
     let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
+    let t = turn(&locks, "a");
     hold(t, Duration::from_millis(50));
     // a re-enters (its attempt is in flight) …
-    let Enter::Turn(reentry) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!()
-    };
+    let reentry = turn(&locks, "a");
     std::thread::scope(|s| {
         // … while b, first in the queue, sees a's lease run out.
-        let b =
-            s.spawn(
-                || match enter(&locks, "k", "b", Duration::from_secs(1), false, None, None) {
-                    Enter::Turn(turn) => {
-                        assert!(turn.fresh());
-                        std::mem::forget(turn); // b keeps its turn for the checks below
-                        true
-                    }
-                    _ => false,
-                },
-            );
+        let b = s.spawn(|| match enter(&locks, "b") {
+            Enter::Turn(turn) => {
+                assert!(turn.fresh());
+                std::mem::forget(turn); // b keeps its turn for the checks below
+                true
+            }
+            _ => false,
+        });
         assert!(b.join().unwrap(), "b took over after a's lease ran out");
     });
     drop(reentry); // a's attempt ends (failed) after the takeover
@@ -161,27 +178,20 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
 
 #[test]
 fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     // The last guard's release is in flight on another thread …
     let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
-    assert!(handover.last() && handover.successor().is_none());
+    assert!(handover.removed().last && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
-        let again =
-            s.spawn(
-                || match enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) {
-                    Enter::Turn(turn) => {
-                        let fresh = turn.fresh();
-                        drop(turn);
-                        Some(fresh)
-                    }
-                    _ => None,
-                },
-            );
+        let again = s.spawn(|| match enter(&locks, "a") {
+            Enter::Turn(turn) => {
+                let fresh = turn.fresh();
+                drop(turn);
+                Some(fresh)
+            }
+            _ => None,
+        });
         wait_until(|| queued(&locks) == 1);
         handover.finish(Outcome::Other);
         assert_eq!(
@@ -194,41 +204,16 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
 
 #[test]
 fn a_queued_thread_leaves_at_its_deadline() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     let deadline = Instant::now() + Duration::from_millis(50);
     assert!(matches!(
-        enter(
-            &locks,
-            "k",
-            "b",
-            Duration::from_secs(1),
-            false,
-            Some(deadline),
-            None
-        ),
+        enter_until(&locks, "b", Some(deadline), None),
         Enter::TimedOut
     ));
     assert!(Instant::now() >= deadline);
-    assert!(locks.keys.lock()["k"]
-        .line
-        .as_ref()
-        .unwrap()
-        .queue
-        .is_empty());
+    assert!(queue_is_empty(&locks));
     assert!(matches!(
-        enter(
-            &locks,
-            "k",
-            "c",
-            Duration::from_secs(1),
-            false,
-            Some(Instant::now()),
-            None
-        ),
+        enter_until(&locks, "c", Some(Instant::now()), None),
         Enter::TimedOut
     ));
 }
@@ -237,23 +222,11 @@ fn a_queued_thread_leaves_at_its_deadline() {
 /// slices of the cancel, with no deadline of its own.
 #[test]
 fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     let cancel = Cancel::new();
     std::thread::scope(|s| {
         let b = s.spawn(|| {
-            let entered = enter(
-                &locks,
-                "k",
-                "b",
-                Duration::from_secs(1),
-                false,
-                None,
-                Some(&cancel),
-            );
+            let entered = enter_until(&locks, "b", None, Some(&cancel));
             (matches!(entered, Enter::TimedOut), Instant::now())
         });
         wait_until(|| queued(&locks) == 1);
@@ -268,29 +241,17 @@ fn a_queued_thread_leaves_when_its_wait_is_cancelled() {
             at - cancelled
         );
     });
-    assert!(locks.keys.lock()["k"]
-        .line
-        .as_ref()
-        .unwrap()
-        .queue
-        .is_empty());
+    assert!(queue_is_empty(&locks));
 }
 
 #[test]
 fn a_public_release_for_others_promotes_with_a_yield() {
-    let locks = Ledger::default();
-    let Enter::Turn(t) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None) else {
-        panic!()
-    };
-    hold(t, Duration::from_secs(30));
+    let locks = held_by_a();
     std::thread::scope(|s| {
-        let b =
-            s.spawn(
-                || match enter(&locks, "k", "b", Duration::from_secs(1), false, None, None) {
-                    Enter::Turn(turn) => turn.yield_to.map(|y| y.messages),
-                    _ => None,
-                },
-            );
+        let b = s.spawn(|| match enter(&locks, "b") {
+            Enter::Turn(turn) => turn.yield_to,
+            _ => None,
+        });
         wait_until(|| queued(&locks) == 1);
         let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
         assert!(handover.successor().is_some());
@@ -308,10 +269,9 @@ fn a_public_release_for_others_promotes_with_a_yield() {
 fn holds_are_counted_per_field_with_their_token() {
     let ledger = Ledger::default();
     let d = Duration::from_secs(30);
-    let until = Instant::now() + d;
-    let a = ledger.add("k", "o", false, until, Some(7), &mut || lease(d));
+    let a = add(&ledger, false, d, Some(7));
     assert_eq!(a.fence, Some(7), "a first fenced hold keeps its token");
-    let b = ledger.add("k", "o", false, until, None, &mut || lease(d));
+    let b = add(&ledger, false, d, None);
     assert_eq!(b.fence, Some(7), "a reentrant hold returns the outer token");
     assert_eq!(ledger.holds("k", "o"), (2, Some(7)));
     assert_eq!(count(&ledger, "k", "o:write"), 0, "fields count apart");
@@ -331,19 +291,28 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
     let d = Duration::from_secs(30);
     let until = Instant::now() + d;
     let made = std::cell::Cell::new(0);
-    let mut new = || {
-        made.set(made.get() + 1);
-        lease(d)
+    let add_renewed = || {
+        let new_state = &mut || {
+            made.set(made.get() + 1);
+            lease(d)
+        };
+        let (renewed, minted) = (true, None);
+        let new = NewHold {
+            renewed,
+            until,
+            minted,
+            new_state,
+        };
+        ledger.add("k", "o", new)
     };
-    let a = ledger.add("k", "o", true, until, None, &mut new);
-    let b = ledger.add("k", "o", true, until, None, &mut new);
+    let (a, b) = (add_renewed(), add_renewed());
     assert!(
         Arc::ptr_eq(&a.state, &b.state),
         "one lease, one registration"
     );
     assert_eq!(made.get(), 1);
     // An explicit lease of the same owner has a lease of its own.
-    let e = ledger.add("k", "o", false, until, None, &mut || lease(d));
+    let e = add(&ledger, false, d, None);
     assert!(!Arc::ptr_eq(&a.state, &e.state));
     let gone =
         |added: &Added, renewed| ledger.remove("k", "o", added.generation, &added.state, renewed);
@@ -369,16 +338,15 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
 #[test]
 fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on() {
     let ledger = Ledger::default();
-    let at = |d| Instant::now() + d;
     let (short, long) = (Duration::from_secs(2), Duration::from_secs(10));
     let kept = |removed: Removed| match removed.keep {
         Keep::Exactly(d) => ("exactly", d.as_secs_f64().round() as u64),
         Keep::AtLeast(d) => ("at least", d.as_secs_f64().round() as u64),
     };
     // Explicit leases only: exactly the longest left, whichever goes.
-    let a = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
-    let b = ledger.add("k", "o", false, at(short), None, &mut || lease(short));
-    let c = ledger.add("k", "o", false, at(short), None, &mut || lease(short));
+    let a = add(&ledger, false, long, None);
+    let b = add(&ledger, false, short, None);
+    let c = add(&ledger, false, short, None);
     let removed = ledger.remove("k", "o", a.generation, &a.state, false);
     assert_eq!(kept(removed), ("exactly", 2), "the 10 s lease went");
     let removed = ledger.remove("k", "o", b.generation, &b.state, false);
@@ -386,15 +354,15 @@ fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on(
     assert!(ledger.remove("k", "o", c.generation, &c.state, false).last);
     // A watchdog lease remains: never shortened (its renewal may be in
     // flight), at least the longest left.
-    let w = ledger.add("k", "o", true, at(short), None, &mut || lease(short));
-    let x = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
-    let y = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let w = add(&ledger, true, short, None);
+    let x = add(&ledger, false, long, None);
+    let y = add(&ledger, false, long, None);
     let removed = ledger.remove("k", "o", x.generation, &x.state, false);
     assert_eq!(kept(removed), ("at least", 10), "y counts on 10 s");
     let removed = ledger.remove("k", "o", y.generation, &y.state, false);
     assert_eq!(kept(removed), ("at least", 2), "the watchdog's 2 s");
     // The watchdog guard goes first: the explicit one left counts.
-    let z = ledger.add("k", "o", false, at(long), None, &mut || lease(long));
+    let z = add(&ledger, false, long, None);
     let removed = ledger.remove("k", "o", w.generation, &w.state, true);
     assert!(removed.stop_renewal);
     assert_eq!(kept(removed), ("exactly", 10));
@@ -406,12 +374,11 @@ fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on(
 fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothing() {
     let ledger = Ledger::default();
     let d = Duration::from_secs(30);
-    let until = Instant::now() + d;
-    let old = ledger.add("k", "o", true, until, Some(1), &mut || lease(d));
-    let older = ledger.add("k", "o", true, until, None, &mut || lease(d));
+    let old = add(&ledger, true, d, Some(1));
+    let older = add(&ledger, true, d, None);
     old.state
         .mark_lost(crate::renewal::LeaseLost::NotOurs, &AtomicU64::new(0));
-    let new = ledger.add("k", "o", true, until, Some(2), &mut || lease(d));
+    let new = add(&ledger, true, d, Some(2));
     assert!(!Arc::ptr_eq(&old.state, &new.state), "a new lease");
     assert_eq!(ledger.holds("k", "o"), (1, Some(2)), "the first hold again");
     assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));
@@ -461,11 +428,7 @@ fn queued_task<'a>(
 /// A ledger where "a" holds "k" (its turn taken, a 30 s lease).
 fn held_by_a() -> Ledger {
     let locks = Ledger::default();
-    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!("a free slot is ours at once")
-    };
-    hold(turn, Duration::from_secs(30));
+    hold(turn(&locks, "a"), Duration::from_secs(30));
     locks
 }
 
@@ -515,10 +478,7 @@ fn a_waiter_promoted_as_it_is_cancelled_sees_the_promotion() {
     use std::task::{Context, Poll, Waker};
 
     let locks = Arc::new(Ledger::default());
-    let Enter::Turn(turn) = enter(&locks, "k", "a", Duration::from_secs(1), false, None, None)
-    else {
-        panic!("a free slot is ours at once");
-    };
+    let turn = turn(&locks, "a");
     let a = hold(turn, Duration::from_secs(30));
     let cancel = Cancel::new();
     let (told, hear) = std::sync::mpsc::channel();

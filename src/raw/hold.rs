@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use super::{Orphan, Raw, Undoing};
 use crate::conn::{Bound, MakeForsaken};
 use crate::error::{Error, Result};
-use crate::ledger::{Handover, Outcome, Removed};
+use crate::ledger::{Handover, NewHold, Outcome, Removed};
 use crate::options::Kind;
 use crate::park::Park;
-use crate::protocol::{self, Keep, Release, Released, Reply, Scripts};
+use crate::protocol::{self, Release, Released, Reply, Scripts};
 use crate::renewal::LeaseState;
 
 /// One hold, as a guard keeps it and [`Raw::release`] gives it back
@@ -59,31 +59,20 @@ fn not_held(hold: &Hold) -> Error {
 /// The undo of `hold`'s release whose answer was lost: its owner-checked
 /// release, sent until Redis answers or its lease would have ended.
 fn release_orphan(hold: &Hold) -> Orphan {
+    let (key, owner, now) = (&hold.key, hold.owner(), Instant::now());
+    let lost = Orphan::lost(hold.kind, key, owner, Duration::ZERO, None, now);
     Orphan {
-        kind: hold.kind,
-        key: hold.key.clone(),
-        owner: hold.owner().to_owned(),
-        place: None,
         until: hold.state.valid_until(),
-        permits: None,
-    }
-}
-
-/// A release's answer as its caller sees it.
-fn released_as(hold: &Hold, released: Released) -> Result<()> {
-    match released {
-        Released::NotHeld => Err(not_held(hold)),
-        _ => Ok(()),
+        ..lost
     }
 }
 
 /// A release under way (see `Raw::release_begin`): whether it is the
-/// owner's last hold here, and the hand-over to a queued thread the ledger
-/// allows (plain locks, in line).
+/// owner's last hold here and what Redis keeps for its remaining guards,
+/// and the hand-over to a queued thread the ledger allows (plain locks, in
+/// line).
 struct Releasing<'a> {
-    last: bool,
-    /// What Redis keeps for the owner's remaining guards.
-    keep: Keep,
+    removed: Removed,
     handover: Option<Handover<'a>>,
 }
 
@@ -96,8 +85,8 @@ impl Releasing<'_> {
             kind: hold.kind,
             key: &hold.key,
             field: &hold.field,
-            keep: self.keep,
-            last: self.last,
+            keep: self.removed.keep,
+            last: self.removed.last,
             successor: self
                 .handover
                 .as_ref()
@@ -131,11 +120,14 @@ impl Raw {
         watchdog: bool,
         sent_at: Instant,
     ) -> Hold {
-        let added = self
-            .ledger
-            .add(key, owner, watchdog, sent_at + lease, None, &mut || {
-                self.new_state(key, owner, lease, watchdog, sent_at, lease, None)
-            });
+        let new_state = &mut || self.new_state(key, owner, lease, watchdog, sent_at, lease, None);
+        let new = NewHold {
+            renewed: watchdog,
+            until: sent_at + lease,
+            minted: None,
+            new_state,
+        };
+        let added = self.ledger.add(key, owner, new);
         Hold {
             name: name.to_owned(),
             key: key.to_owned(),
@@ -194,15 +186,25 @@ impl Raw {
             .call(park, rel.key, bound, call, read, forsaken)
             .await
             .0;
-        let released = self.released_or_pending(hold, &rel, ran)?;
+        let released = match ran {
+            Ok(released) => released,
+            // A last release that failed transiently (its reply lost, Redis
+            // down) is sent again in the background until Redis answers or
+            // the lease would have ended.
+            Err(e) if rel.last && e.is_transient() => {
+                let (orphan, until) = (release_orphan(hold), hold.state.valid_until());
+                return Err(self.release_pending(&hold.name, orphan, until, e));
+            }
+            Err(e) => return Err(e),
+        };
         if let Some(owner) = releasing.end(released, sent_at) {
             // Handed to a waiter that had given up: given back.
-            let (raw, key) = (Arc::clone(self), hold.key.clone());
-            self.detach(park, move || {
-                let _ = raw.undo_hold(Kind::Plain, &key, &owner, true, bound);
-            });
+            self.undo_detached(park, Kind::Plain, &hold.key, &owner, true, bound);
         }
-        released_as(hold, released)
+        match released {
+            Released::NotHeld => Err(not_held(hold)),
+            _ => Ok(()),
+        }
     }
 
     /// The ledger's part of releasing `hold`, before its script: whether it
@@ -213,95 +215,50 @@ impl Raw {
         &'a self,
         hold: &'a Hold,
     ) -> std::result::Result<Releasing<'a>, Result<()>> {
-        if !hold.in_line {
-            let removed = self.ledger.remove(
-                &hold.key,
-                &hold.field,
-                hold.generation,
-                &hold.state,
-                hold.renewed,
-            );
-            self.stop(hold, removed);
-            if removed.last {
-                hold.state.released();
-            }
-            if hold.state.is_lost() {
-                return Err(Err(not_held(hold)));
-            }
-            return Ok(Releasing {
-                last: removed.last,
-                keep: removed.keep,
-                handover: None,
-            });
-        }
-        let handover = self.ledger.release(
-            &hold.key,
-            &hold.field,
-            hold.generation,
-            &hold.state,
-            hold.renewed,
-        );
-        self.stop(
-            hold,
-            Removed {
-                last: handover.last(),
-                stop_renewal: handover.stop_renewal(),
-                keep: handover.keep(),
-            },
-        );
-        if handover.last() {
-            hold.state.released();
-        }
-        if hold.state.is_lost() {
-            return Err(Err(not_held(hold)));
-        }
-        Ok(Releasing {
-            last: handover.last(),
-            keep: handover.keep(),
-            handover: Some(handover),
-        })
-    }
-
-    fn stop(&self, hold: &Hold, removed: Removed) {
+        let (key, field, state) = (&hold.key, &hold.field, &hold.state);
+        let (removed, handover) = if hold.in_line {
+            let handover = self
+                .ledger
+                .release(key, field, hold.generation, state, hold.renewed);
+            (handover.removed(), Some(handover))
+        } else {
+            let removed = self
+                .ledger
+                .remove(key, field, hold.generation, state, hold.renewed);
+            (removed, None)
+        };
         if hold.renewed {
             if removed.stop_renewal {
-                self.renewer.cancel(&hold.state, true);
+                self.renewer.cancel(state, true);
             }
         } else if hold.kind == Kind::Read {
-            self.renewer.cancel(&hold.state, false);
+            self.renewer.cancel(state, false);
         }
+        if removed.last {
+            state.released();
+        }
+        if state.is_lost() {
+            return Err(Err(not_held(hold)));
+        }
+        Ok(Releasing { removed, handover })
     }
 
-    /// What a release script's run says, whatever sent it: a last release
-    /// that failed transiently (its reply lost, Redis down) is sent again
-    /// in the background until Redis answers or the lease would have ended
-    /// — [`Error::ReleasePending`].
-    fn released_or_pending(
+    /// A release sent and not answered, sent again in the background as
+    /// `orphan` until Redis answers: [`Error::ReleasePending`] of `name`,
+    /// whose lease ends at `until`.
+    pub(super) fn release_pending(
         self: &Arc<Self>,
-        hold: &Hold,
-        rel: &Release<'_>,
-        ran: Result<Released>,
-    ) -> Result<Released> {
-        let e = match ran {
-            Ok(released) => return Ok(released),
-            Err(e) if rel.last && e.is_transient() => e,
-            Err(e) => return Err(e),
-        };
-        let until = self.pending_release(hold);
-        Err(Error::ReleasePending {
-            name: hold.name.clone(),
+        name: &str,
+        orphan: Orphan,
+        until: Instant,
+        e: Error,
+    ) -> Error {
+        self.orphaned(orphan);
+        Error::ReleasePending {
+            name: name.to_owned(),
             lease_left: until.saturating_duration_since(Instant::now()),
             source: Box::new(e),
-        })
-    }
-
-    /// Sends the release of `hold` again in the background (an orphan)
-    /// until Redis answers or its lease would have ended; that instant.
-    fn pending_release(self: &Arc<Self>, hold: &Hold) -> Instant {
-        let orphan = release_orphan(hold);
-        let until = orphan.until;
-        self.orphaned(orphan);
-        until
+        }
     }
 
     /// Releases all of the hold of `owner` — an owner of one acquisition
@@ -315,16 +272,8 @@ impl Raw {
         owner: &str,
         lease: Duration,
     ) -> Result<bool> {
-        let rel = Release {
-            kind: Kind::Plain,
-            key,
-            field: owner,
-            keep: Keep::UNCHANGED,
-            last: true,
-            successor: None,
-        };
         let sent_at = Instant::now();
-        let released = self.release_script(&rel, self.give_back());
+        let released = self.undo_hold(Kind::Plain, key, owner, true, self.give_back());
         if released.as_ref().is_err_and(Error::is_transient) {
             self.orphaned(Orphan::lost(Kind::Plain, key, owner, lease, None, sent_at));
         }

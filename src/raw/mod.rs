@@ -279,28 +279,31 @@ impl Raw {
             }
             other => other?,
         };
-        match self.unreplicated(acked) {
+        match self.unreplicated(name, acked) {
             None => Ok(answer),
-            Some(acked) => {
-                let (raw, kind, key, owner, last) = (
-                    Arc::clone(self),
-                    req.kind,
-                    req.key.to_owned(),
-                    req.owner.to_owned(),
-                    req.fresh,
-                );
-                self.detach(park, move || {
-                    let _ = raw.undo_hold(kind, &key, &owner, last, raw.give_back());
-                });
-                let (wanted, timeout) = self.replicas.unwrap_or_default();
-                Err(Error::NotReplicated {
-                    name: name.to_owned(),
-                    acked,
-                    wanted,
-                    timeout,
-                })
+            Some(e) => {
+                let bound = self.give_back();
+                self.undo_detached(park, req.kind, req.key, req.owner, req.fresh, bound);
+                Err(e)
             }
         }
+    }
+
+    /// [`undo_hold`](Self::undo_hold) as background work of `park`'s
+    /// caller (see [`detach`](Self::detach)).
+    fn undo_detached(
+        self: &Arc<Self>,
+        park: Park,
+        kind: Kind,
+        key: &str,
+        owner: &str,
+        last: bool,
+        bound: Bound,
+    ) {
+        let (raw, key, owner) = (Arc::clone(self), key.to_owned(), owner.to_owned());
+        self.detach(park, move || {
+            let _ = raw.undo_hold(kind, &key, &owner, last, bound);
+        });
     }
 
     /// What a lost reply of attempt `req` sent at `sent_at` may have left.
@@ -318,11 +321,35 @@ impl Raw {
         })
     }
 
-    /// Too few replicas acknowledged a hold (`acked`, when a `WAIT` ran):
-    /// how many did.
-    fn unreplicated(&self, acked: Option<u32>) -> Option<u32> {
-        let (wanted, _) = self.replicas?;
-        acked.filter(|acked| *acked < wanted)
+    /// [`Error::NotReplicated`] of `name` when too few replicas acknowledged
+    /// a hold (`acked`, when a `WAIT` ran).
+    fn unreplicated(&self, name: &str, acked: Option<u32>) -> Option<Error> {
+        let (wanted, timeout) = self.replicas?;
+        let acked = acked.filter(|acked| *acked < wanted)?;
+        let name = name.to_owned();
+        Some(Error::NotReplicated {
+            name,
+            acked,
+            wanted,
+            timeout,
+        })
+    }
+
+    /// How long a waiter told to wait may park: until the holder's lease
+    /// ends (`hint`, if known; else a watchdog lease) — or less, to confirm
+    /// a waiting place of `kind` with `lease` when it holds one (`place`).
+    fn wait_cap(
+        &self,
+        hint: Option<Duration>,
+        kind: Kind,
+        lease: Duration,
+        place: bool,
+    ) -> Duration {
+        let cap = hint.unwrap_or(self.watchdog_lease);
+        match protocol::waiting_place(kind, lease).filter(|_| place) {
+            Some(confirm) => cap.min(confirm),
+            None => cap,
+        }
     }
 
     /// One attempt at plain lock `key` for `owner`, an owner of one
@@ -357,17 +384,10 @@ impl Raw {
         Bound::pool_wait(self.socket_timeout)
     }
 
-    /// One release script, within `bound`.
-    fn release_script(&self, rel: &Release<'_>, bound: Bound) -> Result<protocol::Released> {
-        let call = self.scripts().release_call(rel);
-        self.conns.run(rel.key, bound, |con| {
-            Scripts::release_reply(rel.kind, call.run(con)?.value)
-        })
-    }
-
     /// Undoes `owner`'s hold of `key` (a reply that came too late, or was
-    /// lost), owner-checked, handing it to no one: all of it when `last`,
-    /// else one count. The pool wait is the socket timeout.
+    /// lost; a hold nobody keeps), owner-checked, handing it to no one: all
+    /// of it when `last`, else one count. The pool wait is the socket
+    /// timeout.
     fn undo_hold(
         &self,
         kind: Kind,
@@ -385,41 +405,17 @@ impl Raw {
             last,
             successor: None,
         };
-        self.release_script(&rel, bound.with_pool_wait(self.socket_timeout))
+        let call = self.scripts().release_call(&rel);
+        let bound = bound.with_pool_wait(self.socket_timeout);
+        self.conns.run(key, bound, |con| {
+            Scripts::release_reply(kind, call.run(con)?.value)
+        })
     }
 
-    /// Leaves `owner`'s waiting place (the line's `place`, fair queue,
-    /// waiting writers) within `bound`. True when a plain lock was granted
-    /// to `owner` meanwhile: the caller releases it. When Redis did not
-    /// answer, the leave (and the release of such a grant) is done in the
-    /// background once it does — or the place expires by itself first.
-    fn leave(
-        self: &Arc<Self>,
-        kind: Kind,
-        key: &str,
-        owner: &str,
-        place: Option<&str>,
-        lease: Duration,
-        bound: Bound,
-    ) -> bool {
-        let sent_at = Instant::now();
-        match self.leave_place(kind, key, owner, place, bound) {
-            (Ok(granted), _) => granted,
-            (Err(e), sent) => {
-                // Not sent (out of time, no connection), or not answered:
-                // left in the background once Redis answers — and before
-                // this owner's next acquire of the key.
-                tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; leaving it once redis answers");
-                if !sent || e.is_unanswered() {
-                    self.orphaned(Orphan::lost(kind, key, owner, lease, place, sent_at));
-                }
-                false
-            }
-        }
-    }
-
-    /// Leaves `owner`'s waiting place; the error when Redis did not answer,
-    /// and whether the request went out.
+    /// Leaves `owner`'s waiting place (`place`: its place in a plain lock's
+    /// line) within `bound`: true when a plain lock was granted to `owner`
+    /// meanwhile (the caller releases it); the error when Redis did not
+    /// answer, and whether the request went out.
     fn leave_place(
         &self,
         kind: Kind,
@@ -446,10 +442,7 @@ impl Raw {
         match forced {
             Forced::Freed => Ok(true),
             Forced::NotHeld => Ok(false),
-            Forced::NotALock(what) => Err(Error::NotALock {
-                key: key.to_owned(),
-                what,
-            }),
+            Forced::NotALock(what) => Err(not_a_lock(key, what)),
         }
     }
 
@@ -464,10 +457,7 @@ impl Raw {
         match shape {
             Shape::Lock => Ok(true),
             Shape::None => Ok(false),
-            Shape::Other(what) => Err(Error::NotALock {
-                key: key.to_owned(),
-                what,
-            }),
+            Shape::Other(what) => Err(not_a_lock(key, what)),
         }
     }
 
@@ -515,6 +505,12 @@ impl Raw {
             None => LeaseState::new(sent_at + set),
         }
     }
+}
+
+/// [`Error::NotALock`]: `key` holds `what`.
+fn not_a_lock(key: &str, what: String) -> Error {
+    let key = key.to_owned();
+    Error::NotALock { key, what }
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);

@@ -32,7 +32,6 @@ use parking_lot::Mutex;
 use super::Raw;
 use crate::conn::{Bound, Forsaken, Outcome};
 use crate::error::{Error, Result};
-use crate::ledger::Undo;
 use crate::names::SemaphoreKeys;
 use crate::options::Kind;
 use crate::park::Park;
@@ -95,24 +94,22 @@ impl Orphan {
         }
     }
 
-    /// A semaphore acquisition of `owner` (permits `lost.ids`, `lease`,
-    /// `place` in line) whose call's reply was lost, sent at `sent_at`.
+    /// A semaphore acquisition of `owner` (permits `ids` of semaphore
+    /// `keys`, `lease`, `place` in line) whose call's reply was lost, sent
+    /// at `sent_at`.
     pub(crate) fn lost_permits(
-        lost: LostPermits,
+        keys: &Arc<SemaphoreKeys>,
+        ids: &Arc<[u8]>,
         owner: &str,
         lease: Duration,
         place: Option<&str>,
         sent_at: Instant,
     ) -> Self {
-        let mut orphan = Orphan::lost(
-            Kind::Plain,
-            &lost.keys.counter,
-            owner,
-            lease,
-            place,
-            sent_at,
-        );
-        orphan.permits = Some(lost);
+        let mut orphan = Orphan::lost(Kind::Plain, &keys.counter, owner, lease, place, sent_at);
+        orphan.permits = Some(LostPermits {
+            keys: Arc::clone(keys),
+            ids: Arc::clone(ids),
+        });
         orphan
     }
 }
@@ -311,13 +308,6 @@ impl Raw {
         });
     }
 
-    /// [`forsake`](Self::forsake) as the in-process queue's hook, told later
-    /// whether the hand-over may still be on its way.
-    pub(crate) fn forsaking(self: &Arc<Self>, orphan: Orphan) -> Undo {
-        let raw = Arc::clone(self);
-        Box::new(move |in_flight| raw.forsake(orphan, in_flight))
-    }
-
     /// What a call leaves to undo when its caller's future is dropped while
     /// it is out — the one hook of every operation, run by the transport
     /// once the call's outcome is known (see `conn::Outcome`): an acquire
@@ -359,14 +349,8 @@ mod tests {
     use std::cell::Cell;
 
     fn orphan(key: &str, owner: &str, until: Instant) -> Orphan {
-        Orphan {
-            kind: Kind::Plain,
-            key: key.into(),
-            owner: owner.into(),
-            place: None,
-            until,
-            permits: None,
-        }
+        let lost = Orphan::lost(Kind::Plain, key, owner, Duration::ZERO, None, until);
+        Orphan { until, ..lost }
     }
 
     #[test]

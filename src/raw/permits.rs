@@ -14,7 +14,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::orphans::LostPermits;
 use super::{Answer, Channels, Got, Granted, LockKind, Orphan, Raw, Undoing, Wake, Want};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
@@ -71,25 +70,15 @@ pub(crate) struct PermitHold {
 /// answer was lost: they are given back by id until Redis answers (at
 /// least a second after it was sent).
 fn permits_orphan(hold: &PermitHold, sent_at: Instant) -> Orphan {
-    let lost = LostPermits {
-        keys: Arc::clone(&hold.keys),
-        ids: Arc::clone(&hold.ids),
-    };
     // Its name among lost calls: its first permit id (unique).
     let owner = crate::names::hex(&hold.ids[..hold.ids.len().min(16)]);
-    let mut orphan = Orphan::lost_permits(lost, &owner, Duration::ZERO, None, sent_at);
-    orphan.until = hold
+    let (keys, ids) = (&hold.keys, &hold.ids);
+    let lost = Orphan::lost_permits(keys, ids, &owner, Duration::ZERO, None, sent_at);
+    let until = hold
         .state
         .valid_until()
         .max(sent_at + Duration::from_secs(1));
-    orphan
-}
-
-/// The first part of a release of `hold`'s permits, before its script:
-/// their renewal stops, and a task waiting for their loss stops waiting.
-fn permits_release_begin(raw: &Raw, hold: &PermitHold) {
-    raw.renewer.cancel(&hold.state, hold.renewed);
-    hold.state.released();
+    Orphan { until, ..lost }
 }
 
 /// The mark in bytes 8 and 9 of a leasehold permit id (see [`permit_id`]).
@@ -170,7 +159,8 @@ impl Raw {
     }
 
     /// Gives back the permits of `hold`, for `park`'s caller, within
-    /// `bound`: renewal stops first. An error when one of them was no
+    /// `bound`: renewal stops first (and a task waiting for their loss
+    /// stops waiting). An error when one of them was no
     /// longer ours (its lease ran out, or it was removed): they were given
     /// back all the same. A task's future dropped before the answer came
     /// leaves the release to the background (by id, until Redis answers).
@@ -180,7 +170,8 @@ impl Raw {
         hold: &PermitHold,
         bound: Bound,
     ) -> Result<()> {
-        permits_release_begin(self, hold);
+        self.renewer.cancel(&hold.state, hold.renewed);
+        hold.state.released();
         let call = self
             .scripts()
             .semaphore()
@@ -209,12 +200,8 @@ impl Raw {
             (Ok(released), _) => released,
             // Sent and not answered: given back (by id) once Redis answers.
             (Err(e), true) if e.is_unanswered() => {
-                let until = self.permits_pending(hold, sent_at);
-                return Err(Error::ReleasePending {
-                    name: hold.name.clone(),
-                    lease_left: until.saturating_duration_since(Instant::now()),
-                    source: Box::new(e),
-                });
+                let (orphan, until) = (permits_orphan(hold, sent_at), hold.state.valid_until());
+                return Err(self.release_pending(&hold.name, orphan, until, e));
             }
             (Err(e), _) => return Err(e),
         };
@@ -225,15 +212,6 @@ impl Raw {
             });
         }
         Ok(())
-    }
-
-    /// Gives `hold`'s permits back in the background (by id) until Redis
-    /// answers or their lease would have ended; that instant.
-    fn permits_pending(self: &Arc<Self>, hold: &PermitHold, sent_at: Instant) -> Instant {
-        let orphan = permits_orphan(hold, sent_at);
-        let until = hold.state.valid_until();
-        self.orphaned(orphan);
-        until
     }
 
     /// One call of semaphore `name`'s scripts on the node serving it.
@@ -292,14 +270,11 @@ impl Raw {
         lease: Duration,
     ) {
         let sent_at = Instant::now();
-        let bound = Bound::pool_wait(self.socket_timeout);
-        if let Err(e) = self.leave_permits_once(keys, place, ids, bound) {
+        if let Err(e) = self.leave_permits_once(keys, place, ids, self.give_back()) {
             tracing::debug!(key = %keys.counter, error = ?e, "leasehold: leaving a semaphore's line failed; leaving it once redis answers");
-            let lost = LostPermits {
-                keys: Arc::clone(keys),
-                ids: Arc::clone(ids),
-            };
-            self.orphaned(Orphan::lost_permits(lost, owner, lease, place, sent_at));
+            self.orphaned(Orphan::lost_permits(
+                keys, ids, owner, lease, place, sent_at,
+            ));
         }
     }
 
@@ -344,7 +319,6 @@ impl PermitWaiting<'_> {
     /// background. The loop leaves a place it knows of itself.
     pub(crate) fn give_up(&mut self) {
         if self.unsettled {
-            self.unsettled = false;
             self.leave();
         }
     }
@@ -394,12 +368,9 @@ impl PermitWaiting<'_> {
             )
             .then_wait(raw.wait(semaphore::took_permits));
         let forsaken = || {
-            let lost = LostPermits {
-                keys: Arc::clone(&self.keys),
-                ids: Arc::clone(&self.ids),
-            };
             let (place, now) = (self.place.as_deref(), Instant::now());
-            let orphan = Orphan::lost_permits(lost, &self.owner, self.lease, place, now);
+            let orphan =
+                Orphan::lost_permits(&self.keys, &self.ids, &self.owner, self.lease, place, now);
             raw.forsaken(orphan, Undoing::Acquire)
         };
         let read = |r: Reply| Ok((semaphore::acquire_reply(r.value)?, r.acked));
@@ -415,19 +386,11 @@ impl PermitWaiting<'_> {
             .await
     }
 
-    /// Leaves our place and gives back our permits (by id), for a thread
-    /// inline, for a task in the background.
-    fn leave_now(&self, place: Option<String>) {
-        let (raw, keys, ids) = (
-            Arc::clone(self.raw),
-            Arc::clone(&self.keys),
-            Arc::clone(&self.ids),
-        );
-        let (owner, lease) = (self.owner.clone(), self.lease);
-        let leaving = Arc::clone(&raw);
-        raw.detach(self.park, move || {
-            leaving.leave_permits(&keys, &owner, place.as_deref(), &ids, lease);
-        });
+    /// The job that leaves `place` and gives back our permits (by id).
+    fn leaving(&self, place: Option<String>) -> impl FnOnce() + Send + 'static {
+        let (raw, owner, lease) = (Arc::clone(self.raw), self.owner.clone(), self.lease);
+        let (keys, ids) = (Arc::clone(&self.keys), Arc::clone(&self.ids));
+        move || raw.leave_permits(&keys, &owner, place.as_deref(), &ids, lease)
     }
 }
 
@@ -437,8 +400,7 @@ impl PermitWaiting<'_> {
 impl Drop for PermitWaiting<'_> {
     fn drop(&mut self) {
         if self.unsettled {
-            self.unsettled = false;
-            self.leave_now(self.place.clone());
+            self.leave();
         }
     }
 }
@@ -458,15 +420,9 @@ impl LockKind for PermitWaiting<'_> {
             }
             Ok(answer) => answer,
         };
-        if let Some(acked) = self.raw.unreplicated(acked) {
-            let _ = self.undo(()).await;
-            let (wanted, timeout) = self.raw.replicas.unwrap_or_default();
-            return Err(Error::NotReplicated {
-                name: self.name.to_owned(),
-                acked,
-                wanted,
-                timeout,
-            });
+        if let Some(e) = self.raw.unreplicated(self.name, acked) {
+            self.undo(()).await;
+            return Err(e);
         }
         match answer {
             Acquire::Acquired => {
@@ -494,26 +450,19 @@ impl LockKind for PermitWaiting<'_> {
                 // Permits whose holder died come back when their lease ends:
                 // wake then to take them back (+1 ms is in the hint) — or
                 // earlier, to confirm our place.
-                let mut cap = hint.unwrap_or(self.raw.watchdog_lease);
-                if let Some(confirm) = protocol::waiting_place(Kind::Plain, self.lease)
-                    .filter(|_| self.place.is_some())
-                {
-                    cap = cap.min(confirm);
-                }
-                Ok(Answer::Wait(cap))
+                let place = self.place.is_some();
+                Ok(Answer::Wait(self.raw.wait_cap(
+                    hint,
+                    Kind::Plain,
+                    self.lease,
+                    place,
+                )))
             }
         }
     }
 
     async fn undo(&mut self, _held: ()) {
-        let (raw, keys, ids) = (
-            Arc::clone(self.raw),
-            Arc::clone(&self.keys),
-            Arc::clone(&self.ids),
-        );
-        let (owner, lease) = (self.owner.clone(), self.lease);
-        let undo = move || raw.leave_permits(&keys, &owner, None, &ids, lease);
-        let _ = self.raw.io(self.park, undo).await;
+        let _ = self.raw.io(self.park, self.leaving(None)).await;
     }
 
     fn lease(&self) -> Duration {
@@ -560,9 +509,11 @@ impl LockKind for PermitWaiting<'_> {
         self.place.is_some() || self.unsettled
     }
 
+    /// Also gives back our permits (by id): for a thread inline, for a
+    /// task in the background.
     fn leave(&mut self) {
         self.unsettled = false;
-        self.leave_now(self.place.clone());
+        self.raw.detach(self.park, self.leaving(self.place.clone()));
     }
 
     fn claim(&self) -> Option<&str> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::{Hold, Orphan, Raw};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
-use crate::ledger::{Enter, Turn, Undo};
+use crate::ledger::{Enter, NewHold, Turn, Undo};
 use crate::names::timeout_prefix;
 use crate::options::{check_lease, check_name, Cancel, Kind};
 use crate::park::Park;
@@ -260,42 +260,35 @@ impl<'a> Waiting<'a> {
         &self.key
     }
 
-    /// Undoes what a lost reply of this owner on this key may have left
-    /// (before anything else: also before a hold handed over in-process,
-    /// which sends no attempt).
     /// Whether a lost reply of this client may have left something to undo
     /// first (see [`settle`](Self::settle)).
     pub(crate) fn unsettled(&self) -> bool {
         self.raw.orphans.any()
     }
 
+    /// Undoes what a lost reply of this owner on this key may have left
+    /// (before anything else: also before a hold handed over in-process,
+    /// which sends no attempt).
     pub(crate) async fn settle(&self) -> Result<()> {
         if !self.unsettled() {
             return Ok(());
         }
-        let (raw, key, owner, bound) = (
-            Arc::clone(self.raw),
-            self.key.clone(),
-            self.owner.clone(),
-            self.bound,
-        );
+        let (raw, bound) = (Arc::clone(self.raw), self.bound);
+        let (key, owner) = (self.key.clone(), self.owner.clone());
         let settle = move || raw.settle(&key, &owner, bound);
         self.raw.io(self.park, settle).await?
     }
 
-    /// The undo of a lost call of this acquisition (`place`: the waiting
-    /// place it may have taken), for a task's wait dropped meanwhile:
-    /// right away on an I/O thread, else by the client's undo thread.
-    fn forsaken(&self, place: Option<&str>) -> Undo {
-        let orphan = Orphan::lost(
-            self.kind,
-            &self.key,
-            &self.owner,
-            self.lease,
-            place,
-            Instant::now(),
-        );
-        self.raw.forsaking(orphan)
+    /// What a hold handed over to this acquisition in-process leaves to
+    /// undo when nobody takes it up.
+    fn handed_over(&self) -> Orphan {
+        let (key, owner) = (&self.key, &self.owner);
+        Orphan::lost(self.kind, key, owner, self.lease, None, Instant::now())
+    }
+
+    /// A new place in line (or fair queue mark) for this wait.
+    fn new_place(&mut self) {
+        self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
     }
 
     /// Whether this kind waits in the client's in-process queue first (a
@@ -318,7 +311,13 @@ impl<'a> Waiting<'a> {
             self.fenced,
             deadline,
             cancel,
-            || self.forsaken(None),
+            // A task's wait dropped as a hold was handed to it: undone right
+            // away on an I/O thread, else by the client's undo thread (told
+            // later whether the hand-over may still be on its way).
+            || -> Undo {
+                let (raw, orphan) = (Arc::clone(self.raw), self.handed_over());
+                Box::new(move |in_flight| raw.forsake(orphan, in_flight))
+            },
         )
     }
 
@@ -326,15 +325,7 @@ impl<'a> Waiting<'a> {
     /// gave it in Redis is undone, owner-checked, once Redis answers (and
     /// before this owner's next acquire of the key).
     pub(crate) fn abandoned(&self) {
-        let orphan = Orphan::lost(
-            self.kind,
-            &self.key,
-            &self.owner,
-            self.lease,
-            None,
-            Instant::now(),
-        );
-        self.raw.orphaned(orphan);
+        self.raw.orphaned(self.handed_over());
     }
 
     /// The channel the waiter of a kind without the in-process queue
@@ -348,7 +339,7 @@ impl<'a> Waiting<'a> {
     /// directly; a single try does not wait for a grant.
     pub(crate) fn take_place(&mut self, deadline: Option<Instant>) {
         if self.kind == Kind::Fair && deadline.is_none_or(|d| d > Instant::now()) {
-            self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+            self.new_place();
         }
     }
 
@@ -382,7 +373,7 @@ impl<'a> Waiting<'a> {
         };
         self.join = deadline.is_none_or(|d| d > Instant::now());
         if self.join && subscribed {
-            self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+            self.new_place();
         }
     }
 
@@ -400,28 +391,18 @@ impl<'a> Waiting<'a> {
         let (key, owner, lease, watchdog) = (&self.key, &self.owner, self.lease, self.watchdog);
         let field = protocol::hold_field(self.kind, owner).into_owned();
         let timeouts = (self.kind == Kind::Read).then(|| timeout_prefix(key, owner));
-        let mut new_state = || {
-            raw.new_state(
-                key,
-                &field,
-                lease,
-                watchdog,
-                sent_at,
-                set,
-                timeouts.as_deref(),
-            )
+        let timeouts = timeouts.as_deref();
+        let mut new_state = || raw.new_state(key, &field, lease, watchdog, sent_at, set, timeouts);
+        let new = NewHold {
+            renewed: watchdog,
+            until: sent_at + set,
+            minted,
+            new_state: &mut new_state,
         };
-        let until = sent_at + set;
         let added = match taken {
-            Taken::Attempt(_) => {
-                raw.ledger
-                    .add(key, &field, watchdog, until, minted, &mut new_state)
-            }
-            Taken::Turn(turn, _) => turn.acquired(watchdog, until, minted, &mut new_state),
-            Taken::HandedOver(..) => {
-                raw.ledger
-                    .take_up(key, owner, watchdog, until, &mut new_state)
-            }
+            Taken::Attempt(_) => raw.ledger.add(key, &field, new),
+            Taken::Turn(turn, _) => turn.acquired(new),
+            Taken::HandedOver(..) => raw.ledger.take_up(key, owner, new),
         };
         if let Some(replaced) = &added.replaced {
             raw.renewer.cancel(replaced, true);
@@ -463,47 +444,24 @@ impl LockKind for Waiting<'_> {
                 self.foreign = foreign;
                 if self.join && self.place.is_none() {
                     // Plain: the next attempt takes a place in line.
-                    self.place = Some(self.raw.next_place(
-                        &self.owner,
-                        self.lease,
-                        self.fence != Fence::None,
-                    ));
+                    self.new_place();
                 }
                 // A holder that died without unlocking costs at most its
                 // lease: wake when it would have expired (+1 ms for PTTL's
                 // rounding) — or earlier, to confirm a waiting place.
-                let mut cap = hint.unwrap_or(self.raw.watchdog_lease);
-                if let Some(confirm) =
-                    protocol::waiting_place(self.kind, self.lease).filter(|_| self.holds_place())
-                {
-                    cap = cap.min(confirm);
-                }
+                let place = self.holds_place();
+                let cap = self.raw.wait_cap(hint, self.kind, self.lease, place);
                 Ok(Answer::Wait(cap + Duration::from_millis(1)))
             }
             Attempt::Upgrade => Err(Error::UpgradeWouldDeadlock {
                 name: self.name.to_owned(),
             }),
-            Attempt::NotALock(what) => Err(Error::NotALock {
-                key: self.key.clone(),
-                what,
-            }),
+            Attempt::NotALock(what) => Err(super::not_a_lock(&self.key, what)),
         }
     }
 
     async fn undo(&mut self, _minted: Option<u64>) {
-        let (raw, kind, key, owner) = (
-            Arc::clone(self.raw),
-            self.kind,
-            self.key.clone(),
-            self.owner.clone(),
-        );
-        // The undo has a bound of its own, not the wait's (which may have
-        // passed): cut by it, nothing would be sent.
-        let (fresh, bound) = (self.fresh, self.raw.give_back());
-        let undo = move || {
-            let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
-        };
-        let _ = self.raw.io(self.park, undo).await;
+        let _ = self.raw.io(self.park, self.giving_back(false)).await;
     }
 
     fn lease(&self) -> Duration {
@@ -538,7 +496,7 @@ impl LockKind for Waiting<'_> {
         if Some(place) != self.place.as_deref() {
             return None;
         }
-        let fenced = self.fence != Fence::None;
+        let fenced = self.fenced;
         let direct = self.watchdog && self.raw.replicas.is_none() && (token.is_some() || !fenced);
         Some(if direct {
             Granted::Held(token.filter(|_| fenced), protocol::grant_lease(self.lease))
@@ -562,30 +520,42 @@ impl LockKind for Waiting<'_> {
     }
 
     fn leave(&mut self) {
-        let (raw, kind, key, owner) = (
-            Arc::clone(self.raw),
-            self.kind,
-            self.key.clone(),
-            self.owner.clone(),
-        );
-        // Its own bound, not the wait's (see `undo`).
-        let (place, lease, fresh, bound) = (
-            self.place.clone(),
-            self.lease,
-            self.fresh,
-            self.raw.give_back(),
-        );
-        self.raw.detach(self.park, move || {
-            let granted = raw.leave(kind, &key, &owner, place.as_deref(), lease, bound);
-            if granted {
-                // Given to us as we gave up: pass it on.
-                let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
-            }
-        });
+        self.raw.detach(self.park, self.giving_back(true));
     }
 }
 
 impl Waiting<'_> {
+    /// The job that gives back what this wait took at Redis: its hold (an
+    /// undo), or (`leave`) its waiting place (the line's, fair queue,
+    /// waiting writers) — and a plain lock granted to us meanwhile (passed
+    /// on). Its bound is its own, not the wait's (which may have passed: cut
+    /// by it, nothing would be sent). A leave not sent (out of time, no
+    /// connection) or not answered is done in the background once Redis
+    /// answers (and before this owner's next acquire of the key) — or the
+    /// place expires by itself first.
+    fn giving_back(&self, leave: bool) -> impl FnOnce() + Send + 'static {
+        let (raw, kind, fresh) = (Arc::clone(self.raw), self.kind, self.fresh);
+        let (key, owner) = (self.key.clone(), self.owner.clone());
+        let (place, lease) = (self.place.clone(), self.lease);
+        move || {
+            let (bound, sent_at, place) = (raw.give_back(), Instant::now(), place.as_deref());
+            if leave {
+                match raw.leave_place(kind, &key, &owner, place, bound) {
+                    (Ok(true), _) => {} // granted as we gave up: passed on below
+                    (Ok(false), _) => return,
+                    (Err(e), sent) => {
+                        tracing::debug!(key = %key, error = ?e, "leasehold: leaving a waiters' place failed; leaving it once redis answers");
+                        if !sent || e.is_unanswered() {
+                            raw.orphaned(Orphan::lost(kind, &key, &owner, lease, place, sent_at));
+                        }
+                        return;
+                    }
+                }
+            }
+            let _ = raw.undo_hold(kind, &key, &owner, fresh, bound);
+        }
+    }
+
     /// This acquisition's attempt as the protocol takes it.
     fn request(&self) -> Request<'_> {
         Request {

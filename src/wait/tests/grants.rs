@@ -5,15 +5,10 @@ use super::*;
 
 #[test]
 fn a_subscription_handed_in_is_used_and_handed_back() {
-    let mut kind = Scripted::new(vec![
-        Step::Wait(Duration::from_millis(50)),
-        Step::Held {
-            after: Duration::ZERO,
-        },
-    ]);
+    let mut kind = Scripted::new(vec![Step::Wait(Duration::from_millis(50)), HELD]);
     let env = fake();
     let mut sub = Some(());
-    let held = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None)).unwrap();
+    let held = run_on(&mut kind, &env, &mut sub);
     assert!(held.is_some());
     assert!(sub.is_some());
     assert_eq!(env.log(), ["clear", "park One seen 0 ~50 ms", "clear"]);
@@ -30,7 +25,7 @@ fn granted_run(
     let env = fake();
     *env.grants.borrow_mut() = grants.into();
     let mut sub = Some(());
-    let got = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None)).unwrap();
+    let got = run_on(&mut kind, &env, &mut sub);
     (kind, env, got)
 }
 
@@ -60,7 +55,7 @@ fn a_claimed_grant_is_taken_and_the_others_are_left() {
     let env = fake();
     *env.grants.borrow_mut() = vec![vec![b"other#1".as_slice(), b"mine"]].into();
     let mut sub = Some(());
-    let got = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "sem", None)).unwrap();
+    let got = run_on(&mut kind, &env, &mut sub);
     assert_eq!(got.map(|g| g.held), Some(99));
     assert_eq!(kind.attempts, 1);
     assert_eq!(env.log(), ["claim mine", "park Claim seen 0 ~10000 ms"]);
@@ -71,12 +66,7 @@ fn a_claimed_grant_is_taken_and_the_others_are_left() {
 fn a_grant_for_another_wait_is_ignored() {
     let (kind, _, got) = granted_run(
         vec![vec![b"someone#else", b"0"]],
-        vec![
-            Step::Wait(Duration::from_millis(5)),
-            Step::Held {
-                after: Duration::ZERO,
-            },
-        ],
+        vec![Step::Wait(Duration::from_millis(5)), HELD],
     );
     assert_eq!(got.map(|g| g.held), Some(2), "held by the next attempt");
     assert_eq!(kind.attempts, 2);
@@ -87,12 +77,7 @@ fn a_grant_that_needs_accepting_or_came_late_is_taken_by_an_attempt() {
     for grant in [b"accept".as_slice(), b"brief".as_slice()] {
         let (kind, _, got) = granted_run(
             vec![vec![grant]],
-            vec![
-                Step::Wait(Duration::from_secs(10)),
-                Step::Held {
-                    after: Duration::ZERO,
-                },
-            ],
+            vec![Step::Wait(Duration::from_secs(10)), HELD],
         );
         let got = got.expect("held");
         assert_eq!(
@@ -119,7 +104,7 @@ fn grants_received_before_an_attempt_are_stale_to_it() {
     env.delivered.borrow_mut().push(b"mine".to_vec()); // before the first attempt
     *env.grants.borrow_mut() = vec![vec![], vec![b"mine".as_slice()]].into();
     let mut sub = Some(());
-    let got = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None)).unwrap();
+    let got = run_on(&mut kind, &env, &mut sub);
     assert_eq!(kind.attempts, 2, "the early grant did not end the wait");
     assert_eq!(got.map(|g| g.held), Some(99));
 }
@@ -138,9 +123,7 @@ fn a_waiter_hears_the_unlock_channel_only_while_another_library_holds_the_lock()
         Step::Foreign(short),
         Step::Foreign(short),
         Step::Wait(short),
-        Step::Held {
-            after: Duration::ZERO,
-        },
+        HELD,
     ]);
     let env = fake();
     assert_eq!(run(&mut kind, &env, Some(now() + long)).unwrap(), Some(6));

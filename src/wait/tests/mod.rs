@@ -36,6 +36,7 @@ mod grants;
 mod outages;
 
 /// A scripted attempt: what it answers, and how long it "takes".
+#[derive(Clone)]
 enum Step {
     Held {
         after: Duration,
@@ -46,6 +47,11 @@ enum Step {
     Foreign(Duration),
     Fail(fn() -> Error),
 }
+
+/// Held, the reply at once.
+const HELD: Step = Step::Held {
+    after: Duration::ZERO,
+};
 
 fn io_error() -> Error {
     Error::from(redis::RedisError::from(std::io::Error::new(
@@ -78,6 +84,8 @@ struct Scripted {
     left: u32,
     /// The last attempt found another library's holder.
     foreign: bool,
+    /// The attempt of this number panics (a bug in it).
+    panic_at: Option<u32>,
 }
 
 impl Scripted {
@@ -91,6 +99,7 @@ impl Scripted {
             undone: 0,
             left: 0,
             foreign: false,
+            panic_at: None,
         }
     }
 }
@@ -100,6 +109,9 @@ impl LockKind for Scripted {
 
     async fn attempt(&mut self) -> Result<Answer<u32>> {
         self.attempts += 1;
+        if self.panic_at == Some(self.attempts) {
+            panic!("a bug in the attempt");
+        }
         match self
             .steps
             .pop_front()
@@ -309,11 +321,14 @@ fn run(kind: &mut Scripted, env: &Fake, deadline: Option<Instant>) -> Result<Opt
         .map(|got| got.map(|g| g.held))
 }
 
+/// The loop without a deadline, with `sub` handed in (and handed back).
+fn run_on(kind: &mut Scripted, env: &Fake, sub: &mut Option<()>) -> Option<Got<u32>> {
+    crate::park::block_on(wait_for(kind, env, sub, "lock", None)).unwrap()
+}
+
 #[test]
 fn a_free_lock_is_one_attempt_and_no_subscription() {
-    let mut kind = Scripted::new(vec![Step::Held {
-        after: Duration::ZERO,
-    }]);
+    let mut kind = Scripted::new(vec![HELD]);
     let env = fake();
     assert_eq!(run(&mut kind, &env, None).unwrap(), Some(1));
     assert_eq!(kind.attempts, 1);
@@ -325,9 +340,7 @@ fn a_held_lock_subscribes_then_retries_then_parks_for_the_cap() {
     let mut kind = Scripted::new(vec![
         Step::Wait(Duration::from_millis(200)),
         Step::Wait(Duration::from_millis(200)),
-        Step::Held {
-            after: Duration::ZERO,
-        },
+        HELD,
     ]);
     let env = fake();
     assert_eq!(run(&mut kind, &env, None).unwrap(), Some(3));
@@ -350,17 +363,7 @@ fn a_held_lock_subscribes_then_retries_then_parks_for_the_cap() {
 #[test]
 fn a_waiter_that_cannot_hear_unlocks_retries_within_a_second_not_a_lease() {
     let long = Duration::from_secs(30);
-    let mut kind = Scripted::new(vec![
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Held {
-            after: Duration::ZERO,
-        },
-    ]);
+    let mut kind = Scripted::new([vec![Step::Wait(long); 6], vec![HELD]].concat());
     let env = Fake {
         deaf: true,
         ..fake()
@@ -393,16 +396,7 @@ fn a_waiter_that_cannot_hear_unlocks_retries_within_a_second_not_a_lease() {
 #[test]
 fn a_waiter_whose_channel_moved_subscribes_again_where_it_is_now() {
     let long = Duration::from_secs(30);
-    let mut kind = Scripted::new(vec![
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Wait(long),
-        Step::Held {
-            after: Duration::ZERO,
-        },
-    ]);
+    let mut kind = Scripted::new([vec![Step::Wait(long); 5], vec![HELD]].concat());
     let env = fake();
     // The first subscription is on the old node, and so is the next.
     env.moved.set(3);
@@ -430,14 +424,8 @@ fn a_waiter_whose_channel_moved_subscribes_again_where_it_is_now() {
 /// the cancel, the waiting place left.
 #[test]
 fn a_cancelled_wait_ends_without_another_attempt_and_leaves_its_place() {
-    let mut kind = Scripted::new(vec![
-        Step::Wait(Duration::from_millis(10)),
-        Step::Wait(Duration::from_millis(10)),
-        Step::Wait(Duration::from_millis(10)),
-        Step::Held {
-            after: Duration::ZERO,
-        },
-    ]);
+    let waits = vec![Step::Wait(Duration::from_millis(10)); 3];
+    let mut kind = Scripted::new([waits, vec![HELD]].concat());
     kind.place = true;
     let env = fake();
     env.cancel_after_parks.set(Some(1));
@@ -455,9 +443,7 @@ fn read_write_waiters_count_wake_alls_instead_of_clearing() {
     let mut kind = Scripted::new(vec![
         Step::Wait(Duration::from_millis(100)),
         Step::Wait(Duration::from_millis(100)),
-        Step::Held {
-            after: Duration::ZERO,
-        },
+        HELD,
     ]);
     kind.wake = Wake::OneOrAll;
     let env = fake();

@@ -22,12 +22,7 @@ fn a_reply_after_the_lease_is_undone_and_retried_then_refused() {
     }
     assert_eq!(kind.undone, LATE_REPLIES_MAX, "every late hold given back");
     // One late reply and then a timely one: the timely hold is kept.
-    let mut kind = Scripted::new(vec![
-        late(),
-        Step::Held {
-            after: Duration::ZERO,
-        },
-    ]);
+    let mut kind = Scripted::new(vec![late(), HELD]);
     kind.lease = Duration::from_millis(10);
     assert_eq!(run(&mut kind, &fake(), None).unwrap(), Some(2));
     assert_eq!(kind.undone, 1);
@@ -58,9 +53,7 @@ fn transient_errors_are_ridden_out_only_once_waiting() {
         Step::Wait(Duration::from_millis(1)),
         Step::Fail(io_error),
         Step::Fail(loading),
-        Step::Held {
-            after: Duration::ZERO,
-        },
+        HELD,
     ]);
     let env = fake();
     assert_eq!(run(&mut kind, &env, None).unwrap(), Some(4));
@@ -109,11 +102,7 @@ fn an_outage_is_not_ridden_past_the_deadline() {
 
 #[test]
 fn the_deadline_ends_the_wait_and_leaves_the_place() {
-    let mut kind = Scripted::new(vec![
-        Step::Wait(Duration::from_secs(10)),
-        Step::Wait(Duration::from_secs(10)),
-        Step::Wait(Duration::from_secs(10)),
-    ]);
+    let mut kind = Scripted::new(vec![Step::Wait(Duration::from_secs(10)); 3]);
     kind.place = true;
     let started = now();
     let deadline = started + Duration::from_millis(50);
@@ -138,12 +127,7 @@ fn a_place_is_left_on_error_but_kept_when_held() {
     kind.place = true;
     assert!(run(&mut kind, &fake(), None).is_err());
     assert_eq!(kind.left, 1);
-    let mut kind = Scripted::new(vec![
-        Step::Wait(Duration::from_millis(1)),
-        Step::Held {
-            after: Duration::ZERO,
-        },
-    ]);
+    let mut kind = Scripted::new(vec![Step::Wait(Duration::from_millis(1)), HELD]);
     kind.place = true;
     assert_eq!(run(&mut kind, &fake(), None).unwrap(), Some(2));
     assert_eq!(kind.left, 0, "the acquire took us out of line itself");
@@ -151,60 +135,22 @@ fn a_place_is_left_on_error_but_kept_when_held() {
 
 #[test]
 fn a_place_is_left_when_the_waiter_panics() {
-    struct Panics(Scripted);
-    impl LockKind for Panics {
-        type Held = u32;
-        async fn attempt(&mut self) -> Result<Answer<u32>> {
-            if self.0.attempts == 1 {
-                panic!("a bug in the attempt");
-            }
-            self.0.attempt().await
-        }
-        async fn undo(&mut self, h: u32) {
-            self.0.undo(h).await
-        }
-        fn lease(&self) -> Duration {
-            self.0.lease()
-        }
-        fn channels(&self) -> Channels {
-            self.0.channels()
-        }
-        fn hears_unlock(&self) -> bool {
-            self.0.hears_unlock()
-        }
-        fn granted(&mut self, grant: &[u8]) -> Option<Granted<u32>> {
-            self.0.granted(grant)
-        }
-        fn wake(&self) -> Wake {
-            self.0.wake()
-        }
-        fn holds_place(&self) -> bool {
-            true
-        }
-        fn leave(&mut self) {
-            self.0.leave()
-        }
-    }
-    let mut kind = Panics(Scripted::new(vec![Step::Wait(Duration::from_millis(1))]));
+    let mut kind = Scripted::new(vec![Step::Wait(Duration::from_millis(1))]);
+    kind.place = true;
+    kind.panic_at = Some(2);
     let env = fake();
     let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut sub = None;
         let _ = crate::park::block_on(wait_for(&mut kind, &env, &mut sub, "lock", None));
     }));
     assert!(unwound.is_err());
-    assert_eq!(kind.0.left, 1);
+    assert_eq!(kind.left, 1);
 }
 
 #[test]
 fn a_bounded_wait_rides_out_an_outage_from_its_first_attempt_up_to_its_deadline() {
     // Refused from the start, back after a few tries: held.
-    let mut kind = Scripted::new(vec![
-        Step::Fail(io_error),
-        Step::Fail(loading),
-        Step::Held {
-            after: Duration::ZERO,
-        },
-    ]);
+    let mut kind = Scripted::new(vec![Step::Fail(io_error), Step::Fail(loading), HELD]);
     let env = Fake {
         outage_limit: Duration::from_millis(1), // a bounded wait ignores it
         ..Fake::default()
