@@ -16,6 +16,7 @@ pub use info::{PermitInfo, SemaphoreInfo, SemaphoreWaiter};
 use crate::acquire::acquire_permits;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
+use crate::guard::{DropOn, Held};
 use crate::options::{deadline_after, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, Park};
 use crate::raw::Want;
@@ -223,7 +224,10 @@ impl Semaphore {
             want,
             deadline,
         ))?;
-        Ok(hold.map(|hold| PermitGuard::new(Arc::clone(self.shared.raw()), hold)))
+        let raw = self.shared.raw();
+        Ok(hold.map(|hold| PermitGuard {
+            held: Held::new(Arc::clone(raw), hold, DropOn::Owned),
+        }))
     }
 
     /// The client this semaphore is of (for the async face).

@@ -21,7 +21,7 @@ pub use semaphore::{AsyncPermitGuard, AsyncSemaphore};
 use crate::acquire::acquire_hold;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{DropOn, LockGuard};
 use crate::inspect::LockInfo;
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
@@ -323,7 +323,9 @@ impl AsyncLockClient {
             };
             let hold = acquire_hold(shared, name, want, deadline).await?;
             let raw = shared.raw();
-            finish(hold.map(|hold| AsyncLockGuard::new(LockGuard::new(Arc::clone(raw), hold))))
+            finish(hold.map(|hold| AsyncLockGuard {
+                guard: LockGuard::with(Arc::clone(raw), hold, DropOn::Task),
+            }))
         }
     }
 
