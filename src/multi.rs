@@ -186,7 +186,7 @@ impl LockClient {
             guards: Vec::with_capacity(names.len()),
         };
         for name in names {
-            match self.take_owned(name, options.clone(), deadline)? {
+            match self.take(name, options.clone(), deadline)? {
                 Some(guard) => all.guards.push(guard),
                 None => return Ok(None),
             }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
-use crate::client::LockClient;
+use crate::client::{or_timed_out, LockClient};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
@@ -255,14 +255,9 @@ impl Redlock {
                 "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks, no cancel handle",
             ));
         }
-        let deadline = options.wait_value().map(deadline_after);
-        match self.acquire(name, options.lease_value(), deadline)? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::WaitTimedOut {
-                name: name.to_owned(),
-                waited: options.wait_value().unwrap_or_default(),
-            }),
-        }
+        let wait = options.wait_value();
+        let got = self.acquire(name, options.lease_value(), wait.map(deadline_after))?;
+        or_timed_out(got, name, wait)
     }
 
     fn acquire(

@@ -19,8 +19,8 @@ pub use multi::AsyncMultiLockGuard;
 pub use semaphore::{AsyncPermitGuard, AsyncSemaphore};
 
 use crate::acquire::acquire_hold;
-use crate::client::LockClient;
-use crate::error::{Error, Result};
+use crate::client::{or_timed_out, LockClient};
+use crate::error::Result;
 use crate::guard::{DropOn, LockGuard};
 use crate::inspect::LockInfo;
 use crate::options::{deadline_after, LockOptions};
@@ -192,8 +192,8 @@ impl AsyncLockClient {
 
     /// Takes the lock as `options` say (kind, lease, fencing, a bounded
     /// wait counted from the first poll, a cancel handle); a bounded wait
-    /// that runs out is [`Error::WaitTimedOut`], as for
-    /// [`LockClient::lock_with`].
+    /// that runs out is [`Error::WaitTimedOut`](crate::Error::WaitTimedOut),
+    /// as for [`LockClient::lock_with`].
     ///
     /// # Errors
     /// As [`LockClient::lock_with`].
@@ -205,10 +205,7 @@ impl AsyncLockClient {
         let waited = options.wait_value();
         let until = waited.map_or(Until::Forever, Until::For);
         self.take(name, &options, until, move |got| {
-            got.ok_or_else(|| Error::WaitTimedOut {
-                name: name.to_owned(),
-                waited: waited.unwrap_or_default(),
-            })
+            or_timed_out(got, name, waited)
         })
     }
 

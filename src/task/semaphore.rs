@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use super::AsyncLockClient;
 use crate::acquire::acquire_permits;
-use crate::error::{Error, Result};
+use crate::client::or_timed_out;
+use crate::error::Result;
 use crate::guard::{DropOn, Held};
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
@@ -97,7 +98,7 @@ impl AsyncSemaphore {
     }
 
     /// Takes `permits` permits as `options` say; a bounded wait that runs
-    /// out is [`Error::WaitTimedOut`].
+    /// out is [`Error::WaitTimedOut`](crate::Error::WaitTimedOut).
     ///
     /// # Errors
     /// As [`Semaphore::acquire_with`].
@@ -108,12 +109,7 @@ impl AsyncSemaphore {
     ) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
         let wait = options.wait_value();
         let take = self.take(permits, options, wait);
-        async move {
-            take.await?.ok_or_else(|| Error::WaitTimedOut {
-                name: self.name().to_owned(),
-                waited: wait.unwrap_or_default(),
-            })
-        }
+        async move { or_timed_out(take.await?, self.name(), wait) }
     }
 
     /// As [`acquire_with`](Self::acquire_with), but `None` when the wait
