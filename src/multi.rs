@@ -61,11 +61,7 @@ impl MultiLockGuard {
     pub fn unlock(mut self) -> Result<()> {
         let mut first = Ok(());
         while let Some(guard) = self.guards.pop() {
-            if let Err(e) = guard.unlock() {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
+            first = first.and(guard.unlock());
         }
         first
     }

@@ -175,7 +175,12 @@ impl AsyncLockClient {
         name: &'a str,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
-        self.take(name, &LockOptions::new(), Until::For(wait), Ok)
+        self.take(
+            name,
+            &LockOptions::new(),
+            move || Some(deadline_after(wait)),
+            Ok,
+        )
     }
 
     /// Waits until `deadline`: the guard, or `None` when it passed.
@@ -187,7 +192,7 @@ impl AsyncLockClient {
         name: &'a str,
         deadline: Instant,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
-        self.take(name, &LockOptions::new(), Until::At(deadline), Ok)
+        self.take(name, &LockOptions::new(), move || Some(deadline), Ok)
     }
 
     /// Takes the lock as `options` say (kind, lease, fencing, a bounded
@@ -203,10 +208,12 @@ impl AsyncLockClient {
         options: LockOptions,
     ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
         let waited = options.wait_value();
-        let until = waited.map_or(Until::Forever, Until::For);
-        self.take(name, &options, until, move |got| {
-            or_timed_out(got, name, waited)
-        })
+        self.take(
+            name,
+            &options,
+            move || waited.map(deadline_after),
+            move |got| or_timed_out(got, name, waited),
+        )
     }
 
     /// As [`lock_with`](Self::lock_with), but `None` when the wait runs
@@ -220,7 +227,7 @@ impl AsyncLockClient {
         options: LockOptions,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
         let wait = options.wait_value().unwrap_or_default();
-        self.take(name, &options, Until::For(wait), Ok)
+        self.take(name, &options, move || Some(deadline_after(wait)), Ok)
     }
 
     /// Takes the fair lock `name` (first come, first served across
@@ -301,24 +308,20 @@ impl AsyncLockClient {
     }
 
     /// The one acquire of this face: the lock as `options` say, for an
-    /// owner of its own, waiting `until`; `finish` says what the outcome is
-    /// to the caller (in the one future: no second one around it).
+    /// owner of its own, waiting until the deadline `until` gives at the
+    /// first poll (`None`: as long as it takes); `finish` says what the
+    /// outcome is to the caller (in the one future: no second one around it).
     fn take<'a, T>(
         &'a self,
         name: &'a str,
         options: &LockOptions,
-        until: Until,
+        until: impl FnOnce() -> Option<Instant> + Send + 'a,
         finish: impl FnOnce(Option<AsyncLockGuard>) -> Result<T> + Send + 'a,
     ) -> impl Future<Output = Result<T>> + Send + 'a {
         let want = Want::of(options, true, Park::Task);
         let shared = &self.shared;
         async move {
-            let deadline = match until {
-                Until::Forever => None,
-                Until::For(wait) => Some(deadline_after(wait)),
-                Until::At(at) => Some(at),
-            };
-            let hold = acquire_hold(shared, name, want, deadline).await?;
+            let hold = acquire_hold(shared, name, want, until()).await?;
             let raw = shared.raw();
             finish(hold.map(|hold| AsyncLockGuard {
                 guard: LockGuard::with(Arc::clone(raw), hold, DropOn::Task),
@@ -337,14 +340,6 @@ impl AsyncLockClient {
             .io(Park::Task, move || call(&client))
             .await?
     }
-}
-
-/// How long an acquire waits (its deadline taken at the first poll).
-#[derive(Clone, Copy)]
-enum Until {
-    Forever,
-    For(Duration),
-    At(Instant),
 }
 
 impl fmt::Debug for AsyncLockClient {
