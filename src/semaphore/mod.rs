@@ -215,16 +215,22 @@ impl Semaphore {
             "leasehold::AsyncSemaphore (AsyncLockClient::semaphore) and .await its acquire",
         )?;
         let want = Want::of(&options, true, Park::Thread);
-        let hold = block_on(acquire_permits(
-            &self.shared,
-            &self.name,
-            permits,
-            want,
-            deadline,
-        ))?;
+        block_on(self.take_as(permits, want, deadline, DropOn::Owned))
+    }
+
+    /// The one acquire of permits of both faces: `permits` as `want` says,
+    /// until `deadline`, for a guard that releases on drop as `drop_on` says.
+    pub(crate) async fn take_as(
+        &self,
+        permits: u32,
+        want: Want,
+        deadline: Option<Instant>,
+        drop_on: DropOn,
+    ) -> Result<Option<PermitGuard>> {
+        let hold = acquire_permits(&self.shared, &self.name, permits, want, deadline).await?;
         let raw = self.shared.raw();
         Ok(hold.map(|hold| PermitGuard {
-            held: Held::new(Arc::clone(raw), hold, DropOn::Owned),
+            held: Held::new(Arc::clone(raw), hold, drop_on),
         }))
     }
 

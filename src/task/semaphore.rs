@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::AsyncLockClient;
-use crate::acquire::acquire_permits;
 use crate::client::or_timed_out;
 use crate::error::Result;
-use crate::guard::{DropOn, Held};
+use crate::guard::DropOn;
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
 use crate::raw::Want;
@@ -134,15 +133,10 @@ impl AsyncSemaphore {
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
         let want = Want::of(&options, true, Park::Task);
         async move {
-            let shared = self.sem.shared();
-            let deadline = wait.map(deadline_after);
-            let hold = acquire_permits(shared, self.name(), permits, want, deadline).await?;
-            let raw = shared.raw();
-            Ok(hold.map(|hold| AsyncPermitGuard {
-                guard: PermitGuard {
-                    held: Held::new(Arc::clone(raw), hold, DropOn::Task),
-                },
-            }))
+            let got = self
+                .sem
+                .take_as(permits, want, wait.map(deadline_after), DropOn::Task);
+            Ok(got.await?.map(|guard| AsyncPermitGuard { guard }))
         }
     }
 
