@@ -339,12 +339,8 @@ impl Redlock {
         }
         let Some(validity) = validity.filter(|v| !v.is_zero() && held.len() >= self.majority())
         else {
-            // Not held: give back what we got, at once (a node that did not
-            // answer undoes its part in the background, see above). The
-            // give-back has its own bound, the node timeout — not the
-            // wait's, which may have passed: cut by it, nothing would be
-            // sent and the nodes would keep the hold until the background
-            // undo came round.
+            // Not held: give back what we got, at once, within the node
+            // timeout (see `release_on`).
             release_on(&inner.nodes, &held, &key, owner, lease);
             return Err((held.len(), busy, errors));
         };
@@ -446,10 +442,11 @@ fn on_every_node<N: Sync, T: Send>(nodes: &[N], f: impl Fn(&N) -> T + Sync) -> V
 
 /// The release script on the nodes numbered `which` — which took a hold
 /// an attempt that failed as a whole will not keep — each within the node
-/// timeout, never a wait's deadline (which may have passed). A node that
-/// did not answer sends it again in the background until it answers (the
-/// owner is one acquisition's alone, so nothing later can be released by
-/// it).
+/// timeout, never a wait's deadline: that may have passed, and cut by it
+/// nothing would be sent, the nodes keeping the hold until the background
+/// undo came round. A node that did not answer sends it again in the
+/// background until it answers (the owner is one acquisition's alone, so
+/// nothing later can be released by it).
 fn release_on(nodes: &[LockClient], which: &[usize], key: &str, owner: &str, lease: Duration) {
     let chosen: Vec<&LockClient> = which.iter().filter_map(|&i| nodes.get(i)).collect();
     on_every_node(&chosen, |node| {

@@ -106,15 +106,13 @@ impl AsyncLockClient {
         LockClient::new(url).map(|c| c.to_async())
     }
 
-    /// Sees through what this client still does in the background — the
-    /// release of a guard or permit dropped (at the end of `main`, say), a
-    /// lost reply still to undo — parking the task at most the socket
-    /// timeout; whether all of it was answered (false: Redis did not
-    /// answer in time, and what it held expires with its lease).
-    ///
-    /// The last handle of a client does the same as it goes (blocking its
-    /// thread meanwhile); `close().await` at the end of `main` or of a
-    /// service's shutdown does it without blocking, and says how it went:
+    /// [`LockClient::close`] for a task: sees through what this client
+    /// still does in the background (a dropped guard's release, at the end
+    /// of `main` say), parking the task at most the socket timeout; whether
+    /// all of it was answered. The last handle of a client does the same as
+    /// it goes (blocking its thread meanwhile); `close().await` at the end
+    /// of `main` or of a service's shutdown does it without blocking, and
+    /// says how it went:
     ///
     /// ```no_run
     /// #[tokio::main]
