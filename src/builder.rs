@@ -340,14 +340,7 @@ impl LockClientBuilder {
                 source: None,
             });
         }
-        let info = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::InvalidUrl {
-                reason: format!("cannot parse {:?}", redact(&self.url)),
-                source: Some(e),
-            })?;
+        let info = parse(&self.url, "")?;
         let tls = self.tls(&info)?;
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         let info = info.set_tcp_settings(tcp.clone());
@@ -358,15 +351,7 @@ impl LockClientBuilder {
                     crate::conn::one_scheme(urls, "a cluster (its seeds)")?;
                     let seeds = urls
                         .iter()
-                        .map(|u| {
-                            u.as_str()
-                                .into_connection_info()
-                                .map(|i| i.set_tcp_settings(tcp.clone()))
-                                .map_err(|e| Error::InvalidUrl {
-                                    reason: format!("cannot parse the seed {:?}", redact(u)),
-                                    source: Some(e),
-                                })
-                        })
+                        .map(|u| parse(u, "the seed ").map(|i| i.set_tcp_settings(tcp.clone())))
                         .collect::<Result<Vec<_>>>()?;
                     Target::Cluster(Arc::new(Router::new(
                         seeds,
@@ -449,6 +434,15 @@ impl LockClientBuilder {
         let shared = Shared::new(raw, notifier);
         Ok(LockClient::of(&Arc::new(shared)))
     }
+}
+
+/// `url` as the `redis` crate reads it; [`Error::InvalidUrl`] naming it
+/// (as `what`) when it cannot.
+fn parse(url: &str, what: &str) -> Result<redis::ConnectionInfo> {
+    url.into_connection_info().map_err(|e| Error::InvalidUrl {
+        reason: format!("cannot parse {what}{:?}", redact(url)),
+        source: Some(e),
+    })
 }
 
 impl LockClient {

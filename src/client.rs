@@ -608,31 +608,14 @@ impl LockClient {
     /// Waits as `options` say; a wait that runs out is an error.
     fn take_waiting<O: OwnerKind>(&self, name: &str, options: LockOptions) -> Result<LockGuard<O>> {
         let waited = options.wait_value();
-        let deadline = waited.map(deadline_after);
-        match self.take(name, options, deadline)? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::WaitTimedOut {
-                name: name.to_owned(),
-                waited: waited.unwrap_or_default(),
-            }),
-        }
-    }
-
-    /// An owned hold of `name` as `options` say, waiting until `deadline`
-    /// (`None`: as long as it takes); `None` when it passed.
-    pub(crate) fn take_owned(
-        &self,
-        name: &str,
-        options: LockOptions,
-        deadline: Option<Instant>,
-    ) -> Result<Option<OwnedLockGuard>> {
-        self.take(name, options, deadline)
+        let got = self.take(name, options, waited.map(deadline_after))?;
+        or_timed_out(got, name, waited)
     }
 
     /// The acquire path for `options`, waiting until `deadline` (`None`: as
     /// long as it takes), for the owner `O` says (the thread, or one of its
     /// own).
-    fn take<O: OwnerKind>(
+    pub(crate) fn take<O: OwnerKind>(
         &self,
         name: &str,
         options: LockOptions,
@@ -659,6 +642,15 @@ impl LockClient {
             shared: Arc::clone(shared),
         }
     }
+}
+
+/// `got`, or — a wait of `waited` for `name` that ran out —
+/// [`Error::WaitTimedOut`].
+pub(crate) fn or_timed_out<T>(got: Option<T>, name: &str, waited: Option<Duration>) -> Result<T> {
+    got.ok_or_else(|| Error::WaitTimedOut {
+        name: name.to_owned(),
+        waited: waited.unwrap_or_default(),
+    })
 }
 
 impl fmt::Debug for LockClient {

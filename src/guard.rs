@@ -1,9 +1,13 @@
-//! `LockGuard`: the RAII handle of one hold. It keeps the hold and hands it
-//! back through the raw layer's one release path (`Raw::release`). Its
-//! owner marker says who owns the hold — the thread that took it (reentrant,
-//! not `Send`) or the guard itself ([`OwnedLockGuard`], `Send`).
+//! `LockGuard`: the RAII handle of one hold. Its owner marker says who owns
+//! the hold — the thread that took it (reentrant, not `Send`) or the guard
+//! itself ([`OwnedLockGuard`], `Send`). Also what every guard of the raw
+//! layer's holds does alike ([`Held`], a lock's or a semaphore's permits):
+//! the lease's state, the checked release, and the drop that releases
+//! through the raw layer's one release path (`Raw::release`), in the
+//! background where it must not block.
 
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -11,10 +15,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::conn::Bound;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::park::{block_on, on_executor, Park};
 use crate::raw::{Hold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
+
 /// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
 /// the other `lock*`/`try_*` calls: the thread that took it. The thread can
 /// re-enter the lock (a second `lock` on it returns at once), so the guard
@@ -107,12 +112,7 @@ pub type OwnedLockGuard = LockGuard<Owned>;
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct LockGuard<O = ThisThread> {
-    raw: Arc<Raw>,
-    hold: Hold,
-    /// Set by `unlock(self)` so that `Drop` does nothing more.
-    released: bool,
-    /// The hold is the thread's (reentrant): released on that thread.
-    thread_owned: bool,
+    pub(crate) held: Held<Hold>,
     owner: PhantomData<O>,
 }
 
@@ -121,11 +121,17 @@ impl<O> LockGuard<O> {
     where
         O: OwnerKind,
     {
+        let drop_on = if O::THREAD {
+            DropOn::Thread
+        } else {
+            DropOn::Owned
+        };
+        Self::with(raw, hold, drop_on)
+    }
+
+    pub(crate) fn with(raw: Arc<Raw>, hold: Hold, drop_on: DropOn) -> Self {
         LockGuard {
-            raw,
-            hold,
-            released: false,
-            thread_owned: O::THREAD,
+            held: Held::new(raw, hold, drop_on),
             owner: PhantomData,
         }
     }
@@ -137,7 +143,7 @@ impl<O> LockGuard<O> {
     /// ([`FencedStore`](crate::FencedStore) shows how): the one protection
     /// against a holder that was paused past its lease.
     pub fn fence(&self) -> Option<u64> {
-        self.hold.fence
+        self.held.hold.fence
     }
 
     /// Whether the lock is still ours, as far as this client knows: false once
@@ -150,7 +156,7 @@ impl<O> LockGuard<O> {
     /// to spare makes it lost at once (see
     /// [`watchdog_lease`](crate::LockClientBuilder::watchdog_lease)).
     pub fn is_held(&self) -> bool {
-        self.hold.state.is_held()
+        self.held.is_held()
     }
 
     /// Until when the lease is known to be ours, as this client knows it
@@ -158,8 +164,7 @@ impl<O> LockGuard<O> {
     /// not held (lost, or an explicit lease ran out). Never touches the
     /// network.
     pub fn valid_until(&self) -> Option<Instant> {
-        let state = &self.hold.state;
-        state.is_held().then(|| state.valid_until())
+        self.held.valid_until()
     }
 
     /// How long the lease is known to last from now (see
@@ -216,33 +221,22 @@ impl<O> LockGuard<O> {
     /// }
     /// ```
     pub fn lost(&self) -> Receiver<LeaseLost> {
-        self.hold.state.lost_receiver()
-    }
-
-    /// The client's raw engine this hold is of (for the async guard's
-    /// background release).
-    pub(crate) fn raw(&self) -> &Arc<Raw> {
-        &self.raw
-    }
-
-    /// The lease's state (for the async guard's `lost()`).
-    pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
-        &self.hold.state
+        self.held.lost()
     }
 
     /// The lock name as given to `lock`.
     pub fn name(&self) -> &str {
-        &self.hold.name
+        &self.held.hold.name
     }
 
     /// The Redis key of the lock: the client's key prefix followed by the name.
     pub fn key(&self) -> &str {
-        &self.hold.key
+        &self.held.hold.key
     }
 
     /// The lease this hold was taken with.
     pub fn lease(&self) -> Duration {
-        self.hold.lease
+        self.held.hold.lease
     }
 
     /// Releases this hold, checking that it was still ours.
@@ -257,42 +251,7 @@ impl<O> LockGuard<O> {
     /// errors when Redis could not be reached; the lock then expires with its
     /// lease.
     pub fn unlock(self) -> Result<()> {
-        block_on(self.unlock_as(Park::Thread))
-    }
-
-    /// [`unlock`](Self::unlock) where `park`'s caller waits (a task: its
-    /// round trip where the transport sends it; dropped before the answer,
-    /// the release goes on in the background).
-    pub(crate) async fn unlock_as(mut self, park: Park) -> Result<()> {
-        self.released = true;
-        self.raw.release(park, &self.hold, Bound::default()).await
-    }
-}
-
-impl<O> Drop for LockGuard<O> {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        self.released = true;
-        // Wait for a pooled connection no longer than one reply may take.
-        let bound = Bound::pool_wait(self.raw.socket_timeout());
-        let release = move |raw: &Arc<Raw>, hold: &Hold| {
-            if let Err(e) = block_on(raw.release(Park::Thread, hold, bound)) {
-                tracing::warn!(lock = %hold.name, error = ?e, "leasehold: releasing a lock on drop failed");
-            }
-        };
-        // On an async runtime's thread an owned hold is released in the
-        // background: the drop must not stall the thread's tasks for a
-        // round trip (seconds, with Redis stopped). A thread's own hold
-        // (reentrant) is released on its thread, in order with its next
-        // acquisition there.
-        if !self.thread_owned && on_executor() {
-            let (raw, hold) = (Arc::clone(&self.raw), self.hold.clone());
-            self.raw.detach(Park::Task, move || release(&raw, &hold));
-            return;
-        }
-        release(&self.raw, &self.hold);
+        block_on(self.held.release(Park::Thread))
     }
 }
 
@@ -300,16 +259,129 @@ impl<O> fmt::Debug for LockGuard<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Only the thread (or owned hold's) number of the owner: the client
         // id is not printed.
-        let field = &self.hold.field;
+        let hold = &self.held.hold;
+        let field = &hold.field;
         let owner = field.strip_suffix(":write").unwrap_or(field);
         let number = owner.rsplit(':').next().unwrap_or("");
         f.debug_struct("LockGuard")
-            .field("name", &self.hold.name)
-            .field("key", &self.hold.key)
-            .field("lease", &self.hold.lease)
+            .field("name", &hold.name)
+            .field("key", &hold.key)
+            .field("lease", &hold.lease)
             .field("owner", &number)
-            .field("kind", &self.hold.kind)
+            .field("kind", &hold.kind)
             .finish_non_exhaustive()
+    }
+}
+
+/// A hold of the raw layer a guard keeps — a lock's [`Hold`] or a
+/// semaphore's `PermitHold` — and its one release path there.
+pub(crate) trait Releasable: Clone + Send + Sync + 'static {
+    /// The lease's state, shared with the renewal thread.
+    fn state(&self) -> &Arc<LeaseState>;
+
+    /// Gives the hold back, for `park`'s caller, within `bound`.
+    async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()>;
+
+    /// Logs a release on drop that failed.
+    fn drop_failed(&self, e: &Error);
+}
+
+impl Releasable for Hold {
+    fn state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
+
+    async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()> {
+        raw.release(park, self, bound).await
+    }
+
+    fn drop_failed(&self, e: &Error) {
+        tracing::warn!(lock = %self.name, error = ?e, "leasehold: releasing a lock on drop failed");
+    }
+}
+
+/// Where a guard's drop releases its hold: on the dropping thread
+/// (`Thread`: a thread's reentrant hold, in order with its next acquisition
+/// there); there unless it is an async runtime's (`Owned`: the drop must not
+/// stall the thread's tasks for a round trip — seconds, with Redis stopped);
+/// always in the background (`Task`: an async face's guard).
+#[derive(Clone, Copy)]
+pub(crate) enum DropOn {
+    Thread,
+    Owned,
+    Task,
+}
+
+/// What every guard does alike: it keeps a hold of `raw`, reads its lease's
+/// state, releases it checked (`release`) or on drop — best-effort,
+/// logging a failure, waiting for a pooled connection no longer than one
+/// reply may take.
+pub(crate) struct Held<H: Releasable> {
+    raw: Arc<Raw>,
+    pub(crate) hold: H,
+    /// Set by the checked release so that `Drop` does nothing more.
+    released: bool,
+    drop_on: DropOn,
+}
+
+impl<H: Releasable> Held<H> {
+    pub(crate) fn new(raw: Arc<Raw>, hold: H, drop_on: DropOn) -> Self {
+        Held {
+            raw,
+            hold,
+            released: false,
+            drop_on,
+        }
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.hold.state().is_held()
+    }
+
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        let state = self.hold.state();
+        state.is_held().then(|| state.valid_until())
+    }
+
+    pub(crate) fn lost(&self) -> Receiver<LeaseLost> {
+        self.hold.state().lost_receiver()
+    }
+
+    /// The loss as a future for a task: why, or `None` once released first.
+    pub(crate) fn lost_wait(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
+        LeaseState::lost_of(Some(Arc::clone(self.hold.state())))
+    }
+
+    /// The checked release, where `park`'s caller waits (a task: dropped
+    /// before the answer, the release goes on in the background).
+    pub(crate) async fn release(mut self, park: Park) -> Result<()> {
+        self.released = true;
+        self.hold.release(&self.raw, park, Bound::default()).await
+    }
+}
+
+impl<H: Releasable> Drop for Held<H> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let bound = Bound::pool_wait(self.raw.socket_timeout());
+        let release = move |raw: &Arc<Raw>, hold: &H| {
+            if let Err(e) = block_on(hold.release(raw, Park::Thread, bound)) {
+                hold.drop_failed(&e);
+            }
+        };
+        let background = match self.drop_on {
+            DropOn::Thread => false,
+            DropOn::Owned => on_executor(),
+            DropOn::Task => true,
+        };
+        if background {
+            let (raw, hold) = (Arc::clone(&self.raw), self.hold.clone());
+            self.raw.detach(Park::Task, move || release(&raw, &hold));
+        } else {
+            release(&self.raw, &self.hold);
+        }
     }
 }
 

@@ -41,7 +41,8 @@
 //                        outages, deadline), behind two seams (tests: fakes)
 //   shared     shared    a client's parts assembled: raw engine and subscriber
 //   faces      acquire   LockClient's acquire path over raw + wait
-//              guard     LockGuard, OwnedLockGuard (over a raw hold)
+//              guard     LockGuard, OwnedLockGuard; Held, what every guard
+//                        does alike over a raw hold (checked release, drop)
 //              client    LockClient: the ladder, operators' calls
 //              task/     AsyncLockClient, AsyncLockGuard: the same acquire
 //                        path for tasks (waits park the task, round trips on

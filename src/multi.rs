@@ -61,11 +61,7 @@ impl MultiLockGuard {
     pub fn unlock(mut self) -> Result<()> {
         let mut first = Ok(());
         while let Some(guard) = self.guards.pop() {
-            if let Err(e) = guard.unlock() {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
+            first = first.and(guard.unlock());
         }
         first
     }
@@ -186,7 +182,7 @@ impl LockClient {
             guards: Vec::with_capacity(names.len()),
         };
         for name in names {
-            match self.take_owned(name, options.clone(), deadline)? {
+            match self.take(name, options.clone(), deadline)? {
                 Some(guard) => all.guards.push(guard),
                 None => return Ok(None),
             }

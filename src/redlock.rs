@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
-use crate::client::LockClient;
+use crate::client::{or_timed_out, LockClient};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
@@ -61,11 +61,8 @@ pub struct Redlock {
 struct RedlockInner {
     id: uuid::Uuid,
     nodes: Vec<LockClient>,
-    key_prefix: String,
-    lease: Duration,
-    node_timeout: Duration,
-    retry_delay: Duration,
-    give_up_after: Duration,
+    /// As built (the node URLs among them).
+    settings: RedlockBuilder,
     next_owner: AtomicU64,
     leases_lost: Arc<AtomicU64>,
     rng: Mutex<u64>,
@@ -156,29 +153,13 @@ impl RedlockBuilder {
             inner: Arc::new(RedlockInner {
                 id,
                 nodes,
-                key_prefix: self.key_prefix,
-                lease: self.lease,
-                node_timeout: self.node_timeout,
-                retry_delay: self.retry_delay,
-                give_up_after: self.give_up_after,
+                settings: self,
                 next_owner: AtomicU64::new(1),
                 leases_lost: Arc::new(AtomicU64::new(0)),
                 rng: Mutex::new(seed),
             }),
         })
     }
-}
-
-/// What one attempt over all nodes found.
-enum Round {
-    Held(RedlockGuard),
-    /// No majority; `busy` nodes said someone else holds it, `errors`
-    /// could not be reached (the first error kept).
-    Failed {
-        acquired: usize,
-        busy: usize,
-        errors: Vec<Error>,
-    },
 }
 
 impl Redlock {
@@ -255,14 +236,9 @@ impl Redlock {
                 "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks, no cancel handle",
             ));
         }
-        let deadline = options.wait_value().map(deadline_after);
-        match self.acquire(name, options.lease_value(), deadline)? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::WaitTimedOut {
-                name: name.to_owned(),
-                waited: options.wait_value().unwrap_or_default(),
-            }),
-        }
+        let wait = options.wait_value();
+        let got = self.acquire(name, options.lease_value(), wait.map(deadline_after))?;
+        or_timed_out(got, name, wait)
     }
 
     fn acquire(
@@ -288,13 +264,9 @@ impl Redlock {
         let mut unreachable_since: Option<Instant> = None;
         loop {
             let owner = self.new_owner();
-            let (acquired, busy, errors) = match self.round(name, &owner, lease, bound)? {
-                Round::Held(guard) => return Ok(Some(guard)),
-                Round::Failed {
-                    acquired,
-                    busy,
-                    errors,
-                } => (acquired, busy, errors),
+            let (acquired, busy, errors) = match self.round(name, &owner, lease, bound) {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(failed) => failed,
             };
             // Fewer than a majority answered at all: we cannot tell whether
             // anyone holds it (and nobody can take it either).
@@ -304,7 +276,7 @@ impl Redlock {
                 let since = *unreachable_since.get_or_insert(now);
                 let give_up = match deadline {
                     Some(d) => d <= now,
-                    None => now - since >= inner.give_up_after,
+                    None => now - since >= inner.settings.give_up_after,
                 };
                 if give_up {
                     // At a deadline, the last round's silent nodes are the
@@ -336,25 +308,26 @@ impl Redlock {
     /// One attempt on all nodes at once; each node's round trip ends by the
     /// node timeout, and within `bound` (a bounded wait's deadline). A node
     /// that took the request but did not answer undoes it in the background
-    /// once it answers (the owner is this attempt's alone).
+    /// once it answers (the owner is this attempt's alone). The guard, or —
+    /// no majority — how many nodes granted it, how many said someone else
+    /// holds it, and the errors of those that could not be reached.
     fn round(
         &self,
         name: &str,
         owner: &str,
         lease: Option<Duration>,
         bound: Bound,
-    ) -> Result<Round> {
+    ) -> std::result::Result<RedlockGuard, (usize, usize, Vec<Error>)> {
         let inner = &self.inner;
-        let key = format!("{}{name}", inner.key_prefix);
+        let key = format!("{}{name}", inner.settings.key_prefix);
         let watchdog = lease.is_none();
-        let lease = lease.unwrap_or(inner.lease);
+        let lease = lease.unwrap_or(inner.settings.lease);
         let started = Instant::now();
         let answers = on_every_node(&inner.nodes, |node| {
             node.raw().attempt_unique(name, &key, owner, lease, bound)
         });
-        let elapsed = started.elapsed();
         let drift = lease / 100 + Duration::from_millis(2);
-        let validity = lease.checked_sub(elapsed + drift);
+        let validity = lease.checked_sub(started.elapsed() + drift);
         let mut held = Vec::new();
         let (mut busy, mut errors) = (0, Vec::new());
         for (i, answer) in answers.into_iter().enumerate() {
@@ -364,41 +337,13 @@ impl Redlock {
                 Err(e) => errors.push(e),
             }
         }
-        match validity {
-            Some(validity) if !validity.is_zero() && held.len() >= self.majority() => {
-                let guard = self.guard(name, key, owner, lease, watchdog, started, validity, &held);
-                Ok(Round::Held(guard))
-            }
-            _ => {
-                // Not held: give back what we got, at once (a node that
-                // did not answer undoes its part in the background, see
-                // above). The give-back has its own bound, the node
-                // timeout — not the wait's, which may have passed: cut by
-                // it, nothing would be sent and the nodes would keep the
-                // hold until the background undo came round.
-                release_on(&inner.nodes, &held, &key, owner, lease);
-                Ok(Round::Failed {
-                    acquired: held.len(),
-                    busy,
-                    errors,
-                })
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn guard(
-        &self,
-        name: &str,
-        key: String,
-        owner: &str,
-        lease: Duration,
-        watchdog: bool,
-        started: Instant,
-        validity: Duration,
-        held: &[usize],
-    ) -> RedlockGuard {
-        let inner = &self.inner;
+        let Some(validity) = validity.filter(|v| !v.is_zero() && held.len() >= self.majority())
+        else {
+            // Not held: give back what we got, at once, within the node
+            // timeout (see `release_on`).
+            release_on(&inner.nodes, &held, &key, owner, lease);
+            return Err((held.len(), busy, errors));
+        };
         let state = LeaseState::new(started + validity);
         let quorum = Quorum::new(
             held.len(),
@@ -418,7 +363,7 @@ impl Redlock {
                 (i, hold)
             })
             .collect();
-        RedlockGuard {
+        Ok(RedlockGuard {
             redlock: self.clone(),
             name: name.to_owned(),
             lease,
@@ -426,8 +371,7 @@ impl Redlock {
             watchdog,
             state,
             nodes,
-            released: false,
-        }
+        })
     }
 
     /// A fresh owner per acquisition (the algorithm's random value): Redlock
@@ -438,7 +382,7 @@ impl Redlock {
     }
 
     fn random_delay(&self) -> Duration {
-        let max = self.inner.retry_delay.as_micros().max(1) as u64;
+        let max = self.inner.settings.retry_delay.as_micros().max(1) as u64;
         let mut x = self.inner.rng.lock();
         // xorshift64: enough to spread retries of competing clients.
         *x ^= *x << 13;
@@ -458,8 +402,8 @@ impl fmt::Debug for Redlock {
         f.debug_struct("Redlock")
             .field("id", &short_id(&self.inner.id))
             .field("nodes", &self.inner.nodes.len())
-            .field("lease", &self.inner.lease)
-            .field("node_timeout", &self.inner.node_timeout)
+            .field("lease", &self.inner.settings.lease)
+            .field("node_timeout", &self.inner.settings.node_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -498,10 +442,11 @@ fn on_every_node<N: Sync, T: Send>(nodes: &[N], f: impl Fn(&N) -> T + Sync) -> V
 
 /// The release script on the nodes numbered `which` — which took a hold
 /// an attempt that failed as a whole will not keep — each within the node
-/// timeout, never a wait's deadline (which may have passed). A node that
-/// did not answer sends it again in the background until it answers (the
-/// owner is one acquisition's alone, so nothing later can be released by
-/// it).
+/// timeout, never a wait's deadline: that may have passed, and cut by it
+/// nothing would be sent, the nodes keeping the hold until the background
+/// undo came round. A node that did not answer sends it again in the
+/// background until it answers (the owner is one acquisition's alone, so
+/// nothing later can be released by it).
 fn release_on(nodes: &[LockClient], which: &[usize], key: &str, owner: &str, lease: Duration) {
     let chosen: Vec<&LockClient> = which.iter().filter_map(|&i| nodes.get(i)).collect();
     on_every_node(&chosen, |node| {
@@ -522,8 +467,8 @@ pub struct RedlockGuard {
     state: Arc<LeaseState>,
     /// The nodes that granted the hold, with the hold each keeps (renewed
     /// there with a watchdog lease).
+    /// Empty once released.
     nodes: Vec<(usize, Hold)>,
-    released: bool,
 }
 
 impl RedlockGuard {
@@ -575,76 +520,71 @@ impl RedlockGuard {
     /// as ours; the first connection error when too many nodes could not be
     /// reached to tell.
     pub fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        self.release()
-    }
-
-    fn release(&self) -> Result<()> {
-        let (ours, errors) = release_holds(&self.redlock, &self.nodes);
-        let majority = self.redlock.majority();
-        let not_held = || Error::NotHeld {
-            name: self.name.clone(),
-            lost: self.state.lost_why(),
-        };
-        if self.state.is_lost() {
-            return Err(not_held());
-        }
-        if ours >= majority {
-            return Ok(());
-        }
-        match errors.into_iter().next() {
-            Some(e) if ours < majority => Err(e),
-            _ => Err(not_held()),
-        }
+        let holds = std::mem::take(&mut self.nodes);
+        release(&self.redlock, &self.name, &self.state, &holds)
     }
 }
 
 /// Releases `holds` on the nodes of `redlock` that granted them, by the
 /// raw layer's one release path (renewal stops, a lost reply is sent
-/// again): how many were still ours, and the errors of the others.
-fn release_holds(redlock: &Redlock, holds: &[(usize, Hold)]) -> (usize, Vec<Error>) {
+/// again); as [`RedlockGuard::unlock`] answers.
+fn release(
+    redlock: &Redlock,
+    name: &str,
+    state: &LeaseState,
+    holds: &[(usize, Hold)],
+) -> Result<()> {
     let nodes = &redlock.inner.nodes;
     let answers = on_every_node(holds, |(i, hold)| match nodes.get(*i) {
         Some(node) => block_on(node.raw().release(Park::Thread, hold, Bound::default())),
         None => Ok(()),
     });
-    let (mut ours, mut errors) = (0, Vec::new());
+    let (mut ours, mut first_error) = (0, None);
     for answer in answers {
         match answer {
             Ok(()) => ours += 1,
             Err(e) if e.is_not_held() => {}
-            Err(e) => errors.push(e),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
         }
     }
-    (ours, errors)
+    let not_held = || Error::NotHeld {
+        name: name.to_owned(),
+        lost: state.lost_why(),
+    };
+    if state.is_lost() {
+        return Err(not_held());
+    }
+    if ours >= redlock.majority() {
+        return Ok(());
+    }
+    Err(first_error.unwrap_or_else(not_held))
 }
 
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.nodes.is_empty() {
             return;
         }
-        self.released = true;
-        // On an async runtime's thread: in the background, never stalling
-        // the thread's tasks for the nodes' round trips.
-        if on_executor() {
-            let (redlock, holds) = (self.redlock.clone(), std::mem::take(&mut self.nodes));
-            let name = self.name.clone();
-            let release = move || {
-                let (_, errors) = release_holds(&redlock, &holds);
-                if let Some(e) = errors.first() {
-                    tracing::warn!(lock = %name, error = ?e, "leasehold: releasing a Redlock on drop failed");
-                }
-            };
-            // On the first node's client: counted as its background work.
-            match self.redlock.inner.nodes.first() {
-                Some(node) => node.raw().detach(Park::Task, release),
-                None => release(),
+        let (redlock, state) = (self.redlock.clone(), Arc::clone(&self.state));
+        let (name, holds) = (self.name.clone(), std::mem::take(&mut self.nodes));
+        let release = move || {
+            if let Err(e) = release(&redlock, &name, &state, &holds) {
+                tracing::warn!(lock = %name, error = ?e, "leasehold: releasing a Redlock on drop failed");
             }
-            return;
-        }
-        if let Err(e) = self.release() {
-            tracing::warn!(lock = %self.name, error = ?e, "leasehold: releasing a Redlock on drop failed");
+        };
+        // On an async runtime's thread in the background (counted as the
+        // first node's client's work), never stalling the thread's tasks
+        // for the nodes' round trips.
+        let park = if on_executor() {
+            Park::Task
+        } else {
+            Park::Thread
+        };
+        match self.redlock.inner.nodes.first() {
+            Some(node) => node.raw().detach(park, release),
+            None => release(),
         }
     }
 }

@@ -79,17 +79,12 @@ impl Counters {
             renewal_round_trips: self.renewal_round_trips.load(Ordering::Relaxed),
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
             waiters_parked: self.waiters_parked.load(Ordering::Relaxed),
-            // Filled in by the client from its in-process queues and its
-            // subscriber.
-            waiters_queued: 0,
-            handoffs: 0,
-            subscriber_connected: false,
-            subscriber_connects: 0,
-            subscriber_error: None,
             acquisitions: self.acquisitions.load(Ordering::Relaxed),
             wait_timeouts: self.wait_timeouts.load(Ordering::Relaxed),
             waits_cancelled: self.waits_cancelled.load(Ordering::Relaxed),
             wait_time: std::array::from_fn(|i| self.wait_time[i].load(Ordering::Relaxed)),
+            // The in-process queues' and the subscriber's: the client's.
+            ..Stats::default()
         }
     }
 

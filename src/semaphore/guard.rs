@@ -9,9 +9,10 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use crate::conn::Bound;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::guard::{Held, Releasable};
 use crate::names::hex;
-use crate::park::{block_on, on_executor, Park};
+use crate::park::{block_on, Park};
 use crate::raw::{PermitHold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
 
@@ -30,65 +31,43 @@ use crate::renewal::{LeaseLost, LeaseState};
 #[must_use = "if unused the permits are given back at once"]
 #[clippy::has_significant_drop]
 pub struct PermitGuard {
-    raw: Arc<Raw>,
-    hold: PermitHold,
-    released: bool,
+    pub(crate) held: Held<PermitHold>,
 }
 
 impl PermitGuard {
-    pub(crate) fn new(raw: Arc<Raw>, hold: PermitHold) -> Self {
-        PermitGuard {
-            raw,
-            hold,
-            released: false,
-        }
-    }
-
     /// The semaphore's name, as given.
     pub fn name(&self) -> &str {
-        &self.hold.name
+        &self.held.hold.name
     }
 
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
-        self.hold.permits
+        self.held.hold.permits
     }
 
     /// The permits' ids as Redisson shows them (32 lowercase hex digits
     /// each): a Java service may release or inspect them by these.
     pub fn ids(&self) -> Vec<String> {
-        self.hold.ids.chunks(16).map(hex).collect()
+        self.held.hold.ids.chunks(16).map(hex).collect()
     }
 
     /// Whether the permits are still ours as far as this client knows (not
     /// lost, lease not run out). Never touches the network.
     pub fn is_held(&self) -> bool {
-        self.hold.state.is_held()
+        self.held.is_held()
     }
 
     /// Until when the permits are known to be ours (the last acquire or
     /// renewal sent, plus the lease); `None` once they are not.
     pub fn valid_until(&self) -> Option<Instant> {
-        let state = &self.hold.state;
-        state.is_held().then(|| state.valid_until())
+        self.held.valid_until()
     }
 
     /// A channel that receives why, once, when the renewal thread finds
     /// the permits taken back (see [`LockGuard::lost`](crate::LockGuard::lost)).
     /// An explicit lease is not watched.
     pub fn lost(&self) -> Receiver<LeaseLost> {
-        self.hold.state.lost_receiver()
-    }
-
-    /// The client's raw engine the permits are of (for the async guard's
-    /// background release).
-    pub(crate) fn raw(&self) -> &Arc<Raw> {
-        &self.raw
-    }
-
-    /// The permits' lease state (for the async guard's `lost()`).
-    pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
-        &self.hold.state
+        self.held.lost()
     }
 
     /// Gives the permits back, checking that they were still ours.
@@ -99,47 +78,29 @@ impl PermitGuard {
     /// given back all the same. Redis errors: the permits come back when
     /// their lease ends.
     pub fn release(self) -> Result<()> {
-        block_on(self.release_as(Park::Thread))
-    }
-
-    /// [`release`](Self::release) where `park`'s caller waits (a task:
-    /// dropped before the answer, the release goes on in the background).
-    pub(crate) async fn release_as(mut self, park: Park) -> Result<()> {
-        self.released = true;
-        self.raw
-            .release_permits(park, &self.hold, Bound::default())
-            .await
+        block_on(self.held.release(Park::Thread))
     }
 }
 
-impl Drop for PermitGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        self.released = true;
-        let bound = Bound::pool_wait(self.raw.socket_timeout());
-        let release = move |raw: &Arc<Raw>, hold: &PermitHold| {
-            if let Err(e) = block_on(raw.release_permits(Park::Thread, hold, bound)) {
-                tracing::warn!(semaphore = %hold.name, error = ?e, "leasehold: giving permits back on drop failed");
-            }
-        };
-        // On an async runtime's thread: in the background, never stalling
-        // the thread's tasks for a round trip.
-        if on_executor() {
-            let (raw, hold) = (Arc::clone(&self.raw), self.hold.clone());
-            self.raw.detach(Park::Task, move || release(&raw, &hold));
-            return;
-        }
-        release(&self.raw, &self.hold);
+impl Releasable for PermitHold {
+    fn state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
+
+    async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()> {
+        raw.release_permits(park, self, bound).await
+    }
+
+    fn drop_failed(&self, e: &Error) {
+        tracing::warn!(semaphore = %self.name, error = ?e, "leasehold: giving permits back on drop failed");
     }
 }
 
 impl fmt::Debug for PermitGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitGuard")
-            .field("name", &self.hold.name)
-            .field("permits", &self.hold.permits)
+            .field("name", &self.name())
+            .field("permits", &self.permits())
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }

@@ -14,8 +14,9 @@ pub use guard::PermitGuard;
 pub use info::{PermitInfo, SemaphoreInfo, SemaphoreWaiter};
 
 use crate::acquire::acquire_permits;
-use crate::client::LockClient;
-use crate::error::{Error, Result};
+use crate::client::{or_timed_out, LockClient};
+use crate::error::Result;
+use crate::guard::{DropOn, Held};
 use crate::options::{deadline_after, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, Park};
 use crate::raw::Want;
@@ -83,7 +84,8 @@ impl Semaphore {
     /// call from every process at start-up.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name; Redis errors.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
+    /// name; Redis errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
         self.shared.raw().set_permits(&self.name, permits, true)
     }
@@ -122,9 +124,10 @@ impl Semaphore {
     /// Takes one permit, waiting as long as it takes.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when Redis stays unreachable for longer than
-    /// a wait rides out (the connect timeout); [`Error::InvalidArgument`]
-    /// for a bad name.
+    /// [`Error::Unavailable`](crate::Error::Unavailable) when Redis stays
+    /// unreachable for longer than a wait rides out (the connect timeout);
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
+    /// name.
     pub fn acquire(&self) -> Result<PermitGuard> {
         self.acquire_with(1, LockOptions::new())
     }
@@ -133,8 +136,9 @@ impl Semaphore {
     /// takes.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for 0
-    /// or more than 1,000 permits.
+    /// As [`acquire`](Self::acquire), and
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for 0 or
+    /// more than 1,000 permits.
     pub fn acquire_many(&self, permits: u32) -> Result<PermitGuard> {
         self.acquire_with(permits, LockOptions::new())
     }
@@ -158,23 +162,18 @@ impl Semaphore {
 
     /// Takes `permits` permits as `options` say: an explicit lease (not
     /// renewed: the permits go back when it ends), a bounded wait
-    /// ([`Error::WaitTimedOut`] when it runs out), a [`Cancel`](crate::Cancel) handle.
-    /// Fencing tokens and lock kinds are refused.
+    /// ([`Error::WaitTimedOut`](crate::Error::WaitTimedOut) when it runs
+    /// out), a [`Cancel`](crate::Cancel) handle. Fencing tokens and lock
+    /// kinds are refused.
     ///
     /// # Errors
     /// As [`acquire_many`](Self::acquire_many), plus
-    /// [`Error::WaitTimedOut`] and [`Error::Cancelled`].
+    /// [`Error::WaitTimedOut`](crate::Error::WaitTimedOut) and
+    /// [`Error::Cancelled`](crate::Error::Cancelled).
     pub fn acquire_with(&self, permits: u32, options: LockOptions) -> Result<PermitGuard> {
-        let started = Instant::now();
         let wait = options.wait_value();
-        let deadline = wait.map(deadline_after);
-        match self.take(permits, options, deadline)? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::WaitTimedOut {
-                name: self.name.to_string(),
-                waited: wait.map_or_else(|| started.elapsed(), |w| w.min(started.elapsed())),
-            }),
-        }
+        let got = self.take(permits, options, wait.map(deadline_after))?;
+        or_timed_out(got, &self.name, wait)
     }
 
     /// Like [`acquire_with`](Self::acquire_with) but `None` when the wait
@@ -216,14 +215,23 @@ impl Semaphore {
             "leasehold::AsyncSemaphore (AsyncLockClient::semaphore) and .await its acquire",
         )?;
         let want = Want::of(&options, true, Park::Thread);
-        let hold = block_on(acquire_permits(
-            &self.shared,
-            &self.name,
-            permits,
-            want,
-            deadline,
-        ))?;
-        Ok(hold.map(|hold| PermitGuard::new(Arc::clone(self.shared.raw()), hold)))
+        block_on(self.take_as(permits, want, deadline, DropOn::Owned))
+    }
+
+    /// The one acquire of permits of both faces: `permits` as `want` says,
+    /// until `deadline`, for a guard that releases on drop as `drop_on` says.
+    pub(crate) async fn take_as(
+        &self,
+        permits: u32,
+        want: Want,
+        deadline: Option<Instant>,
+        drop_on: DropOn,
+    ) -> Result<Option<PermitGuard>> {
+        let hold = acquire_permits(&self.shared, &self.name, permits, want, deadline).await?;
+        let raw = self.shared.raw();
+        Ok(hold.map(|hold| PermitGuard {
+            held: Held::new(Arc::clone(raw), hold, drop_on),
+        }))
     }
 
     /// The client this semaphore is of (for the async face).

@@ -4,13 +4,12 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::guard::OwnedLockGuard;
 use crate::park::Park;
-use crate::renewal::{LeaseLost, LeaseState};
+use crate::renewal::LeaseLost;
 
 /// One hold of a distributed lock taken by an async task; dropping it
 /// releases the hold in the background.
@@ -27,58 +26,47 @@ use crate::renewal::{LeaseLost, LeaseState};
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct AsyncLockGuard {
-    guard: Option<OwnedLockGuard>,
+    /// Made to release in the background (`DropOn::Task`).
+    pub(crate) guard: OwnedLockGuard,
 }
 
 impl AsyncLockGuard {
-    pub(crate) fn new(guard: OwnedLockGuard) -> Self {
-        AsyncLockGuard { guard: Some(guard) }
-    }
-
-    /// The hold; taken only by `unlock(self)` and `drop`, which consume the
-    /// guard — so always there for the accessors (which read a released
-    /// hold's values as none, should that ever change).
-    fn guard(&self) -> Option<&OwnedLockGuard> {
-        self.guard.as_ref()
-    }
-
     /// The fencing token of this hold, when taken with
     /// [`LockOptions::fenced`](crate::LockOptions::fenced).
     pub fn fence(&self) -> Option<u64> {
-        self.guard().and_then(OwnedLockGuard::fence)
+        self.guard.fence()
     }
 
     /// Whether the lock is still ours as far as this client knows (see
     /// [`LockGuard::is_held`](crate::LockGuard::is_held)). Never touches
     /// the network.
     pub fn is_held(&self) -> bool {
-        self.guard().is_some_and(OwnedLockGuard::is_held)
+        self.guard.is_held()
     }
 
     /// Until when the lease is known to be ours; `None` once it is not.
     pub fn valid_until(&self) -> Option<Instant> {
-        self.guard().and_then(OwnedLockGuard::valid_until)
+        self.guard.valid_until()
     }
 
     /// How long the lease is known to last from now; zero once not held.
     pub fn remaining(&self) -> Duration {
-        self.guard()
-            .map_or(Duration::ZERO, OwnedLockGuard::remaining)
+        self.guard.remaining()
     }
 
     /// The lock name as given.
     pub fn name(&self) -> &str {
-        self.guard().map_or("", OwnedLockGuard::name)
+        self.guard.name()
     }
 
     /// The Redis key of the lock.
     pub fn key(&self) -> &str {
-        self.guard().map_or("", OwnedLockGuard::key)
+        self.guard.key()
     }
 
     /// The lease this hold was taken with.
     pub fn lease(&self) -> Duration {
-        self.guard().map_or(Duration::ZERO, OwnedLockGuard::lease)
+        self.guard.lease()
     }
 
     /// A future that completes with why once the watchdog finds this
@@ -100,8 +88,7 @@ impl AsyncLockGuard {
     /// # }
     /// ```
     pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
-        let state = self.guard().map(|g| Arc::clone(g.lease_state()));
-        LeaseState::lost_of(state)
+        self.guard.held.lost_wait()
     }
 
     /// Releases this hold, checking that it was still ours; the round trip
@@ -113,28 +100,13 @@ impl AsyncLockGuard {
     ///
     /// # Errors
     /// As [`LockGuard::unlock`](crate::LockGuard::unlock).
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(guard) = self.guard.take() else {
-            return Ok(());
-        };
-        guard.unlock_as(Park::Task).await
-    }
-}
-
-impl Drop for AsyncLockGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.guard.take() {
-            let raw = Arc::clone(guard.raw());
-            raw.detach(Park::Task, move || drop(guard));
-        }
+    pub async fn unlock(self) -> Result<()> {
+        self.guard.held.release(Park::Task).await
     }
 }
 
 impl fmt::Debug for AsyncLockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.guard {
-            Some(guard) => f.debug_tuple("AsyncLockGuard").field(guard).finish(),
-            None => f.write_str("AsyncLockGuard(released)"),
-        }
+        f.debug_tuple("AsyncLockGuard").field(&self.guard).finish()
     }
 }

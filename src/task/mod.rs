@@ -19,9 +19,9 @@ pub use multi::AsyncMultiLockGuard;
 pub use semaphore::{AsyncPermitGuard, AsyncSemaphore};
 
 use crate::acquire::acquire_hold;
-use crate::client::LockClient;
-use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::client::{or_timed_out, LockClient};
+use crate::error::Result;
+use crate::guard::{DropOn, LockGuard};
 use crate::inspect::LockInfo;
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
@@ -106,15 +106,13 @@ impl AsyncLockClient {
         LockClient::new(url).map(|c| c.to_async())
     }
 
-    /// Sees through what this client still does in the background — the
-    /// release of a guard or permit dropped (at the end of `main`, say), a
-    /// lost reply still to undo — parking the task at most the socket
-    /// timeout; whether all of it was answered (false: Redis did not
-    /// answer in time, and what it held expires with its lease).
-    ///
-    /// The last handle of a client does the same as it goes (blocking its
-    /// thread meanwhile); `close().await` at the end of `main` or of a
-    /// service's shutdown does it without blocking, and says how it went:
+    /// [`LockClient::close`] for a task: sees through what this client
+    /// still does in the background (a dropped guard's release, at the end
+    /// of `main` say), parking the task at most the socket timeout; whether
+    /// all of it was answered. The last handle of a client does the same as
+    /// it goes (blocking its thread meanwhile); `close().await` at the end
+    /// of `main` or of a service's shutdown does it without blocking, and
+    /// says how it went:
     ///
     /// ```no_run
     /// #[tokio::main]
@@ -175,7 +173,12 @@ impl AsyncLockClient {
         name: &'a str,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
-        self.take(name, &LockOptions::new(), Until::For(wait), Ok)
+        self.take(
+            name,
+            &LockOptions::new(),
+            move || Some(deadline_after(wait)),
+            Ok,
+        )
     }
 
     /// Waits until `deadline`: the guard, or `None` when it passed.
@@ -187,13 +190,13 @@ impl AsyncLockClient {
         name: &'a str,
         deadline: Instant,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
-        self.take(name, &LockOptions::new(), Until::At(deadline), Ok)
+        self.take(name, &LockOptions::new(), move || Some(deadline), Ok)
     }
 
     /// Takes the lock as `options` say (kind, lease, fencing, a bounded
     /// wait counted from the first poll, a cancel handle); a bounded wait
-    /// that runs out is [`Error::WaitTimedOut`], as for
-    /// [`LockClient::lock_with`].
+    /// that runs out is [`Error::WaitTimedOut`](crate::Error::WaitTimedOut),
+    /// as for [`LockClient::lock_with`].
     ///
     /// # Errors
     /// As [`LockClient::lock_with`].
@@ -203,13 +206,12 @@ impl AsyncLockClient {
         options: LockOptions,
     ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
         let waited = options.wait_value();
-        let until = waited.map_or(Until::Forever, Until::For);
-        self.take(name, &options, until, move |got| {
-            got.ok_or_else(|| Error::WaitTimedOut {
-                name: name.to_owned(),
-                waited: waited.unwrap_or_default(),
-            })
-        })
+        self.take(
+            name,
+            &options,
+            move || waited.map(deadline_after),
+            move |got| or_timed_out(got, name, waited),
+        )
     }
 
     /// As [`lock_with`](Self::lock_with), but `None` when the wait runs
@@ -223,7 +225,7 @@ impl AsyncLockClient {
         options: LockOptions,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
         let wait = options.wait_value().unwrap_or_default();
-        self.take(name, &options, Until::For(wait), Ok)
+        self.take(name, &options, move || Some(deadline_after(wait)), Ok)
     }
 
     /// Takes the fair lock `name` (first come, first served across
@@ -304,26 +306,24 @@ impl AsyncLockClient {
     }
 
     /// The one acquire of this face: the lock as `options` say, for an
-    /// owner of its own, waiting `until`; `finish` says what the outcome is
-    /// to the caller (in the one future: no second one around it).
+    /// owner of its own, waiting until the deadline `until` gives at the
+    /// first poll (`None`: as long as it takes); `finish` says what the
+    /// outcome is to the caller (in the one future: no second one around it).
     fn take<'a, T>(
         &'a self,
         name: &'a str,
         options: &LockOptions,
-        until: Until,
+        until: impl FnOnce() -> Option<Instant> + Send + 'a,
         finish: impl FnOnce(Option<AsyncLockGuard>) -> Result<T> + Send + 'a,
     ) -> impl Future<Output = Result<T>> + Send + 'a {
         let want = Want::of(options, true, Park::Task);
         let shared = &self.shared;
         async move {
-            let deadline = match until {
-                Until::Forever => None,
-                Until::For(wait) => Some(deadline_after(wait)),
-                Until::At(at) => Some(at),
-            };
-            let hold = acquire_hold(shared, name, want, deadline).await?;
+            let hold = acquire_hold(shared, name, want, until()).await?;
             let raw = shared.raw();
-            finish(hold.map(|hold| AsyncLockGuard::new(LockGuard::new(Arc::clone(raw), hold))))
+            finish(hold.map(|hold| AsyncLockGuard {
+                guard: LockGuard::with(Arc::clone(raw), hold, DropOn::Task),
+            }))
         }
     }
 
@@ -338,14 +338,6 @@ impl AsyncLockClient {
             .io(Park::Task, move || call(&client))
             .await?
     }
-}
-
-/// How long an acquire waits (its deadline taken at the first poll).
-#[derive(Clone, Copy)]
-enum Until {
-    Forever,
-    For(Duration),
-    At(Instant),
 }
 
 impl fmt::Debug for AsyncLockClient {

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::{AsyncLockClient, AsyncLockGuard, Until};
+use super::{AsyncLockClient, AsyncLockGuard};
 use crate::error::Result;
 use crate::multi::{canonical, timed_out};
 use crate::options::{deadline_after, LockOptions};
@@ -42,11 +42,7 @@ impl AsyncMultiLockGuard {
     pub async fn unlock(mut self) -> Result<()> {
         let mut first = Ok(());
         while let Some(guard) = self.guards.pop() {
-            if let Err(e) = guard.unlock().await {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
+            first = first.and(guard.unlock().await);
         }
         first
     }
@@ -111,9 +107,8 @@ impl AsyncLockClient {
         let mut all = AsyncMultiLockGuard {
             guards: Vec::with_capacity(names.len()),
         };
-        let until = deadline.map_or(Until::Forever, Until::At);
         for name in names {
-            match self.take(name, &options, until, Ok).await? {
+            match self.take(name, &options, move || deadline, Ok).await? {
                 Some(guard) => all.guards.push(guard),
                 None => return Ok(None),
             }

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::AsyncLockClient;
-use crate::acquire::acquire_permits;
-use crate::error::{Error, Result};
+use crate::client::or_timed_out;
+use crate::error::Result;
+use crate::guard::DropOn;
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
 use crate::raw::Want;
-use crate::renewal::{LeaseLost, LeaseState};
+use crate::renewal::LeaseLost;
 use crate::semaphore::{PermitGuard, Semaphore, SemaphoreInfo};
 
 /// A [`Semaphore`] for async code: waiting parks the task, not a thread.
@@ -96,7 +97,7 @@ impl AsyncSemaphore {
     }
 
     /// Takes `permits` permits as `options` say; a bounded wait that runs
-    /// out is [`Error::WaitTimedOut`].
+    /// out is [`Error::WaitTimedOut`](crate::Error::WaitTimedOut).
     ///
     /// # Errors
     /// As [`Semaphore::acquire_with`].
@@ -107,12 +108,7 @@ impl AsyncSemaphore {
     ) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
         let wait = options.wait_value();
         let take = self.take(permits, options, wait);
-        async move {
-            take.await?.ok_or_else(|| Error::WaitTimedOut {
-                name: self.name().to_owned(),
-                waited: wait.unwrap_or_default(),
-            })
-        }
+        async move { or_timed_out(take.await?, self.name(), wait) }
     }
 
     /// As [`acquire_with`](Self::acquire_with), but `None` when the wait
@@ -137,13 +133,10 @@ impl AsyncSemaphore {
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
         let want = Want::of(&options, true, Park::Task);
         async move {
-            let shared = self.sem.shared();
-            let deadline = wait.map(deadline_after);
-            let hold = acquire_permits(shared, self.name(), permits, want, deadline).await?;
-            let raw = shared.raw();
-            Ok(hold.map(|hold| AsyncPermitGuard {
-                guard: Some(PermitGuard::new(Arc::clone(raw), hold)),
-            }))
+            let got = self
+                .sem
+                .take_as(permits, want, wait.map(deadline_after), DropOn::Task);
+            Ok(got.await?.map(|guard| AsyncPermitGuard { guard }))
         }
     }
 
@@ -209,34 +202,31 @@ impl fmt::Debug for AsyncSemaphore {
 #[must_use = "if unused the permits are given back at once"]
 #[clippy::has_significant_drop]
 pub struct AsyncPermitGuard {
-    guard: Option<PermitGuard>,
+    /// Made to release in the background (`DropOn::Task`).
+    guard: PermitGuard,
 }
 
 impl AsyncPermitGuard {
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
-        self.guard.as_ref().map_or(0, PermitGuard::permits)
+        self.guard.permits()
     }
 
     /// The permits' ids as Redisson shows them.
     pub fn ids(&self) -> Vec<String> {
-        self.guard
-            .as_ref()
-            .map(PermitGuard::ids)
-            .unwrap_or_default()
+        self.guard.ids()
     }
 
     /// Whether the permits are still ours as far as this client knows.
     pub fn is_held(&self) -> bool {
-        self.guard.as_ref().is_some_and(PermitGuard::is_held)
+        self.guard.is_held()
     }
 
     /// A future that completes with why once the renewal thread finds the
     /// permits taken back, or with `None` once they were given back first
     /// (`'static`, `Send`: it may be spawned).
     pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
-        let state = self.guard.as_ref().map(|g| Arc::clone(g.lease_state()));
-        LeaseState::lost_of(state)
+        self.guard.held.lost_wait()
     }
 
     /// Gives the permits back, checking that they were still ours; the
@@ -247,28 +237,15 @@ impl AsyncPermitGuard {
     ///
     /// # Errors
     /// As [`PermitGuard::release`].
-    pub async fn release(mut self) -> Result<()> {
-        let Some(guard) = self.guard.take() else {
-            return Ok(());
-        };
-        guard.release_as(Park::Task).await
-    }
-}
-
-impl Drop for AsyncPermitGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.guard.take() {
-            let raw = Arc::clone(guard.raw());
-            raw.detach(Park::Task, move || drop(guard));
-        }
+    pub async fn release(self) -> Result<()> {
+        self.guard.held.release(Park::Task).await
     }
 }
 
 impl fmt::Debug for AsyncPermitGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.guard {
-            Some(guard) => f.debug_tuple("AsyncPermitGuard").field(guard).finish(),
-            None => f.write_str("AsyncPermitGuard(released)"),
-        }
+        f.debug_tuple("AsyncPermitGuard")
+            .field(&self.guard)
+            .finish()
     }
 }
