@@ -128,6 +128,12 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
         // The lease counts from when the request was sent, not answered.
         let sent_at = env.now();
         let cap = match place.kind.attempt().await {
+            // No time was left for the last try's round trip (or its reply
+            // did not come by the deadline) and no outage was under way:
+            // the wait ran out, Redis did not fail.
+            Err(Error::TimedOut {
+                by_deadline: true, ..
+            }) if bounded && outage.since.is_none() => return Ok(None),
             Err(e) if (waiting || bounded) && e.is_transient() => {
                 outage
                     .ride(env, name, e, sent_at, deadline, sub.as_ref())

@@ -163,3 +163,40 @@ fn a_bounded_wait_rides_out_an_outage_from_its_first_attempt_up_to_its_deadline(
     assert!(e.is_connection(), "{e:?}");
     assert_eq!(kind.attempts, 1);
 }
+
+/// The error of a call that was not sent because no time was left before
+/// the wait's deadline (what `Connections` makes of it).
+fn out_of_time() -> Error {
+    let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "no time was left");
+    Error::TimedOut {
+        addr: String::new(),
+        timeout: Duration::ZERO,
+        by_deadline: true,
+        source: redis::RedisError::from(e),
+    }
+}
+
+#[test]
+fn a_last_try_with_no_time_left_ends_the_wait_as_its_deadline() {
+    // Woken at the deadline with nothing left for the last try's round
+    // trip: the wait ran out, Redis did not fail — no outage to report.
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_secs(10)),
+        Step::Wait(Duration::from_secs(10)),
+        Step::Fail(out_of_time),
+    ]);
+    kind.place = true;
+    let deadline = now() + Duration::from_millis(50);
+    assert_eq!(run(&mut kind, &fake(), Some(deadline)).unwrap(), None);
+    assert_eq!(kind.left, 1, "the waiting place was left");
+    // After an outage, though, it is reported at the deadline: the retry
+    // after the failure (its backoff past the deadline) is the last try.
+    let mut kind = Scripted::new(vec![
+        Step::Wait(Duration::from_secs(10)),
+        Step::Fail(io_error),
+        Step::Fail(out_of_time),
+    ]);
+    let deadline = now() + Duration::from_millis(5);
+    let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+}
