@@ -35,6 +35,7 @@ pub(super) struct State {
 /// (Un)subscribe commands in flight: the subscription each serves.
 type Sent = std::collections::VecDeque<String>;
 
+#[derive(Default)]
 pub(super) struct Channel {
     /// The channel the subscription is named after is subscribed: always,
     /// but for a plain lock's (its unlock channel, besides the grant
@@ -86,40 +87,25 @@ pub(super) struct Channel {
 
 impl Channel {
     pub(super) fn new(listen: Listen<'_>) -> Self {
-        let (unlock, grant, key, claims, also) = match listen {
-            Listen::Channel(_) => (true, None, None, false, None),
+        match listen {
+            Listen::Channel(_) => Channel {
+                unlock: true,
+                ..Channel::default()
+            },
             Listen::Line {
                 key,
                 channel,
                 grant,
                 unlock,
                 claims,
-            } => (
+            } => Channel {
                 unlock,
-                Some(grant.to_owned()),
-                Some(key.to_owned()),
+                grant: Some(grant.to_owned()),
+                key: Some(key.to_owned()),
                 claims,
-                claims.then(|| semaphore_waiters(channel)).flatten(),
-            ),
-        };
-        Channel {
-            unlock,
-            refused: false,
-            moved: false,
-            key,
-            grant,
-            also,
-            claims,
-            refs: 0,
-            live: false,
-            idle_since: None,
-            inflight: 0,
-            grants: Vec::new(),
-            permits: 0,
-            messages: 0,
-            broadcasts: 0,
-            resync: false,
-            cv: Arc::new(Signal::new()),
+                also: claims.then(|| semaphore_waiters(channel)).flatten(),
+                ..Channel::default()
+            },
         }
     }
 
