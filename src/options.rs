@@ -144,11 +144,12 @@ pub struct LockOptions {
 /// assert!(waiting.join().unwrap().unwrap_err().is_cancelled());
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Cancel {
     inner: Arc<CancelInner>,
 }
 
+#[derive(Default)]
 struct CancelInner {
     cancelled: AtomicBool,
     /// What wakes each wait holding it now (see [`Cancel::on_cancel`]).
@@ -164,17 +165,6 @@ struct Wakers {
 /// Wakes one wait: notifies the signal it parks on, under that signal's
 /// mutex (so a wait that looked at the handle just before cannot miss it).
 pub(crate) type Waker = Arc<dyn Fn() + Send + Sync>;
-
-impl Default for Cancel {
-    fn default() -> Self {
-        Cancel {
-            inner: Arc::new(CancelInner {
-                cancelled: AtomicBool::new(false),
-                wakers: Mutex::new(Wakers::default()),
-            }),
-        }
-    }
-}
 
 impl Cancel {
     /// A handle not cancelled yet.

@@ -110,12 +110,10 @@ impl Sleep {
                 }
             }
         }
-        match st.wakers.get_mut(&self.id) {
-            Some(w) => w.clone_from(waker),
-            None => {
-                st.wakers.insert(self.id, waker.clone());
-            }
-        }
+        st.wakers
+            .entry(self.id)
+            .and_modify(|w| w.clone_from(waker))
+            .or_insert_with(|| waker.clone());
         if !self.registered {
             self.registered = true;
             st.due.push(Reverse((self.at, self.id)));

@@ -46,6 +46,7 @@ pub(crate) const CHUNK: usize = 1_000;
 /// the same length, so a new one is never due before the armed timer fires,
 /// and the thread takes the queue then. Only an idle thread (nothing armed)
 /// or a long queue is woken — a lock + unlock costs no thread wake-up.
+#[derive(Default)]
 struct Pending {
     queue: Mutex<Vec<Entry>>,
     /// The thread has a timer armed (its wheel is not empty).
@@ -100,11 +101,7 @@ impl Renewer {
         let (wake, rx) = crossbeam_channel::unbounded();
         let gate = Arc::new(Mutex::new(()));
         let counters = Arc::new(Counters::default());
-        let pending = Arc::new(Pending {
-            queue: Mutex::new(Vec::new()),
-            armed: AtomicBool::new(false),
-            armed_until: Mutex::new(None),
-        });
+        let pending = Arc::new(Pending::default());
         let mut worker = Worker {
             rx,
             pending: Arc::clone(&pending),
