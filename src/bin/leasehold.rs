@@ -227,7 +227,7 @@ fn list(
         if cli.json {
             println!("{}", json(&info));
         } else {
-            let holders: Vec<String> = info
+            let holders: Vec<_> = info
                 .holders
                 .iter()
                 .map(|h| who(&h.owner, h.thread, &h.client))
@@ -317,36 +317,26 @@ fn text(info: &LockInfo) -> String {
 fn render_semaphore(info: &leasehold::SemaphoreInfo, as_json: bool) -> String {
     let left = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
     if as_json {
-        let holders: Vec<String> = info
-            .holders
-            .iter()
-            .map(|p| {
-                format!(
-                    "{{\"id\":{},\"lease_left_ms\":{},\"client\":{}}}",
-                    json_str(&p.id),
-                    json_opt(left(p.expires_in)),
-                    p.client.as_deref().map_or("null".into(), json_str)
-                )
-            })
-            .collect();
-        let waiters: Vec<String> = info
-            .waiters
-            .iter()
-            .map(|w| {
-                format!(
-                    "{{\"owner\":{},\"permits\":{},\"place_left_ms\":{}}}",
-                    json_str(&w.owner),
-                    w.permits,
-                    w.place_expires_in.as_millis()
-                )
-            })
-            .collect();
+        let holders = json_list(&info.holders, |p| {
+            format!(
+                "{{\"id\":{},\"lease_left_ms\":{},\"client\":{}}}",
+                json_str(&p.id),
+                json_opt(left(p.expires_in)),
+                p.client.as_deref().map_or("null".into(), json_str)
+            )
+        });
+        let waiters = json_list(&info.waiters, |w| {
+            format!(
+                "{{\"owner\":{},\"permits\":{},\"place_left_ms\":{}}}",
+                json_str(&w.owner),
+                w.permits,
+                w.place_expires_in.as_millis()
+            )
+        });
         return format!(
-            "{{\"name\":{},\"available\":{},\"holders\":[{}],\"waiters\":[{}]}}",
+            "{{\"name\":{},\"available\":{},\"holders\":{holders},\"waiters\":{waiters}}}",
             json_str(&info.name),
             json_opt(info.available),
-            holders.join(","),
-            waiters.join(",")
         );
     }
     let mut out = match info.available {
@@ -396,6 +386,11 @@ fn json_str(s: &str) -> String {
     out
 }
 
+/// `[a,b,…]`, each item as `one` writes it.
+fn json_list<T>(items: &[T], one: impl Fn(&T) -> String) -> String {
+    format!("[{}]", items.iter().map(one).collect::<Vec<_>>().join(","))
+}
+
 fn json_opt<T: ToString>(v: Option<T>) -> String {
     v.map_or("null".into(), |v| v.to_string())
 }
@@ -416,49 +411,39 @@ fn json_client(c: &Option<ClientInfo>) -> String {
 }
 
 fn json(info: &LockInfo) -> String {
-    let holders: Vec<String> = info
-        .holders
-        .iter()
-        .map(|h| {
-            let mode = match h.mode {
-                HoldMode::Read => "read",
-                HoldMode::Write => "write",
-                _ => "exclusive",
-            };
-            format!(
-                "{{\"owner\":{},\"thread\":{},\"holds\":{},\"mode\":\"{mode}\",\"client\":{}}}",
-                json_str(&h.owner),
-                json_opt(h.thread),
-                h.holds,
-                json_client(&h.client)
-            )
-        })
-        .collect();
-    let waiters: Vec<String> = info
-        .waiters
-        .iter()
-        .map(|w| {
-            let queue = match w.queue {
-                WaitQueue::Line => "line",
-                WaitQueue::Fair => "fair",
-                _ => "writers",
-            };
-            format!(
-                "{{\"owner\":{},\"thread\":{},\"queue\":\"{queue}\",\"client\":{}}}",
-                json_str(&w.owner),
-                json_opt(w.thread),
-                json_client(&w.client)
-            )
-        })
-        .collect();
+    let holders = json_list(&info.holders, |h| {
+        let mode = match h.mode {
+            HoldMode::Read => "read",
+            HoldMode::Write => "write",
+            _ => "exclusive",
+        };
+        format!(
+            "{{\"owner\":{},\"thread\":{},\"holds\":{},\"mode\":\"{mode}\",\"client\":{}}}",
+            json_str(&h.owner),
+            json_opt(h.thread),
+            h.holds,
+            json_client(&h.client)
+        )
+    });
+    let waiters = json_list(&info.waiters, |w| {
+        let queue = match w.queue {
+            WaitQueue::Line => "line",
+            WaitQueue::Fair => "fair",
+            _ => "writers",
+        };
+        format!(
+            "{{\"owner\":{},\"thread\":{},\"queue\":\"{queue}\",\"client\":{}}}",
+            json_str(&w.owner),
+            json_opt(w.thread),
+            json_client(&w.client)
+        )
+    });
     format!(
-        "{{\"name\":{},\"key\":{},\"kind\":\"{}\",\"ttl_ms\":{},\"fence\":{},\"holders\":[{}],\"waiters\":[{}]}}",
+        "{{\"name\":{},\"key\":{},\"kind\":\"{}\",\"ttl_ms\":{},\"fence\":{},\"holders\":{holders},\"waiters\":{waiters}}}",
         json_str(&info.name),
         json_str(&info.key),
         kind_text(info),
         json_opt(info.ttl.map(|t| t.as_millis())),
         json_opt(info.fence),
-        holders.join(","),
-        waiters.join(",")
     )
 }
