@@ -151,16 +151,9 @@ impl Renewer {
         set: Duration,
         timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
-        self.enqueue(
-            Arc::from(key),
-            Arc::from(owner),
-            lease,
-            sent_at,
-            set,
-            timeouts,
-            None,
-            None,
-        )
+        self.enqueue(key, owner, lease, sent_at, set, |e| {
+            e.timeouts = timeouts.map(Box::from);
+        })
     }
 
     /// Registers semaphore permits `ids` (16 bytes each) in the lease table
@@ -174,16 +167,9 @@ impl Renewer {
         sent_at: Instant,
         set: Duration,
     ) -> Arc<LeaseState> {
-        self.enqueue(
-            Arc::from(timeouts),
-            Arc::from(""),
-            lease,
-            sent_at,
-            set,
-            None,
-            None,
-            Some(Box::from(ids)),
-        )
+        self.enqueue(timeouts, "", lease, sent_at, set, |e| {
+            e.permits = Some(Box::from(ids));
+        })
     }
 
     /// A read hold with an explicit lease (`set`, from `sent_at`): not
@@ -199,17 +185,10 @@ impl Renewer {
         set: Duration,
         timeouts: &str,
     ) -> Arc<LeaseState> {
-        let until = sent_at + set;
-        self.enqueue(
-            Arc::from(key),
-            Arc::from(owner),
-            set,
-            sent_at,
-            set,
-            Some(timeouts),
-            Some(until),
-            None,
-        )
+        self.enqueue(key, owner, set, sent_at, set, |e| {
+            e.timeouts = Some(Box::from(timeouts));
+            e.until = Some(sent_at + set);
+        })
     }
 
     /// A lease is done with (its last guard went): the thread sends
@@ -231,33 +210,31 @@ impl Renewer {
     /// A new lease for the renewal thread: queued, waking the thread only when
     /// it has no timer armed, the queue is long, or the lease comes due
     /// before the armed timer (a grant's short lease, a read hold's
-    /// keep-alive).
-    #[allow(clippy::too_many_arguments)]
+    /// keep-alive). `more` sets what only some entries have.
     fn enqueue(
         &self,
-        key: Arc<str>,
-        owner: Arc<str>,
+        key: &str,
+        owner: &str,
         lease: Duration,
         sent_at: Instant,
         set: Duration,
-        timeouts: Option<&str>,
-        until: Option<Instant>,
-        permits: Option<Box<[u8]>>,
+        more: impl FnOnce(&mut Entry),
     ) -> Arc<LeaseState> {
         let state = LeaseState::new(sent_at + set);
         let mut entry = Entry {
-            key,
-            owner,
+            key: Arc::from(key),
+            owner: Arc::from(owner),
             lease: set,
             state: Arc::clone(&state),
             due: sent_at,
-            timeouts: timeouts.map(Box::from),
-            until,
-            permits,
+            timeouts: None,
+            until: None,
+            permits: None,
         };
+        more(&mut entry);
         entry.due = sent_at + entry.period();
         entry.lease = lease;
-        let due = entry.due;
+        let (due, until) = (entry.due, entry.until);
         let queued = {
             let mut queue = self.pending.queue.lock();
             queue.push(entry);
