@@ -204,13 +204,9 @@ impl Shared {
             }
             _ => return,
         };
-        let (Some(kind), Some(wire)) = (items.first(), items.get(1)) else {
-            return;
-        };
-        let (Some(kind), Some(wire)) = (as_bytes(kind), as_bytes(wire)) else {
-            return;
-        };
-        let Ok(wire) = std::str::from_utf8(wire) else {
+        let kind = items.first().and_then(as_bytes);
+        let wire = items.get(1).and_then(as_bytes).map(std::str::from_utf8);
+        let (Some(kind), Some(Ok(wire))) = (kind, wire) else {
             return;
         };
         let mut st = self.state.lock();

@@ -20,6 +20,15 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    pub(super) fn new(shared: &Arc<Shared>, channel: &str, cv: Arc<Signal>) -> Self {
+        Subscription {
+            shared: Arc::clone(shared),
+            channel: channel.to_owned(),
+            cv,
+            stale: false,
+        }
+    }
+
     /// Whether Redis has acknowledged this channel's subscription on the live
     /// connection (so it counts in `PUBSUB NUMSUB`).
     pub(crate) fn confirmed(&self) -> bool {
