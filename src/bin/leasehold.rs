@@ -154,7 +154,28 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let info = client.inspect(name)?;
             println!("{}", render(&info, cli.json));
         }
-        Command::List { pattern, limit } => list(cli, &client, pattern, *limit)?,
+        // Every server's (each primary of a cluster; see `LockClient::list`).
+        Command::List { pattern, limit } => {
+            for info in client.list(pattern, *limit)? {
+                if cli.json {
+                    println!("{}", json(&info));
+                    continue;
+                }
+                let holders: Vec<_> = info
+                    .holders
+                    .iter()
+                    .map(|h| who(&h.owner, h.thread, &h.client))
+                    .collect();
+                println!(
+                    "{}\t{}\t{} waiting\tlease left {}\t{}",
+                    info.name,
+                    kind_text(&info),
+                    info.waiters.len(),
+                    ttl_text(&info),
+                    holders.join("; ")
+                );
+            }
+        }
         Command::Semaphore { name } => {
             let info = client.semaphore(name).inspect()?;
             println!("{}", render_semaphore(&info, cli.json));
@@ -162,7 +183,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Command::ForceUnlock { name, yes } => {
             if !yes {
                 let info = client.inspect(name)?;
-                eprintln!("{}", render(&info, false));
+                eprintln!("{}", text(&info));
                 eprint!("force-unlock {name:?}? Its holders lose it at once. [y/N] ");
                 std::io::stderr().flush()?;
                 let mut answer = String::new();
@@ -212,36 +233,6 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The locks matching `pattern` on every server (each primary of a
-/// cluster; see `LockClient::list`).
-fn list(
-    cli: &Cli,
-    client: &LockClient,
-    pattern: &str,
-    limit: usize,
-) -> Result<(), Box<dyn std::error::Error>> {
-    for info in client.list(pattern, limit)? {
-        let name = &info.name;
-        if cli.json {
-            println!("{}", json(&info));
-        } else {
-            let holders: Vec<_> = info
-                .holders
-                .iter()
-                .map(|h| who(&h.owner, h.thread, &h.client))
-                .collect();
-            println!(
-                "{name}\t{}\t{} waiting\tlease left {}\t{}",
-                kind_text(&info),
-                info.waiters.len(),
-                ttl_text(&info),
-                holders.join("; ")
-            );
-        }
-    }
-    Ok(())
 }
 
 fn render(info: &LockInfo, as_json: bool) -> String {
