@@ -201,12 +201,10 @@ impl Notifier {
     /// again (a round trip: never on a task's path, whose next attempt, on
     /// an I/O thread, reads it).
     fn subscriber(&self, channel: &str, refresh: bool) -> Option<Arc<Shared>> {
-        let Some(shards) = &self.shards else {
+        let shards = self.shards.as_ref();
+        let Some(shards) = shards.filter(|s| s.router.pubsub() == PubSub::Sharded) else {
             return Some(Arc::clone(&self.shared));
         };
-        if shards.router.pubsub() != PubSub::Sharded {
-            return Some(Arc::clone(&self.shared));
-        }
         let node = if refresh {
             shards.router.node_for(channel).ok()?
         } else {
@@ -408,7 +406,7 @@ impl Shared {
                     Some(link) if entry.live && unlock && !entry.unlock => {
                         toggle_unlock(link, channel, entry, true);
                     }
-                    Some(_) => {}
+                    Some(_) if entry.live => {}
                     None if entry.live => entry.unlock |= unlock && entry.grant.is_some(),
                     link => {
                         entry.moved = false;

@@ -53,14 +53,7 @@ impl Subscription {
         let Some((node, router)) = &self.shared.shard else {
             return false;
         };
-        let moved = self
-            .shared
-            .state
-            .lock()
-            .channels
-            .get(&self.channel)
-            .is_some_and(|c| c.moved);
-        moved || router.known_node(&self.channel).as_ref() != Some(node)
+        self.on_channel(|c| c.moved) || router.known_node(&self.channel).as_ref() != Some(node)
     }
 
     /// A plain lock's subscription: hears its unlock channel too (`on`:
