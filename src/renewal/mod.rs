@@ -23,7 +23,7 @@ mod wheel;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,11 +49,9 @@ pub(crate) const CHUNK: usize = 1_000;
 #[derive(Default)]
 struct Pending {
     queue: Mutex<Vec<Entry>>,
-    /// The thread has a timer armed (its wheel is not empty).
-    armed: AtomicBool,
-    /// When the armed timer fires: a lease first set shorter than the
-    /// client's watchdog lease (a grant's) may come due before it, and then
-    /// wakes the thread.
+    /// When the thread's armed timer fires (`None`: its wheel is empty): a
+    /// lease first set shorter than the client's watchdog lease (a grant's)
+    /// may come due before it, and then wakes the thread.
     armed_until: Mutex<Option<Instant>>,
 }
 
@@ -240,8 +238,8 @@ impl Renewer {
             queue.push(entry);
             queue.len()
         };
-        let early = self.pending.armed_until.lock().is_some_and(|at| due < at);
-        if queued >= QUEUE_WAKE || early || !self.pending.armed.load(Ordering::SeqCst) {
+        let early = self.pending.armed_until.lock().is_none_or(|at| due < at);
+        if queued >= QUEUE_WAKE || early {
             let _ = self.wake.send(());
         }
         if until.is_none() {

@@ -73,25 +73,15 @@ impl Worker {
         loop {
             self.take_pending();
             let next = self.wheel.next_due();
-            if next.is_none() {
-                // Disarm first, then look once more: a lease queued after
-                // this look sees `armed == false` and wakes us.
-                *self.pending.armed_until.lock() = None;
-                self.pending.armed.store(false, Ordering::SeqCst);
-                if !self.pending.queue.lock().is_empty() {
-                    continue;
-                }
-            } else {
-                *self.pending.armed_until.lock() = next;
-                self.pending.armed.store(true, Ordering::SeqCst);
+            *self.pending.armed_until.lock() = next;
+            // Disarmed first, then look once more: a lease queued after
+            // this look sees `None` and wakes us.
+            if next.is_none() && !self.pending.queue.lock().is_empty() {
+                continue;
             }
             // The registration's next write, while the client is active.
             let register = self.activity.due(Instant::now(), !self.entries.is_empty());
-            let timer = match (next, register) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let timer = match timer {
+            let timer = match next.into_iter().chain(register).min() {
                 Some(at) => after(at.saturating_duration_since(Instant::now())),
                 None => never(),
             };
@@ -224,12 +214,22 @@ impl Worker {
                 e.due = sent_at + e.period();
                 self.wheel.insert(id, e.due);
             }
-        } else if let Some(e) = self.entries.remove(&id) {
-            if e.state
-                .mark_lost(LeaseLost::NotOurs, &self.counters.leases_lost)
-            {
-                tracing::warn!(key = %e.key, "leasehold: lease lost (no longer ours in redis)");
-            }
+        } else {
+            self.lose(id, LeaseLost::NotOurs);
+        }
+    }
+
+    /// Drops entry `id` and marks its lease lost (once: one WARN).
+    fn lose(&mut self, id: u64, why: LeaseLost) {
+        let Some(e) = self.entries.remove(&id) else {
+            return;
+        };
+        if e.state.mark_lost(why.clone(), &self.counters.leases_lost) {
+            let why = match why {
+                LeaseLost::NotOurs => "no longer ours in redis",
+                LeaseLost::Unreachable => "redis unreachable until it ran out",
+            };
+            tracing::warn!(key = %e.key, "leasehold: lease lost ({why})");
         }
     }
 
@@ -244,13 +244,7 @@ impl Worker {
             };
             let valid_until = *e.state.valid_until.lock();
             if now + self.io_budget >= valid_until {
-                if let Some(e) = self.entries.remove(id) {
-                    if e.state
-                        .mark_lost(LeaseLost::Unreachable, &self.counters.leases_lost)
-                    {
-                        tracing::warn!(key = %e.key, "leasehold: lease lost (redis unreachable until it ran out)");
-                    }
-                }
+                self.lose(*id, LeaseLost::Unreachable);
                 continue;
             }
             // Retry within a tenth of the lease, and early enough that a
