@@ -25,6 +25,7 @@ struct Timers {
     wakes_at: Option<Instant>,
 }
 
+#[derive(Default)]
 struct Wheel {
     state: Mutex<Timers>,
     cv: Condvar,
@@ -32,10 +33,7 @@ struct Wheel {
 
 fn wheel() -> &'static Wheel {
     static WHEEL: OnceLock<Wheel> = OnceLock::new();
-    WHEEL.get_or_init(|| Wheel {
-        state: Mutex::new(Timers::default()),
-        cv: Condvar::new(),
-    })
+    WHEEL.get_or_init(Wheel::default)
 }
 
 impl Wheel {
