@@ -387,9 +387,8 @@ fn json_opt<T: ToString>(v: Option<T>) -> String {
 }
 
 fn json_client(c: &Option<ClientInfo>) -> String {
-    match c {
-        None => "null".into(),
-        Some(c) => format!(
+    c.as_ref().map_or("null".into(), |c| {
+        format!(
             "{{\"id\":{},\"host\":{},\"pid\":{},\"name\":{},\"version\":{},\"started_ms\":{}}}",
             json_str(&c.id),
             json_str(&c.host),
@@ -397,8 +396,8 @@ fn json_client(c: &Option<ClientInfo>) -> String {
             c.name.as_deref().map_or("null".into(), json_str),
             json_str(&c.version),
             json_opt(c.started_ms)
-        ),
-    }
+        )
+    })
 }
 
 fn json(info: &LockInfo) -> String {

@@ -309,16 +309,11 @@ impl Notifier {
             .as_ref()
             .is_none_or(|s| s.router.pubsub() == PubSub::Classic);
         for (i, s) in self.all().iter().enumerate() {
-            let connected = s.connected.load(Ordering::Relaxed);
             let in_use =
                 (i == 0 && classic) || s.state.lock().channels.values().any(|c| c.refs > 0);
-            if in_use && !connected {
-                health.0 = false;
-            }
+            health.0 &= !in_use || s.connected.load(Ordering::Relaxed);
             health.1 += s.connects.load(Ordering::Relaxed);
-            if health.2.is_none() {
-                health.2 = s.last_error.lock().clone();
-            }
+            health.2 = health.2.or_else(|| s.last_error.lock().clone());
         }
         health
     }

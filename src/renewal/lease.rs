@@ -111,10 +111,9 @@ impl LeaseState {
 
     /// Why the lease was lost, once it was.
     pub(crate) fn lost_why(&self) -> Option<LeaseLost> {
-        if !self.is_lost() {
-            return None;
-        }
-        self.signal.lock().why.clone()
+        self.is_lost()
+            .then(|| self.signal.lock().why.clone())
+            .flatten()
     }
 
     /// The one channel of this lease; it receives the reason once, also
