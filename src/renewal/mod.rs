@@ -7,10 +7,8 @@
 //! ours, or that could not be renewed before it ran out, is marked lost and
 //! its guard is told.
 //!
-//! Parts: `lease` (the state a guard and the thread share, the lost signal),
-//! `wheel` (the timer: a hashed single-level wheel the thread parks on in
-//! `select!` until exactly the next due slot or a control message), `worker`
-//! (the thread: batches, cluster routing, lost leases); this file is the
+//! Parts: `lease` (shared state, the lost signal), `wheel` (the timer the
+//! thread parks on in `select!`), `worker` (the thread); this file is the
 //! client's side (registry of live leases, the queue to the thread).
 //!
 //! The thread holds no `Arc` to the client: it exits when the client's
