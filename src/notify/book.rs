@@ -177,17 +177,6 @@ pub(super) struct Link<'a> {
     sharded: bool,
 }
 
-impl Link<'_> {
-    /// The same link for one more command (of several in a loop).
-    pub(super) fn again(&mut self) -> Link<'_> {
-        Link {
-            w: self.w,
-            sent: self.sent,
-            sharded: self.sharded,
-        }
-    }
-}
-
 /// A plain lock's subscription `name` (its unlock channel) starts or stops
 /// hearing the unlock channel besides its grant channel: one command, one
 /// acknowledgement.
@@ -206,7 +195,7 @@ pub(super) fn toggle_unlock(link: Link<'_>, name: &str, c: &mut Channel, on: boo
 
 /// Sends the commands that (un)subscribe channel `name`, counting the
 /// acknowledgements they bring.
-pub(super) fn toggle(link: Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
+pub(super) fn toggle(link: &mut Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
     let mut bytes = Vec::new();
     c.inflight += c.commands(name, subscribe, link.sharded, &mut bytes, link.sent);
     c.live = subscribe;
@@ -276,7 +265,7 @@ impl State {
         };
         for (name, c) in channels.iter_mut() {
             if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
-                toggle(link.again(), name, c, false);
+                toggle(&mut link, name, c, false);
             }
         }
     }

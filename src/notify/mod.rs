@@ -379,11 +379,8 @@ impl Shared {
         }
         if !st.channels.contains_key(channel) {
             let c = Channel::new(listen);
-            if let Some(grant) = &c.grant {
-                st.routes.insert(grant.clone(), channel.to_owned());
-            }
-            if let Some(also) = &c.also {
-                st.routes.insert(also.clone(), channel.to_owned());
+            for wire in c.grant.iter().chain(&c.also) {
+                st.routes.insert(wire.clone(), channel.to_owned());
             }
             if let Some(key) = &c.key {
                 st.lines.insert(key.clone(), channel.to_owned());
@@ -409,7 +406,7 @@ impl Shared {
                             entry.unlock = unlock;
                         }
                         match link {
-                            Some(link) => toggle(link, channel, entry, true),
+                            Some(mut link) => toggle(&mut link, channel, entry, true),
                             // The thread subscribes every registered
                             // channel, as it is then, when it connects.
                             None => {

@@ -99,9 +99,7 @@ impl Shared {
             c.inflight = c.commands(name, true, *sharded, &mut bytes, sent);
             c.live = true;
         }
-        if !bytes.is_empty() {
-            send(&mut writer, &bytes);
-        }
+        send(&mut writer, &bytes); // empty when nothing has waiters: no write
         st.writer = Some(writer);
         self.connected.store(true, Ordering::Relaxed);
         self.connects.fetch_add(1, Ordering::Relaxed);

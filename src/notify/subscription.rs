@@ -141,9 +141,7 @@ impl Subscription {
             if let Some(c) = st.channels.get_mut(&self.channel) {
                 // Confirmed meanwhile (between the wait and this lock):
                 // nothing to resync.
-                if !(live && c.inflight == 0) {
-                    c.resync = true;
-                }
+                c.resync |= !(live && c.inflight == 0);
             }
         }
     }
@@ -314,7 +312,7 @@ impl Drop for Subscription {
                 }
             }
             Some(_) if c.moved => c.live = false, // Redis dropped it already
-            Some(link) => toggle(link, &self.channel, c, false),
+            Some(mut link) => toggle(&mut link, &self.channel, c, false),
             None => c.live = false,
         }
         if !c.live && c.inflight == 0 {
