@@ -97,9 +97,7 @@ pub(crate) fn on_executor() -> bool {
                 break false;
             }
         };
-        while let Some(unit) = taken.pop() {
-            drop(unit);
-        }
+        taken.into_iter().rev().for_each(drop);
         constrained
     }
     #[cfg(not(feature = "tokio"))]

@@ -179,10 +179,11 @@ impl Worker {
         let sent_at = Instant::now();
         let sent = self.batches.send(&renew::load(), &commands);
         drop(commands);
-        self.counters
+        let counters = &self.counters;
+        counters
             .renewals_sent
             .fetch_add(live.len() as u64, Ordering::Relaxed);
-        self.counters
+        counters
             .renewal_round_trips
             .fetch_add(sent.round_trips, Ordering::Relaxed);
         let mut again = Vec::new();
