@@ -105,6 +105,11 @@ impl LeaseState {
         *self.valid_until.lock() = until;
     }
 
+    /// Its last guard let it go (checked by the thread under the send gate).
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
     }

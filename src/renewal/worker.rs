@@ -118,10 +118,7 @@ impl Worker {
     /// Moves queued leases into the wheel, skipping those already unlocked.
     fn take_pending(&mut self) {
         let queued = std::mem::take(&mut *self.pending.queue.lock());
-        for entry in queued {
-            if entry.state.cancelled.load(Ordering::Acquire) {
-                continue;
-            }
+        for entry in queued.into_iter().filter(|e| !e.state.is_cancelled()) {
             self.next_id += 1;
             self.wheel.insert(self.next_id, entry.due);
             self.entries.insert(self.next_id, entry);
@@ -134,10 +131,7 @@ impl Worker {
         let mut due = Vec::new();
         for id in self.wheel.take_due(horizon) {
             match self.entries.get(&id) {
-                Some(e)
-                    if e.state.cancelled.load(Ordering::Acquire)
-                        || e.until.is_some_and(|u| u <= now) =>
-                {
+                Some(e) if e.state.is_cancelled() || e.until.is_some_and(|u| u <= now) => {
                     self.entries.remove(&id); // unlocked since, or its lease ended
                 }
                 Some(e) if e.due <= horizon => due.push(id),
@@ -158,12 +152,9 @@ impl Worker {
         let mut live = Vec::with_capacity(ids.len());
         let mut commands = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(e) = self.entries.get(id) else {
+            let Some(e) = self.entries.get(id).filter(|e| !e.state.is_cancelled()) else {
                 continue;
             };
-            if e.state.cancelled.load(Ordering::Acquire) {
-                continue;
-            }
             // Keep: what is left of an explicit lease.
             let keep = e.until.map(|until| until.saturating_duration_since(now));
             let call = match &e.permits {
