@@ -427,10 +427,10 @@ impl Shared {
 
     fn resume_in(shared: &Arc<Shared>, st: &mut State, channel: &str) -> Option<Subscription> {
         st.writer.as_ref()?; // disconnected: nothing is confirmed
-        let c = st.channels.get_mut(channel)?;
-        if !c.live || c.inflight > 0 {
-            return None;
-        }
+        let c = st
+            .channels
+            .get_mut(channel)
+            .filter(|c| c.live && c.inflight == 0)?;
         c.refs += 1;
         c.idle_since = None;
         Some(Subscription::new(shared, channel, Arc::clone(&c.cv)))

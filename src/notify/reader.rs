@@ -132,8 +132,6 @@ impl Shared {
     /// waiters are never confirmed and retry on their own; one WARN.
     fn refused(&self, st: &mut State, what: Option<String>, error: String) {
         if let (Some(name), Some((_, router))) = (&what, &self.shard) {
-            // `MOVED <slot> <host:port>` (sharded): the slot is served
-            // elsewhere; its waiters subscribe again there.
             if let Some((slot, addr)) = moved_in(&error) {
                 router.note_moved(slot, &addr);
                 if let Some(c) = st.channels.get_mut(name) {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::book::Channel;
 use super::{toggle, toggle_unlock, Shared, LINGER_MAX};
-use crate::options::{Cancel, Waker};
+use crate::options::Cancel;
 use crate::park::{Park, Signal};
 
 /// One waiter's interest in one channel; dropping it gives the interest back.
@@ -101,7 +101,15 @@ impl Subscription {
         mut check: impl FnMut(&mut super::book::State, &str) -> Option<R>,
     ) -> Option<R> {
         let channel = self.channel.as_str();
-        let _on_cancel = stop.map(|c| c.on_cancel(self.waker()));
+        // A cancel notifies the signal under the subscriber's mutex (which
+        // the wait looks at its state under).
+        let _on_cancel = stop.map(|c| {
+            let (shared, cv) = (Arc::clone(&self.shared), Arc::clone(&self.cv));
+            c.on_cancel(Arc::new(move || {
+                let _st = shared.state.lock();
+                cv.notify_all();
+            }))
+        });
         self.cv
             .wait(park, &self.shared.state, Some(until), |st| {
                 if stop.is_some_and(Cancel::is_cancelled) {
@@ -111,16 +119,6 @@ impl Subscription {
             })
             .await
             .flatten()
-    }
-
-    /// What wakes a wait on this subscription: its signal, notified under
-    /// the subscriber's mutex (which the wait looks at its state under).
-    fn waker(&self) -> Waker {
-        let (shared, cv) = (Arc::clone(&self.shared), Arc::clone(&self.cv));
-        Arc::new(move || {
-            let _st = shared.state.lock();
-            cv.notify_all();
-        })
     }
 
     /// Waits until Redis has acknowledged every command sent for the
