@@ -435,12 +435,10 @@ pub enum LeaseLost {
 
 impl fmt::Display for LeaseLost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LeaseLost::NotOurs => f.write_str("redis no longer had this owner in the lock"),
-            LeaseLost::Unreachable => {
-                f.write_str("redis could not be reached before the lease ran out")
-            }
-        }
+        f.write_str(match self {
+            LeaseLost::NotOurs => "redis no longer had this owner in the lock",
+            LeaseLost::Unreachable => "redis could not be reached before the lease ran out",
+        })
     }
 }
 
