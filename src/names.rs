@@ -72,10 +72,7 @@ const FAIR_MARKS: &str = "leasehold_fair";
 
 /// The channel on which fair waiter `owner` is woken when it is next.
 pub(crate) fn waiter_channel(key: &str, owner: &str) -> String {
-    let mut s = channel_name(key);
-    s.push(':');
-    s.push_str(owner);
-    s
+    format!("{}:{owner}", channel_name(key))
 }
 
 /// The read/write lock's channel, `redisson_rwlock:{<key>}`.
@@ -86,9 +83,7 @@ pub(crate) fn rw_channel(key: &str) -> String {
 /// The prefix of `owner`'s read timeout keys:
 /// `{<key>}:<owner>:rwlock_timeout` (`:<n>` is appended per hold).
 pub(crate) fn timeout_prefix(key: &str, owner: &str) -> String {
-    let mut s = suffix_name(key, owner);
-    s.push_str(":rwlock_timeout");
-    s
+    format!("{}:rwlock_timeout", suffix_name(key, owner))
 }
 
 /// The set of waiting writers, `{<key>}:rwlock_write_waiters`.
@@ -98,10 +93,7 @@ pub(crate) fn writers_key(key: &str) -> String {
 
 /// The hash field of `owner`'s write holds.
 pub(crate) fn write_field(owner: &str) -> String {
-    let mut s = String::with_capacity(owner.len() + 6);
-    s.push_str(owner);
-    s.push_str(":write");
-    s
+    format!("{owner}:write")
 }
 
 /// The line of waiting leasehold clients of a plain lock key (a list of
@@ -114,17 +106,13 @@ pub(crate) fn line_key(key: &str) -> String {
 /// ms by the server's clock (same hash tag as the line, so the same cluster
 /// slot; its waiter confirms it).
 pub(crate) fn line_places_key(key: &str) -> String {
-    let mut s = line_key(key);
-    s.push_str(":places");
-    s
+    format!("{}:places", line_key(key))
 }
 
 /// The run of direct grants made while other libraries' waiters were
 /// subscribed, or `y` while the lock is left to them: `<line>:yield`.
 pub(crate) fn line_yield_key(key: &str) -> String {
-    let mut s = line_key(key);
-    s.push_str(":yield");
-    s
+    format!("{}:yield", line_key(key))
 }
 
 /// The start of every grant channel of a plain lock key,
@@ -132,63 +120,28 @@ pub(crate) fn line_yield_key(key: &str) -> String {
 /// [`grant_channel`]). A release that gives the lock to a waiting client
 /// publishes on that client's channel only.
 pub(crate) fn grant_prefix(key: &str) -> String {
-    let mut s = prefix_name("leasehold_grant", key);
-    s.push(':');
-    s
+    format!("{}:", prefix_name("leasehold_grant", key))
 }
 
 /// The channel on which client `id` hears that a release gave it lock
 /// `key`.
 pub(crate) fn grant_channel(key: &str, id: &str) -> String {
-    let mut s = grant_prefix(key);
-    s.push_str(id);
-    s
+    format!("{}{id}", grant_prefix(key))
 }
 
-/// Every command the lock path sends, directly or inside its scripts.
-const ACL_COMMANDS: &[&str] = &[
-    "+evalsha",
-    "+script|load",
-    "+ping",
-    "+type",
-    "+subscribe",
-    "+unsubscribe",
-    "+publish",
-    "+pubsub|numsub",
-    "+time",
-    "+exists",
-    "+get",
-    "+set",
-    "+psetex",
-    "+del",
-    "+pexpire",
-    "+pttl",
-    "+hexists",
-    "+hget",
-    "+hgetall",
-    "+hset",
-    "+hdel",
-    "+hincrby",
-    "+hlen",
-    "+hkeys",
-    "+lindex",
-    "+llen",
-    "+lpop",
-    "+lrange",
-    "+lpush",
-    "+rpush",
-    "+lrem",
-    "+zadd",
-    "+zrem",
-    "+zrange",
-    "+zrangebyscore",
-    "+zremrangebyscore",
-    "+zcard",
-    "+zscore",
-    "+zcount",
-    "+incrby",
-    "+decrby",
-];
+/// Every command the lock path sends, directly or inside its scripts, as
+/// ACL rules (space-separated, as `ACL SETUSER` takes them).
+const ACL_COMMANDS: &str = "+evalsha +script|load +ping +type \
+    +subscribe +unsubscribe +publish +pubsub|numsub +time \
+    +exists +get +set +psetex +del +pexpire +pttl \
+    +hexists +hget +hgetall +hset +hdel +hincrby +hlen +hkeys \
+    +lindex +llen +lpop +lrange +lpush +rpush +lrem \
+    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zscore +zcount \
+    +incrby +decrby";
+
+/// What a cluster adds: its table, redirects, sharded pub/sub (Redis ≥ 7).
+const ACL_CLUSTER: &str =
+    "+cluster|slots +asking +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub";
 
 /// The keys and channel of a semaphore whose counter is `key`: Redisson's
 /// `RPermitExpirableSemaphore` layout — the counter of available permits
@@ -270,19 +223,12 @@ pub(crate) fn semaphore_waiters(channel: &str) -> Option<String> {
 /// `allchannels` by default and then refuses channel patterns).
 pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<String> {
     let p = key_prefix;
-    let mut rules: Vec<String> = ACL_COMMANDS.iter().map(|c| (*c).to_owned()).collect();
+    let mut rules: Vec<String> = ACL_COMMANDS.split_whitespace().map(str::to_owned).collect();
     if replicas {
         rules.push("+wait".into());
     }
     if cluster {
-        rules.extend([
-            "+cluster|slots".into(),
-            "+asking".into(),
-            "+spublish".into(),
-            "+ssubscribe".into(),
-            "+sunsubscribe".into(),
-            "+pubsub|shardnumsub".into(),
-        ]);
+        rules.extend(ACL_CLUSTER.split_whitespace().map(str::to_owned));
     }
     // Lock keys; read/write companions `{<key>}:…` (own tag: `<key>:…`).
     // Without a prefix, `~*` is every key (and Redis refuses a key pattern

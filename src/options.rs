@@ -1,7 +1,7 @@
 //! Per-lock options, the lock kinds, and the input checks and deadline
 //! arithmetic that `LockClient` and `Redlock` share (one wording, one limit).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -144,37 +144,22 @@ pub struct LockOptions {
 /// assert!(waiting.join().unwrap().unwrap_err().is_cancelled());
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Cancel {
     inner: Arc<CancelInner>,
 }
 
+#[derive(Default)]
 struct CancelInner {
     cancelled: AtomicBool,
-    /// What wakes each wait holding it now (see [`Cancel::on_cancel`]).
-    wakers: Mutex<Wakers>,
-}
-
-#[derive(Default)]
-struct Wakers {
-    next: u64,
-    list: Vec<(u64, Waker)>,
+    /// What wakes each wait holding it now, by registration (see
+    /// [`Cancel::on_cancel`]).
+    wakers: Mutex<Vec<(u64, Waker)>>,
 }
 
 /// Wakes one wait: notifies the signal it parks on, under that signal's
 /// mutex (so a wait that looked at the handle just before cannot miss it).
 pub(crate) type Waker = Arc<dyn Fn() + Send + Sync>;
-
-impl Default for Cancel {
-    fn default() -> Self {
-        Cancel {
-            inner: Arc::new(CancelInner {
-                cancelled: AtomicBool::new(false),
-                wakers: Mutex::new(Wakers::default()),
-            }),
-        }
-    }
-}
 
 impl Cancel {
     /// A handle not cancelled yet.
@@ -188,7 +173,7 @@ impl Cancel {
         if self.inner.cancelled.swap(true, Ordering::SeqCst) {
             return;
         }
-        let woken = std::mem::take(&mut self.inner.wakers.lock().list);
+        let woken = std::mem::take(&mut *self.inner.wakers.lock());
         for (_, wake) in woken {
             wake();
         }
@@ -206,10 +191,9 @@ impl Cancel {
     ///
     /// [`is_cancelled`]: Self::is_cancelled
     pub(crate) fn on_cancel(&self, wake: Waker) -> OnCancel {
-        let mut wakers = self.inner.wakers.lock();
-        let id = wakers.next;
-        wakers.next += 1;
-        wakers.list.push((id, wake));
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.inner.wakers.lock().push((id, wake));
         OnCancel {
             cancel: self.clone(),
             id,
@@ -226,7 +210,7 @@ pub(crate) struct OnCancel {
 impl Drop for OnCancel {
     fn drop(&mut self) {
         let mut wakers = self.cancel.inner.wakers.lock();
-        wakers.list.retain(|(id, _)| *id != self.id);
+        wakers.retain(|(id, _)| *id != self.id);
     }
 }
 

@@ -154,7 +154,28 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let info = client.inspect(name)?;
             println!("{}", render(&info, cli.json));
         }
-        Command::List { pattern, limit } => list(cli, &client, pattern, *limit)?,
+        // Every server's (each primary of a cluster; see `LockClient::list`).
+        Command::List { pattern, limit } => {
+            for info in client.list(pattern, *limit)? {
+                if cli.json {
+                    println!("{}", json(&info));
+                    continue;
+                }
+                let holders: Vec<_> = info
+                    .holders
+                    .iter()
+                    .map(|h| who(&h.owner, h.thread, &h.client))
+                    .collect();
+                println!(
+                    "{}\t{}\t{} waiting\tlease left {}\t{}",
+                    info.name,
+                    kind_text(&info),
+                    info.waiters.len(),
+                    ttl_text(&info),
+                    holders.join("; ")
+                );
+            }
+        }
         Command::Semaphore { name } => {
             let info = client.semaphore(name).inspect()?;
             println!("{}", render_semaphore(&info, cli.json));
@@ -162,7 +183,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Command::ForceUnlock { name, yes } => {
             if !yes {
                 let info = client.inspect(name)?;
-                eprintln!("{}", render(&info, false));
+                eprintln!("{}", text(&info));
                 eprint!("force-unlock {name:?}? Its holders lose it at once. [y/N] ");
                 std::io::stderr().flush()?;
                 let mut answer = String::new();
@@ -212,36 +233,6 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The locks matching `pattern` on every server (each primary of a
-/// cluster; see `LockClient::list`).
-fn list(
-    cli: &Cli,
-    client: &LockClient,
-    pattern: &str,
-    limit: usize,
-) -> Result<(), Box<dyn std::error::Error>> {
-    for info in client.list(pattern, limit)? {
-        let name = &info.name;
-        if cli.json {
-            println!("{}", json(&info));
-        } else {
-            let holders: Vec<String> = info
-                .holders
-                .iter()
-                .map(|h| who(&h.owner, h.thread, &h.client))
-                .collect();
-            println!(
-                "{name}\t{}\t{} waiting\tlease left {}\t{}",
-                kind_text(&info),
-                info.waiters.len(),
-                ttl_text(&info),
-                holders.join("; ")
-            );
-        }
-    }
-    Ok(())
 }
 
 fn render(info: &LockInfo, as_json: bool) -> String {
@@ -317,36 +308,26 @@ fn text(info: &LockInfo) -> String {
 fn render_semaphore(info: &leasehold::SemaphoreInfo, as_json: bool) -> String {
     let left = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
     if as_json {
-        let holders: Vec<String> = info
-            .holders
-            .iter()
-            .map(|p| {
-                format!(
-                    "{{\"id\":{},\"lease_left_ms\":{},\"client\":{}}}",
-                    json_str(&p.id),
-                    json_opt(left(p.expires_in)),
-                    p.client.as_deref().map_or("null".into(), json_str)
-                )
-            })
-            .collect();
-        let waiters: Vec<String> = info
-            .waiters
-            .iter()
-            .map(|w| {
-                format!(
-                    "{{\"owner\":{},\"permits\":{},\"place_left_ms\":{}}}",
-                    json_str(&w.owner),
-                    w.permits,
-                    w.place_expires_in.as_millis()
-                )
-            })
-            .collect();
+        let holders = json_list(&info.holders, |p| {
+            format!(
+                "{{\"id\":{},\"lease_left_ms\":{},\"client\":{}}}",
+                json_str(&p.id),
+                json_opt(left(p.expires_in)),
+                p.client.as_deref().map_or("null".into(), json_str)
+            )
+        });
+        let waiters = json_list(&info.waiters, |w| {
+            format!(
+                "{{\"owner\":{},\"permits\":{},\"place_left_ms\":{}}}",
+                json_str(&w.owner),
+                w.permits,
+                w.place_expires_in.as_millis()
+            )
+        });
         return format!(
-            "{{\"name\":{},\"available\":{},\"holders\":[{}],\"waiters\":[{}]}}",
+            "{{\"name\":{},\"available\":{},\"holders\":{holders},\"waiters\":{waiters}}}",
             json_str(&info.name),
             json_opt(info.available),
-            holders.join(","),
-            waiters.join(",")
         );
     }
     let mut out = match info.available {
@@ -396,14 +377,18 @@ fn json_str(s: &str) -> String {
     out
 }
 
+/// `[a,b,…]`, each item as `one` writes it.
+fn json_list<T>(items: &[T], one: impl Fn(&T) -> String) -> String {
+    format!("[{}]", items.iter().map(one).collect::<Vec<_>>().join(","))
+}
+
 fn json_opt<T: ToString>(v: Option<T>) -> String {
     v.map_or("null".into(), |v| v.to_string())
 }
 
 fn json_client(c: &Option<ClientInfo>) -> String {
-    match c {
-        None => "null".into(),
-        Some(c) => format!(
+    c.as_ref().map_or("null".into(), |c| {
+        format!(
             "{{\"id\":{},\"host\":{},\"pid\":{},\"name\":{},\"version\":{},\"started_ms\":{}}}",
             json_str(&c.id),
             json_str(&c.host),
@@ -411,54 +396,44 @@ fn json_client(c: &Option<ClientInfo>) -> String {
             c.name.as_deref().map_or("null".into(), json_str),
             json_str(&c.version),
             json_opt(c.started_ms)
-        ),
-    }
+        )
+    })
 }
 
 fn json(info: &LockInfo) -> String {
-    let holders: Vec<String> = info
-        .holders
-        .iter()
-        .map(|h| {
-            let mode = match h.mode {
-                HoldMode::Read => "read",
-                HoldMode::Write => "write",
-                _ => "exclusive",
-            };
-            format!(
-                "{{\"owner\":{},\"thread\":{},\"holds\":{},\"mode\":\"{mode}\",\"client\":{}}}",
-                json_str(&h.owner),
-                json_opt(h.thread),
-                h.holds,
-                json_client(&h.client)
-            )
-        })
-        .collect();
-    let waiters: Vec<String> = info
-        .waiters
-        .iter()
-        .map(|w| {
-            let queue = match w.queue {
-                WaitQueue::Line => "line",
-                WaitQueue::Fair => "fair",
-                _ => "writers",
-            };
-            format!(
-                "{{\"owner\":{},\"thread\":{},\"queue\":\"{queue}\",\"client\":{}}}",
-                json_str(&w.owner),
-                json_opt(w.thread),
-                json_client(&w.client)
-            )
-        })
-        .collect();
+    let holders = json_list(&info.holders, |h| {
+        let mode = match h.mode {
+            HoldMode::Read => "read",
+            HoldMode::Write => "write",
+            _ => "exclusive",
+        };
+        format!(
+            "{{\"owner\":{},\"thread\":{},\"holds\":{},\"mode\":\"{mode}\",\"client\":{}}}",
+            json_str(&h.owner),
+            json_opt(h.thread),
+            h.holds,
+            json_client(&h.client)
+        )
+    });
+    let waiters = json_list(&info.waiters, |w| {
+        let queue = match w.queue {
+            WaitQueue::Line => "line",
+            WaitQueue::Fair => "fair",
+            _ => "writers",
+        };
+        format!(
+            "{{\"owner\":{},\"thread\":{},\"queue\":\"{queue}\",\"client\":{}}}",
+            json_str(&w.owner),
+            json_opt(w.thread),
+            json_client(&w.client)
+        )
+    });
     format!(
-        "{{\"name\":{},\"key\":{},\"kind\":\"{}\",\"ttl_ms\":{},\"fence\":{},\"holders\":[{}],\"waiters\":[{}]}}",
+        "{{\"name\":{},\"key\":{},\"kind\":\"{}\",\"ttl_ms\":{},\"fence\":{},\"holders\":{holders},\"waiters\":{waiters}}}",
         json_str(&info.name),
         json_str(&info.key),
         kind_text(info),
         json_opt(info.ttl.map(|t| t.as_millis())),
         json_opt(info.fence),
-        holders.join(","),
-        waiters.join(",")
     )
 }

@@ -12,12 +12,9 @@ impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
         // A pipeline that failed (an operator's reads) is classified by its
         // first failing command, as a single command's error would be.
-        let err = first_of_pipeline(err);
+        let (err, addr) = (first_of_pipeline(err), String::new());
         if is_auth_failure(&err) {
-            Error::Auth {
-                addr: String::new(),
-                source: err,
-            }
+            Error::Auth { addr, source: err }
         } else if has_code(&err, "NOPERM") || is_script_acl_refusal(&err) {
             Error::NoPermission {
                 rules: "the rules LockClient::acl_rules() lists".into(),
@@ -28,19 +25,13 @@ impl From<redis::RedisError> for Error {
         } else if has_code(&err, "OOM") {
             Error::OutOfMemory { source: err }
         } else if is_not_redis(&err) {
-            Error::NotRedis {
-                addr: String::new(),
-                source: err,
-            }
+            Error::NotRedis { addr, source: err }
         } else if err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
         {
-            Error::Connection {
-                addr: String::new(),
-                source: err,
-            }
+            Error::Connection { addr, source: err }
         } else {
             Error::Redis { source: err }
         }
@@ -74,13 +65,11 @@ fn first_of_pipeline(err: redis::RedisError) -> redis::RedisError {
     if !err.to_string().starts_with("Pipeline failure") {
         return err;
     }
-    match err.clone().into_server_errors() {
-        Some(errors) => match errors.first() {
-            Some((_, first)) => redis::RedisError::from(first.clone()),
-            None => err,
-        },
-        None => err,
-    }
+    let first = err.clone().into_server_errors().and_then(|errors| {
+        let (_, first) = errors.first()?;
+        Some(redis::RedisError::from(first.clone()))
+    });
+    first.unwrap_or(err)
 }
 
 /// What to do about a Redis error: the one classification the wait loop, the
@@ -105,10 +94,11 @@ pub(crate) enum Retry {
 impl Retry {
     /// Classifies an error of the `redis` crate.
     pub(crate) fn of(err: &redis::RedisError) -> Retry {
-        if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() {
-            return Retry::Reconnect;
-        }
-        if err.is_connection_refusal() {
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+        {
             return Retry::Reconnect;
         }
         const CODES: [(&str, Retry); 8] = [

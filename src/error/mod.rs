@@ -117,7 +117,7 @@ pub enum Error {
     /// `reqwest::blocking` refuse. Seen on tokio's runtimes with the `tokio`
     /// feature; `spawn_blocking` and `block_in_place` are not refused, nor a
     /// single attempt for an owned guard (`try_lock_owned_with`).
-    #[error("{} {name:?} was asked on a thread that runs an async runtime's tasks: {}; use {instead}, or make the blocking call inside tokio::task::spawn_blocking", blocking_what(*.thread_owned), blocking_why(*.thread_owned))]
+    #[error("{} {name:?} was asked on a thread that runs an async runtime's tasks: {}; use {instead}, or make the blocking call inside tokio::task::spawn_blocking", blocking(*.thread_owned)[0], blocking(*.thread_owned)[1])]
     BlockingInAsync {
         /// The lock (or semaphore) name as the caller gave it.
         name: String,
@@ -355,21 +355,19 @@ fn auth_what(source: &redis::RedisError) -> &'static str {
     }
 }
 
-/// What a refused blocking call was ([`Error::BlockingInAsync`]).
-fn blocking_what(thread_owned: bool) -> &'static str {
+/// What a refused blocking call was, and why it was refused
+/// ([`Error::BlockingInAsync`]).
+fn blocking(thread_owned: bool) -> [&'static str; 2] {
     if thread_owned {
-        "a lock owned by the calling thread on"
+        [
+            "a lock owned by the calling thread on",
+            "every task on that thread would share its hold and re-enter it, so they would not exclude each other",
+        ]
     } else {
-        "a blocking wait for"
-    }
-}
-
-/// Why it was refused ([`Error::BlockingInAsync`]).
-fn blocking_why(thread_owned: bool) -> &'static str {
-    if thread_owned {
-        "every task on that thread would share its hold and re-enter it, so they would not exclude each other"
-    } else {
-        "it would stall every task there, and deadlock if one of them holds the lock"
+        [
+            "a blocking wait for",
+            "it would stall every task there, and deadlock if one of them holds the lock",
+        ]
     }
 }
 
@@ -437,12 +435,10 @@ pub enum LeaseLost {
 
 impl fmt::Display for LeaseLost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LeaseLost::NotOurs => f.write_str("redis no longer had this owner in the lock"),
-            LeaseLost::Unreachable => {
-                f.write_str("redis could not be reached before the lease ran out")
-            }
-        }
+        f.write_str(match self {
+            LeaseLost::NotOurs => "redis no longer had this owner in the lock",
+            LeaseLost::Unreachable => "redis could not be reached before the lease ran out",
+        })
     }
 }
 

@@ -12,21 +12,11 @@ impl Error {
     /// This error as the end of a wait whose deadline passed: a reply that
     /// did not come was the wait running out of time (the advice to raise
     /// the socket timeout would not help).
-    pub(crate) fn at_deadline(self) -> Self {
-        match self {
-            Error::TimedOut {
-                addr,
-                timeout,
-                source,
-                ..
-            } => Error::TimedOut {
-                addr,
-                timeout,
-                by_deadline: true,
-                source,
-            },
-            other => other,
+    pub(crate) fn at_deadline(mut self) -> Self {
+        if let Error::TimedOut { by_deadline, .. } = &mut self {
+            *by_deadline = true;
         }
+        self
     }
 
     /// True when a guard tried to release or extend a lock it no longer held.
@@ -170,75 +160,38 @@ impl Error {
     /// [`Error::TimedOut`] with its length. (A timeout while connecting
     /// stays a connection error.)
     pub(crate) fn at(self, addr: &str, waited: Option<(std::time::Duration, bool)>) -> Self {
-        let named = |known: String| {
-            if known.is_empty() {
-                addr.to_owned()
-            } else {
-                known
-            }
-        };
-        match (self, waited) {
-            (Error::Connection { addr: a, source }, Some((timeout, by_deadline)))
+        let mut e = match (self, waited) {
+            (Error::Connection { addr, source }, Some((timeout, by_deadline)))
                 if source.is_timeout() =>
             {
                 Error::TimedOut {
-                    addr: named(a),
+                    addr,
                     timeout,
                     by_deadline,
                     source,
                 }
             }
-            (Error::Connection { addr: a, source }, _) => Error::Connection {
-                addr: named(a),
-                source,
-            },
-            (
-                Error::Pool {
-                    addr: a,
-                    message,
-                    timeout,
-                },
-                _,
-            ) => Error::Pool {
-                addr: named(a),
-                message,
-                timeout,
-            },
-            (Error::NotRedis { addr: a, source }, _) => Error::NotRedis {
-                addr: named(a),
-                source,
-            },
-            (Error::Auth { addr: a, source }, _) => Error::Auth {
-                addr: named(a),
-                source,
-            },
-            (
-                Error::TimedOut {
-                    addr: a,
-                    timeout,
-                    by_deadline,
-                    source,
-                },
-                _,
-            ) => Error::TimedOut {
-                addr: named(a),
-                timeout,
-                by_deadline,
-                source,
-            },
-            (other, _) => other,
+            (e, _) => e,
+        };
+        if let Error::Connection { addr: a, .. }
+        | Error::Pool { addr: a, .. }
+        | Error::NotRedis { addr: a, .. }
+        | Error::Auth { addr: a, .. }
+        | Error::TimedOut { addr: a, .. } = &mut e
+        {
+            if a.is_empty() {
+                *a = addr.to_owned();
+            }
         }
+        e
     }
 
     /// A `NOPERM` names the ACL rules this client needs.
-    pub(crate) fn with_acl_rules(self, rules: &[String]) -> Self {
-        match self {
-            Error::NoPermission { source, .. } => Error::NoPermission {
-                rules: rules.join(" "),
-                source,
-            },
-            other => other,
+    pub(crate) fn with_acl_rules(mut self, rules: &[String]) -> Self {
+        if let Error::NoPermission { rules: r, .. } = &mut self {
+            *r = rules.join(" ");
         }
+        self
     }
 
     /// Classifies an error of the `redis` crate met while working on `key`.

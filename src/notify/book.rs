@@ -35,6 +35,7 @@ pub(super) struct State {
 /// (Un)subscribe commands in flight: the subscription each serves.
 type Sent = std::collections::VecDeque<String>;
 
+#[derive(Default)]
 pub(super) struct Channel {
     /// The channel the subscription is named after is subscribed: always,
     /// but for a plain lock's (its unlock channel, besides the grant
@@ -86,40 +87,25 @@ pub(super) struct Channel {
 
 impl Channel {
     pub(super) fn new(listen: Listen<'_>) -> Self {
-        let (unlock, grant, key, claims, also) = match listen {
-            Listen::Channel(_) => (true, None, None, false, None),
+        match listen {
+            Listen::Channel(_) => Channel {
+                unlock: true,
+                ..Channel::default()
+            },
             Listen::Line {
                 key,
                 channel,
                 grant,
                 unlock,
                 claims,
-            } => (
+            } => Channel {
                 unlock,
-                Some(grant.to_owned()),
-                Some(key.to_owned()),
+                grant: Some(grant.to_owned()),
+                key: Some(key.to_owned()),
                 claims,
-                claims.then(|| semaphore_waiters(channel)).flatten(),
-            ),
-        };
-        Channel {
-            unlock,
-            refused: false,
-            moved: false,
-            key,
-            grant,
-            also,
-            claims,
-            refs: 0,
-            live: false,
-            idle_since: None,
-            inflight: 0,
-            grants: Vec::new(),
-            permits: 0,
-            messages: 0,
-            broadcasts: 0,
-            resync: false,
-            cv: Arc::new(Signal::new()),
+                also: claims.then(|| semaphore_waiters(channel)).flatten(),
+                ..Channel::default()
+            },
         }
     }
 
@@ -191,17 +177,6 @@ pub(super) struct Link<'a> {
     sharded: bool,
 }
 
-impl Link<'_> {
-    /// The same link for one more command (of several in a loop).
-    pub(super) fn again(&mut self) -> Link<'_> {
-        Link {
-            w: self.w,
-            sent: self.sent,
-            sharded: self.sharded,
-        }
-    }
-}
-
 /// A plain lock's subscription `name` (its unlock channel) starts or stops
 /// hearing the unlock channel besides its grant channel: one command, one
 /// acknowledgement.
@@ -220,7 +195,7 @@ pub(super) fn toggle_unlock(link: Link<'_>, name: &str, c: &mut Channel, on: boo
 
 /// Sends the commands that (un)subscribe channel `name`, counting the
 /// acknowledgements they bring.
-pub(super) fn toggle(link: Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
+pub(super) fn toggle(link: &mut Link<'_>, name: &str, c: &mut Channel, subscribe: bool) {
     let mut bytes = Vec::new();
     c.inflight += c.commands(name, subscribe, link.sharded, &mut bytes, link.sent);
     c.live = subscribe;
@@ -290,7 +265,7 @@ impl State {
         };
         for (name, c) in channels.iter_mut() {
             if c.refs == 0 && c.live && c.idle_since.is_some_and(|t| t <= cutoff) {
-                toggle(link.again(), name, c, false);
+                toggle(&mut link, name, c, false);
             }
         }
     }

@@ -6,12 +6,12 @@
 //! channel's slot, which `SSUBSCRIBE`s there: a `MOVED` reply, a
 //! `sunsubscribe` nobody asked for (the slot left the node) or the router
 //! naming another node for the slot marks the subscription moved, and its
-//! waiters subscribe again where the slot is now (`Subscription::moved`). Waiters register a channel; subscriptions are
-//! reference-counted per channel, so a hundred threads waiting on one name
-//! cost one `SUBSCRIBE`. When the last one leaves, the subscription lingers
-//! for [`LINGER`] (at most [`LINGER_MAX`] of them) before the thread sends
-//! `UNSUBSCRIBE`: a busy name is not resubscribed for every wait, and a
-//! waiter that finds its channel still subscribed starts parked at once.
+//! waiters subscribe again where the slot is now (`Subscription::moved`).
+//! Subscriptions are reference-counted per channel, so a hundred threads
+//! waiting on one name cost one `SUBSCRIBE`. When the last waiter leaves,
+//! the subscription lingers for [`LINGER`] (at most [`LINGER_MAX`] of them)
+//! before `UNSUBSCRIBE`: a busy name is not resubscribed for every wait, and
+//! a waiter that finds its channel still subscribed starts parked at once.
 //!
 //! A plain lock's waiters listen to their client's own grant channel
 //! ([`Listen::Line`]), on which a release that gives the lock to this
@@ -26,29 +26,25 @@
 //! waiter's own channel) is kept for the waiter to take
 //! ([`Subscription::take_grants`]).
 //!
-//! The connection is split in two halves: the thread blocks reading replies and
-//! messages, while a waiter writes its own `SUBSCRIBE` on the shared socket
-//! (under the state mutex) — so a subscription costs one round trip, with no
-//! polling of the socket. A waiter counts as subscribed only when Redis has
-//! acknowledged every `SUBSCRIBE`/`UNSUBSCRIBE` sent for its channel, so an
-//! unlock published after that point cannot be missed.
+//! The thread blocks reading the connection while a waiter writes its own
+//! `SUBSCRIBE` on the shared socket (under the state mutex): a subscription
+//! costs one round trip, and nothing polls. A waiter counts as subscribed
+//! only once Redis has acknowledged every command sent for its channel, so
+//! no unlock published after that point can be missed.
 //!
 //! Each unlock message grants one permit (capped at the number of local
-//! waiters) and one waiter takes it and retries, as Redisson's semaphore does;
-//! the message `1` (a read/write lock's write unlock) wakes every waiter that
-//! waits for it (counted per channel, so no waiter can take another's turn).
-//! When the connection drops, every waiter gets a permit (retry now), and once
-//! the channels are subscribed again on the new connection, again: a message
-//! lost in between costs at most one retry, never a whole lease.
+//! waiters), which one waiter takes to retry, as Redisson's semaphore does;
+//! the message `1` (a read/write lock's write unlock) wakes every waiter
+//! that waits for it (counted per channel: no waiter takes another's turn).
+//! When the connection drops, every waiter gets a permit, and again once
+//! its channel is subscribed on the new connection: a message lost in
+//! between costs at most one retry, never a whole lease. A subscription
+//! Redis refuses (NOPERM) is never confirmed; its waiters retry on their
+//! own (the wait loop), and `stats()` shows why.
 //!
-//! A subscription Redis refuses (NOPERM) is never confirmed; its waiters
-//! retry on their own (the wait loop), and `stats()` shows why.
-//!
-//! Files: this one routes to the subscriber of a channel; `book.rs` keeps
-//! its book of channels (what each waiter listens to, what was sent and
-//! confirmed); `subscription.rs` is the waiters' side; `reader.rs` is the
-//! thread (connect, resubscribe, read, route); `connect.rs` opens its
-//! connection.
+//! This file routes a channel to its subscriber; `book` (channels),
+//! `subscription` (the waiters' side), `reader` (the thread) and `connect`
+//! say what they own.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,7 +59,7 @@ mod reader;
 mod subscription;
 use crate::conn::stream::Stream;
 use crate::conn::{Router, Target, TlsConfig};
-use crate::park::{Park, Signal};
+use crate::park::Park;
 use crate::protocol::PubSub;
 use book::{toggle, toggle_unlock, Channel, State};
 use redis::ConnectionInfo;
@@ -205,12 +201,10 @@ impl Notifier {
     /// again (a round trip: never on a task's path, whose next attempt, on
     /// an I/O thread, reads it).
     fn subscriber(&self, channel: &str, refresh: bool) -> Option<Arc<Shared>> {
-        let Some(shards) = &self.shards else {
+        let shards = self.shards.as_ref();
+        let Some(shards) = shards.filter(|s| s.router.pubsub() == PubSub::Sharded) else {
             return Some(Arc::clone(&self.shared));
         };
-        if shards.router.pubsub() != PubSub::Sharded {
-            return Some(Arc::clone(&self.shared));
-        }
         let node = if refresh {
             shards.router.node_for(channel).ok()?
         } else {
@@ -262,12 +256,11 @@ impl Notifier {
             // Sharded, and the slot's node unknown (the cluster is down):
             // a subscription that hears nothing and says so, so its waiter
             // retries and subscribes again once the slot is served.
-            None => Subscription {
-                shared: Arc::clone(&self.shared),
-                channel: listen.channel().to_owned(),
-                cv: Arc::new(Signal::new()),
-                stale: true,
-            },
+            None => {
+                let mut sub = Subscription::new(&self.shared, listen.channel(), Arc::default());
+                sub.stale = true;
+                sub
+            }
         }
     }
 
@@ -316,16 +309,11 @@ impl Notifier {
             .as_ref()
             .is_none_or(|s| s.router.pubsub() == PubSub::Classic);
         for (i, s) in self.all().iter().enumerate() {
-            let connected = s.connected.load(Ordering::Relaxed);
             let in_use =
                 (i == 0 && classic) || s.state.lock().channels.values().any(|c| c.refs > 0);
-            if in_use && !connected {
-                health.0 = false;
-            }
+            health.0 &= !in_use || s.connected.load(Ordering::Relaxed);
             health.1 += s.connects.load(Ordering::Relaxed);
-            if health.2.is_none() {
-                health.2 = s.last_error.lock().clone();
-            }
+            health.2 = health.2.or_else(|| s.last_error.lock().clone());
         }
         health
     }
@@ -391,11 +379,8 @@ impl Shared {
         }
         if !st.channels.contains_key(channel) {
             let c = Channel::new(listen);
-            if let Some(grant) = &c.grant {
-                st.routes.insert(grant.clone(), channel.to_owned());
-            }
-            if let Some(also) = &c.also {
-                st.routes.insert(also.clone(), channel.to_owned());
+            for wire in c.grant.iter().chain(&c.also) {
+                st.routes.insert(wire.clone(), channel.to_owned());
             }
             if let Some(key) = &c.key {
                 st.lines.insert(key.clone(), channel.to_owned());
@@ -413,53 +398,41 @@ impl Shared {
                     Some(link) if entry.live && unlock && !entry.unlock => {
                         toggle_unlock(link, channel, entry, true);
                     }
-                    Some(link) if !entry.live => {
+                    Some(_) if entry.live => {}
+                    None if entry.live => entry.unlock |= unlock && entry.grant.is_some(),
+                    link => {
                         entry.moved = false;
                         if entry.grant.is_some() {
                             entry.unlock = unlock;
                         }
-                        toggle(link, channel, entry, true);
-                    }
-                    Some(_) => {}
-                    // The thread subscribes every registered channel, as it
-                    // is then, when it connects.
-                    None if !entry.live => {
-                        entry.moved = false;
-                        if entry.grant.is_some() {
-                            entry.unlock = unlock;
+                        match link {
+                            Some(mut link) => toggle(&mut link, channel, entry, true),
+                            // The thread subscribes every registered
+                            // channel, as it is then, when it connects.
+                            None => {
+                                entry.live = true;
+                                shared.thread_cv.notify_all();
+                            }
                         }
-                        entry.live = true;
-                        shared.thread_cv.notify_all();
                     }
-                    None => entry.unlock |= unlock && entry.grant.is_some(),
                 }
                 Arc::clone(&entry.cv)
             }
             // Registered above: never; a subscription that never confirms.
-            (None, _) => Arc::new(Signal::new()),
+            (None, _) => Arc::default(),
         };
         drop(st);
-        Subscription {
-            shared: Arc::clone(shared),
-            channel: channel.to_owned(),
-            cv,
-            stale: false,
-        }
+        Subscription::new(shared, channel, cv)
     }
 
     fn resume_in(shared: &Arc<Shared>, st: &mut State, channel: &str) -> Option<Subscription> {
         st.writer.as_ref()?; // disconnected: nothing is confirmed
-        let c = st.channels.get_mut(channel)?;
-        if !c.live || c.inflight > 0 {
-            return None;
-        }
+        let c = st
+            .channels
+            .get_mut(channel)
+            .filter(|c| c.live && c.inflight == 0)?;
         c.refs += 1;
         c.idle_since = None;
-        Some(Subscription {
-            shared: Arc::clone(shared),
-            channel: channel.to_owned(),
-            cv: Arc::clone(&c.cv),
-            stale: false,
-        })
+        Some(Subscription::new(shared, channel, Arc::clone(&c.cv)))
     }
 }

@@ -99,9 +99,7 @@ impl Shared {
             c.inflight = c.commands(name, true, *sharded, &mut bytes, sent);
             c.live = true;
         }
-        if !bytes.is_empty() {
-            send(&mut writer, &bytes);
-        }
+        send(&mut writer, &bytes); // empty when nothing has waiters: no write
         st.writer = Some(writer);
         self.connected.store(true, Ordering::Relaxed);
         self.connects.fetch_add(1, Ordering::Relaxed);
@@ -134,8 +132,6 @@ impl Shared {
     /// waiters are never confirmed and retry on their own; one WARN.
     fn refused(&self, st: &mut State, what: Option<String>, error: String) {
         if let (Some(name), Some((_, router))) = (&what, &self.shard) {
-            // `MOVED <slot> <host:port>` (sharded): the slot is served
-            // elsewhere; its waiters subscribe again there.
             if let Some((slot, addr)) = moved_in(&error) {
                 router.note_moved(slot, &addr);
                 if let Some(c) = st.channels.get_mut(name) {
@@ -204,13 +200,9 @@ impl Shared {
             }
             _ => return,
         };
-        let (Some(kind), Some(wire)) = (items.first(), items.get(1)) else {
-            return;
-        };
-        let (Some(kind), Some(wire)) = (as_bytes(kind), as_bytes(wire)) else {
-            return;
-        };
-        let Ok(wire) = std::str::from_utf8(wire) else {
+        let kind = items.first().and_then(as_bytes);
+        let wire = items.get(1).and_then(as_bytes).map(std::str::from_utf8);
+        let (Some(kind), Some(Ok(wire))) = (kind, wire) else {
             return;
         };
         let mut st = self.state.lock();

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::book::Channel;
 use super::{toggle, toggle_unlock, Shared, LINGER_MAX};
-use crate::options::{Cancel, Waker};
+use crate::options::Cancel;
 use crate::park::{Park, Signal};
 
 /// One waiter's interest in one channel; dropping it gives the interest back.
@@ -19,6 +20,15 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    pub(super) fn new(shared: &Arc<Shared>, channel: &str, cv: Arc<Signal>) -> Self {
+        Subscription {
+            shared: Arc::clone(shared),
+            channel: channel.to_owned(),
+            cv,
+            stale: false,
+        }
+    }
+
     /// Whether Redis has acknowledged this channel's subscription on the live
     /// connection (so it counts in `PUBSUB NUMSUB`).
     pub(crate) fn confirmed(&self) -> bool {
@@ -43,14 +53,7 @@ impl Subscription {
         let Some((node, router)) = &self.shared.shard else {
             return false;
         };
-        let moved = self
-            .shared
-            .state
-            .lock()
-            .channels
-            .get(&self.channel)
-            .is_some_and(|c| c.moved);
-        moved || router.known_node(&self.channel).as_ref() != Some(node)
+        self.on_channel(|c| c.moved) || router.known_node(&self.channel).as_ref() != Some(node)
     }
 
     /// A plain lock's subscription: hears its unlock channel too (`on`:
@@ -98,7 +101,15 @@ impl Subscription {
         mut check: impl FnMut(&mut super::book::State, &str) -> Option<R>,
     ) -> Option<R> {
         let channel = self.channel.as_str();
-        let _on_cancel = stop.map(|c| c.on_cancel(self.waker()));
+        // A cancel notifies the signal under the subscriber's mutex (which
+        // the wait looks at its state under).
+        let _on_cancel = stop.map(|c| {
+            let (shared, cv) = (Arc::clone(&self.shared), Arc::clone(&self.cv));
+            c.on_cancel(Arc::new(move || {
+                let _st = shared.state.lock();
+                cv.notify_all();
+            }))
+        });
         self.cv
             .wait(park, &self.shared.state, Some(until), |st| {
                 if stop.is_some_and(Cancel::is_cancelled) {
@@ -108,16 +119,6 @@ impl Subscription {
             })
             .await
             .flatten()
-    }
-
-    /// What wakes a wait on this subscription: its signal, notified under
-    /// the subscriber's mutex (which the wait looks at its state under).
-    fn waker(&self) -> Waker {
-        let (shared, cv) = (Arc::clone(&self.shared), Arc::clone(&self.cv));
-        Arc::new(move || {
-            let _st = shared.state.lock();
-            cv.notify_all();
-        })
     }
 
     /// Waits until Redis has acknowledged every command sent for the
@@ -138,17 +139,24 @@ impl Subscription {
             if let Some(c) = st.channels.get_mut(&self.channel) {
                 // Confirmed meanwhile (between the wait and this lock):
                 // nothing to resync.
-                if !(live && c.inflight == 0) {
-                    c.resync = true;
-                }
+                c.resync |= !(live && c.inflight == 0);
             }
         }
     }
 
+    /// `f` on this subscription's channel, under the mutex (`Default` when it
+    /// is gone).
+    fn on_channel<R: Default>(&self, f: impl FnOnce(&mut Channel) -> R) -> R {
+        let mut st = self.shared.state.lock();
+        st.channels
+            .get_mut(&self.channel)
+            .map(f)
+            .unwrap_or_default()
+    }
+
     /// Unlock messages this client received on the channel so far.
     pub(crate) fn messages(&self) -> u64 {
-        let st = self.shared.state.lock();
-        st.channels.get(&self.channel).map_or(0, |c| c.messages)
+        self.on_channel(|c| c.messages)
     }
 
     /// Parks until the channel has received more than `seen` messages, the
@@ -172,8 +180,7 @@ impl Subscription {
 
     /// Wake-all messages this client received on the channel so far.
     pub(crate) fn broadcasts(&self) -> u64 {
-        let st = self.shared.state.lock();
-        st.channels.get(&self.channel).map_or(0, |c| c.broadcasts)
+        self.on_channel(|c| c.broadcasts)
     }
 
     /// Parks until a wake-up permit (taken), a wake-all message after the
@@ -186,15 +193,8 @@ impl Subscription {
         until: Instant,
         stop: Option<&Cancel>,
     ) -> bool {
-        self.wait_on(park, until, stop, |st, channel| {
-            let c = st.channels.get_mut(channel)?;
-            if c.broadcasts > seen {
-                return Some(());
-            }
-            take_permit(&mut c.permits)
-        })
-        .await
-        .is_some()
+        self.wait_permit(park, until, stop, |c| c.broadcasts > seen)
+            .await
     }
 
     /// A subscription whose grants are claimed (a semaphore's: several
@@ -209,49 +209,34 @@ impl Subscription {
         until: Instant,
         stop: Option<&Cancel>,
     ) -> bool {
-        self.wait_on(park, until, stop, |st, channel| {
-            let c = st.channels.get_mut(channel)?;
-            if c.grants.iter().any(|g| names(g, claim)) {
-                return Some(());
-            }
-            take_permit(&mut c.permits)
+        self.wait_permit(park, until, stop, |c| {
+            c.grants.iter().any(|g| names(g, claim))
         })
         .await
-        .is_some()
     }
 
     /// Takes the grants received so far that name `claim`, leaving the
     /// others' for them.
     pub(crate) fn take_claims(&self, claim: &str) -> Vec<Vec<u8>> {
-        let mut st = self.shared.state.lock();
-        let Some(c) = st.channels.get_mut(&self.channel) else {
-            return Vec::new();
-        };
-        let (mine, others) = std::mem::take(&mut c.grants)
-            .into_iter()
-            .partition(|g| names(g, claim));
-        c.grants = others;
-        mine
+        self.on_channel(|c| {
+            let (mine, others) = std::mem::take(&mut c.grants)
+                .into_iter()
+                .partition(|g| names(g, claim));
+            c.grants = others;
+            mine
+        })
     }
 
     /// Forgets wake-ups granted so far: called right before an attempt, which
     /// sees everything those messages announced.
     pub(crate) fn clear_permits(&self) {
-        if let Some(c) = self.shared.state.lock().channels.get_mut(&self.channel) {
-            c.permits = 0;
-        }
+        self.on_channel(|c| c.permits = 0);
     }
 
     /// Takes the grants received so far (a plain lock's grant channel): the
     /// messages, for the waiter to check that one names its place.
     pub(crate) fn take_grants(&self) -> Vec<Vec<u8>> {
-        self.shared
-            .state
-            .lock()
-            .channels
-            .get_mut(&self.channel)
-            .map(|c| std::mem::take(&mut c.grants))
-            .unwrap_or_default()
+        self.on_channel(|c| std::mem::take(&mut c.grants))
     }
 
     /// Parks until an unlock message (or a reconnect) grants this waiter a
@@ -263,8 +248,24 @@ impl Subscription {
         until: Instant,
         stop: Option<&Cancel>,
     ) -> bool {
+        self.wait_permit(park, until, stop, |_| false).await
+    }
+
+    /// The waits above: until `woken` (nothing taken) or a wake-up permit
+    /// (taken).
+    async fn wait_permit(
+        &self,
+        park: Park,
+        until: Instant,
+        stop: Option<&Cancel>,
+        woken: impl Fn(&Channel) -> bool,
+    ) -> bool {
         self.wait_on(park, until, stop, |st, channel| {
-            take_permit(&mut st.channels.get_mut(channel)?.permits)
+            let c = st.channels.get_mut(channel)?;
+            if !woken(c) {
+                c.permits = c.permits.checked_sub(1)?;
+            }
+            Some(())
         })
         .await
         .is_some()
@@ -275,12 +276,6 @@ impl Subscription {
 /// nothing or a space and what the grant brings).
 fn names(grant: &[u8], claim: &str) -> bool {
     grant.starts_with(claim.as_bytes()) && matches!(grant.get(claim.len()), None | Some(b' '))
-}
-
-/// Takes one wake-up permit, if there is one.
-fn take_permit(permits: &mut usize) -> Option<()> {
-    *permits = permits.checked_sub(1)?;
-    Some(())
 }
 
 impl Drop for Subscription {
@@ -315,7 +310,7 @@ impl Drop for Subscription {
                 }
             }
             Some(_) if c.moved => c.live = false, // Redis dropped it already
-            Some(link) => toggle(link, &self.channel, c, false),
+            Some(mut link) => toggle(&mut link, &self.channel, c, false),
             None => c.live = false,
         }
         if !c.live && c.inflight == 0 {

@@ -14,10 +14,6 @@ impl Wake for Unpark {
     fn wake(self: Arc<Self>) {
         self.0.unpark();
     }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
 }
 
 /// Runs `future` to completion on this thread.

@@ -45,26 +45,18 @@ impl Park {
     /// Sleeps until `until` — or, given a handle, until it is cancelled
     /// (it wakes the sleep at once).
     pub(crate) async fn sleep_until(self, until: Instant, cancel: Option<&Cancel>) {
-        let Some(cancel) = cancel else {
-            match self {
-                Park::Thread => std::thread::sleep(until.saturating_duration_since(Instant::now())),
-                Park::Task => Sleep::until(until).await,
-            }
-            return;
-        };
         let sleep = Arc::new((Mutex::new(()), Signal::new()));
-        let _on_cancel = cancel.on_cancel({
+        let _on_cancel = cancel.map(|cancel| {
             let sleep = Arc::clone(&sleep);
-            Arc::new(move || {
+            cancel.on_cancel(Arc::new(move || {
                 let _lock = sleep.0.lock();
                 sleep.1.notify_all();
-            })
+            }))
         });
+        let cancelled = || cancel.is_some_and(Cancel::is_cancelled);
         let _ = sleep
             .1
-            .wait(self, &sleep.0, Some(until), |_| {
-                cancel.is_cancelled().then_some(())
-            })
+            .wait(self, &sleep.0, Some(until), |_| cancelled().then_some(()))
             .await;
     }
 }
@@ -105,9 +97,7 @@ pub(crate) fn on_executor() -> bool {
                 break false;
             }
         };
-        while let Some(unit) = taken.pop() {
-            drop(unit);
-        }
+        taken.into_iter().rev().for_each(drop);
         constrained
     }
     #[cfg(not(feature = "tokio"))]

@@ -25,6 +25,7 @@ struct Timers {
     wakes_at: Option<Instant>,
 }
 
+#[derive(Default)]
 struct Wheel {
     state: Mutex<Timers>,
     cv: Condvar,
@@ -32,10 +33,7 @@ struct Wheel {
 
 fn wheel() -> &'static Wheel {
     static WHEEL: OnceLock<Wheel> = OnceLock::new();
-    WHEEL.get_or_init(|| Wheel {
-        state: Mutex::new(Timers::default()),
-        cv: Condvar::new(),
-    })
+    WHEEL.get_or_init(Wheel::default)
 }
 
 impl Wheel {
@@ -110,12 +108,10 @@ impl Sleep {
                 }
             }
         }
-        match st.wakers.get_mut(&self.id) {
-            Some(w) => w.clone_from(waker),
-            None => {
-                st.wakers.insert(self.id, waker.clone());
-            }
-        }
+        st.wakers
+            .entry(self.id)
+            .and_modify(|w| w.clone_from(waker))
+            .or_insert_with(|| waker.clone());
         if !self.registered {
             self.registered = true;
             st.due.push(Reverse((self.at, self.id)));

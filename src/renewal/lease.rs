@@ -105,16 +105,20 @@ impl LeaseState {
         *self.valid_until.lock() = until;
     }
 
+    /// Its last guard let it go (checked by the thread under the send gate).
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
     }
 
     /// Why the lease was lost, once it was.
     pub(crate) fn lost_why(&self) -> Option<LeaseLost> {
-        if !self.is_lost() {
-            return None;
-        }
-        self.signal.lock().why.clone()
+        self.is_lost()
+            .then(|| self.signal.lock().why.clone())
+            .flatten()
     }
 
     /// The one channel of this lease; it receives the reason once, also
@@ -132,26 +136,20 @@ impl LeaseState {
         rx
     }
 
-    /// Waits — a task, parked — until the lease is lost (why), or its hold
-    /// was released (`None`). An explicit lease is not watched: it is never
-    /// lost this way, it runs out.
-    pub(crate) async fn lost_wait(&self) -> Option<LeaseLost> {
-        self.wake
-            .wait(Park::Task, &self.signal, None, |s| match &s.why {
+    /// A `'static` future of an async guard's `lost()`: waits — a task,
+    /// parked — until the lease of `state` (`None`: released already) is
+    /// lost (why), or its hold was released (`None`). An explicit lease is
+    /// not watched: it is never lost this way, it runs out.
+    pub(crate) async fn lost_of(state: Option<Arc<LeaseState>>) -> Option<LeaseLost> {
+        let state = state?;
+        state
+            .wake
+            .wait(Park::Task, &state.signal, None, |s| match &s.why {
                 Some(why) => Some(Some(why.clone())),
                 None => s.released.then_some(None),
             })
             .await
             .flatten()
-    }
-
-    /// A `'static` future of an async guard's `lost()`: why once `state`
-    /// (`None`: released already) is lost, or `None` once released.
-    pub(crate) async fn lost_of(state: Option<Arc<LeaseState>>) -> Option<LeaseLost> {
-        match state {
-            Some(state) => state.lost_wait().await,
-            None => None,
-        }
     }
 
     /// The hold's last guard released it: tasks waiting for a loss stop.

@@ -7,10 +7,8 @@
 //! ours, or that could not be renewed before it ran out, is marked lost and
 //! its guard is told.
 //!
-//! Parts: `lease` (the state a guard and the thread share, the lost signal),
-//! `wheel` (the timer: a hashed single-level wheel the thread parks on in
-//! `select!` until exactly the next due slot or a control message), `worker`
-//! (the thread: batches, cluster routing, lost leases); this file is the
+//! Parts: `lease` (shared state, the lost signal), `wheel` (the timer the
+//! thread parks on in `select!`), `worker` (the thread); this file is the
 //! client's side (registry of live leases, the queue to the thread).
 //!
 //! The thread holds no `Arc` to the client: it exits when the client's
@@ -23,7 +21,7 @@ mod wheel;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,13 +44,12 @@ pub(crate) const CHUNK: usize = 1_000;
 /// the same length, so a new one is never due before the armed timer fires,
 /// and the thread takes the queue then. Only an idle thread (nothing armed)
 /// or a long queue is woken — a lock + unlock costs no thread wake-up.
+#[derive(Default)]
 struct Pending {
     queue: Mutex<Vec<Entry>>,
-    /// The thread has a timer armed (its wheel is not empty).
-    armed: AtomicBool,
-    /// When the armed timer fires: a lease first set shorter than the
-    /// client's watchdog lease (a grant's) may come due before it, and then
-    /// wakes the thread.
+    /// When the thread's armed timer fires (`None`: its wheel is empty): a
+    /// lease first set shorter than the client's watchdog lease (a grant's)
+    /// may come due before it, and then wakes the thread.
     armed_until: Mutex<Option<Instant>>,
 }
 
@@ -100,11 +97,7 @@ impl Renewer {
         let (wake, rx) = crossbeam_channel::unbounded();
         let gate = Arc::new(Mutex::new(()));
         let counters = Arc::new(Counters::default());
-        let pending = Arc::new(Pending {
-            queue: Mutex::new(Vec::new()),
-            armed: AtomicBool::new(false),
-            armed_until: Mutex::new(None),
-        });
+        let pending = Arc::new(Pending::default());
         let mut worker = Worker {
             rx,
             pending: Arc::clone(&pending),
@@ -154,16 +147,9 @@ impl Renewer {
         set: Duration,
         timeouts: Option<&str>,
     ) -> Arc<LeaseState> {
-        self.enqueue(
-            Arc::from(key),
-            Arc::from(owner),
-            lease,
-            sent_at,
-            set,
-            timeouts,
-            None,
-            None,
-        )
+        self.enqueue(key, owner, lease, sent_at, set, |e| {
+            e.timeouts = timeouts.map(Box::from);
+        })
     }
 
     /// Registers semaphore permits `ids` (16 bytes each) in the lease table
@@ -177,16 +163,9 @@ impl Renewer {
         sent_at: Instant,
         set: Duration,
     ) -> Arc<LeaseState> {
-        self.enqueue(
-            Arc::from(timeouts),
-            Arc::from(""),
-            lease,
-            sent_at,
-            set,
-            None,
-            None,
-            Some(Box::from(ids)),
-        )
+        self.enqueue(timeouts, "", lease, sent_at, set, |e| {
+            e.permits = Some(Box::from(ids));
+        })
     }
 
     /// A read hold with an explicit lease (`set`, from `sent_at`): not
@@ -202,17 +181,10 @@ impl Renewer {
         set: Duration,
         timeouts: &str,
     ) -> Arc<LeaseState> {
-        let until = sent_at + set;
-        self.enqueue(
-            Arc::from(key),
-            Arc::from(owner),
-            set,
-            sent_at,
-            set,
-            Some(timeouts),
-            Some(until),
-            None,
-        )
+        self.enqueue(key, owner, set, sent_at, set, |e| {
+            e.timeouts = Some(Box::from(timeouts));
+            e.until = Some(sent_at + set);
+        })
     }
 
     /// A lease is done with (its last guard went): the thread sends
@@ -234,40 +206,38 @@ impl Renewer {
     /// A new lease for the renewal thread: queued, waking the thread only when
     /// it has no timer armed, the queue is long, or the lease comes due
     /// before the armed timer (a grant's short lease, a read hold's
-    /// keep-alive).
-    #[allow(clippy::too_many_arguments)]
+    /// keep-alive). `more` sets what only some entries have.
     fn enqueue(
         &self,
-        key: Arc<str>,
-        owner: Arc<str>,
+        key: &str,
+        owner: &str,
         lease: Duration,
         sent_at: Instant,
         set: Duration,
-        timeouts: Option<&str>,
-        until: Option<Instant>,
-        permits: Option<Box<[u8]>>,
+        more: impl FnOnce(&mut Entry),
     ) -> Arc<LeaseState> {
         let state = LeaseState::new(sent_at + set);
         let mut entry = Entry {
-            key,
-            owner,
+            key: Arc::from(key),
+            owner: Arc::from(owner),
             lease: set,
             state: Arc::clone(&state),
             due: sent_at,
-            timeouts: timeouts.map(Box::from),
-            until,
-            permits,
+            timeouts: None,
+            until: None,
+            permits: None,
         };
+        more(&mut entry);
         entry.due = sent_at + entry.period();
         entry.lease = lease;
-        let due = entry.due;
+        let (due, until) = (entry.due, entry.until);
         let queued = {
             let mut queue = self.pending.queue.lock();
             queue.push(entry);
             queue.len()
         };
-        let early = self.pending.armed_until.lock().is_some_and(|at| due < at);
-        if queued >= QUEUE_WAKE || early || !self.pending.armed.load(Ordering::SeqCst) {
+        let early = self.pending.armed_until.lock().is_none_or(|at| due < at);
+        if queued >= QUEUE_WAKE || early {
             let _ = self.wake.send(());
         }
         if until.is_none() {

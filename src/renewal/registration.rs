@@ -126,11 +126,7 @@ impl Activity {
     /// The registration was written at `at` (or failed: try again at `at`
     /// plus a second).
     pub(crate) fn written(&self, at: Instant, ok: bool) {
-        let next = if ok {
-            at + TTL / 3
-        } else {
-            at + Duration::from_secs(1)
-        };
+        let next = at + if ok { TTL / 3 } else { Duration::from_secs(1) };
         self.fresh_until.store(self.ms(next), Ordering::Relaxed);
         self.wake_sent.store(false, Ordering::Release);
     }

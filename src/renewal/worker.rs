@@ -73,25 +73,15 @@ impl Worker {
         loop {
             self.take_pending();
             let next = self.wheel.next_due();
-            if next.is_none() {
-                // Disarm first, then look once more: a lease queued after
-                // this look sees `armed == false` and wakes us.
-                *self.pending.armed_until.lock() = None;
-                self.pending.armed.store(false, Ordering::SeqCst);
-                if !self.pending.queue.lock().is_empty() {
-                    continue;
-                }
-            } else {
-                *self.pending.armed_until.lock() = next;
-                self.pending.armed.store(true, Ordering::SeqCst);
+            *self.pending.armed_until.lock() = next;
+            // Disarmed first, then look once more: a lease queued after
+            // this look sees `None` and wakes us.
+            if next.is_none() && !self.pending.queue.lock().is_empty() {
+                continue;
             }
             // The registration's next write, while the client is active.
             let register = self.activity.due(Instant::now(), !self.entries.is_empty());
-            let timer = match (next, register) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let timer = match timer {
+            let timer = match next.into_iter().chain(register).min() {
                 Some(at) => after(at.saturating_duration_since(Instant::now())),
                 None => never(),
             };
@@ -128,10 +118,7 @@ impl Worker {
     /// Moves queued leases into the wheel, skipping those already unlocked.
     fn take_pending(&mut self) {
         let queued = std::mem::take(&mut *self.pending.queue.lock());
-        for entry in queued {
-            if entry.state.cancelled.load(Ordering::Acquire) {
-                continue;
-            }
+        for entry in queued.into_iter().filter(|e| !e.state.is_cancelled()) {
             self.next_id += 1;
             self.wheel.insert(self.next_id, entry.due);
             self.entries.insert(self.next_id, entry);
@@ -144,10 +131,7 @@ impl Worker {
         let mut due = Vec::new();
         for id in self.wheel.take_due(horizon) {
             match self.entries.get(&id) {
-                Some(e)
-                    if e.state.cancelled.load(Ordering::Acquire)
-                        || e.until.is_some_and(|u| u <= now) =>
-                {
+                Some(e) if e.state.is_cancelled() || e.until.is_some_and(|u| u <= now) => {
                     self.entries.remove(&id); // unlocked since, or its lease ended
                 }
                 Some(e) if e.due <= horizon => due.push(id),
@@ -168,12 +152,9 @@ impl Worker {
         let mut live = Vec::with_capacity(ids.len());
         let mut commands = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(e) = self.entries.get(id) else {
+            let Some(e) = self.entries.get(id).filter(|e| !e.state.is_cancelled()) else {
                 continue;
             };
-            if e.state.cancelled.load(Ordering::Acquire) {
-                continue;
-            }
             // Keep: what is left of an explicit lease.
             let keep = e.until.map(|until| until.saturating_duration_since(now));
             let call = match &e.permits {
@@ -189,10 +170,11 @@ impl Worker {
         let sent_at = Instant::now();
         let sent = self.batches.send(&renew::load(), &commands);
         drop(commands);
-        self.counters
+        let counters = &self.counters;
+        counters
             .renewals_sent
             .fetch_add(live.len() as u64, Ordering::Relaxed);
-        self.counters
+        counters
             .renewal_round_trips
             .fetch_add(sent.round_trips, Ordering::Relaxed);
         let mut again = Vec::new();
@@ -224,12 +206,22 @@ impl Worker {
                 e.due = sent_at + e.period();
                 self.wheel.insert(id, e.due);
             }
-        } else if let Some(e) = self.entries.remove(&id) {
-            if e.state
-                .mark_lost(LeaseLost::NotOurs, &self.counters.leases_lost)
-            {
-                tracing::warn!(key = %e.key, "leasehold: lease lost (no longer ours in redis)");
-            }
+        } else {
+            self.lose(id, LeaseLost::NotOurs);
+        }
+    }
+
+    /// Drops entry `id` and marks its lease lost (once: one WARN).
+    fn lose(&mut self, id: u64, why: LeaseLost) {
+        let Some(e) = self.entries.remove(&id) else {
+            return;
+        };
+        if e.state.mark_lost(why.clone(), &self.counters.leases_lost) {
+            let why = match why {
+                LeaseLost::NotOurs => "no longer ours in redis",
+                LeaseLost::Unreachable => "redis unreachable until it ran out",
+            };
+            tracing::warn!(key = %e.key, "leasehold: lease lost ({why})");
         }
     }
 
@@ -244,13 +236,7 @@ impl Worker {
             };
             let valid_until = *e.state.valid_until.lock();
             if now + self.io_budget >= valid_until {
-                if let Some(e) = self.entries.remove(id) {
-                    if e.state
-                        .mark_lost(LeaseLost::Unreachable, &self.counters.leases_lost)
-                    {
-                        tracing::warn!(key = %e.key, "leasehold: lease lost (redis unreachable until it ran out)");
-                    }
-                }
+                self.lose(*id, LeaseLost::Unreachable);
                 continue;
             }
             // Retry within a tenth of the lease, and early enough that a
