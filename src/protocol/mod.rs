@@ -116,12 +116,14 @@ impl Keep {
     pub(crate) const UNCHANGED: Keep = Keep::AtLeast(Duration::ZERO);
 
     /// As the scripts read it (see [`keep_fn!`]): `=<ms>` or `><ms>`.
-    /// Rounded up to the millisecond: Redis keeps the hold no shorter
-    /// than a guard's view of it.
+    /// Rounded up to the millisecond, and one more: Redis counts expiries
+    /// from its clock's last whole millisecond, so a hold it keeps `n` ms
+    /// may end up to 1 ms sooner — never before a guard's view of it.
     pub(crate) fn arg(self) -> String {
-        let ms = |d: Duration| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+        let ms = |d: Duration| u64::try_from(d.as_micros().div_ceil(1000) + 1).unwrap_or(u64::MAX);
         match self {
-            Keep::Exactly(d) => format!("={}", ms(d).max(1)),
+            Keep::UNCHANGED => ">0".to_owned(),
+            Keep::Exactly(d) => format!("={}", ms(d)),
             Keep::AtLeast(d) => format!(">{}", ms(d)),
         }
     }

@@ -420,14 +420,14 @@ fn a_write_hold_has_its_own_field() {
 /// rounded down left a guard saying "held" for up to a millisecond after
 /// its key had gone — seen under load by tests/reentry.rs).
 #[test]
-fn what_a_release_keeps_is_rounded_up_to_the_millisecond() {
+fn what_a_release_keeps_is_rounded_up_to_the_millisecond_and_one_more() {
     use std::time::Duration;
     assert_eq!(
         Keep::Exactly(Duration::from_micros(1_234_100)).arg(),
-        "=1235"
+        "=1236"
     );
-    assert_eq!(Keep::Exactly(Duration::from_millis(1_500)).arg(), "=1500");
+    assert_eq!(Keep::Exactly(Duration::from_millis(1_500)).arg(), "=1501");
     assert_eq!(Keep::Exactly(Duration::ZERO).arg(), "=1");
-    assert_eq!(Keep::AtLeast(Duration::from_micros(999)).arg(), ">1");
+    assert_eq!(Keep::AtLeast(Duration::from_micros(999)).arg(), ">2");
     assert_eq!(Keep::UNCHANGED.arg(), ">0");
 }

@@ -4,7 +4,12 @@
 
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Redis counts an expiry from its clock's last whole millisecond: a lease
+/// set at server time `t` may end at `t + lease − 1 ms`, so a guard's view
+/// ends that much sooner than its request's send time and the lease.
+const REDIS_CLOCK_STEP: Duration = Duration::from_millis(1);
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
@@ -91,12 +96,14 @@ impl LeaseState {
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        !self.lost.load(Ordering::Acquire) && Instant::now() < *self.valid_until.lock()
+        !self.lost.load(Ordering::Acquire) && Instant::now() < self.valid_until()
     }
 
-    /// Until when the lease is known to be ours (extended by each renewal).
+    /// Until when the lease is known to be ours (extended by each renewal):
+    /// its lease from the request that set it, less [`REDIS_CLOCK_STEP`].
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock()
+        let until = *self.valid_until.lock();
+        until.checked_sub(REDIS_CLOCK_STEP).unwrap_or(until)
     }
 
     /// An acquire set the lease again (a reentrant hold): it is known to be
