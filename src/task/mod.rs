@@ -42,8 +42,8 @@ use crate::stats::Stats;
 /// on a few I/O threads of the client (4, more only while all are stuck on
 /// a server that does not answer; they end with the client), never
 /// blocking the executor's threads — or, with the `tokio` feature, a task's round trips
-/// to a client of one server run on its own tokio runtime (the `redis`
-/// crate's multiplexed connection, driven there: no hop to another thread;
+/// to a client of one server run on its own tokio runtime (a connection of
+/// that runtime's, read on its reactor: no hop to another thread or task;
 /// the runtime needs its I/O driver). Dropping a future cancels its wait at
 /// once: its place in line is left, and a lock Redis granted it meanwhile
 /// is released.
