@@ -14,6 +14,7 @@ use std::time::Duration;
 use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
 
 use super::stream::{self, Stream, TlsConfig};
+use crate::error::Retry;
 
 /// A connection for commands: send, then read the replies in order.
 pub(crate) struct Wire {
@@ -23,7 +24,11 @@ pub(crate) struct Wire {
     /// The read and write timeout the socket has now.
     io: Duration,
     /// False after any error that leaves a reply unread or the socket
-    /// unusable: the pool drops it.
+    /// unusable, or that says the server is no primary now (a failover: a
+    /// new connection finds the new one) — [`Retry::Reconnect`]: the pool
+    /// drops it. Its next reply could be a late one to the request it gave
+    /// up on — or, when the request itself was lost, a reply it would
+    /// wrongly skip as late — so it is never trusted again.
     open: bool,
     /// The socket was found closed by the other end (end of file on a read,
     /// a failed write): what was sent never ran, so it may be sent again on
@@ -64,8 +69,10 @@ impl Wire {
     /// system call only when it changes).
     pub(crate) fn set_io_timeout(&mut self, io: Duration) -> RedisResult<()> {
         if io != self.io {
-            self.stream.set_read_timeout(Some(io))?;
-            self.stream.set_write_timeout(Some(io))?;
+            let set = self.stream.set_read_timeout(Some(io));
+            let set = set.and_then(|()| self.stream.set_write_timeout(Some(io)));
+            self.open &= set.is_ok();
+            set?;
             self.io = io;
         }
         Ok(())
@@ -200,10 +207,12 @@ impl redis::ConnectionLike for Wire {
                 reply => replies.push(reply),
             }
         }
-        match skipped_error {
-            Some(e) => Err(e.into()),
-            None => Ok(replies),
-        }
+        let Some(e) = skipped_error else {
+            return Ok(replies);
+        };
+        let e = redis::RedisError::from(e);
+        self.open &= Retry::of(&e) != Retry::Reconnect;
+        Err(e)
     }
 
     fn get_db(&self) -> i64 {
