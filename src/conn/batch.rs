@@ -113,17 +113,15 @@ impl Batches {
             pipe.add_command(commands[i].1.clone());
         }
         sent.round_trips += 1;
-        let result = self.query(node, pipe.ignore_errors());
-        let mut redirected = Vec::new();
-        match result {
+        let e = match self.query(node, pipe.ignore_errors()) {
             Ok(answers) if answers.len() == which.len() => {
+                let mut redirected = Vec::new();
                 let mut dropped = false;
                 for (&i, answer) in which.iter().zip(answers) {
                     if let Err(e) = &answer {
-                        if let (Some(router), Some((addr, slot))) =
-                            (&self.router, e.redirect_node())
-                        {
-                            if !asking && Retry::of(e) == Retry::Redirect {
+                        let redirect = e.redirect_node().filter(|_| !asking);
+                        if let (Some(router), Some((addr, slot))) = (&self.router, redirect) {
+                            if Retry::of(e) == Retry::Redirect {
                                 let ask = e.code() == Some("ASK");
                                 if !ask {
                                     router.moved(slot, addr);
@@ -142,28 +140,27 @@ impl Batches {
                     }
                     sent.answers[i] = answer;
                 }
+                return redirected;
             }
             Ok(answers) => {
-                let e = cluster::no_node(format!(
+                self.drop_connection(node);
+                cluster::no_node(format!(
                     "a batch of {} commands got {} answers",
                     which.len(),
                     answers.len()
-                ));
-                self.drop_connection(node);
-                for &i in which {
-                    sent.answers[i] = Err(e.clone());
-                }
+                ))
             }
             Err(e) => {
                 if let Some(router) = &self.router {
                     let _ = router.refresh(); // a node may have failed over
                 }
-                for &i in which {
-                    sent.answers[i] = Err(e.clone());
-                }
+                e
             }
+        };
+        for &i in which {
+            sent.answers[i] = Err(e.clone());
         }
-        redirected
+        Vec::new()
     }
 
     /// One pipeline to the node serving `key` (the server, when not a
@@ -200,7 +197,8 @@ impl Batches {
                     let info = router.info_for(node).ok_or_else(|| {
                         cluster::no_node(format!("bad cluster node address {node:?}"))
                     })?;
-                    let con = router.connect(&info, self.io_timeout, self.io_timeout)?;
+                    let (tls, io) = (router.tls(), self.io_timeout);
+                    let con = Wire::connect(&info, tls, io, io)?;
                     self.node_cons.entry(Arc::clone(node)).or_insert(con)
                 }
             },

@@ -129,16 +129,6 @@ impl Router {
         &self.tls
     }
 
-    /// A command connection to the node of `info` (TLS as the seeds say).
-    pub(crate) fn connect(
-        &self,
-        info: &ConnectionInfo,
-        connect: Duration,
-        io: Duration,
-    ) -> RedisResult<Wire> {
-        Wire::connect(info, &self.tls, connect, io)
-    }
-
     /// The pub/sub the cluster's locks use. Decided by the first table read
     /// (every command routes first); classic until then.
     pub(crate) fn pubsub(&self) -> PubSub {
@@ -217,9 +207,7 @@ impl Router {
 
     /// `MOVED slot host:port`: the slot is served there now.
     pub(crate) fn moved(&self, slot: u16, addr: &str) {
-        if let Some(entry) = self.table.write().get_mut(usize::from(slot)) {
-            *entry = Some(Arc::from(addr));
-        }
+        self.note_moved(slot, addr);
         // Other slots probably moved with it (a reshard, a failover).
         let _ = self.refresh();
     }
@@ -248,7 +236,7 @@ impl Router {
     }
 
     fn read_slots(&self, info: &ConnectionInfo) -> RedisResult<Vec<Option<Arc<str>>>> {
-        let mut con = self.connect(info, self.connect_timeout, self.socket_timeout)?;
+        let mut con = Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)?;
         let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
         let asked = self.pubsub.load(Ordering::Relaxed);
         if asked == UNKNOWN || asked == WANTED {

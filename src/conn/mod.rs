@@ -73,10 +73,7 @@ pub(crate) struct Bound {
 impl Bound {
     /// Waits at most `wait` for a pooled connection.
     pub(crate) fn pool_wait(wait: Duration) -> Self {
-        Bound {
-            pool_wait: Some(wait),
-            end: None,
-        }
+        Bound::default().with_pool_wait(wait)
     }
 
     /// Ends by `deadline` plus [`LAST_ROUND_TRIP`]; none: as the default.
@@ -442,23 +439,21 @@ impl Connections {
         wait: Option<Duration>,
         addr: &mut String,
     ) -> Result<r2d2::PooledConnection<pool::Manager>> {
-        match &self.cluster {
-            None => {
-                let got = self.pool.get(wait);
-                *addr = self.pool.addr();
-                got
-            }
+        let node_pool;
+        let pool = match &self.cluster {
+            None => &self.pool,
             Some(cluster) => {
                 let node = cluster.router.node_for(key).map_err(|e| {
                     *addr = SEEDS.to_owned();
                     Error::from_redis(e, key)
                 })?;
-                let pool = cluster.pool(&node)?;
-                let got = pool.get(wait);
-                *addr = pool.addr();
-                got
+                node_pool = cluster.pool(&node)?;
+                &*node_pool
             }
-        }
+        };
+        let got = pool.get(wait);
+        *addr = pool.addr();
+        got
     }
 }
 

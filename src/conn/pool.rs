@@ -80,30 +80,23 @@ impl NodePool {
             let slice = deadline
                 .saturating_duration_since(Instant::now())
                 .min(POOL_POLL);
-            let failed_since = || {
-                self.last_error
-                    .lock()
-                    .as_ref()
-                    .filter(|(at, _)| *at >= started)
-                    .map(|(_, e)| e.clone())
-            };
-            match self.pool.get_timeout(slice) {
+            let e = match self.pool.get_timeout(slice) {
                 Ok(con) => return Ok(con),
-                Err(e) => {
-                    if let Some(cause) = failed_since() {
-                        return Err(Error::from(cause));
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(match self.last_error.lock().clone() {
-                            Some((_, cause)) => Error::from(cause),
-                            None => Error::Pool {
-                                addr: self.addr(),
-                                message: e.to_string(),
-                                timeout: wait,
-                            },
-                        });
-                    }
+                Err(e) => e,
+            };
+            // An attempt to connect failed since we started, or the wait is
+            // over: its error (typed), else the pool's.
+            let over = Instant::now() >= deadline;
+            match self.last_error.lock().clone() {
+                Some((at, cause)) if at >= started || over => return Err(Error::from(cause)),
+                None if over => {
+                    return Err(Error::Pool {
+                        addr: self.addr(),
+                        message: e.to_string(),
+                        timeout: wait,
+                    })
                 }
+                _ => {}
             }
         }
     }

@@ -83,8 +83,8 @@ impl Default for IoThreads {
 
 impl Shared {
     /// The next job; `None` when this thread should end (the client is
-    /// gone, or this extra thread had nothing to do).
-    fn next(&self, extra: bool) -> Option<Job> {
+    /// gone, or this extra thread had nothing to do for `idle`).
+    fn next(&self, idle: Option<Duration>) -> Option<Job> {
         let look = Instant::now();
         while look.elapsed() < LINGER {
             if let Ok(job) = self.queue.try_recv() {
@@ -92,16 +92,13 @@ impl Shared {
             }
             std::thread::yield_now();
         }
-        if !extra {
-            return self.queue.recv().ok();
-        }
-        self.queue.recv_timeout(EXTRA_IDLE).ok()
+        self.queue.recv_timeout(idle.unwrap_or(Duration::MAX)).ok()
     }
 
-    fn work(&self, extra: bool) {
+    fn work(&self, idle: Option<Duration>) {
         loop {
             self.idle.fetch_add(1, Ordering::SeqCst);
-            let job = self.next(extra);
+            let job = self.next(idle);
             self.idle.fetch_sub(1, Ordering::SeqCst);
             let Some(job) = job else {
                 self.threads.fetch_sub(1, Ordering::SeqCst);
@@ -121,9 +118,10 @@ impl Shared {
         let started = self.threads.fetch_add(1, Ordering::SeqCst);
         if started < up_to {
             let shared = Arc::clone(self);
+            let idle = (started >= THREADS).then_some(EXTRA_IDLE);
             let spawned = std::thread::Builder::new()
                 .name("leasehold-io".into())
-                .spawn(move || shared.work(started >= THREADS));
+                .spawn(move || shared.work(idle));
             match spawned {
                 Ok(_) => return true,
                 Err(e) => tracing::warn!(error = %e, "leasehold: could not start an I/O thread"),
