@@ -7,7 +7,7 @@
 //! there after `ASKING`, once; a node that fails makes the table be read
 //! again.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,11 +23,11 @@ pub(crate) type Connector = Box<dyn Fn() -> RedisResult<Wire> + Send>;
 /// The connections of a thread that sends batches.
 pub(crate) struct Batches {
     connector: Connector,
-    con: Option<Wire>,
     /// A cluster's router: each command goes to the node serving its key.
     router: Option<Arc<Router>>,
-    /// Connections to cluster nodes, by `host:port`.
-    node_cons: HashMap<Arc<str>, Wire>,
+    /// The connection to the server (`None`), or to cluster nodes (by
+    /// `host:port`).
+    cons: HashMap<Option<Arc<str>>, Wire>,
     /// Connect and reply timeout of the node connections.
     io_timeout: Duration,
 }
@@ -43,9 +43,8 @@ impl Batches {
     pub(crate) fn new(connector: Connector, router: Option<Arc<Router>>, io: Duration) -> Self {
         Batches {
             connector,
-            con: None,
             router,
-            node_cons: HashMap::new(),
+            cons: HashMap::new(),
             io_timeout: io,
         }
     }
@@ -134,7 +133,7 @@ impl Batches {
                         // without a primary: not an answer about the key.
                         // Reconnect (to the new primary) next time.
                         if Retry::of(e) != Retry::No && !dropped {
-                            self.drop_connection(node);
+                            self.cons.remove(&node.cloned());
                             dropped = true;
                         }
                     }
@@ -143,7 +142,7 @@ impl Batches {
                 return redirected;
             }
             Ok(answers) => {
-                self.drop_connection(node);
+                self.cons.remove(&node.cloned());
                 cluster::no_node(format!(
                     "a batch of {} commands got {} answers",
                     which.len(),
@@ -173,15 +172,6 @@ impl Batches {
         self.query(node.as_ref(), pipe).map(drop)
     }
 
-    fn drop_connection(&mut self, node: Option<&Arc<str>>) {
-        match node {
-            None => self.con = None,
-            Some(node) => {
-                self.node_cons.remove(node);
-            }
-        }
-    }
-
     /// One round trip on this thread's connection (to `node` of a cluster),
     /// (re)connecting as needed; a connection that failed is dropped and
     /// reopened next time.
@@ -190,26 +180,21 @@ impl Batches {
         node: Option<&Arc<str>>,
         pipe: &redis::Pipeline,
     ) -> RedisResult<Vec<RedisResult<Value>>> {
-        let con = match (node, &self.router) {
-            (Some(node), Some(router)) => match self.node_cons.get_mut(node) {
-                Some(con) => con,
-                None => {
+        let con = match self.cons.entry(node.cloned()) {
+            Entry::Occupied(con) => con.into_mut(),
+            Entry::Vacant(slot) => slot.insert(match (node, &self.router) {
+                (Some(node), Some(router)) => {
                     let info = router.info_for(node).ok_or_else(|| {
                         cluster::no_node(format!("bad cluster node address {node:?}"))
                     })?;
-                    let (tls, io) = (router.tls(), self.io_timeout);
-                    let con = Wire::connect(&info, tls, io, io)?;
-                    self.node_cons.entry(Arc::clone(node)).or_insert(con)
+                    Wire::connect(&info, router.tls(), self.io_timeout, self.io_timeout)?
                 }
-            },
-            _ => match self.con.as_mut() {
-                Some(con) => con,
-                None => self.con.insert((self.connector)()?),
-            },
+                _ => (self.connector)()?,
+            }),
         };
         let result = pipe.query(con);
         if result.is_err() {
-            self.drop_connection(node);
+            self.cons.remove(&node.cloned());
         }
         result
     }

@@ -1,13 +1,10 @@
-//! Redis Cluster: every lock command goes to the primary that serves its
-//! key's slot.
-//!
-//! All keys and channels of one lock share the lock key's slot (the hash
-//! tags `{<key>}` of Redisson's layout), so every script runs on one node.
-//! The router keeps the slot table from `CLUSTER SLOTS`, a connection pool
-//! per primary, and follows `MOVED` (the slot moved: update and retry) and
-//! `ASK` (the slot is moving: `ASKING`, then the command, on the target)
-//! during resharding. A connection error refreshes the table, so after a
-//! failover commands go to the promoted replica.
+//! Redis Cluster: the slot table (`CLUSTER SLOTS`) that sends every lock
+//! command to the primary serving its key's slot — all keys and channels of
+//! one lock share it (the hash tags `{<key>}` of Redisson's layout), so
+//! every script runs on one node — and the pub/sub the cluster's locks use.
+//! `MOVED` updates the table; a connection error has it read again, so after
+//! a failover commands go to the promoted replica (the redirects themselves
+//! are followed by `Connections::run` and `Batches`).
 //!
 //! Our own routing, not the `redis` crate's cluster connection: the renewal
 //! thread sends one pipeline per node that starts with `SCRIPT LOAD` and

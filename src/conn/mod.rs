@@ -241,7 +241,7 @@ impl Connections {
     ) -> (Result<T>, bool) {
         let mut at = At::default();
         let result = self
-            .send(key, bound, &mut at, script)
+            .send(key, bound, &mut at, None, script)
             .map_err(|e| self.explained(e, &at));
         (result, at.sent)
     }
@@ -296,27 +296,28 @@ impl Connections {
         }
     }
 
+    /// Sends `script` for `key` (to `pinned`'s server when given: no
+    /// routing, no redirects), noting in `at` where it went.
     fn send<T>(
         &self,
         key: &str,
         bound: Bound,
         at: &mut At,
+        pinned: Option<&NodePool>,
         mut script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        let cluster = self.cluster.as_ref().filter(|_| pinned.is_none());
         let mut tries = 0;
         let mut redirects = 0;
         loop {
-            let node = self
-                .cluster
-                .as_ref()
-                .and_then(|c| c.router.node_for(key).ok());
+            let node = cluster.and_then(|c| c.router.node_for(key).ok());
             at.sent = false;
             if bound.left().is_some_and(|left| left.is_zero()) {
                 (at.io, at.by_deadline) = (Duration::ZERO, true);
                 return Err(Error::from(out_of_time()));
             }
-            let got = self.connection(key, self.pool_wait(bound), &mut at.addr);
-            let mut con = match (got, &self.cluster) {
+            let got = self.connection(key, pinned, self.pool_wait(bound), &mut at.addr);
+            let mut con = match (got, cluster) {
                 (Ok(con), _) => con,
                 (Err(e), Some(cluster)) if e.is_connection() && redirects < CLUSTER_REDIRECTS => {
                     // Its primary unreachable (failed over?): read the
@@ -341,7 +342,7 @@ impl Connections {
                 tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 continue;
             }
-            let Some(cluster) = &self.cluster else {
+            let Some(cluster) = cluster else {
                 return Err(Error::from_redis(e, key));
             };
             drop(con);
@@ -403,17 +404,8 @@ impl Connections {
     ) -> Result<Vec<T>> {
         let mut on = |pool: &NodePool| {
             let mut at = At::default();
-            let mut tries = 0;
-            loop {
-                let got = pool.get(None);
-                at.addr = pool.addr();
-                let mut con = got.map_err(|e| self.explained(e, &at))?;
-                match self.on(&mut con, Bound::default(), &mut at, false, &mut f) {
-                    Ok(v) => return Ok(v),
-                    Err(e) if died_idle(&e, &con, tries) => tries += 1,
-                    Err(e) => return Err(self.explained(Error::from_redis(e, what), &at)),
-                }
-            }
+            let done = self.send(what, Bound::default(), &mut at, Some(pool), &mut f);
+            done.map_err(|e| self.explained(e, &at))
         };
         match &self.cluster {
             None => Ok(vec![on(&self.pool)?]),
@@ -430,19 +422,21 @@ impl Connections {
         }
     }
 
-    /// A pooled connection for `key` (in a cluster: to the primary serving
-    /// its slot), waiting at most `wait` (default: the connect timeout);
-    /// `addr` is set to the server it is for.
+    /// A pooled connection for `key` (of `pinned`; else in a cluster: to
+    /// the primary serving its slot), waiting at most `wait` (default: the
+    /// connect timeout); `addr` is set to the server it is for.
     fn connection(
         &self,
         key: &str,
+        pinned: Option<&NodePool>,
         wait: Option<Duration>,
         addr: &mut String,
     ) -> Result<r2d2::PooledConnection<pool::Manager>> {
         let node_pool;
-        let pool = match &self.cluster {
-            None => &self.pool,
-            Some(cluster) => {
+        let pool = match (pinned, &self.cluster) {
+            (Some(pool), _) => pool,
+            (None, None) => &self.pool,
+            (None, Some(cluster)) => {
                 let node = cluster.router.node_for(key).map_err(|e| {
                     *addr = SEEDS.to_owned();
                     Error::from_redis(e, key)
