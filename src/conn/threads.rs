@@ -131,9 +131,8 @@ impl Shared {
         false
     }
 
-    /// While jobs wait, a watcher looks every [`STALLED`]: when no job
-    /// ended meanwhile and no thread is idle, it starts another (up to
-    /// [`THREADS_MAX`]). It ends once nothing waits.
+    /// Starts the watcher (see the module docs) unless it runs; it ends
+    /// once nothing waits.
     fn watch(self: &Arc<Self>) {
         if self.watching.swap(true, Ordering::SeqCst) {
             return;
@@ -169,10 +168,9 @@ impl Shared {
 }
 
 impl IoThreads {
-    /// Hands `job` to an I/O thread, starting one when none is idle (the
-    /// first [`THREADS`]; beyond them, the watcher starts more while the
-    /// threads are stuck); runs it here when there is no thread at all
-    /// (none could be started): better late on this thread than never.
+    /// Hands `job` to an I/O thread, starting one when none is idle (up to
+    /// [`THREADS`]; the watcher starts more); runs it here when there is
+    /// none at all (none could be started): better late than never.
     fn spawn(&self, job: Job) {
         let s = &self.shared;
         if s.idle.load(Ordering::SeqCst) == 0

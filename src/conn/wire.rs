@@ -111,63 +111,36 @@ pub(crate) fn handshake(
     name: Option<&str>,
     select: bool,
 ) -> RedisResult<()> {
-    let Some(hello) = Hello::new(settings, name, select) else {
+    let mut pipe = redis::pipe();
+    if let Some(password) = settings.password() {
+        let auth = pipe.cmd("AUTH");
+        if let Some(user) = settings.username() {
+            auth.arg(user);
+        }
+        auth.arg(password);
+    }
+    if select && settings.db() != 0 {
+        pipe.cmd("SELECT").arg(settings.db());
+    }
+    if let Some(name) = name {
+        pipe.cmd("CLIENT").arg("SETNAME").arg(name);
+    }
+    if pipe.is_empty() {
         return Ok(());
-    };
-    stream.write_all(&hello.pipe.get_packed_pipeline())?;
-    for i in 0..hello.pipe.len() {
-        hello.check(i, read_reply(parser, stream)?)?;
+    }
+    stream.write_all(&pipe.get_packed_pipeline())?;
+    for i in 0..pipe.len() {
+        let Err(e) = read_reply(parser, stream)?.extract_error() else {
+            continue;
+        };
+        // Only an ACL refusal of the name is harmless; anything else (AUTH
+        // or SELECT refused, a full server) fails the connection.
+        if name.is_none() || i + 1 < pipe.len() || e.code() != Some("NOPERM") {
+            return Err(e);
+        }
+        tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
     }
     Ok(())
-}
-
-/// The handshake's commands (see [`handshake`]), and how each reply is
-/// judged: written once for our command connections and the subscriber.
-pub(crate) struct Hello {
-    pub(crate) pipe: redis::Pipeline,
-    named: bool,
-}
-
-impl Hello {
-    /// The handshake for `settings`; `None` when there is nothing to say.
-    pub(crate) fn new(
-        settings: &RedisConnectionInfo,
-        name: Option<&str>,
-        select: bool,
-    ) -> Option<Self> {
-        let mut pipe = redis::pipe();
-        if let Some(password) = settings.password() {
-            let auth = pipe.cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
-            }
-            auth.arg(password);
-        }
-        if select && settings.db() != 0 {
-            pipe.cmd("SELECT").arg(settings.db());
-        }
-        if let Some(name) = name {
-            pipe.cmd("CLIENT").arg("SETNAME").arg(name);
-        }
-        (!pipe.is_empty()).then_some(Hello {
-            pipe,
-            named: name.is_some(),
-        })
-    }
-
-    /// Judges reply `i`: only an ACL refusal of the name is harmless;
-    /// anything else (AUTH or SELECT refused, a full server) fails the
-    /// connection.
-    pub(crate) fn check(&self, i: usize, reply: Value) -> RedisResult<()> {
-        if let Err(e) = reply.extract_error() {
-            let refused_name = self.named && i + 1 == self.pipe.len() && e.code() == Some("NOPERM");
-            if !refused_name {
-                return Err(e);
-            }
-            tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
-        }
-        Ok(())
-    }
 }
 
 /// One reply off `stream`; bytes that are not Redis protocol at all (another
