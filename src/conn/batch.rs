@@ -1,11 +1,8 @@
 //! Batches for a thread of its own (the renewal thread): its own
 //! connections — one to the server, or one per cluster node, never waiting
 //! behind busy pooled ones — and one pipelined round trip per node for a
-//! batch of commands, each for a key. Cluster redirects are followed here,
-//! as `Connections::run` follows them for single calls: a `MOVED` updates
-//! the slot table and the command goes to the node named, an `ASK` sends it
-//! there after `ASKING`, once; a node that fails makes the table be read
-//! again.
+//! batch of commands, each for a key. Cluster redirects are followed here
+//! (once), as `Connections::run` follows them for single calls.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
@@ -165,10 +162,7 @@ impl Batches {
     /// One pipeline to the node serving `key` (the server, when not a
     /// cluster).
     pub(crate) fn pipeline(&mut self, key: &str, pipe: &redis::Pipeline) -> RedisResult<()> {
-        let node = match &self.router {
-            Some(router) => Some(router.node_for(key)?),
-            None => None,
-        };
+        let node = self.router.as_ref().map(|r| r.node_for(key)).transpose()?;
         self.query(node.as_ref(), pipe).map(drop)
     }
 
@@ -184,9 +178,7 @@ impl Batches {
             Entry::Occupied(con) => con.into_mut(),
             Entry::Vacant(slot) => slot.insert(match (node, &self.router) {
                 (Some(node), Some(router)) => {
-                    let info = router.info_for(node).ok_or_else(|| {
-                        cluster::no_node(format!("bad cluster node address {node:?}"))
-                    })?;
+                    let info = router.info_for(node)?;
                     Wire::connect(&info, router.tls(), self.io_timeout, self.io_timeout)?
                 }
                 _ => (self.connector)()?,

@@ -313,7 +313,7 @@ impl Router {
         let mut infos: Vec<ConnectionInfo> = self
             .known_primaries()
             .iter()
-            .filter_map(|n| self.info_for(n))
+            .filter_map(|n| self.info_for(n).ok())
             .collect();
         infos.extend(self.seeds.iter().cloned());
         infos
@@ -321,10 +321,11 @@ impl Router {
 
     /// Connection settings for the node `host:port`: the first seed's, with
     /// the node's address (over TLS when the seed's is).
-    pub(crate) fn info_for(&self, node: &str) -> Option<ConnectionInfo> {
-        let (host, port) = node.rsplit_once(':')?;
-        let port: u16 = port.parse().ok()?;
-        let seed = self.seeds.first()?;
+    pub(crate) fn info_for(&self, node: &str) -> RedisResult<ConnectionInfo> {
+        let bad = || no_node(format!("bad cluster node address {node:?}"));
+        let (host, port) = node.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let seed = self.seeds.first().ok_or_else(bad)?;
         let host = host.to_owned();
         let addr = match seed.addr() {
             ConnectionAddr::TcpTls {
@@ -339,7 +340,7 @@ impl Router {
             },
             _ => ConnectionAddr::Tcp(host, port),
         };
-        Some(seed.clone().set_addr(addr))
+        Ok(seed.clone().set_addr(addr))
     }
 
     /// A node for the subscriber (classic pub/sub reaches every node of a

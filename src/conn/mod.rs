@@ -195,10 +195,8 @@ impl Connections {
 
     /// The pub/sub the lock scripts use now (see [`Router::pubsub`]).
     pub(crate) fn pubsub(&self) -> crate::protocol::PubSub {
-        match &self.cluster {
-            Some(c) => c.router.pubsub(),
-            None => crate::protocol::PubSub::Classic,
-        }
+        let classic = crate::protocol::PubSub::Classic;
+        self.cluster.as_ref().map_or(classic, |c| c.router.pubsub())
     }
 
     /// The ACL rules the client needs (see `names::acl_rules`).
@@ -466,11 +464,7 @@ impl ClusterPools {
         if let Some(pool) = pools.get(node) {
             return Ok(Arc::clone(pool));
         }
-        let info = self.router.info_for(node).ok_or_else(|| {
-            Error::from(cluster::no_node(format!(
-                "bad cluster node address {node:?}"
-            )))
-        })?;
+        let info = self.router.info_for(node)?;
         let client = redis::Client::open(info).map_err(Error::from)?;
         let pool = Arc::new(NodePool::new(
             Arc::new(Target::Fixed(client)),

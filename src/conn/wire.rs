@@ -8,7 +8,7 @@
 //! encodes commands, parses replies and runs scripts over it
 //! ([`redis::ConnectionLike`]).
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
@@ -79,7 +79,11 @@ impl Wire {
     }
 
     fn send(&mut self, bytes: &[u8]) -> RedisResult<()> {
-        self.stream.write_all(bytes).map_err(|e| self.broke(e))
+        self.stream.write_all(bytes).map_err(|e| {
+            self.open = false;
+            self.closed = true;
+            e.into()
+        })
     }
 
     fn recv(&mut self) -> RedisResult<Value> {
@@ -91,12 +95,6 @@ impl Wire {
             self.closed |= e.is_connection_dropped();
         }
         parsed
-    }
-
-    fn broke(&mut self, e: io::Error) -> redis::RedisError {
-        self.open = false;
-        self.closed = true;
-        e.into()
     }
 }
 
