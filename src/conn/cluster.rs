@@ -279,13 +279,12 @@ impl Router {
             else {
                 continue;
             };
-            let host = match primary.first() {
-                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
-                Some(Value::SimpleString(h)) => h.clone(),
+            let (host, port) = match (primary.first(), primary.get(1)) {
+                (Some(Value::BulkString(h)), Some(Value::Int(port))) => {
+                    (String::from_utf8_lossy(h).into_owned(), port)
+                }
+                (Some(Value::SimpleString(h)), Some(Value::Int(port))) => (h.clone(), port),
                 _ => continue,
-            };
-            let Some(Value::Int(port)) = primary.get(1) else {
-                continue;
             };
             // An empty host means "the address you asked" (cluster-announce).
             let host = if host.is_empty() || host == "?" {

@@ -130,13 +130,6 @@ const STALE_RETRIES: u32 = 3;
 /// `MOVED`/`ASK` redirects one command follows before it gives up.
 const CLUSTER_REDIRECTS: u32 = 5;
 
-/// Whether a command that failed with `e` on `con` (after `tries` such
-/// retries) should go again on another connection: `con` had died idle (the
-/// other end closed it), a few times at most.
-fn died_idle(e: &redis::RedisError, con: &Pooled, tries: u32) -> bool {
-    tries < STALE_RETRIES && Retry::of(e) == Retry::Reconnect && con.closed()
-}
-
 /// The pooled connections of one client: one pool (single server or
 /// Sentinel), or one per cluster primary.
 pub(crate) struct Connections {
@@ -333,8 +326,9 @@ impl Connections {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if died_idle(&e, &con, tries) {
-                // Nothing it sent reached Redis: send it again elsewhere.
+            if tries < STALE_RETRIES && Retry::of(&e) == Retry::Reconnect && con.closed() {
+                // The connection had died idle (the other end closed it):
+                // nothing it sent reached Redis: send it again elsewhere.
                 at.sent = false;
                 tries += 1;
                 tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
@@ -356,10 +350,9 @@ impl Connections {
                 (Retry::Redirect, _, Some((node, _))) => {
                     // ASK: the slot is being migrated and this key is
                     // already on the target: ASKING, then the command, there.
-                    let node: Arc<str> = Arc::from(node);
-                    let pool = cluster.pool(&node)?;
-                    at.addr = pool.addr();
-                    let mut con = pool.get(self.pool_wait(bound))?;
+                    let pool = cluster.pool(&Arc::from(node))?;
+                    let wait = self.pool_wait(bound);
+                    let mut con = self.connection(key, Some(&pool), wait, &mut at.addr)?;
                     match self.on(&mut con, bound, at, true, &mut script) {
                         Ok(v) => return Ok(v),
                         Err(e) if Retry::of(&e) == Retry::Redirect => {}
@@ -465,7 +458,7 @@ impl ClusterPools {
             return Ok(Arc::clone(pool));
         }
         let info = self.router.info_for(node)?;
-        let client = redis::Client::open(info).map_err(Error::from)?;
+        let client = redis::Client::open(info)?;
         let pool = Arc::new(NodePool::new(
             Arc::new(Target::Fixed(client)),
             self.pool_size,

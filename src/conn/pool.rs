@@ -106,8 +106,8 @@ impl NodePool {
     }
 }
 
-/// r2d2's manager: connections with socket timeouts, and the last connect
-/// error kept typed (r2d2 itself keeps only its text).
+/// r2d2's manager: our connections, with socket timeouts; it keeps where
+/// the last one went and the last connect error (see [`NodePool`]).
 pub(crate) struct Manager {
     target: Arc<Target>,
     /// Where the last connection went (for errors).
