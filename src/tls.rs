@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 /// (PEM), or the platform's trust store.
 pub(crate) fn client_config(root_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>> {
     let mut roots = RootCertStore::empty();
-    match root_pem {
+    let none = match root_pem {
         Some(pem) => {
             for cert in CertificateDer::pem_slice_iter(pem) {
                 let cert = cert.map_err(|e| {
@@ -29,23 +29,15 @@ pub(crate) fn client_config(root_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>
                     Error::invalid(format_args!("TLS root certificate was refused: {e}"))
                 })?;
             }
-            if roots.is_empty() {
-                return Err(Error::invalid(
-                    "TLS root certificate: no certificate in the PEM",
-                ));
-            }
+            "TLS root certificate: no certificate in the PEM"
         }
         None => {
-            let native = rustls_native_certs::load_native_certs();
-            for cert in native.certs {
-                let _ = roots.add(cert);
-            }
-            if roots.is_empty() {
-                return Err(Error::invalid(
-                    "TLS: no trusted root certificates found on this system; pass one with tls_root_certificate",
-                ));
-            }
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            "TLS: no trusted root certificates found on this system; pass one with tls_root_certificate"
         }
+    };
+    if roots.is_empty() {
+        return Err(Error::invalid(none));
     }
     let config = ClientConfig::builder()
         .with_root_certificates(roots)

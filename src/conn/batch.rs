@@ -1,13 +1,10 @@
 //! Batches for a thread of its own (the renewal thread): its own
 //! connections — one to the server, or one per cluster node, never waiting
 //! behind busy pooled ones — and one pipelined round trip per node for a
-//! batch of commands, each for a key. Cluster redirects are followed here,
-//! as `Connections::run` follows them for single calls: a `MOVED` updates
-//! the slot table and the command goes to the node named, an `ASK` sends it
-//! there after `ASKING`, once; a node that fails makes the table be read
-//! again.
+//! batch of commands, each for a key. Cluster redirects are followed here
+//! (once), as `Connections::run` follows them for single calls.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,11 +20,11 @@ pub(crate) type Connector = Box<dyn Fn() -> RedisResult<Wire> + Send>;
 /// The connections of a thread that sends batches.
 pub(crate) struct Batches {
     connector: Connector,
-    con: Option<Wire>,
     /// A cluster's router: each command goes to the node serving its key.
     router: Option<Arc<Router>>,
-    /// Connections to cluster nodes, by `host:port`.
-    node_cons: HashMap<Arc<str>, Wire>,
+    /// The connection to the server (`None`), or to cluster nodes (by
+    /// `host:port`).
+    cons: HashMap<Option<Arc<str>>, Wire>,
     /// Connect and reply timeout of the node connections.
     io_timeout: Duration,
 }
@@ -43,9 +40,8 @@ impl Batches {
     pub(crate) fn new(connector: Connector, router: Option<Arc<Router>>, io: Duration) -> Self {
         Batches {
             connector,
-            con: None,
             router,
-            node_cons: HashMap::new(),
+            cons: HashMap::new(),
             io_timeout: io,
         }
     }
@@ -113,17 +109,15 @@ impl Batches {
             pipe.add_command(commands[i].1.clone());
         }
         sent.round_trips += 1;
-        let result = self.query(node, pipe.ignore_errors());
-        let mut redirected = Vec::new();
-        match result {
+        let e = match self.query(node, pipe.ignore_errors()) {
             Ok(answers) if answers.len() == which.len() => {
+                let mut redirected = Vec::new();
                 let mut dropped = false;
                 for (&i, answer) in which.iter().zip(answers) {
                     if let Err(e) = &answer {
-                        if let (Some(router), Some((addr, slot))) =
-                            (&self.router, e.redirect_node())
-                        {
-                            if !asking && Retry::of(e) == Retry::Redirect {
+                        let redirect = e.redirect_node().filter(|_| !asking);
+                        if let (Some(router), Some((addr, slot))) = (&self.router, redirect) {
+                            if Retry::of(e) == Retry::Redirect {
                                 let ask = e.code() == Some("ASK");
                                 if !ask {
                                     router.moved(slot, addr);
@@ -136,53 +130,40 @@ impl Batches {
                         // without a primary: not an answer about the key.
                         // Reconnect (to the new primary) next time.
                         if Retry::of(e) != Retry::No && !dropped {
-                            self.drop_connection(node);
+                            self.cons.remove(&node.cloned());
                             dropped = true;
                         }
                     }
                     sent.answers[i] = answer;
                 }
+                return redirected;
             }
             Ok(answers) => {
-                let e = cluster::no_node(format!(
+                self.cons.remove(&node.cloned());
+                cluster::no_node(format!(
                     "a batch of {} commands got {} answers",
                     which.len(),
                     answers.len()
-                ));
-                self.drop_connection(node);
-                for &i in which {
-                    sent.answers[i] = Err(e.clone());
-                }
+                ))
             }
             Err(e) => {
                 if let Some(router) = &self.router {
                     let _ = router.refresh(); // a node may have failed over
                 }
-                for &i in which {
-                    sent.answers[i] = Err(e.clone());
-                }
+                e
             }
+        };
+        for &i in which {
+            sent.answers[i] = Err(e.clone());
         }
-        redirected
+        Vec::new()
     }
 
     /// One pipeline to the node serving `key` (the server, when not a
     /// cluster).
     pub(crate) fn pipeline(&mut self, key: &str, pipe: &redis::Pipeline) -> RedisResult<()> {
-        let node = match &self.router {
-            Some(router) => Some(router.node_for(key)?),
-            None => None,
-        };
+        let node = self.router.as_ref().map(|r| r.node_for(key)).transpose()?;
         self.query(node.as_ref(), pipe).map(drop)
-    }
-
-    fn drop_connection(&mut self, node: Option<&Arc<str>>) {
-        match node {
-            None => self.con = None,
-            Some(node) => {
-                self.node_cons.remove(node);
-            }
-        }
     }
 
     /// One round trip on this thread's connection (to `node` of a cluster),
@@ -193,25 +174,19 @@ impl Batches {
         node: Option<&Arc<str>>,
         pipe: &redis::Pipeline,
     ) -> RedisResult<Vec<RedisResult<Value>>> {
-        let con = match (node, &self.router) {
-            (Some(node), Some(router)) => match self.node_cons.get_mut(node) {
-                Some(con) => con,
-                None => {
-                    let info = router.info_for(node).ok_or_else(|| {
-                        cluster::no_node(format!("bad cluster node address {node:?}"))
-                    })?;
-                    let con = router.connect(&info, self.io_timeout, self.io_timeout)?;
-                    self.node_cons.entry(Arc::clone(node)).or_insert(con)
+        let con = match self.cons.entry(node.cloned()) {
+            Entry::Occupied(con) => con.into_mut(),
+            Entry::Vacant(slot) => slot.insert(match (node, &self.router) {
+                (Some(node), Some(router)) => {
+                    let info = router.info_for(node)?;
+                    Wire::connect(&info, router.tls(), self.io_timeout, self.io_timeout)?
                 }
-            },
-            _ => match self.con.as_mut() {
-                Some(con) => con,
-                None => self.con.insert((self.connector)()?),
-            },
+                _ => (self.connector)()?,
+            }),
         };
         let result = pipe.query(con);
         if result.is_err() {
-            self.drop_connection(node);
+            self.cons.remove(&node.cloned());
         }
         result
     }

@@ -1,13 +1,10 @@
-//! Redis Cluster: every lock command goes to the primary that serves its
-//! key's slot.
-//!
-//! All keys and channels of one lock share the lock key's slot (the hash
-//! tags `{<key>}` of Redisson's layout), so every script runs on one node.
-//! The router keeps the slot table from `CLUSTER SLOTS`, a connection pool
-//! per primary, and follows `MOVED` (the slot moved: update and retry) and
-//! `ASK` (the slot is moving: `ASKING`, then the command, on the target)
-//! during resharding. A connection error refreshes the table, so after a
-//! failover commands go to the promoted replica.
+//! Redis Cluster: the slot table (`CLUSTER SLOTS`) that sends every lock
+//! command to the primary serving its key's slot — all keys and channels of
+//! one lock share it (the hash tags `{<key>}` of Redisson's layout), so
+//! every script runs on one node — and the pub/sub the cluster's locks use.
+//! `MOVED` updates the table; a connection error has it read again, so after
+//! a failover commands go to the promoted replica (the redirects themselves
+//! are followed by `Connections::run` and `Batches`).
 //!
 //! Our own routing, not the `redis` crate's cluster connection: the renewal
 //! thread sends one pipeline per node that starts with `SCRIPT LOAD` and
@@ -129,16 +126,6 @@ impl Router {
         &self.tls
     }
 
-    /// A command connection to the node of `info` (TLS as the seeds say).
-    pub(crate) fn connect(
-        &self,
-        info: &ConnectionInfo,
-        connect: Duration,
-        io: Duration,
-    ) -> RedisResult<Wire> {
-        Wire::connect(info, &self.tls, connect, io)
-    }
-
     /// The pub/sub the cluster's locks use. Decided by the first table read
     /// (every command routes first); classic until then.
     pub(crate) fn pubsub(&self) -> PubSub {
@@ -217,9 +204,7 @@ impl Router {
 
     /// `MOVED slot host:port`: the slot is served there now.
     pub(crate) fn moved(&self, slot: u16, addr: &str) {
-        if let Some(entry) = self.table.write().get_mut(usize::from(slot)) {
-            *entry = Some(Arc::from(addr));
-        }
+        self.note_moved(slot, addr);
         // Other slots probably moved with it (a reshard, a failover).
         let _ = self.refresh();
     }
@@ -248,7 +233,7 @@ impl Router {
     }
 
     fn read_slots(&self, info: &ConnectionInfo) -> RedisResult<Vec<Option<Arc<str>>>> {
-        let mut con = self.connect(info, self.connect_timeout, self.socket_timeout)?;
+        let mut con = Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)?;
         let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
         let asked = self.pubsub.load(Ordering::Relaxed);
         if asked == UNKNOWN || asked == WANTED {
@@ -294,13 +279,12 @@ impl Router {
             else {
                 continue;
             };
-            let host = match primary.first() {
-                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
-                Some(Value::SimpleString(h)) => h.clone(),
+            let (host, port) = match (primary.first(), primary.get(1)) {
+                (Some(Value::BulkString(h)), Some(Value::Int(port))) => {
+                    (String::from_utf8_lossy(h).into_owned(), port)
+                }
+                (Some(Value::SimpleString(h)), Some(Value::Int(port))) => (h.clone(), port),
                 _ => continue,
-            };
-            let Some(Value::Int(port)) = primary.get(1) else {
-                continue;
             };
             // An empty host means "the address you asked" (cluster-announce).
             let host = if host.is_empty() || host == "?" {
@@ -328,7 +312,7 @@ impl Router {
         let mut infos: Vec<ConnectionInfo> = self
             .known_primaries()
             .iter()
-            .filter_map(|n| self.info_for(n))
+            .filter_map(|n| self.info_for(n).ok())
             .collect();
         infos.extend(self.seeds.iter().cloned());
         infos
@@ -336,10 +320,11 @@ impl Router {
 
     /// Connection settings for the node `host:port`: the first seed's, with
     /// the node's address (over TLS when the seed's is).
-    pub(crate) fn info_for(&self, node: &str) -> Option<ConnectionInfo> {
-        let (host, port) = node.rsplit_once(':')?;
-        let port: u16 = port.parse().ok()?;
-        let seed = self.seeds.first()?;
+    pub(crate) fn info_for(&self, node: &str) -> RedisResult<ConnectionInfo> {
+        let bad = || no_node(format!("bad cluster node address {node:?}"));
+        let (host, port) = node.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let seed = self.seeds.first().ok_or_else(bad)?;
         let host = host.to_owned();
         let addr = match seed.addr() {
             ConnectionAddr::TcpTls {
@@ -354,7 +339,7 @@ impl Router {
             },
             _ => ConnectionAddr::Tcp(host, port),
         };
-        Some(seed.clone().set_addr(addr))
+        Ok(seed.clone().set_addr(addr))
     }
 
     /// A node for the subscriber (classic pub/sub reaches every node of a

@@ -73,10 +73,7 @@ pub(crate) struct Bound {
 impl Bound {
     /// Waits at most `wait` for a pooled connection.
     pub(crate) fn pool_wait(wait: Duration) -> Self {
-        Bound {
-            pool_wait: Some(wait),
-            end: None,
-        }
+        Bound::default().with_pool_wait(wait)
     }
 
     /// Ends by `deadline` plus [`LAST_ROUND_TRIP`]; none: as the default.
@@ -132,13 +129,6 @@ const STALE_RETRIES: u32 = 3;
 
 /// `MOVED`/`ASK` redirects one command follows before it gives up.
 const CLUSTER_REDIRECTS: u32 = 5;
-
-/// Whether a command that failed with `e` on `con` (after `tries` such
-/// retries) should go again on another connection: `con` had died idle (the
-/// other end closed it), a few times at most.
-fn died_idle(e: &redis::RedisError, con: &Pooled, tries: u32) -> bool {
-    tries < STALE_RETRIES && Retry::of(e) == Retry::Reconnect && con.closed()
-}
 
 /// The pooled connections of one client: one pool (single server or
 /// Sentinel), or one per cluster primary.
@@ -200,10 +190,8 @@ impl Connections {
 
     /// The pub/sub the lock scripts use now (see [`Router::pubsub`]).
     pub(crate) fn pubsub(&self) -> crate::protocol::PubSub {
-        match &self.cluster {
-            Some(c) => c.router.pubsub(),
-            None => crate::protocol::PubSub::Classic,
-        }
+        let classic = crate::protocol::PubSub::Classic;
+        self.cluster.as_ref().map_or(classic, |c| c.router.pubsub())
     }
 
     /// The ACL rules the client needs (see `names::acl_rules`).
@@ -246,7 +234,7 @@ impl Connections {
     ) -> (Result<T>, bool) {
         let mut at = At::default();
         let result = self
-            .send(key, bound, &mut at, script)
+            .send(key, bound, &mut at, None, script)
             .map_err(|e| self.explained(e, &at));
         (result, at.sent)
     }
@@ -301,27 +289,28 @@ impl Connections {
         }
     }
 
+    /// Sends `script` for `key` (to `pinned`'s server when given: no
+    /// routing, no redirects), noting in `at` where it went.
     fn send<T>(
         &self,
         key: &str,
         bound: Bound,
         at: &mut At,
+        pinned: Option<&NodePool>,
         mut script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        let cluster = self.cluster.as_ref().filter(|_| pinned.is_none());
         let mut tries = 0;
         let mut redirects = 0;
         loop {
-            let node = self
-                .cluster
-                .as_ref()
-                .and_then(|c| c.router.node_for(key).ok());
+            let node = cluster.and_then(|c| c.router.node_for(key).ok());
             at.sent = false;
             if bound.left().is_some_and(|left| left.is_zero()) {
                 (at.io, at.by_deadline) = (Duration::ZERO, true);
                 return Err(Error::from(out_of_time()));
             }
-            let got = self.connection(key, self.pool_wait(bound), &mut at.addr);
-            let mut con = match (got, &self.cluster) {
+            let got = self.connection(key, pinned, self.pool_wait(bound), &mut at.addr);
+            let mut con = match (got, cluster) {
                 (Ok(con), _) => con,
                 (Err(e), Some(cluster)) if e.is_connection() && redirects < CLUSTER_REDIRECTS => {
                     // Its primary unreachable (failed over?): read the
@@ -339,14 +328,15 @@ impl Connections {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if died_idle(&e, &con, tries) {
-                // Nothing it sent reached Redis: send it again elsewhere.
+            if tries < STALE_RETRIES && Retry::of(&e) == Retry::Reconnect && con.closed() {
+                // The connection had died idle (the other end closed it):
+                // nothing it sent reached Redis: send it again elsewhere.
                 at.sent = false;
                 tries += 1;
                 tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 continue;
             }
-            let Some(cluster) = &self.cluster else {
+            let Some(cluster) = cluster else {
                 return Err(Error::from_redis(e, key));
             };
             drop(con);
@@ -362,10 +352,9 @@ impl Connections {
                 (Retry::Redirect, _, Some((node, _))) => {
                     // ASK: the slot is being migrated and this key is
                     // already on the target: ASKING, then the command, there.
-                    let node: Arc<str> = Arc::from(node);
-                    let pool = cluster.pool(&node)?;
-                    at.addr = pool.addr();
-                    let mut con = pool.get(self.pool_wait(bound))?;
+                    let pool = cluster.pool(&Arc::from(node))?;
+                    let wait = self.pool_wait(bound);
+                    let mut con = self.connection(key, Some(&pool), wait, &mut at.addr)?;
                     match self.on(&mut con, bound, at, true, &mut script) {
                         Ok(v) => return Ok(v),
                         Err(e) if Retry::of(&e) == Retry::Redirect => {}
@@ -408,17 +397,8 @@ impl Connections {
     ) -> Result<Vec<T>> {
         let mut on = |pool: &NodePool| {
             let mut at = At::default();
-            let mut tries = 0;
-            loop {
-                let got = pool.get(None);
-                at.addr = pool.addr();
-                let mut con = got.map_err(|e| self.explained(e, &at))?;
-                match self.on(&mut con, Bound::default(), &mut at, false, &mut f) {
-                    Ok(v) => return Ok(v),
-                    Err(e) if died_idle(&e, &con, tries) => tries += 1,
-                    Err(e) => return Err(self.explained(Error::from_redis(e, what), &at)),
-                }
-            }
+            let done = self.send(what, Bound::default(), &mut at, Some(pool), &mut f);
+            done.map_err(|e| self.explained(e, &at))
         };
         match &self.cluster {
             None => Ok(vec![on(&self.pool)?]),
@@ -435,32 +415,32 @@ impl Connections {
         }
     }
 
-    /// A pooled connection for `key` (in a cluster: to the primary serving
-    /// its slot), waiting at most `wait` (default: the connect timeout);
-    /// `addr` is set to the server it is for.
+    /// A pooled connection for `key` (of `pinned`; else in a cluster: to
+    /// the primary serving its slot), waiting at most `wait` (default: the
+    /// connect timeout); `addr` is set to the server it is for.
     fn connection(
         &self,
         key: &str,
+        pinned: Option<&NodePool>,
         wait: Option<Duration>,
         addr: &mut String,
     ) -> Result<r2d2::PooledConnection<pool::Manager>> {
-        match &self.cluster {
-            None => {
-                let got = self.pool.get(wait);
-                *addr = self.pool.addr();
-                got
-            }
-            Some(cluster) => {
+        let node_pool;
+        let pool = match (pinned, &self.cluster) {
+            (Some(pool), _) => pool,
+            (None, None) => &self.pool,
+            (None, Some(cluster)) => {
                 let node = cluster.router.node_for(key).map_err(|e| {
                     *addr = SEEDS.to_owned();
                     Error::from_redis(e, key)
                 })?;
-                let pool = cluster.pool(&node)?;
-                let got = pool.get(wait);
-                *addr = pool.addr();
-                got
+                node_pool = cluster.pool(&node)?;
+                &*node_pool
             }
-        }
+        };
+        let got = pool.get(wait);
+        *addr = pool.addr();
+        got
     }
 }
 
@@ -479,12 +459,8 @@ impl ClusterPools {
         if let Some(pool) = pools.get(node) {
             return Ok(Arc::clone(pool));
         }
-        let info = self.router.info_for(node).ok_or_else(|| {
-            Error::from(cluster::no_node(format!(
-                "bad cluster node address {node:?}"
-            )))
-        })?;
-        let client = redis::Client::open(info).map_err(Error::from)?;
+        let info = self.router.info_for(node)?;
+        let client = redis::Client::open(info)?;
         let pool = Arc::new(NodePool::new(
             Arc::new(Target::Fixed(client)),
             self.pool_size,

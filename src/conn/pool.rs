@@ -1,7 +1,7 @@
 //! A pool of connections to one Redis server: r2d2 with our manager
-//! (socket timeouts, the last connect error kept typed), and pooled
-//! connections that leave the pool after any error that makes their next
-//! reply untrustworthy ([`Retry::Reconnect`]).
+//! (socket timeouts, the last connect error kept typed); a connection
+//! leaves the pool after any error that makes its next reply untrustworthy
+//! (see [`Wire`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use redis::ConnectionLike;
 use super::stream::TlsConfig;
 use super::target::Target;
 use super::wire::Wire;
-use crate::error::{Error, Result, Retry};
+use crate::error::{Error, Result};
 
 /// A pool of connections to one server, with the last connect error kept
 /// typed (r2d2 itself keeps only its text).
@@ -80,30 +80,23 @@ impl NodePool {
             let slice = deadline
                 .saturating_duration_since(Instant::now())
                 .min(POOL_POLL);
-            let failed_since = || {
-                self.last_error
-                    .lock()
-                    .as_ref()
-                    .filter(|(at, _)| *at >= started)
-                    .map(|(_, e)| e.clone())
-            };
-            match self.pool.get_timeout(slice) {
+            let e = match self.pool.get_timeout(slice) {
                 Ok(con) => return Ok(con),
-                Err(e) => {
-                    if let Some(cause) = failed_since() {
-                        return Err(Error::from(cause));
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(match self.last_error.lock().clone() {
-                            Some((_, cause)) => Error::from(cause),
-                            None => Error::Pool {
-                                addr: self.addr(),
-                                message: e.to_string(),
-                                timeout: wait,
-                            },
-                        });
-                    }
+                Err(e) => e,
+            };
+            // An attempt to connect failed since we started, or the wait is
+            // over: its error (typed), else the pool's.
+            let over = Instant::now() >= deadline;
+            match self.last_error.lock().clone() {
+                Some((at, cause)) if at >= started || over => return Err(Error::from(cause)),
+                None if over => {
+                    return Err(Error::Pool {
+                        addr: self.addr(),
+                        message: e.to_string(),
+                        timeout: wait,
+                    })
                 }
+                _ => {}
             }
         }
     }
@@ -113,8 +106,8 @@ impl NodePool {
     }
 }
 
-/// r2d2's manager: connections with socket timeouts, and the last connect
-/// error kept typed (r2d2 itself keeps only its text).
+/// r2d2's manager: our connections, with socket timeouts; it keeps where
+/// the last one went and the last connect error (see [`NodePool`]).
 pub(crate) struct Manager {
     target: Arc<Target>,
     /// Where the last connection went (for errors).
@@ -130,15 +123,11 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> Result<Pooled, redis::RedisError> {
-        let result = self
-            .target
-            .client()
-            .and_then(|c| {
-                let info = c.get_connection_info();
-                *self.addr.lock() = self.target.describe_at(info.addr());
-                Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)
-            })
-            .map(|con| Pooled { con, broken: false });
+        let result = self.target.client().and_then(|c| {
+            let info = c.get_connection_info();
+            *self.addr.lock() = self.target.describe_at(info.addr());
+            Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)
+        });
         *self.last_error.lock() = result.as_ref().err().map(|e| (Instant::now(), e.clone()));
         result
     }
@@ -152,69 +141,6 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
-/// A pooled connection that leaves the pool after a timeout or an I/O
-/// error. Its next reply could be a late one to the request it gave up on —
-/// or, when the request itself was lost, a reply it would wrongly skip as
-/// late — so it is never trusted again.
-pub(crate) struct Pooled {
-    con: Wire,
-    broken: bool,
-}
-
-impl Pooled {
-    /// Whether the socket itself was found closed (a connection that died
-    /// idle: nothing sent on it reached the server).
-    pub(crate) fn closed(&self) -> bool {
-        self.con.closed()
-    }
-
-    /// Makes `io` the longest each read and write of the next commands may
-    /// take (see [`Wire::set_io_timeout`]).
-    pub(crate) fn set_io_timeout(&mut self, io: Duration) -> redis::RedisResult<()> {
-        let set = self.con.set_io_timeout(io);
-        self.note(&set);
-        set
-    }
-
-    fn note<T>(&mut self, result: &redis::RedisResult<T>) {
-        // Reconnect: an I/O error or timeout, or a server that turned replica
-        // (a failover; a new connection finds the new primary through
-        // Sentinel) — see `Retry`.
-        if let Err(e) = result {
-            if Retry::of(e) == Retry::Reconnect {
-                self.broken = true;
-            }
-        }
-    }
-}
-
-impl redis::ConnectionLike for Pooled {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
-        let result = self.con.req_packed_command(cmd);
-        self.note(&result);
-        result
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisResult<Vec<redis::Value>> {
-        let result = self.con.req_packed_commands(cmd, offset, count);
-        self.note(&result);
-        result
-    }
-
-    fn get_db(&self) -> i64 {
-        self.con.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.con.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        !self.broken && self.con.is_open()
-    }
-}
+/// A pooled connection: our [`Wire`], which leaves the pool once it is not
+/// open (see [`Wire::is_open`](redis::ConnectionLike::is_open)).
+pub(crate) type Pooled = Wire;

@@ -7,21 +7,21 @@
 //!
 //! [`THREADS`] threads while jobs keep moving; more (up to
 //! [`THREADS_MAX`], each ending after [`EXTRA_IDLE`] without work) while
-//! jobs wait and every thread has been stuck for [`STALLED`] (a watcher
-//! thread looks while jobs wait): one server that stopped answering must
-//! not hold up the client's calls to the others. A job's result goes to its
-//! task through a one-shot slot, or — the task's future dropped meanwhile —
-//! to the job's `lost` hook, which undoes it.
+//! jobs wait and no job ended for [`STALLED`] (a watcher thread looks while
+//! jobs wait): one server that stopped answering must not hold up the
+//! client's calls to the others. A job's result goes to its task through a
+//! one-shot slot, or — the task's future dropped meanwhile — to the job's
+//! `lost` hook, which undoes it.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::park::Park;
@@ -34,8 +34,8 @@ pub(crate) const THREADS: usize = 4;
 /// answer, each bounded by its timeouts).
 pub(crate) const THREADS_MAX: usize = 32;
 
-/// No job started or ended for this long while every thread is busy: the
-/// threads are stuck, and a new job gets a thread of its own.
+/// No job ended for this long while jobs wait and no thread is idle: the
+/// threads are stuck, and the watcher starts another.
 const STALLED: Duration = Duration::from_millis(100);
 
 /// An extra thread ends after this long without a job.
@@ -60,9 +60,8 @@ struct Shared {
     queue: Receiver<Job>,
     threads: AtomicUsize,
     idle: AtomicUsize,
-    /// When a job last started or ended (µs since `epoch`).
-    moved: AtomicU64,
-    epoch: Instant,
+    /// Jobs ended (the watcher sees whether the threads move).
+    ended: AtomicUsize,
     watching: AtomicBool,
 }
 
@@ -75,8 +74,7 @@ impl Default for IoThreads {
                 queue,
                 threads: AtomicUsize::new(0),
                 idle: AtomicUsize::new(0),
-                moved: AtomicU64::new(0),
-                epoch: Instant::now(),
+                ended: AtomicUsize::new(0),
                 watching: AtomicBool::new(false),
             }),
         }
@@ -84,18 +82,9 @@ impl Default for IoThreads {
 }
 
 impl Shared {
-    fn now_us(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
-    }
-
-    fn stalled(&self) -> bool {
-        let moved = self.moved.load(Ordering::Relaxed);
-        self.now_us().saturating_sub(moved) >= STALLED.as_micros() as u64
-    }
-
     /// The next job; `None` when this thread should end (the client is
-    /// gone, or this extra thread had nothing to do).
-    fn next(&self, extra: bool) -> Option<Job> {
+    /// gone, or this extra thread had nothing to do for `idle`).
+    fn next(&self, idle: Option<Duration>) -> Option<Job> {
         let look = Instant::now();
         while look.elapsed() < LINGER {
             if let Ok(job) = self.queue.try_recv() {
@@ -103,79 +92,70 @@ impl Shared {
             }
             std::thread::yield_now();
         }
-        if !extra {
-            return self.queue.recv().ok();
-        }
-        self.queue.recv_timeout(EXTRA_IDLE).ok()
+        self.queue.recv_timeout(idle.unwrap_or(Duration::MAX)).ok()
     }
 
-    fn work(&self, extra: bool) {
+    fn work(&self, idle: Option<Duration>) {
         loop {
             self.idle.fetch_add(1, Ordering::SeqCst);
-            let job = self.next(extra);
+            let job = self.next(idle);
             self.idle.fetch_sub(1, Ordering::SeqCst);
             let Some(job) = job else {
                 self.threads.fetch_sub(1, Ordering::SeqCst);
                 return;
             };
-            self.moved.store(self.now_us(), Ordering::Relaxed);
             // A panicking job (a bug) must not take the thread with it: its
-            // task learns of it through the slot's sender going.
+            // task learns of it through its `Reply` dropped unsent.
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
                 tracing::error!("leasehold: a job of an I/O thread panicked (a bug: please report it); its task gets Error::Thread, a background release or undo did not happen (the lock expires with its lease)");
             }
-            self.moved.store(self.now_us(), Ordering::Relaxed);
+            self.ended.fetch_add(1, Ordering::SeqCst);
         }
     }
 
-    /// Starts an I/O thread (already counted in `threads`); false when the
-    /// system would not (the count is taken back).
-    fn start_thread(self: &Arc<Self>, extra: bool) -> bool {
-        let shared = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("leasehold-io".into())
-            .spawn(move || shared.work(extra));
-        match spawned {
-            Ok(_) => true,
-            Err(e) => {
-                self.threads.fetch_sub(1, Ordering::SeqCst);
-                tracing::warn!(error = %e, "leasehold: could not start an I/O thread");
-                false
+    /// Starts an I/O thread if fewer than `up_to` run; whether it did.
+    fn start(self: &Arc<Self>, up_to: usize) -> bool {
+        let started = self.threads.fetch_add(1, Ordering::SeqCst);
+        if started < up_to {
+            let shared = Arc::clone(self);
+            let idle = (started >= THREADS).then_some(EXTRA_IDLE);
+            let spawned = std::thread::Builder::new()
+                .name("leasehold-io".into())
+                .spawn(move || shared.work(idle));
+            match spawned {
+                Ok(_) => return true,
+                Err(e) => tracing::warn!(error = %e, "leasehold: could not start an I/O thread"),
             }
         }
+        self.threads.fetch_sub(1, Ordering::SeqCst);
+        false
     }
 
-    /// While jobs wait and every thread is busy, a watcher looks every
-    /// half [`STALLED`]: when no job started or ended for that long, it
-    /// starts another thread (up to [`THREADS_MAX`]). It ends once nothing
-    /// waits.
+    /// Starts the watcher (see the module docs) unless it runs; it ends
+    /// once nothing waits.
     fn watch(self: &Arc<Self>) {
         if self.watching.swap(true, Ordering::SeqCst) {
             return;
         }
         let shared = Arc::clone(self);
-        let watcher = move || loop {
-            std::thread::sleep(STALLED / 2);
-            if shared.queue.is_empty() {
-                shared.watching.store(false, Ordering::SeqCst);
-                // A job queued right after the look, whose `watch` saw the
-                // flag still set: look again.
-                if shared.queue.is_empty() || shared.watching.swap(true, Ordering::SeqCst) {
-                    return;
+        let watcher = move || {
+            let mut ended = shared.ended.load(Ordering::SeqCst);
+            loop {
+                std::thread::sleep(STALLED);
+                if shared.queue.is_empty() {
+                    shared.watching.store(false, Ordering::SeqCst);
+                    // A job queued right after the look, whose `watch` saw
+                    // the flag still set: look again.
+                    if shared.queue.is_empty() || shared.watching.swap(true, Ordering::SeqCst) {
+                        return;
+                    }
                 }
-                continue;
-            }
-            if shared.idle.load(Ordering::SeqCst) == 0 && shared.stalled() {
-                let started = shared.threads.fetch_add(1, Ordering::SeqCst);
-                if started < THREADS_MAX {
-                    tracing::debug!(
-                        threads = started + 1,
-                        "leasehold: every I/O thread is stuck; starting another"
-                    );
-                    shared.start_thread(started >= THREADS);
-                } else {
-                    shared.threads.fetch_sub(1, Ordering::SeqCst);
+                let now = shared.ended.load(Ordering::SeqCst);
+                let stuck = now == ended && shared.idle.load(Ordering::SeqCst) == 0;
+                if stuck && shared.start(THREADS_MAX) {
+                    tracing::debug!("leasehold: every I/O thread is stuck; started another");
                 }
+                ended = now;
             }
         };
         let spawned = std::thread::Builder::new()
@@ -188,25 +168,23 @@ impl Shared {
 }
 
 impl IoThreads {
-    /// Hands `job` to an I/O thread, starting one when none is idle (the
-    /// first [`THREADS`]; beyond them, the watcher starts more while the
-    /// threads are stuck); gives it back when there is no thread at all.
-    fn spawn(&self, job: Job) -> std::result::Result<(), Job> {
+    /// Hands `job` to an I/O thread, starting one when none is idle (up to
+    /// [`THREADS`]; the watcher starts more); runs it here when there is
+    /// none at all (none could be started): better late than never.
+    fn spawn(&self, job: Job) {
         let s = &self.shared;
-        if s.idle.load(Ordering::SeqCst) == 0 {
-            let started = s.threads.fetch_add(1, Ordering::SeqCst);
-            if started >= THREADS {
-                s.threads.fetch_sub(1, Ordering::SeqCst);
-            } else if !s.start_thread(false) && started == 0 {
-                return Err(job);
-            }
+        if s.idle.load(Ordering::SeqCst) == 0
+            && !s.start(THREADS)
+            && s.threads.load(Ordering::SeqCst) == 0
+        {
+            return job();
         }
-        self.jobs.send(job).map_err(|e| e.into_inner())?;
+        // Cannot fail: `shared` holds the receiving end.
+        let _ = self.jobs.send(job);
         if !s.queue.is_empty() {
             // Jobs wait (a burst, or every thread stuck): watch them.
             s.watch();
         }
-        Ok(())
     }
 
     /// Runs `job` — blocking work, a round trip — inline for a thread, on
@@ -215,8 +193,6 @@ impl IoThreads {
     /// dropped before the result reached it, `lost` gets the result (to
     /// undo what it did; it runs on the I/O thread or in the dropping task,
     /// so it must not block: hand round trips to [`detach`](Self::detach)).
-    /// No I/O thread at all (none could be started): better on this thread
-    /// than not at all.
     ///
     /// The future's error is [`Error::Thread`] when an I/O thread stopped
     /// without an answer (a bug: the job panicked).
@@ -226,32 +202,16 @@ impl IoThreads {
         job: impl FnOnce() -> T + Send + 'static,
         lost: impl FnOnce(T) + Send + 'static,
     ) -> Io<T> {
-        if park == Park::Thread {
-            return Io::Ready(Some(Ok(job())));
-        }
         let slot = Arc::new(Mutex::new(Slot {
             value: None,
             waker: None,
             gone: false,
-            failed: false,
+            ended: false,
             lost: Some(Box::new(lost)),
         }));
-        let reply = Reply {
-            slot: Arc::clone(&slot),
-            sent: false,
-        };
-        let job: Box<dyn FnOnce() -> T + Send> = Box::new(job);
-        match self.spawn(Box::new(move || reply.send(job()))) {
-            Ok(()) => Io::Waiting(Awaiting { slot }),
-            Err(job) => {
-                // Not run: its reply must not say "stopped without an answer".
-                job();
-                let value = slot.lock().value.take();
-                Io::Ready(Some(value.ok_or_else(|| {
-                    thread_error("a round trip ended without its result")
-                })))
-            }
-        }
+        let reply = Reply(Arc::clone(&slot));
+        self.detach(park, move || reply.send(job()));
+        Io { slot }
     }
 
     /// Runs `job` without waiting for it: inline for a thread (as the
@@ -260,12 +220,7 @@ impl IoThreads {
     pub(crate) fn detach(&self, park: Park, job: impl FnOnce() + Send + 'static) {
         match park {
             Park::Thread => job(),
-            Park::Task => {
-                if let Err(job) = self.spawn(Box::new(job)) {
-                    // No I/O thread: better late on this thread than never.
-                    job();
-                }
-            }
+            Park::Task => self.spawn(Box::new(job)),
         }
     }
 }
@@ -276,85 +231,81 @@ struct Slot<T> {
     waker: Option<Waker>,
     /// The task's future was dropped: the result is the `lost` hook's.
     gone: bool,
-    /// The job ended without a result (it panicked).
-    failed: bool,
+    /// The job is over: no value now means it ended without one (it
+    /// panicked).
+    ended: bool,
     lost: Option<Box<dyn FnOnce(T) + Send>>,
 }
 
-/// Sends the job's result to its slot — or, dropped without one, says so.
-struct Reply<T> {
-    slot: Arc<Mutex<Slot<T>>>,
-    sent: bool,
+/// Gives `value` to the slot's `lost` hook (not under the slot's lock).
+fn to_lost<T>(mut slot: MutexGuard<'_, Slot<T>>, value: T) {
+    let lost = slot.lost.take();
+    drop(slot);
+    if let Some(lost) = lost {
+        lost(value);
+    }
 }
 
+/// The job's end of its slot: sends the result; dropped — after that, or
+/// without a result when the job panicked — it wakes the task.
+struct Reply<T>(Arc<Mutex<Slot<T>>>);
+
 impl<T> Reply<T> {
-    fn send(mut self, value: T) {
-        self.sent = true;
-        let mut slot = self.slot.lock();
+    fn send(self, value: T) {
+        let mut slot = self.0.lock();
         if slot.gone {
-            let lost = slot.lost.take();
-            drop(slot);
-            if let Some(lost) = lost {
-                lost(value);
-            }
-            return;
-        }
-        slot.value = Some(value);
-        if let Some(waker) = slot.waker.take() {
-            drop(slot);
-            waker.wake();
+            to_lost(slot, value);
+        } else {
+            slot.value = Some(value);
         }
     }
 }
 
 impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
-        if !self.sent {
-            let mut slot = self.slot.lock();
-            slot.failed = true;
-            if let Some(waker) = slot.waker.take() {
-                drop(slot);
-                waker.wake();
-            }
+        let mut slot = self.0.lock();
+        slot.ended = true;
+        let waker = slot.waker.take();
+        drop(slot);
+        if let Some(waker) = waker {
+            waker.wake();
         }
     }
 }
 
-/// The task's end of a job: dropped before the result came, it leaves the
-/// result to the `lost` hook.
-pub(crate) struct Awaiting<T> {
+/// The result of [`IoThreads::io`]: the task's end of a job. Dropped before
+/// the result came, it leaves the result to the `lost` hook.
+pub(crate) struct Io<T> {
     slot: Arc<Mutex<Slot<T>>>,
 }
 
-impl<T> Drop for Awaiting<T> {
+impl<T> Drop for Io<T> {
     fn drop(&mut self) {
         let mut slot = self.slot.lock();
         slot.gone = true;
         slot.waker = None;
         // Arrived but not taken: the hook undoes it here. (Not arrived: the
         // hook stays for the I/O thread.)
-        let Some(value) = slot.value.take() else {
-            return;
-        };
-        if let Some(lost) = slot.lost.take() {
-            drop(slot);
-            lost(value);
+        if let Some(value) = slot.value.take() {
+            to_lost(slot, value);
         }
     }
 }
 
-impl<T> Awaiting<T> {
-    /// The result, once the job ended.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<T>> {
+impl<T> Future for Io<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let mut slot = self.slot.lock();
         if let Some(value) = slot.value.take() {
             slot.lost = None;
             return Poll::Ready(Ok(value));
         }
-        if slot.failed {
-            return Poll::Ready(Err(thread_error(
-                "a leasehold I/O thread stopped without an answer (a bug: please report it)",
-            )));
+        if slot.ended {
+            let what = "a leasehold I/O thread stopped without an answer (a bug: please report it)";
+            return Poll::Ready(Err(Error::Thread {
+                source: std::io::Error::other(what),
+            }));
         }
         match &mut slot.waker {
             Some(w) => w.clone_from(cx.waker()),
@@ -364,41 +315,11 @@ impl<T> Awaiting<T> {
     }
 }
 
-/// The result of [`IoThreads::io`]: ready (run on the caller's thread), or
-/// on its way from an I/O thread.
-pub(crate) enum Io<T> {
-    Ready(Option<Result<T>>),
-    Waiting(Awaiting<T>),
-}
-
-// Nothing in it is pinned: the slot is behind an `Arc`.
-impl<T> Unpin for Io<T> {}
-
-impl<T> Future for Io<T> {
-    type Output = Result<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
-        match self.get_mut() {
-            Io::Ready(out) => Poll::Ready(
-                out.take()
-                    .unwrap_or_else(|| Err(thread_error("a round trip's result was taken twice"))),
-            ),
-            Io::Waiting(waiting) => waiting.poll(cx),
-        }
-    }
-}
-
-/// The error of an I/O thread that could not run or answer a job.
-fn thread_error(what: &str) -> Error {
-    Error::Thread {
-        source: std::io::Error::other(what.to_owned()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::park::block_on;
+    use std::sync::atomic::AtomicU64;
 
     fn lost_to(seen: &Arc<AtomicU64>) -> impl FnOnce(u64) + Send + 'static {
         let seen = Arc::clone(seen);
@@ -414,13 +335,6 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         true
-    }
-
-    fn waiting<T>(io: Io<T>) -> Awaiting<T> {
-        match io {
-            Io::Waiting(w) => w,
-            Io::Ready(_) => panic!("a task's job ran inline"),
-        }
     }
 
     #[test]
@@ -439,7 +353,9 @@ mod tests {
     #[test]
     fn a_result_that_arrived_before_its_future_was_dropped_goes_to_the_lost_hook() {
         let (threads, seen) = (IoThreads::default(), Arc::new(AtomicU64::new(0)));
-        let awaiting = waiting(threads.io(Park::Task, || 9, lost_to(&seen)));
+        let awaiting = threads.io(Park::Task, || 9, lost_to(&seen));
+        let on_a_thread = threads.shared.threads.load(Ordering::SeqCst);
+        assert_eq!(on_a_thread, 1, "a task's job ran inline");
         assert!(eventually(|| awaiting.slot.lock().value.is_some()));
         drop(awaiting);
         assert_eq!(seen.load(Ordering::SeqCst), 9);

@@ -8,12 +8,13 @@
 //! encodes commands, parses replies and runs scripts over it
 //! ([`redis::ConnectionLike`]).
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
 
 use super::stream::{self, Stream, TlsConfig};
+use crate::error::Retry;
 
 /// A connection for commands: send, then read the replies in order.
 pub(crate) struct Wire {
@@ -23,7 +24,11 @@ pub(crate) struct Wire {
     /// The read and write timeout the socket has now.
     io: Duration,
     /// False after any error that leaves a reply unread or the socket
-    /// unusable: the pool drops it.
+    /// unusable, or that says the server is no primary now (a failover: a
+    /// new connection finds the new one) — [`Retry::Reconnect`]: the pool
+    /// drops it. Its next reply could be a late one to the request it gave
+    /// up on — or, when the request itself was lost, a reply it would
+    /// wrongly skip as late — so it is never trusted again.
     open: bool,
     /// The socket was found closed by the other end (end of file on a read,
     /// a failed write): what was sent never ran, so it may be sent again on
@@ -64,15 +69,21 @@ impl Wire {
     /// system call only when it changes).
     pub(crate) fn set_io_timeout(&mut self, io: Duration) -> RedisResult<()> {
         if io != self.io {
-            self.stream.set_read_timeout(Some(io))?;
-            self.stream.set_write_timeout(Some(io))?;
+            let set = self.stream.set_read_timeout(Some(io));
+            let set = set.and_then(|()| self.stream.set_write_timeout(Some(io)));
+            self.open &= set.is_ok();
+            set?;
             self.io = io;
         }
         Ok(())
     }
 
     fn send(&mut self, bytes: &[u8]) -> RedisResult<()> {
-        self.stream.write_all(bytes).map_err(|e| self.broke(e))
+        self.stream.write_all(bytes).map_err(|e| {
+            self.open = false;
+            self.closed = true;
+            e.into()
+        })
     }
 
     fn recv(&mut self) -> RedisResult<Value> {
@@ -84,12 +95,6 @@ impl Wire {
             self.closed |= e.is_connection_dropped();
         }
         parsed
-    }
-
-    fn broke(&mut self, e: io::Error) -> redis::RedisError {
-        self.open = false;
-        self.closed = true;
-        e.into()
     }
 }
 
@@ -104,63 +109,36 @@ pub(crate) fn handshake(
     name: Option<&str>,
     select: bool,
 ) -> RedisResult<()> {
-    let Some(hello) = Hello::new(settings, name, select) else {
+    let mut pipe = redis::pipe();
+    if let Some(password) = settings.password() {
+        let auth = pipe.cmd("AUTH");
+        if let Some(user) = settings.username() {
+            auth.arg(user);
+        }
+        auth.arg(password);
+    }
+    if select && settings.db() != 0 {
+        pipe.cmd("SELECT").arg(settings.db());
+    }
+    if let Some(name) = name {
+        pipe.cmd("CLIENT").arg("SETNAME").arg(name);
+    }
+    if pipe.is_empty() {
         return Ok(());
-    };
-    stream.write_all(&hello.pipe.get_packed_pipeline())?;
-    for i in 0..hello.pipe.len() {
-        hello.check(i, read_reply(parser, stream)?)?;
+    }
+    stream.write_all(&pipe.get_packed_pipeline())?;
+    for i in 0..pipe.len() {
+        let Err(e) = read_reply(parser, stream)?.extract_error() else {
+            continue;
+        };
+        // Only an ACL refusal of the name is harmless; anything else (AUTH
+        // or SELECT refused, a full server) fails the connection.
+        if name.is_none() || i + 1 < pipe.len() || e.code() != Some("NOPERM") {
+            return Err(e);
+        }
+        tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
     }
     Ok(())
-}
-
-/// The handshake's commands (see [`handshake`]), and how each reply is
-/// judged: written once for our command connections and the subscriber.
-pub(crate) struct Hello {
-    pub(crate) pipe: redis::Pipeline,
-    named: bool,
-}
-
-impl Hello {
-    /// The handshake for `settings`; `None` when there is nothing to say.
-    pub(crate) fn new(
-        settings: &RedisConnectionInfo,
-        name: Option<&str>,
-        select: bool,
-    ) -> Option<Self> {
-        let mut pipe = redis::pipe();
-        if let Some(password) = settings.password() {
-            let auth = pipe.cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
-            }
-            auth.arg(password);
-        }
-        if select && settings.db() != 0 {
-            pipe.cmd("SELECT").arg(settings.db());
-        }
-        if let Some(name) = name {
-            pipe.cmd("CLIENT").arg("SETNAME").arg(name);
-        }
-        (!pipe.is_empty()).then_some(Hello {
-            pipe,
-            named: name.is_some(),
-        })
-    }
-
-    /// Judges reply `i`: only an ACL refusal of the name is harmless;
-    /// anything else (AUTH or SELECT refused, a full server) fails the
-    /// connection.
-    pub(crate) fn check(&self, i: usize, reply: Value) -> RedisResult<()> {
-        if let Err(e) = reply.extract_error() {
-            let refused_name = self.named && i + 1 == self.pipe.len() && e.code() == Some("NOPERM");
-            if !refused_name {
-                return Err(e);
-            }
-            tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
-        }
-        Ok(())
-    }
 }
 
 /// One reply off `stream`; bytes that are not Redis protocol at all (another
@@ -200,10 +178,12 @@ impl redis::ConnectionLike for Wire {
                 reply => replies.push(reply),
             }
         }
-        match skipped_error {
-            Some(e) => Err(e.into()),
-            None => Ok(replies),
-        }
+        let Some(e) = skipped_error else {
+            return Ok(replies);
+        };
+        let e = redis::RedisError::from(e);
+        self.open &= Retry::of(&e) != Retry::Reconnect;
+        Err(e)
     }
 
     fn get_db(&self) -> i64 {

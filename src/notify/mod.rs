@@ -214,7 +214,7 @@ impl Notifier {
         if let Some(s) = nodes.get(&node) {
             return Some(Arc::clone(s));
         }
-        let info = shards.router.info_for(&node)?;
+        let info = shards.router.info_for(&node).ok()?;
         let base = &self.shared;
         let shared = Shared::new(
             info,
