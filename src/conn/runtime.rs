@@ -45,7 +45,7 @@ use tokio::net::TcpStream;
 use tokio::runtime::{Handle, Id};
 
 use super::transport::{Forsaken, MakeForsaken, Outcome};
-use super::wire::Hello;
+use super::wire::hello;
 use crate::park::Sleep;
 use crate::protocol::{Call, Reply};
 
@@ -316,10 +316,11 @@ impl Con {
             read: Vec::new(),
             _counted: counted,
         };
-        if let Some(hello) = Hello::new(&pool.settings, None, true) {
-            con.send(&hello.pipe.get_packed_pipeline()).await?;
-            for i in 0..hello.pipe.len() {
-                hello.check(i, con.recv().await?)?;
+        let hello = hello(&pool.settings, None, true);
+        if !hello.is_empty() {
+            con.send(&hello.get_packed_pipeline()).await?;
+            for _ in 0..hello.len() {
+                con.recv().await?.extract_error()?;
             }
         }
         Ok(con)

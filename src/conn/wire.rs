@@ -109,20 +109,7 @@ pub(crate) fn handshake(
     name: Option<&str>,
     select: bool,
 ) -> RedisResult<()> {
-    let mut pipe = redis::pipe();
-    if let Some(password) = settings.password() {
-        let auth = pipe.cmd("AUTH");
-        if let Some(user) = settings.username() {
-            auth.arg(user);
-        }
-        auth.arg(password);
-    }
-    if select && settings.db() != 0 {
-        pipe.cmd("SELECT").arg(settings.db());
-    }
-    if let Some(name) = name {
-        pipe.cmd("CLIENT").arg("SETNAME").arg(name);
-    }
+    let pipe = hello(settings, name, select);
     if pipe.is_empty() {
         return Ok(());
     }
@@ -139,6 +126,30 @@ pub(crate) fn handshake(
         tracing::debug!(error = %e, "leasehold: CLIENT SETNAME was refused; going on unnamed");
     }
     Ok(())
+}
+
+/// The handshake's commands (see [`handshake`]; the tokio transport's
+/// connections send them too).
+pub(crate) fn hello(
+    settings: &RedisConnectionInfo,
+    name: Option<&str>,
+    select: bool,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    if let Some(password) = settings.password() {
+        let auth = pipe.cmd("AUTH");
+        if let Some(user) = settings.username() {
+            auth.arg(user);
+        }
+        auth.arg(password);
+    }
+    if select && settings.db() != 0 {
+        pipe.cmd("SELECT").arg(settings.db());
+    }
+    if let Some(name) = name {
+        pipe.cmd("CLIENT").arg("SETNAME").arg(name);
+    }
+    pipe
 }
 
 /// One reply off `stream`; bytes that are not Redis protocol at all (another
