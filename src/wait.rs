@@ -128,12 +128,15 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
         // The lease counts from when the request was sent, not answered.
         let sent_at = env.now();
         let cap = match place.kind.attempt().await {
-            // No time was left for the last try's round trip (or its reply
-            // did not come by the deadline) and no outage was under way:
-            // the wait ran out, Redis did not fail.
+            // Redis answered that the lock is held and has not failed
+            // since, and no time was left to send the last try: the wait
+            // ran out, Redis did not fail. (A try sent and not answered by
+            // the deadline is Redis's silence: its error.)
             Err(Error::TimedOut {
-                by_deadline: true, ..
-            }) if bounded && outage.since.is_none() => return Ok(None),
+                by_deadline: true,
+                timeout: Duration::ZERO,
+                ..
+            }) if waiting && outage.since.is_none() => return Ok(None),
             Err(e) if (waiting || bounded) && e.is_transient() => {
                 outage
                     .ride(env, name, e, sent_at, deadline, sub.as_ref())

@@ -138,7 +138,13 @@ fn redis_restarted_empty_while_locks_are_held_and_waiters_park() {
         .unwrap();
     let first_token = held.fence().unwrap();
     let lost = held.lost();
-    let other = LockClient::new(&server.url()).unwrap();
+    // The waiter rides the outage out for its connect timeout: 30 s, far
+    // past the kill, probe and restart below (a fraction of a second; a few
+    // on a loaded machine, where the default 5 s could run out first).
+    let other = LockClient::builder(&server.url())
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let waiter = {
         let other = other.clone();
         thread::spawn(move || {

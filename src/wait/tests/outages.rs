@@ -199,4 +199,9 @@ fn a_last_try_with_no_time_left_ends_the_wait_as_its_deadline() {
     let deadline = now() + Duration::from_millis(5);
     let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
     assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+    // And so it is when Redis never answered this wait at all.
+    let mut kind = Scripted::new(vec![Step::Fail(out_of_time), Step::Fail(out_of_time)]);
+    let deadline = now() + Duration::from_millis(5);
+    let e = run(&mut kind, &fake(), Some(deadline)).unwrap_err();
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
 }
