@@ -64,6 +64,8 @@ const PEERS: &[(&str, &str)] = &[
     ("task", "inspect"),
     ("semaphore", "acquire"),
     ("semaphore", "client"),
+    // The permit guards keep their hold in the lock guards' core (`Held`).
+    ("semaphore", "guard"),
     ("task", "semaphore"),
 ];
 
