@@ -2,7 +2,7 @@
 //! by a review of the transport: a reply that comes in two segments, an
 //! acquire dropped before its `NOSCRIPT` was read, a dropped call whose
 //! reply never comes, more live runtimes than a few, `AUTH` and `SELECT`
-//! across restarts, where a reply ends.
+//! across restarts.
 #![cfg(feature = "tokio")]
 
 mod support;
@@ -15,13 +15,8 @@ use leasehold::LockClient;
 use redis::Commands;
 use support::{eventually, RedisServer};
 
-/// `total_connections_received` of `INFO stats`.
 fn connections_received(con: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("stats").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap()
+    support::info_number(con, "stats", "total_connections_received")
 }
 
 /// An acquire dropped right after its `EVALSHA` went out, on a server
@@ -62,9 +57,9 @@ fn an_acquire_dropped_before_noscript_is_read_is_not_taken_after_its_undo() {
         let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await;
         assert!(!first, "the acquire ended in one poll");
     });
-    // Not driven for 3× the socket timeout: the hook is told "no answer";
+    // Not driven for 10× the socket timeout: the hook is told "no answer";
     // its undo runs.
-    std::thread::sleep(Duration::from_millis(1_000));
+    std::thread::sleep(Duration::from_millis(3_000));
     // Driven again.
     rt.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
     assert!(
@@ -329,87 +324,6 @@ fn a_drain_whose_reply_never_comes_ends() {
         0,
         "the dropped call's task still waits, 3 s after the partition healed"
     );
-}
-
-/// `reply_len` of src/conn/runtime.rs, copied verbatim (it is private),
-/// against the `redis` crate's parser on random RESP2 replies: nested
-/// arrays, nil and empty arrays and bulk strings, bulk strings holding
-/// `\r\n`, negative integers, errors. (Passes.)
-#[test]
-fn reply_len_agrees_with_the_parser_on_random_resp2() {
-    fn reply_len(buf: &[u8], at: usize) -> Option<usize> {
-        let line = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")? + 2;
-        let n = || {
-            std::str::from_utf8(&buf[at + 1..line - 2])
-                .ok()?
-                .parse::<i64>()
-                .ok()
-        };
-        match buf[at] {
-            b'$' => match usize::try_from(n()?) {
-                Ok(len) => Some(line + len + 2).filter(|end| *end <= buf.len()),
-                Err(_) => Some(line), // nil
-            },
-            b'*' => (0..n()?.max(0)).try_fold(line, |at, _| reply_len(buf, at)),
-            _ => Some(line),
-        }
-    }
-    let mut seed = 0x9e3779b97f4a7c15u64;
-    let mut rand = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
-    fn gen(rand: &mut impl FnMut(u64) -> u64, depth: u32, out: &mut Vec<u8>) {
-        match rand(if depth > 3 { 6 } else { 8 }) {
-            0 => out.extend_from_slice(format!(":{}\r\n", rand(1000) as i64 - 500).as_bytes()),
-            1 => out.extend_from_slice(b"+OK\r\n"),
-            2 => out.extend_from_slice(b"-ERR some error\r\n"),
-            3 => out.extend_from_slice(b"$-1\r\n"),
-            4 | 5 => {
-                let len = rand(20) as usize;
-                let body: Vec<u8> = (0..len).map(|_| b"ab\r\n*$:-+"[rand(9) as usize]).collect();
-                out.extend_from_slice(format!("${len}\r\n").as_bytes());
-                out.extend_from_slice(&body);
-                out.extend_from_slice(b"\r\n");
-            }
-            6 => out.extend_from_slice(if rand(2) == 0 { b"*-1\r\n" } else { b"*0\r\n" }),
-            _ => {
-                let n = rand(5);
-                out.extend_from_slice(format!("*{n}\r\n").as_bytes());
-                for _ in 0..n {
-                    gen(rand, depth + 1, out);
-                }
-            }
-        }
-    }
-    for _ in 0..3000 {
-        let mut reply = Vec::new();
-        gen(&mut rand, 0, &mut reply);
-        assert!(
-            redis::parse_redis_value(&reply).is_ok(),
-            "{:?}",
-            String::from_utf8_lossy(&reply)
-        );
-        assert_eq!(
-            reply_len(&reply, 0),
-            Some(reply.len()),
-            "{:?}",
-            String::from_utf8_lossy(&reply)
-        );
-        for cut in 0..reply.len() {
-            assert_eq!(
-                reply_len(&reply[..cut], 0),
-                None,
-                "{:?} cut at {cut}",
-                String::from_utf8_lossy(&reply)
-            );
-        }
-        let mut two = reply.clone();
-        two.extend_from_slice(b":7\r\n");
-        assert_eq!(reply_len(&two, 0), Some(reply.len()));
-    }
 }
 
 /// One long-lived runtime in steady use, and now and then a runtime made

@@ -35,13 +35,8 @@ fn io_threads() -> usize {
         .count()
 }
 
-/// `connected_clients` of `INFO clients`.
 fn connected_clients(con: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap()
+    support::info_number(con, "clients", "connected_clients")
 }
 
 async fn pairs(client: &AsyncLockClient, name: &str, n: usize) {

@@ -361,6 +361,22 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
+/// A number of `INFO <section>` (`connected_clients`,
+/// `total_connections_received`, …) on `con`.
+#[allow(dead_code)]
+pub fn info_number(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    info.lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+}
+
 /// `cmdstat_evalsha:calls=3,usec=…` lines → `{"evalsha": 3}`.
 pub fn parse_command_calls(info: &str) -> HashMap<String, u64> {
     info.lines()
