@@ -21,8 +21,8 @@
 //                        the one round trip of the lock path (`transport`:
 //                        inline, the client's I/O threads — `threads` — or
 //                        the task's own tokio runtime — `runtime`, feature
-//                        `tokio`) and what a call dropped while out leaves
-//                        to undo
+//                        `tokio`, with `reply`: where a reply ends) and what
+//                        a call dropped while out leaves to undo
 //   machinery  notify/   the shared subscriber: its book of channels, wake-ups,
 //                        grants kept per waiter, slots that move
 //              renewal/  the watchdog thread: lease state, timer wheel, the

@@ -9,6 +9,8 @@ mod batch;
 pub(crate) mod cluster;
 mod pool;
 #[cfg(feature = "tokio")]
+mod reply;
+#[cfg(feature = "tokio")]
 mod runtime;
 pub(crate) mod sentinel;
 pub(crate) mod stream;
