@@ -76,7 +76,12 @@ fn redis_keeps(con: &mut redis::Connection, kind: Kind, guard: &LockGuard, owner
         keeps = i64::MAX;
     }
     if kind == Kind::Read {
-        let holds: i64 = con.hget(key, &field).unwrap();
+        // Gone since HEXISTS (the lease ran out between the two reads):
+        // no holds, Redis keeps nothing.
+        let holds: i64 = con
+            .hget::<_, _, Option<i64>>(key, &field)
+            .unwrap()
+            .unwrap_or(0);
         let longest = (1..=holds)
             .map(|i| {
                 con.pttl::<_, i64>(format!("{{{key}}}:{owner}:rwlock_timeout:{i}"))
