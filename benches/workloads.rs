@@ -140,6 +140,13 @@ fn main() {
                 let (r, l) = (w3(Kind::Raw, &url, secs), w3(Kind::Leasehold, &url, secs));
                 println!("W3 raw {r:.0}/s leasehold {l:.0}/s ratio {:.2}", l / r);
             }
+            "w2" => {
+                let (raw, lh) = (w2(Kind::Raw, &url, secs), w2(Kind::Leasehold, &url, secs));
+                println!(
+                    "W2 leasehold {:.0}/s (floor {:.0}/s, ratio {:.2}) handoff p50 {:.0} µs, p99 {:.0} µs, cmds/CS {:.2}, in-process {:.0} %",
+                    lh.pairs_per_s, raw.pairs_per_s, lh.pairs_per_s / raw.pairs_per_s, lh.handoff_p50_us, lh.handoff_p99_us, lh.client_cmds_per_cs, lh.in_process * 100.0
+                );
+            }
             "w2p" => {
                 let c = w2p(Kind::Leasehold, &url, secs);
                 println!(
@@ -224,7 +231,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "BENCH_ONLY: w1, a1, r1 (feature peers), w3, w2p, w2c, w2P, async, a2c, w2c-alone, sem, floors, w5 or fair, not {other}"
+                    "BENCH_ONLY: w1, w2, a1, r1 (feature peers), w3, w2p, w2c, w2P, async, a2c, w2c-alone, sem, floors, w5 or fair, not {other}"
                 )
             }
         }
