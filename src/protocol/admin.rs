@@ -3,10 +3,10 @@
 //! a lock of any kind (Redisson's `forceUnlock`), which tells that kind's
 //! waiters and refuses to touch anything that is not a lock.
 
-use redis::{ConnectionLike, RedisResult, Script, Value};
+use redis::{ConnectionLike, RedisResult, Value};
 
 use super::plain::companion_fn;
-use super::{run, unexpected, PubSub};
+use super::{unexpected, Lua, PubSub, Scripts};
 use crate::names::{channel_name, line_key, queue_key, rw_channel};
 
 /// The Lua functions `lock_owner(f)` — whether hash field `f` names a
@@ -206,32 +206,30 @@ pub(crate) enum Forced {
 
 /// The operator's scripts.
 pub(crate) struct AdminScripts {
-    force_unlock: Script,
-    shape: Script,
+    force_unlock: Lua,
+    shape: Lua,
 }
 
 impl AdminScripts {
     pub(crate) fn new(pubsub: PubSub) -> Self {
         AdminScripts {
-            force_unlock: pubsub.script(FORCE_UNLOCK),
-            shape: Script::new(SHAPE),
+            force_unlock: pubsub.lua(FORCE_UNLOCK),
+            shape: pubsub.lua(SHAPE),
         }
     }
+}
 
-    /// Deletes lock `key` of any kind and wakes its waiters — unless `key`
-    /// is not a lock.
+impl Scripts {
+    /// Deletes lock `key` of any kind and wakes its waiters (an operator's
+    /// tool) — unless `key` is not a lock.
     pub(crate) fn force_unlock(
         &self,
         con: &mut dyn ConnectionLike,
         key: &str,
     ) -> RedisResult<Forced> {
-        let mut cmd = super::evalsha(&self.force_unlock, 5);
-        cmd.arg(key)
-            .arg(channel_name(key))
-            .arg(rw_channel(key))
-            .arg(queue_key(key))
-            .arg(line_key(key));
-        let reply: Value = run(con, &self.force_unlock, &cmd)?;
+        let keys = (key, channel_name(key), rw_channel(key));
+        let reply =
+            (self.admin.force_unlock).query(con, 5, (keys, queue_key(key), line_key(key)))?;
         Ok(match reply {
             Value::Int(1) => Forced::Freed,
             Value::Int(_) => Forced::NotHeld,
@@ -242,12 +240,10 @@ impl AdminScripts {
         })
     }
 
-    /// What `key` is (one script; read only).
+    /// What `key` is: a lock, nothing, or something else (an operator's
+    /// read; one script, read only).
     pub(crate) fn shape(&self, con: &mut dyn ConnectionLike, key: &str) -> RedisResult<Shape> {
-        let mut cmd = super::evalsha(&self.shape, 1);
-        cmd.arg(key);
-        let reply: Value = run(con, &self.shape, &cmd)?;
-        shape_of(&reply)
+        shape_of(&self.admin.shape.query(con, 1, key)?)
     }
 }
 

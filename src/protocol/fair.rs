@@ -23,11 +23,11 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Script, Value};
+use redis::{ConnectionLike, RedisResult};
 
 use super::admin::shape_fn;
 use super::plain::{granted_fn, mint_fn, UNLOCK_MESSAGE};
-use super::{evalsha, keep_fn, millis, token, unexpected, Call, Keep, Lua, PubSub};
+use super::{keep_fn, millis, Call, Fence, Lua, PubSub, Release, Request};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 use crate::options::Kind;
 
@@ -254,21 +254,11 @@ end
 return redis.call('hexists', KEYS[1], ARGV[2])
 "#;
 
-/// What a fair acquire attempt found.
-pub(crate) enum FairAcquire {
-    /// Ours now, with a new token (fenced first hold), `Some(None)` for a
-    /// fenced reentrant hold, `None` when not fenced.
-    Acquired(Option<Option<u64>>),
-    /// Queued; wait at most this long before trying again (`None`: the
-    /// holder has no expiry).
-    Queued(Option<Duration>),
-}
-
 /// The fair lock's scripts.
 pub(crate) struct FairScripts {
     acquire: Lua,
     release: Lua,
-    cancel: Script,
+    cancel: Lua,
 }
 
 impl FairScripts {
@@ -286,57 +276,49 @@ impl FairScripts {
                 granted_fn!(),
                 keep_fn!()
             )),
-            cancel: pubsub.script(CANCEL),
+            cancel: pubsub.lua(CANCEL),
         }
     }
 
-    /// One acquire as a call (read by [`acquire_reply`]); `place`: the
-    /// waiter's place in the queue, when it has one.
-    pub(crate) fn acquire_call(
-        &'static self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        fenced: bool,
-        place: Option<&str>,
-    ) -> Call {
-        let mut cmd = evalsha(&self.acquire.script, if fenced { 5 } else { 4 });
-        cmd.arg(key)
-            .arg(queue_key(key))
-            .arg(timeout_key(key))
-            .arg(fair_marks_key(key));
-        if fenced {
-            cmd.arg(token_key(key));
-        }
-        cmd.arg(millis(lease))
-            .arg(owner)
-            .arg(millis(
-                super::place_lease(Kind::Fair, lease).unwrap_or(QUEUE_LEASE),
-            ))
-            .arg(place.unwrap_or(""));
-        self.acquire.call(cmd)
+    /// One acquire as a call; `req.place`: the waiter's place in the queue,
+    /// when it has one.
+    pub(crate) fn acquire_call(&'static self, req: &Request<'_>) -> Call {
+        let (key, fenced) = (req.key, req.fence != Fence::None);
+        let place = super::place_lease(Kind::Fair, req.lease).unwrap_or(QUEUE_LEASE);
+        self.acquire.call(
+            4 + usize::from(fenced),
+            (
+                key,
+                queue_key(key),
+                timeout_key(key),
+                fair_marks_key(key),
+                fenced.then(|| token_key(key)),
+                millis(req.lease),
+                req.owner,
+                millis(place),
+                req.place.unwrap_or(""),
+            ),
+        )
     }
 
-    /// One release as a call (read by [`release_reply`]).
-    pub(crate) fn release_call(
-        &'static self,
-        key: &str,
-        owner: &str,
-        keep: Keep,
-        last: bool,
-    ) -> Call {
-        let mut cmd = evalsha(&self.release.script, 6);
-        cmd.arg(key)
-            .arg(queue_key(key))
-            .arg(timeout_key(key))
-            .arg(channel_name(key))
-            .arg(fair_marks_key(key))
-            .arg(token_key(key))
-            .arg(UNLOCK_MESSAGE)
-            .arg(keep.arg())
-            .arg(owner)
-            .arg(if last { "1" } else { "0" });
-        self.release.call(cmd)
+    /// One release as a call.
+    pub(crate) fn release_call(&'static self, rel: &Release<'_>) -> Call {
+        let key = rel.key;
+        self.release.call(
+            6,
+            (
+                key,
+                queue_key(key),
+                timeout_key(key),
+                channel_name(key),
+                fair_marks_key(key),
+                token_key(key),
+                UNLOCK_MESSAGE,
+                rel.keep.arg(),
+                rel.field,
+                rel.last,
+            ),
+        )
     }
 
     /// Leaves the queue; true when the lock was granted to `owner`
@@ -347,29 +329,16 @@ impl FairScripts {
         key: &str,
         owner: &str,
     ) -> RedisResult<bool> {
-        let held: i64 = self
-            .cancel
-            .key(key)
-            .key(queue_key(key))
-            .key(timeout_key(key))
-            .key(channel_name(key))
-            .key(fair_marks_key(key))
-            .arg(UNLOCK_MESSAGE)
-            .arg(owner)
-            .invoke(con)?;
+        let keys = (
+            key,
+            queue_key(key),
+            timeout_key(key),
+            channel_name(key),
+            fair_marks_key(key),
+        );
+        let held: i64 = self.cancel.query(con, 5, (keys, UNLOCK_MESSAGE, owner))?;
         Ok(held == 1)
     }
-}
-
-/// What a fair acquire's reply says.
-pub(crate) fn acquire_reply(reply: Value) -> RedisResult<FairAcquire> {
-    Ok(match reply {
-        Value::Nil => FairAcquire::Acquired(None),
-        Value::Array(items) => FairAcquire::Acquired(Some(items.first().and_then(token))),
-        Value::Int(ms) if ms >= 0 => FairAcquire::Queued(Some(Duration::from_millis(ms as u64))),
-        Value::Int(_) => FairAcquire::Queued(None),
-        other => return Err(unexpected("fair acquire", &other)),
-    })
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{
-    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, Value,
+    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind,
+    ToRedisArgs, Value,
 };
 
 use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
@@ -286,18 +287,11 @@ pub(crate) enum PubSub {
 }
 
 impl PubSub {
-    /// The script `source` as this mode runs it. The sources are written
-    /// once, for classic pub/sub; the sharded variant is derived from them
-    /// (every `'publish'` becomes `'spublish'`, every `'numsub'` becomes
-    /// `'shardnumsub'`; a unit test checks that nothing else publishes).
-    pub(crate) fn script(self, source: &str) -> Script {
-        match self {
-            PubSub::Classic => Script::new(source),
-            PubSub::Sharded => Script::new(&Self::sharded(source)),
-        }
-    }
-
-    /// [`script`](Self::script), keeping the source it was made of.
+    /// The script `source` as this mode runs it, keeping the source. The
+    /// sources are written once, for classic pub/sub; the sharded variant is
+    /// derived from them (every `'publish'` becomes `'spublish'`, every
+    /// `'numsub'` becomes `'shardnumsub'`; a unit test checks that nothing
+    /// else publishes).
     pub(crate) fn lua(self, source: &str) -> Lua {
         let source = match self {
             PubSub::Classic => source.to_owned(),
@@ -352,93 +346,71 @@ impl Scripts {
         &self.semaphore
     }
 
-    /// Deletes lock `key` of any kind and wakes its waiters (an operator's
-    /// tool) — unless the key is not a lock.
-    pub(crate) fn force_unlock(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-    ) -> RedisResult<admin::Forced> {
-        self.admin.force_unlock(con, key)
-    }
-
-    /// What `key` is: a lock, nothing, or something else (an operator's
-    /// read).
-    pub(crate) fn shape(
-        &self,
-        con: &mut dyn ConnectionLike,
-        key: &str,
-    ) -> RedisResult<admin::Shape> {
-        self.admin.shape(con, key)
-    }
-
     /// The acquire call of `req` as data, for any transport (see
     /// `conn::transport`).
     pub(crate) fn acquire_call(&'static self, req: &Request<'_>) -> Call {
-        let (key, owner, lease) = (req.key, req.owner, req.lease);
         match req.kind {
             Kind::Plain => self.plain.acquire_call(req),
-            Kind::Fair => {
-                let fenced = req.fence != Fence::None;
-                self.fair.acquire_call(key, owner, lease, fenced, req.place)
-            }
-            Kind::Read => self.rw.read_call(key, owner, lease),
-            Kind::Write => self.rw.write_call(key, owner, lease),
+            Kind::Fair => self.fair.acquire_call(req),
+            Kind::Read => self.rw.read_call(req),
+            Kind::Write => self.rw.write_call(req),
         }
     }
 
     /// What the reply to an [`acquire_call`](Self::acquire_call) of `kind`
-    /// says.
+    /// says. Taken: nil, or a token (`{token}`; `{-1}`, a fenced re-entry,
+    /// keeps the outer hold's). Held elsewhere: the holder's PTTL (-1: no
+    /// expiry), `{'f', PTTL}` when the holder is another library's (plain).
+    /// -3: a write attempt of a reader (an upgrade).
     pub(crate) fn acquire_reply(kind: Kind, reply: Value) -> RedisResult<Attempt> {
         if let Some(what) = admin::shape_after_marker(&reply) {
             return Ok(Attempt::NotALock(what));
         }
-        Ok(match kind {
-            Kind::Plain => plain_attempt(plain::acquire_reply(reply)?),
-            Kind::Fair => match fair::acquire_reply(reply)? {
-                fair::FairAcquire::Acquired(minted) => Attempt::Acquired {
-                    minted: minted.flatten(),
-                },
-                fair::FairAcquire::Queued(wait) => Attempt::Wait {
-                    hint: wait,
-                    foreign: false,
-                },
-            },
-            Kind::Read | Kind::Write => match rwlock::acquire_reply(reply, kind == Kind::Write)? {
-                rwlock::RwAcquire::Acquired => Attempt::Acquired { minted: None },
-                rwlock::RwAcquire::Wait(hint) => Attempt::Wait {
-                    hint,
-                    foreign: false,
-                },
-                rwlock::RwAcquire::Upgrade => Attempt::Upgrade,
-            },
+        let wait = |ms: i64, foreign| Attempt::Wait {
+            hint: u64::try_from(ms).ok().map(Duration::from_millis),
+            foreign,
+        };
+        Ok(match reply {
+            Value::Nil => Attempt::Acquired { minted: None },
+            Value::Int(-3) if kind == Kind::Write => Attempt::Upgrade,
+            Value::Int(ms) => wait(ms, false),
+            Value::Array(items) if matches!(kind, Kind::Plain | Kind::Fair) => {
+                match items.as_slice() {
+                    [Value::BulkString(f), Value::Int(ms)] if f == b"f" => wait(*ms, true),
+                    _ => Attempt::Acquired {
+                        minted: items.first().and_then(token),
+                    },
+                }
+            }
+            other => return Err(unexpected(&format!("{kind:?} acquire"), &other)),
         })
     }
 
     /// The release call of `rel` as data (see
     /// [`acquire_call`](Self::acquire_call)).
     pub(crate) fn release_call(&'static self, rel: &Release<'_>) -> Call {
-        let (key, field, last) = (rel.key, rel.field, rel.last);
         match rel.kind {
             Kind::Plain => self.plain.release_call(rel),
-            Kind::Fair => self.fair.release_call(key, field, rel.keep, last),
-            Kind::Read => self.rw.read_release_call(key, field, rel.keep, last),
-            Kind::Write => self.rw.write_release_call(key, field, rel.keep, last),
+            Kind::Fair => self.fair.release_call(rel),
+            Kind::Read => self.rw.read_release_call(rel),
+            Kind::Write => self.rw.write_release_call(rel),
         }
     }
 
-    /// What the reply to a [`release_call`](Self::release_call) of `kind`
-    /// says. The fair and read/write scripts answer 1 (freed), 0 (still
-    /// held by other holds) or nil (not ours).
+    /// What the reply to a [`release_call`](Self::release_call) says (every
+    /// kind's: nil, 0, 1; and the plain lock's 2 or `{2, token}`, 3, 4).
     pub(crate) fn release_reply(kind: Kind, reply: Value) -> RedisResult<Released> {
-        if kind == Kind::Plain {
-            return plain::release_reply(reply);
-        }
         Ok(match reply {
-            Value::Int(1) => Released::Freed,
-            Value::Int(_) => Released::StillHeld,
             Value::Nil => Released::NotHeld,
-            other => return Err(unexpected("release", &other)),
+            Value::Int(0) => Released::StillHeld,
+            Value::Int(2) => Released::HandedOver { fence: None },
+            Value::Array(items) => Released::HandedOver {
+                fence: items.get(1).and_then(token),
+            },
+            Value::Int(3) => Released::FreedForOthers,
+            Value::Int(4) => Released::Granted,
+            Value::Int(_) => Released::Freed,
+            other => return Err(unexpected(&format!("{kind:?} release"), &other)),
         })
     }
 
@@ -473,14 +445,6 @@ pub(crate) fn took_lock(reply: &Value) -> bool {
     }
 }
 
-/// A plain acquire's answer, as every kind's.
-fn plain_attempt(acquire: plain::Acquire) -> Attempt {
-    match acquire {
-        plain::Acquire::Acquired { fence } => Attempt::Acquired { minted: fence },
-        plain::Acquire::HeldElsewhere { ttl, foreign } => Attempt::Wait { hint: ttl, foreign },
-    }
-}
-
 /// What a message on a lock's channels says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Message {
@@ -506,14 +470,6 @@ impl Message {
             Message::Unlock
         }
     }
-}
-
-/// `EVALSHA <hash> <numkeys>`, to be followed by keys and arguments: built in
-/// one buffer (the crate's `ScriptInvocation` copies every argument twice).
-fn evalsha(script: &Script, numkeys: usize) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(numkeys);
-    cmd
 }
 
 /// One script call as data — what every transport sends (see
@@ -553,19 +509,40 @@ pub(crate) struct Reply {
 
 /// A script and the source it was made of (what [`Call`]s of it carry).
 pub(crate) struct Lua {
-    pub(crate) script: Script,
+    script: Script,
     source: String,
 }
 
 impl Lua {
-    /// A call of this script with `cmd` (its `EVALSHA`).
-    pub(crate) fn call(&'static self, cmd: Cmd) -> Call {
+    /// `EVALSHA <hash> <numkeys> <keys…> <args…>` of this script, the first
+    /// `numkeys` of `keys_and_args` its keys: built in one buffer (the
+    /// crate's `ScriptInvocation` copies every argument twice).
+    fn cmd(&self, numkeys: usize, keys_and_args: impl ToRedisArgs) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(numkeys)
+            .arg(keys_and_args);
+        cmd
+    }
+
+    /// A call of this script (see [`cmd`](Self::cmd)) as data.
+    pub(crate) fn call(&'static self, numkeys: usize, keys_and_args: impl ToRedisArgs) -> Call {
         Call {
             script: &self.script,
             source: &self.source,
-            cmd,
+            cmd: self.cmd(numkeys, keys_and_args),
             wait: None,
         }
+    }
+
+    /// Runs a call of this script on `con` (see [`run`]) and reads its reply.
+    pub(crate) fn query<T: FromRedisValue>(
+        &self,
+        con: &mut dyn ConnectionLike,
+        numkeys: usize,
+        keys_and_args: impl ToRedisArgs,
+    ) -> RedisResult<T> {
+        run(con, &self.script, &self.cmd(numkeys, keys_and_args))
     }
 }
 

@@ -14,11 +14,9 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Script, Value};
+use redis::{ConnectionLike, RedisResult};
 
-use super::{
-    evalsha, millis, run, token, unexpected, Call, Lua, PubSub, Release, Released, Request,
-};
+use super::{millis, Call, Lua, PubSub, Release, Request};
 use crate::names::{channel_name, line_key, line_places_key, line_yield_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
@@ -443,22 +441,6 @@ end
 return redis.call('hexists', KEYS[1], ARGV[2])
 "#;
 
-/// What an acquire attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Acquire {
-    /// We hold it now (first hold or one more reentrant hold), with the
-    /// fencing token minted by this acquire, if one was asked for.
-    Acquired { fence: Option<u64> },
-    /// Someone else holds it; `ttl` is its remaining lease, `None` when the
-    /// key has no expiry (not written by a lease lock). `foreign`: the
-    /// holder is another library's client (its release only publishes the
-    /// unlock message).
-    HeldElsewhere {
-        ttl: Option<Duration>,
-        foreign: bool,
-    },
-}
-
 /// Whom a release may hand the lock to directly: a thread of the same
 /// client queued for it (the ledger's handover picks it).
 #[derive(Clone, Copy)]
@@ -487,7 +469,7 @@ pub(crate) struct PlainScripts {
     acquire: Lua,
     acquire_fenced: Lua,
     release: Lua,
-    leave: Script,
+    leave: Lua,
 }
 
 impl PlainScripts {
@@ -496,63 +478,58 @@ impl PlainScripts {
             acquire: pubsub.lua(ACQUIRE),
             acquire_fenced: pubsub.lua(ACQUIRE_FENCED),
             release: pubsub.lua(RELEASE),
-            leave: pubsub.script(LEAVE),
+            leave: pubsub.lua(LEAVE),
         }
     }
 
     /// One acquire as a call (one `EVALSHA`; `SCRIPT LOAD` and a retry only
-    /// when the server's script cache was flushed); its reply is read by
-    /// [`acquire_reply`]. `place`: the waiter's place in the line
-    /// (`<owner>#<n>`), taken or confirmed when the lock is held elsewhere.
+    /// when the server's script cache was flushed).
     pub(crate) fn acquire_call(&'static self, req: &Request<'_>) -> Call {
-        let (key, fence) = (req.key, req.fence);
-        let fenced = fence != Fence::None;
+        let (key, fenced) = (req.key, req.fence != Fence::None);
         let lua = if fenced {
             &self.acquire_fenced
         } else {
             &self.acquire
         };
-        let mut cmd = evalsha(&lua.script, if fenced { 5 } else { 4 });
-        cmd.arg(key)
-            .arg(line_key(key))
-            .arg(line_places_key(key))
-            .arg(line_yield_key(key));
-        if fenced {
-            cmd.arg(token_key(key));
-        }
-        cmd.arg(millis(req.lease))
-            .arg(req.owner)
-            .arg(if req.fresh { "1" } else { "0" })
-            .arg(req.place.unwrap_or(""));
-        if fenced {
-            cmd.arg(if fence == Fence::Mint { "1" } else { "0" });
-        }
-        lua.call(cmd)
+        lua.call(
+            4 + usize::from(fenced),
+            (
+                key,
+                line_key(key),
+                line_places_key(key),
+                line_yield_key(key),
+                fenced.then(|| token_key(key)),
+                millis(req.lease),
+                req.owner,
+                req.fresh,
+                req.place.unwrap_or(""),
+                fenced.then_some(req.fence == Fence::Mint),
+            ),
+        )
     }
 
-    /// One release as a call (read by [`release_reply`]); `keep` is what the
-    /// remaining reentrant holds keep; `last`: no other guard of `owner` is
-    /// alive in this client; `successor` is whom the lock may pass to
+    /// One release as a call; `successor` is whom the lock may pass to
     /// directly.
     pub(crate) fn release_call(&'static self, rel: &Release<'_>) -> Call {
-        let (key, successor) = (rel.key, rel.successor);
-        let mut cmd = evalsha(&self.release.script, 6);
-        cmd.arg(key)
-            .arg(channel_name(key))
-            .arg(line_key(key))
-            .arg(line_places_key(key))
-            .arg(line_yield_key(key))
-            .arg(token_key(key))
-            .arg(rel.keep.arg())
-            .arg(rel.field)
-            .arg(if rel.last { "1" } else { "0" });
-        if let Some(next) = &successor {
-            cmd.arg(next.owner)
-                .arg(if next.force { "1" } else { "0" })
-                .arg(millis(next.lease))
-                .arg(if next.fenced { "1" } else { "0" });
-        }
-        self.release.call(cmd)
+        let key = rel.key;
+        let successor = rel
+            .successor
+            .map(|next| (next.owner, next.force, millis(next.lease), next.fenced));
+        self.release.call(
+            6,
+            (
+                key,
+                channel_name(key),
+                line_key(key),
+                line_places_key(key),
+                line_yield_key(key),
+                token_key(key),
+                rel.keep.arg(),
+                rel.field,
+                rel.last,
+                successor,
+            ),
+        )
     }
 
     /// Leaves the line: drops `place`; true when the lock is set to `owner`
@@ -564,53 +541,10 @@ impl PlainScripts {
         owner: &str,
         place: &str,
     ) -> RedisResult<bool> {
-        let mut cmd = evalsha(&self.leave, 3);
-        cmd.arg(key)
-            .arg(line_key(key))
-            .arg(line_places_key(key))
-            .arg(place)
-            .arg(owner);
-        let held: i64 = run(con, &self.leave, &cmd)?;
+        let keys = (key, line_key(key), line_places_key(key));
+        let held: i64 = self.leave.query(con, 3, (keys, place, owner))?;
         Ok(held == 1)
     }
-}
-
-/// What an acquire's reply says.
-pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
-    let pttl = |ms: i64| (ms >= 0).then(|| Duration::from_millis(ms as u64));
-    Ok(match reply {
-        Value::Nil => Acquire::Acquired { fence: None },
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(f), Value::Int(ms)] if f == b"f" => Acquire::HeldElsewhere {
-                ttl: pttl(*ms),
-                foreign: true,
-            },
-            _ => Acquire::Acquired {
-                fence: items.first().and_then(token),
-            },
-        },
-        Value::Int(ms) => Acquire::HeldElsewhere {
-            ttl: pttl(ms),
-            foreign: false,
-        },
-        other => return Err(unexpected("acquire", &other)),
-    })
-}
-
-/// What a release's reply says.
-pub(crate) fn release_reply(reply: Value) -> RedisResult<Released> {
-    Ok(match reply {
-        Value::Nil => Released::NotHeld,
-        Value::Int(0) => Released::StillHeld,
-        Value::Int(2) => Released::HandedOver { fence: None },
-        Value::Array(items) => Released::HandedOver {
-            fence: items.get(1).and_then(token),
-        },
-        Value::Int(3) => Released::FreedForOthers,
-        Value::Int(4) => Released::Granted,
-        Value::Int(_) => Released::Freed,
-        other => return Err(unexpected("release", &other)),
-    })
 }
 
 /// What a grant message on a client's grant channel says: the place it was

@@ -39,10 +39,10 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Script, Value};
+use redis::{ConnectionLike, RedisResult};
 
 use super::admin::shape_fn;
-use super::{evalsha, keep_fn, millis, unexpected, Call, Keep, Lua, PubSub};
+use super::{keep_fn, millis, Call, Lua, PubSub, Release, Request};
 use crate::names::{push_tagged, rw_channel as channel, timeout_prefix, write_field, writers_key};
 use crate::options::Kind;
 
@@ -245,23 +245,13 @@ end
 return 1
 "#;
 
-/// What a read or write acquire attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RwAcquire {
-    Acquired,
-    /// Wait at most this long before trying again (`None`: no expiry known).
-    Wait(Option<Duration>),
-    /// The owner holds a read lock and asked for the write lock.
-    Upgrade,
-}
-
 /// The read/write lock's scripts.
 pub(crate) struct RwScripts {
     read_acquire: Lua,
     write_acquire: Lua,
     read_release: Lua,
     write_release: Lua,
-    cancel_writer: Script,
+    cancel_writer: Lua,
 }
 
 impl RwScripts {
@@ -271,80 +261,73 @@ impl RwScripts {
             write_acquire: pubsub.lua(&format!("{NOW}{}{LOCK_MODE}{WRITE_ACQUIRE}", shape_fn!())),
             read_release: pubsub.lua(&format!("{NOW}{}{READ_RELEASE}", keep_fn!())),
             write_release: pubsub.lua(&format!("{}{WRITE_RELEASE}", keep_fn!())),
-            cancel_writer: pubsub.script(&format!("{NOW}{CANCEL_WRITER}")),
+            cancel_writer: pubsub.lua(&format!("{NOW}{CANCEL_WRITER}")),
         }
     }
 
-    /// One read attempt of `owner` on `key`, as a call (read by
-    /// [`acquire_reply`]).
-    pub(crate) fn read_call(&'static self, key: &str, owner: &str, lease: Duration) -> Call {
-        let mut cmd = evalsha(&self.read_acquire.script, 3);
-        cmd.arg(key)
-            .arg(timeout_prefix(key, owner))
-            .arg(writers_key(key))
-            .arg(millis(lease))
-            .arg(owner)
-            .arg(write_field(owner));
-        self.read_acquire.call(cmd)
+    /// One read attempt, as a call.
+    pub(crate) fn read_call(&'static self, req: &Request<'_>) -> Call {
+        let (key, owner) = (req.key, req.owner);
+        self.read_acquire.call(
+            3,
+            (
+                key,
+                timeout_prefix(key, owner),
+                writers_key(key),
+                millis(req.lease),
+                owner,
+                write_field(owner),
+            ),
+        )
     }
 
-    /// One write attempt of `owner` on `key`, as a call (read by
-    /// [`acquire_reply`]); a refused attempt (re)enters the waiting
-    /// writers.
-    pub(crate) fn write_call(&'static self, key: &str, owner: &str, lease: Duration) -> Call {
-        let mut cmd = evalsha(&self.write_acquire.script, 2);
-        cmd.arg(key)
-            .arg(writers_key(key))
-            .arg(millis(lease))
-            .arg(write_field(owner))
-            .arg(owner)
-            .arg(millis(
-                super::place_lease(Kind::Write, lease).unwrap_or(WRITER_INTENT),
-            ));
-        self.write_acquire.call(cmd)
+    /// One write attempt, as a call; a refused attempt (re)enters the
+    /// waiting writers.
+    pub(crate) fn write_call(&'static self, req: &Request<'_>) -> Call {
+        let (key, owner) = (req.key, req.owner);
+        let intent = super::place_lease(Kind::Write, req.lease).unwrap_or(WRITER_INTENT);
+        self.write_acquire.call(
+            2,
+            (
+                key,
+                writers_key(key),
+                millis(req.lease),
+                write_field(owner),
+                owner,
+                millis(intent),
+            ),
+        )
     }
 
-    /// Releases one read hold, as a call (read by [`release_reply`]).
-    pub(crate) fn read_release_call(
-        &'static self,
-        key: &str,
-        owner: &str,
-        keep: Keep,
-        last: bool,
-    ) -> Call {
+    /// Releases one read hold, as a call.
+    pub(crate) fn read_release_call(&'static self, rel: &Release<'_>) -> Call {
+        let (key, owner) = (rel.key, rel.field);
         let mut others = String::with_capacity(key.len() + 2);
         push_tagged(&mut others, key);
-        let mut cmd = evalsha(&self.read_release.script, 5);
-        cmd.arg(key)
-            .arg(channel(key))
-            .arg(timeout_prefix(key, owner))
-            .arg(others)
-            .arg(writers_key(key))
-            .arg(owner)
-            .arg(WAKE_ALL)
-            .arg(WAKE_ONE)
-            .arg(if last { "1" } else { "0" })
-            .arg(keep.arg());
-        self.read_release.call(cmd)
+        self.read_release.call(
+            5,
+            (
+                key,
+                channel(key),
+                timeout_prefix(key, owner),
+                others,
+                writers_key(key),
+                owner,
+                WAKE_ALL,
+                WAKE_ONE,
+                rel.last,
+                rel.keep.arg(),
+            ),
+        )
     }
 
-    /// Releases one write hold, as a call (read by [`release_reply`]);
-    /// `field` is the owner's write field.
-    pub(crate) fn write_release_call(
-        &'static self,
-        key: &str,
-        field: &str,
-        keep: Keep,
-        last: bool,
-    ) -> Call {
-        let mut cmd = evalsha(&self.write_release.script, 2);
-        cmd.arg(key)
-            .arg(channel(key))
-            .arg(field)
-            .arg(WAKE_ALL)
-            .arg(if last { "1" } else { "0" })
-            .arg(keep.arg());
-        self.write_release.call(cmd)
+    /// Releases one write hold (`rel.field`: the owner's write field), as a
+    /// call.
+    pub(crate) fn write_release_call(&'static self, rel: &Release<'_>) -> Call {
+        let key = rel.key;
+        let keys = (key, channel(key));
+        let args = (rel.field, WAKE_ALL, rel.last, rel.keep.arg());
+        self.write_release.call(2, (keys, args))
     }
 
     /// A waiting writer gives up: out of the writer set, and readers held
@@ -355,23 +338,8 @@ impl RwScripts {
         key: &str,
         owner: &str,
     ) -> RedisResult<()> {
+        let keys = (key, writers_key(key), channel(key));
         self.cancel_writer
-            .key(key)
-            .key(writers_key(key))
-            .key(channel(key))
-            .arg(write_field(owner))
-            .arg(WAKE_ALL)
-            .invoke(con)
+            .query(con, 3, (keys, write_field(owner), WAKE_ALL))
     }
-}
-
-/// What a read (`write` false) or write attempt's reply says.
-pub(crate) fn acquire_reply(reply: Value, write: bool) -> RedisResult<RwAcquire> {
-    Ok(match reply {
-        Value::Nil => RwAcquire::Acquired,
-        Value::Int(-3) if write => RwAcquire::Upgrade,
-        Value::Int(ms) if ms >= 0 => RwAcquire::Wait(Some(Duration::from_millis(ms as u64))),
-        Value::Int(_) => RwAcquire::Wait(None),
-        other => return Err(unexpected("read/write acquire", &other)),
-    })
 }

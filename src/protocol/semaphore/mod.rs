@@ -29,9 +29,9 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, ConnectionLike, RedisResult, Script, Value};
+use redis::{ConnectionLike, RedisResult, Value};
 
-use super::{evalsha, millis, run, unexpected, Call, Lua, PubSub};
+use super::{millis, unexpected, Call, Lua, PubSub};
 use crate::names::SemaphoreKeys;
 
 mod scripts;
@@ -120,11 +120,17 @@ pub(crate) struct State {
 pub(crate) struct SemaphoreScripts {
     acquire: Lua,
     release: Lua,
-    leave: Script,
-    set_permits: Script,
-    add_permits: Script,
-    available: Script,
-    inspect: Script,
+    leave: Lua,
+    set_permits: Lua,
+    add_permits: Lua,
+    available: Lua,
+    inspect: Lua,
+}
+
+/// The semaphore's five keys, as every script takes them.
+fn five(keys: &SemaphoreKeys) -> (&str, &str, &str, &str, &str) {
+    let k = keys;
+    (&k.counter, &k.timeout, &k.channel, &k.line, &k.places)
 }
 
 impl SemaphoreScripts {
@@ -132,36 +138,12 @@ impl SemaphoreScripts {
         SemaphoreScripts {
             acquire: pubsub.lua(ACQUIRE),
             release: pubsub.lua(RELEASE),
-            leave: pubsub.script(LEAVE),
-            set_permits: pubsub.script(SET_PERMITS),
-            add_permits: pubsub.script(ADD_PERMITS),
-            available: pubsub.script(AVAILABLE),
-            inspect: Script::new(INSPECT),
+            leave: pubsub.lua(LEAVE),
+            set_permits: pubsub.lua(SET_PERMITS),
+            add_permits: pubsub.lua(ADD_PERMITS),
+            available: pubsub.lua(AVAILABLE),
+            inspect: PubSub::Classic.lua(INSPECT),
         }
-    }
-
-    /// One `EVALSHA` of `script` on the semaphore's five keys, with `args`.
-    fn call<T: redis::FromRedisValue>(
-        con: &mut dyn ConnectionLike,
-        script: &Script,
-        keys: &SemaphoreKeys,
-        args: &[&[u8]],
-    ) -> RedisResult<T> {
-        run(con, script, &Self::cmd(script, keys, args))
-    }
-
-    /// The `EVALSHA` of `script` on the semaphore's five keys, with `args`.
-    fn cmd(script: &Script, keys: &SemaphoreKeys, args: &[&[u8]]) -> Cmd {
-        let mut cmd = evalsha(script, 5);
-        cmd.arg(&keys.counter)
-            .arg(&keys.timeout)
-            .arg(&keys.channel)
-            .arg(&keys.line)
-            .arg(&keys.places);
-        for a in args {
-            cmd.arg(*a);
-        }
-        cmd
     }
 
     /// One attempt to take `permits` permits with ids `ids` for `lease`, as
@@ -175,22 +157,14 @@ impl SemaphoreScripts {
         place: Option<&str>,
         ids: &[u8],
     ) -> Call {
-        let (k, ms) = (permits.to_string(), millis(lease).to_string());
-        let args: [&[u8]; 4] = [
-            k.as_bytes(),
-            ms.as_bytes(),
-            place.unwrap_or("").as_bytes(),
-            ids,
-        ];
-        self.acquire
-            .call(Self::cmd(&self.acquire.script, keys, &args))
+        let args = (permits, millis(lease), place.unwrap_or(""), ids);
+        self.acquire.call(5, (five(keys), args))
     }
 
     /// Gives back the permits with ids `ids`, as a call (read by
     /// [`release_reply`]).
     pub(crate) fn release_call(&'static self, keys: &SemaphoreKeys, ids: &[u8]) -> Call {
-        self.release
-            .call(Self::cmd(&self.release.script, keys, &[ids]))
+        self.release.call(5, (five(keys), ids))
     }
 
     /// Leaves `place`, giving back what a grant gave it meanwhile: how many
@@ -202,7 +176,7 @@ impl SemaphoreScripts {
         place: &str,
         ids: &[u8],
     ) -> RedisResult<u32> {
-        Self::call(con, &self.leave, keys, &[place.as_bytes(), ids])
+        self.leave.query(con, 5, (five(keys), place, ids))
     }
 
     /// Sets the total number of permits (`only_if_unset`: only when none was
@@ -214,9 +188,7 @@ impl SemaphoreScripts {
         total: u32,
         only_if_unset: bool,
     ) -> RedisResult<bool> {
-        let total = total.to_string();
-        let flag: &[u8] = if only_if_unset { b"1" } else { b"0" };
-        let set: i64 = Self::call(con, &self.set_permits, keys, &[total.as_bytes(), flag])?;
+        let set: i64 = (self.set_permits).query(con, 5, (five(keys), total, only_if_unset))?;
         Ok(set == 1)
     }
 
@@ -228,8 +200,7 @@ impl SemaphoreScripts {
         keys: &SemaphoreKeys,
         delta: i64,
     ) -> RedisResult<i64> {
-        let delta = delta.to_string();
-        Self::call(con, &self.add_permits, keys, &[delta.as_bytes()])
+        self.add_permits.query(con, 5, (five(keys), delta))
     }
 
     /// Available permits after expired ones went back (`None`: never set).
@@ -238,7 +209,7 @@ impl SemaphoreScripts {
         con: &mut dyn ConnectionLike,
         keys: &SemaphoreKeys,
     ) -> RedisResult<Option<i64>> {
-        Self::call(con, &self.available, keys, &[])
+        self.available.query(con, 5, five(keys))
     }
 
     /// An operator's read of the whole semaphore (the first 1,000 permits
@@ -248,7 +219,7 @@ impl SemaphoreScripts {
         con: &mut dyn ConnectionLike,
         keys: &SemaphoreKeys,
     ) -> RedisResult<State> {
-        let reply: Value = Self::call(con, &self.inspect, keys, &[])?;
+        let reply: Value = self.inspect.query(con, 5, five(keys))?;
         parse_state(&reply).ok_or_else(|| unexpected("semaphore inspect", &reply))
     }
 }
