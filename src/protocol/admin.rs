@@ -6,7 +6,7 @@
 use redis::{ConnectionLike, RedisResult, Value};
 
 use super::plain::companion_fn;
-use super::{unexpected, Lua, PubSub, Scripts};
+use super::{items, unexpected, Lua, PubSub, Scripts};
 use crate::names::{channel_name, line_key, queue_key, rw_channel};
 
 /// The Lua functions `lock_owner(f)` — whether hash field `f` names a
@@ -100,28 +100,22 @@ fn quoted(v: &Value) -> String {
 
 /// Reads a `shape(key)` reply.
 fn shape_of(reply: &Value) -> RedisResult<Shape> {
-    let Value::Array(items) = reply else {
-        return Err(unexpected("shape", reply));
-    };
-    shape_in(items, reply)
+    shape_in(items(reply), reply)
 }
 
 /// What an acquire's reply says when it is `not_a_lock(key)`'s (see
 /// [`shape_fn!`]): the words of `shape(key)` after the marker `n`; `None`
 /// for any other reply.
 pub(crate) fn shape_after_marker(reply: &Value) -> Option<String> {
-    let Value::Array(items) = reply else {
+    let [Value::BulkString(n), words @ ..] = items(reply) else {
         return None;
     };
-    match items.first() {
-        Some(Value::BulkString(b)) if b == b"n" => match shape_in(&items[1..], reply) {
-            Ok(Shape::Other(what)) => Some(what),
-            // A key that changed between the acquire's check and its
-            // shape (it cannot: one script) reads as a hash of that shape.
-            Ok(Shape::Lock | Shape::None) | Err(_) => Some("not a lock".to_owned()),
-        },
-        _ => None,
-    }
+    (n == b"n").then(|| match shape_in(words, reply) {
+        Ok(Shape::Other(what)) => what,
+        // A key that changed between the acquire's check and its shape (it
+        // cannot: one script) reads as a hash of that shape.
+        Ok(Shape::Lock | Shape::None) | Err(_) => "not a lock".to_owned(),
+    })
 }
 
 /// The words of a shape (`items`, of `reply`).

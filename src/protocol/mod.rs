@@ -438,10 +438,14 @@ impl Scripts {
 /// nil, or a token (`{token}`, `{-1}`); not a wait (a PTTL, `{'f', PTTL}`)
 /// nor a refusal (`{'n', …}`). What a replica acknowledgement waits after.
 pub(crate) fn took_lock(reply: &Value) -> bool {
+    *reply == Value::Nil || matches!(items(reply).first(), Some(Value::Int(_)))
+}
+
+/// The items of an array reply; none for any other reply.
+fn items(reply: &Value) -> &[Value] {
     match reply {
-        Value::Nil => true,
-        Value::Array(items) => matches!(items.first(), Some(Value::Int(_))),
-        _ => false,
+        Value::Array(items) => items,
+        _ => &[],
     }
 }
 

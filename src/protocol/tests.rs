@@ -10,36 +10,6 @@ fn millis_never_zero() {
     assert_eq!(millis(Duration::MAX), u64::MAX);
 }
 
-/// Every script source the lock path sends.
-fn all_sources() -> Vec<&'static str> {
-    vec![
-        plain::ACQUIRE,
-        plain::ACQUIRE_FENCED,
-        plain::RELEASE,
-        plain::LEAVE,
-        renew::RENEW,
-        fair::PURGE,
-        fair::ACQUIRE,
-        fair::RELEASE,
-        fair::CANCEL,
-        rwlock::NOW,
-        rwlock::READ_ACQUIRE,
-        rwlock::WRITE_ACQUIRE,
-        rwlock::READ_RELEASE,
-        rwlock::WRITE_RELEASE,
-        rwlock::CANCEL_WRITER,
-        admin::FORCE_UNLOCK,
-        admin::SHAPE,
-        semaphore::ACQUIRE,
-        semaphore::RELEASE,
-        semaphore::LEAVE,
-        semaphore::SET_PERMITS,
-        semaphore::ADD_PERMITS,
-        semaphore::AVAILABLE,
-        semaphore::INSPECT,
-    ]
-}
-
 /// Every script as it is sent (fragments joined as the constructors join
 /// them), named.
 fn whole_scripts() -> Vec<(&'static str, String)> {
@@ -340,34 +310,33 @@ fn called(source: &str) -> Vec<String> {
 fn the_acl_rules_grant_every_command_of_every_script() {
     let classic = crate::names::acl_rules("p:", false, false);
     let cluster = crate::names::acl_rules("p:", false, true);
-    for source in all_sources() {
-        for cmd in called(source) {
-            assert!(classic.contains(&cmd), "{cmd} of {source}");
+    for (name, source) in whole_scripts() {
+        for cmd in called(&source) {
+            assert!(classic.contains(&cmd), "{cmd} of {name}");
         }
-        for cmd in called(&PubSub::sharded(source)) {
-            assert!(cluster.contains(&cmd), "sharded: {cmd} of {source}");
+        for cmd in called(&PubSub::sharded(&source)) {
+            assert!(cluster.contains(&cmd), "sharded: {cmd} of {name}");
         }
     }
 }
 
 #[test]
 fn sharded_scripts_publish_and_count_only_sharded() {
-    let sources = all_sources();
     let mut published = 0;
-    for source in sources {
-        let sharded = PubSub::sharded(source);
+    for (name, source) in whole_scripts() {
+        let sharded = PubSub::sharded(&source);
         published += sharded.matches("'spublish'").count();
         // No other way to publish or count subscribers is left behind.
         let lower = sharded.to_lowercase();
         assert_eq!(
             lower.matches("publish").count(),
             lower.matches("spublish").count(),
-            "{source}"
+            "{name}"
         );
         assert_eq!(
             lower.matches("numsub").count(),
             lower.matches("shardnumsub").count(),
-            "{source}"
+            "{name}"
         );
     }
     assert!(published >= 8, "every release publishes: {published}");

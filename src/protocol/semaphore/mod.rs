@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Value};
 
-use super::{millis, unexpected, Call, Lua, PubSub};
+use super::{items, millis, unexpected, Call, Lua, PubSub};
 use crate::names::SemaphoreKeys;
 
 mod scripts;
@@ -225,10 +225,7 @@ impl SemaphoreScripts {
 }
 
 fn parse_state(reply: &Value) -> Option<State> {
-    let Value::Array(items) = reply else {
-        return None;
-    };
-    let [Value::Int(now), avail, Value::Array(held), Value::Array(line)] = items.as_slice() else {
+    let [Value::Int(now), avail, Value::Array(held), Value::Array(line)] = items(reply) else {
         return None;
     };
     let available = match avail {
@@ -272,26 +269,21 @@ fn parse_state(reply: &Value) -> Option<State> {
 
 /// Whether a semaphore acquire's reply says it took the permits (`{1}`).
 pub(crate) fn took_permits(reply: &Value) -> bool {
-    matches!(reply, Value::Array(items) if matches!(items.as_slice(), [Value::Int(1)]))
+    matches!(items(reply), [Value::Int(1)])
 }
 
 /// What an acquire's reply says.
 pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
-    match &reply {
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(1)] => Ok(Acquire::Acquired),
-            [Value::Int(0), Value::Int(wait), Value::Int(avail), Value::Int(exists)] => {
-                Ok(Acquire::Wait {
-                    hint: u64::try_from(*wait).ok().map(Duration::from_millis),
-                    available: (*exists == 1).then_some(*avail),
-                })
-            }
-            [Value::Int(2), Value::Int(total)] => Ok(Acquire::TooMany { total: *total }),
-            [Value::Int(3)] => Ok(Acquire::NotSet),
-            _ => Err(unexpected("semaphore acquire", &reply)),
+    Ok(match items(&reply) {
+        [Value::Int(1)] => Acquire::Acquired,
+        [Value::Int(0), Value::Int(wait), Value::Int(avail), Value::Int(exists)] => Acquire::Wait {
+            hint: u64::try_from(*wait).ok().map(Duration::from_millis),
+            available: (*exists == 1).then_some(*avail),
         },
-        _ => Err(unexpected("semaphore acquire", &reply)),
-    }
+        [Value::Int(2), Value::Int(total)] => Acquire::TooMany { total: *total },
+        [Value::Int(3)] => Acquire::NotSet,
+        _ => return Err(unexpected("semaphore acquire", &reply)),
+    })
 }
 
 /// What a release's reply says: how many of the ids were present, and how
@@ -301,16 +293,12 @@ pub(crate) fn release_reply(reply: Value) -> RedisResult<Released> {
         Value::Int(n) => u32::try_from(*n).ok(),
         _ => None,
     };
-    match &reply {
-        Value::Array(items) => match items.as_slice() {
-            [present, alive] => match (count(present), count(alive)) {
-                (Some(present), Some(alive)) => Ok(Released { present, alive }),
-                _ => Err(unexpected("semaphore release", &reply)),
-            },
-            _ => Err(unexpected("semaphore release", &reply)),
-        },
-        _ => Err(unexpected("semaphore release", &reply)),
+    if let [present, alive] = items(&reply) {
+        if let (Some(present), Some(alive)) = (count(present), count(alive)) {
+            return Ok(Released { present, alive });
+        }
     }
+    Err(unexpected("semaphore release", &reply))
 }
 
 /// What a grant message on a client's semaphore grant channel says: the
