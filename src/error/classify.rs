@@ -233,30 +233,23 @@ mod tests {
     #[test]
     fn errors_raised_inside_scripts_are_typed_on_every_server() {
         let sha = "f_9a4d4e2a0c5e1f3e2b0c8a7d6e5f4a3b2c1d0e9f";
-        for (server, text) in [
-            ("redis 7.0", "READONLY You can't write against a read only replica. script: 9a4d, on @user_script:67.".to_string()),
-            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:67: -READONLY You can't write against a read only replica.")),
-        ] {
+        let read_only: fn(&Error) -> bool = |e| matches!(e, Error::ReadOnlyReplica { .. });
+        let oom: fn(&Error) -> bool = |e| matches!(e, Error::OutOfMemory { .. });
+        let acl: fn(&Error) -> bool = |e| matches!(e, Error::NoPermission { .. });
+        let refused = [
+            ("redis 7.0", "READONLY You can't write against a read only replica. script: 9a4d, on @user_script:67.".to_string(), read_only, Retry::Reconnect),
+            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:67: -READONLY You can't write against a read only replica."), read_only, Retry::Reconnect),
+            ("redis 7.0", "OOM command not allowed when used memory > 'maxmemory'. script: 9a4d, on @user_script:12.".to_string(), oom, Retry::No),
+            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:12: -OOM command not allowed when used memory > 'maxmemory'."), oom, Retry::No),
+            ("redis 7.0", "ERR The user executing the script can't publish to the channel mentioned in the command script: 9a4d, on @user_script:92.".to_string(), acl, Retry::No),
+            ("valkey 8.1", "ACL failure in script: No permissions to access a channel script: db3dcfcabd286023b54807a498289ec29107c466, on @user_script:92.".to_string(), acl, Retry::No),
+            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:92: @user_script: 92: The user executing the script can't publish to the channel mentioned in the command"), acl, Retry::No),
+            ("redis 6.2 (keys)", format!("ERR Error running script (call to {sha}): @user_script:5: -NOPERM this user has no permissions to access one of the keys used as arguments"), acl, Retry::No),
+        ];
+        for (server, text, typed, retry) in refused {
             let e = Error::from(server_error(&text));
-            assert!(matches!(e, Error::ReadOnlyReplica { .. }), "{server}: {e:?}");
-            assert_eq!(Retry::of(&server_error(&text)), Retry::Reconnect, "{server}");
-        }
-        for (server, text) in [
-            ("redis 7.0", "OOM command not allowed when used memory > 'maxmemory'. script: 9a4d, on @user_script:12.".to_string()),
-            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:12: -OOM command not allowed when used memory > 'maxmemory'.")),
-        ] {
-            let e = Error::from(server_error(&text));
-            assert!(matches!(e, Error::OutOfMemory { .. }), "{server}: {e:?}");
-        }
-        for (server, text) in [
-            ("redis 7.0", "ERR The user executing the script can't publish to the channel mentioned in the command script: 9a4d, on @user_script:92.".to_string()),
-            ("valkey 8.1", "ACL failure in script: No permissions to access a channel script: db3dcfcabd286023b54807a498289ec29107c466, on @user_script:92.".to_string()),
-            ("redis 6.2", format!("ERR Error running script (call to {sha}): @user_script:92: @user_script: 92: The user executing the script can't publish to the channel mentioned in the command")),
-            ("redis 6.2 (keys)", format!("ERR Error running script (call to {sha}): @user_script:5: -NOPERM this user has no permissions to access one of the keys used as arguments")),
-        ] {
-            let e = Error::from(server_error(&text));
-            assert!(matches!(e, Error::NoPermission { .. }), "{server}: {e:?}");
-            assert_eq!(Retry::of(&server_error(&text)), Retry::No, "{server}");
+            assert!(typed(&e), "{server}: {e:?}");
+            assert_eq!(Retry::of(&server_error(&text)), retry, "{server}");
         }
         // A word inside a message is not a code.
         let e = Error::from(server_error("ERR value is not READONLYish"));

@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Cmd, Script, Value};
+use redis::{Cmd, Script, ToRedisArgs, Value};
 
 use super::millis;
 
@@ -94,29 +94,21 @@ pub(crate) fn renew_call(
     timeouts: Option<&str>,
     keep: Option<Duration>,
 ) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(RENEW_SHA.as_str());
-    match timeouts {
-        None => cmd.arg(1).arg(key),
-        Some(prefix) => cmd.arg(2).arg(key).arg(prefix),
-    };
-    match keep {
-        None => cmd.arg(millis(lease)).arg(owner),
-        Some(left) => cmd.arg(millis(left)).arg(owner).arg("k"),
-    };
-    cmd
+    let numkeys = 1 + usize::from(timeouts.is_some());
+    let ms = millis(keep.unwrap_or(lease));
+    evalsha(numkeys, (key, timeouts, ms, owner, keep.map(|_| "k")))
 }
 
 /// The renewal of semaphore permits `ids` (16 bytes each) in the lease
 /// table `timeouts` to `lease` from now.
 pub(crate) fn renew_permits_call(timeouts: &str, ids: &[u8], lease: Duration) -> Cmd {
+    evalsha(1, (timeouts, millis(lease), ids, "p"))
+}
+
+/// `EVALSHA` of [`RENEW`] on `numkeys` keys.
+fn evalsha(numkeys: usize, keys_and_args: impl ToRedisArgs) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(RENEW_SHA.as_str())
-        .arg(1)
-        .arg(timeouts)
-        .arg(millis(lease))
-        .arg(ids)
-        .arg("p");
+    cmd.arg(RENEW_SHA.as_str()).arg(numkeys).arg(keys_and_args);
     cmd
 }
 
