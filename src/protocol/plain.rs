@@ -8,9 +8,6 @@
 //! - when the count reaches zero the key is deleted and `0` is published on
 //!   `redisson_lock__channel:{<key>}` (the braces keep the channel in the
 //!   key's cluster slot).
-//!
-//! Every owner check happens inside the scripts; names and owners travel only
-//! as `KEYS[]`/`ARGV[]`, never inside Lua source.
 
 use std::time::Duration;
 

@@ -13,40 +13,25 @@ fn millis_never_zero() {
 /// Every script as it is sent (fragments joined as the constructors join
 /// them), named.
 fn whole_scripts() -> Vec<(&'static str, String)> {
-    let mint = plain::mint_fn!();
-    let granted = plain::granted_fn!();
+    let (mint, granted) = (plain::mint_fn!(), plain::granted_fn!());
+    let (purge, now) = (fair::PURGE, rwlock::NOW);
     vec![
         ("plain acquire", plain::ACQUIRE.to_owned()),
         ("plain fenced acquire", plain::ACQUIRE_FENCED.to_owned()),
         ("plain release", plain::RELEASE.to_owned()),
         ("plain leave", plain::LEAVE.to_owned()),
         ("renew", renew::RENEW.to_owned()),
-        (
-            "fair acquire",
-            format!("{}{mint}{}", fair::PURGE, fair::ACQUIRE),
-        ),
+        ("fair acquire", format!("{purge}{mint}{}", fair::ACQUIRE)),
         (
             "fair release",
-            format!("{}{mint}{granted}{}", fair::PURGE, fair::RELEASE),
+            format!("{purge}{mint}{granted}{}", fair::RELEASE),
         ),
         ("fair cancel", fair::CANCEL.to_owned()),
-        (
-            "read acquire",
-            format!("{}{}", rwlock::NOW, rwlock::READ_ACQUIRE),
-        ),
-        (
-            "write acquire",
-            format!("{}{}", rwlock::NOW, rwlock::WRITE_ACQUIRE),
-        ),
-        (
-            "read release",
-            format!("{}{}", rwlock::NOW, rwlock::READ_RELEASE),
-        ),
+        ("read acquire", format!("{now}{}", rwlock::READ_ACQUIRE)),
+        ("write acquire", format!("{now}{}", rwlock::WRITE_ACQUIRE)),
+        ("read release", format!("{now}{}", rwlock::READ_RELEASE)),
         ("write release", rwlock::WRITE_RELEASE.to_owned()),
-        (
-            "cancel writer",
-            format!("{}{}", rwlock::NOW, rwlock::CANCEL_WRITER),
-        ),
+        ("cancel writer", format!("{now}{}", rwlock::CANCEL_WRITER)),
         ("force unlock", admin::FORCE_UNLOCK.to_owned()),
         ("shape", admin::SHAPE.to_owned()),
         ("semaphore acquire", semaphore::ACQUIRE.to_owned()),
