@@ -63,12 +63,8 @@ pub(crate) fn timeout_key(key: &str) -> String {
 /// Which fair-queue entries are leasehold waiters, and their places:
 /// `leasehold_fair:{<key>}`.
 pub(crate) fn fair_marks_key(key: &str) -> String {
-    prefix_name(FAIR_MARKS, key)
+    prefix_name("leasehold_fair", key)
 }
-
-/// What the fair lock's waiter marks are named after (see
-/// [`fair_marks_key`]): outside the key prefix.
-const FAIR_MARKS: &str = "leasehold_fair";
 
 /// The channel on which fair waiter `owner` is woken when it is next.
 pub(crate) fn waiter_channel(key: &str, owner: &str) -> String {
