@@ -1,0 +1,306 @@
+//! The protocol simulator's tests. First, how the model is kept honest:
+//! random sequences of the commands the scripts call, and scripts that
+//! exercise Redis's Lua conversions, run on the model and on a real
+//! `redis-server`, must get the same replies and leave the same data.
+
+mod sim;
+mod support;
+
+use sim::lua::Engine;
+use sim::store::{Reply, Store};
+use sim::Rng;
+use support::RedisServer;
+
+/// A real server's reply in the model's terms.
+fn real(con: &mut redis::Connection, args: &[Vec<u8>]) -> Reply {
+    let mut cmd = redis::cmd(std::str::from_utf8(&args[0]).unwrap());
+    for a in &args[1..] {
+        cmd.arg(&a[..]);
+    }
+    match cmd.query::<redis::Value>(con) {
+        Ok(v) => value(v),
+        Err(e) => Reply::Error(e.to_string()),
+    }
+}
+
+fn value(v: redis::Value) -> Reply {
+    match v {
+        redis::Value::Nil => Reply::Nil,
+        redis::Value::Int(n) => Reply::Int(n),
+        redis::Value::BulkString(b) => Reply::Bulk(b),
+        redis::Value::Array(items) => Reply::Array(items.into_iter().map(value).collect()),
+        redis::Value::SimpleString(s) => Reply::Status(s),
+        redis::Value::Okay => Reply::Status("OK".into()),
+        other => Reply::Error(format!("unexpected {other:?}")),
+    }
+}
+
+const KEYS: &[&str] = &["k0", "k1", "k2", "k3"];
+const FIELDS: &[&str] = &["f0", "f1", "f2"];
+const VALUES: &[&str] = &["0", "1", "7", "-3", "x", "1.5", ""];
+const SCORES: &[&str] = &["1", "2.5", "-1", "0", "1e3", "inf", "-inf", "x"];
+const BOUNDS: &[&str] = &["1", "(1", "-inf", "+inf", "2.5", "(0", "x"];
+const INDEXES: &[&str] = &["0", "1", "-1", "-2", "2", "10", "-10", "x"];
+/// Expiries long enough that the real server's clock moving while the test
+/// runs cannot expire them (PTTL is compared with a tolerance), and
+/// non-positive ones, which delete at once.
+const TTLS: &[&str] = &["200000", "300000", "0", "-5"];
+
+/// One random command of those the scripts call, with arguments good and
+/// bad.
+fn command(rng: &mut Rng) -> Vec<Vec<u8>> {
+    let k = *rng.pick(KEYS);
+    let f = *rng.pick(FIELDS);
+    let v = *rng.pick(VALUES);
+    let i = *rng.pick(INDEXES);
+    let s = *rng.pick(SCORES);
+    let ttl = *rng.pick(TTLS);
+    let args: Vec<&str> = match rng.below(34) {
+        0 => vec!["del", k, *rng.pick(KEYS)],
+        1 => vec!["exists", k, *rng.pick(KEYS), k],
+        2 => vec!["type", k],
+        3 => vec!["pexpire", k, ttl],
+        4 => vec!["pttl", k],
+        5 => vec!["get", k],
+        6 => vec!["set", k, v],
+        7 => vec!["set", k, v, "px", ttl],
+        8 => vec!["set", k, v, "nx"],
+        9 => vec!["set", k, v, "px", ttl, "xx"],
+        10 => vec!["psetex", k, ttl, v],
+        11 => vec!["incrby", k, v],
+        12 => vec!["decrby", k, i],
+        13 => vec!["hget", k, f],
+        14 => vec!["hset", k, f, v, *rng.pick(FIELDS), *rng.pick(VALUES)],
+        15 => vec!["hdel", k, f, *rng.pick(FIELDS)],
+        16 => vec!["hexists", k, f],
+        17 => vec!["hincrby", k, f, *rng.pick(&["1", "-1", "5", "x"])],
+        18 => vec!["hkeys", k],
+        19 => vec!["hlen", k],
+        20 => vec!["hgetall", k],
+        21 => vec!["lindex", k, i],
+        22 => vec!["lpop", k],
+        23 => vec![
+            *rng.pick(&["lpush", "rpush"]),
+            k,
+            *rng.pick(&["a", "b", "c"]),
+            "a",
+        ],
+        24 => vec![
+            "lrem",
+            k,
+            *rng.pick(&["0", "1", "-1", "2"]),
+            *rng.pick(&["a", "b"]),
+        ],
+        25 => vec!["lrange", k, i, *rng.pick(INDEXES)],
+        26 => vec!["llen", k],
+        27 => match rng.below(3) {
+            0 => vec!["zadd", k, s, f, *rng.pick(SCORES), *rng.pick(FIELDS)],
+            1 => vec!["zadd", k, "xx", s, f],
+            _ => vec!["zadd", k, "nx", s, f],
+        },
+        28 => vec!["zrem", k, f, *rng.pick(FIELDS)],
+        29 => vec!["zscore", k, f],
+        30 => match rng.below(2) {
+            0 => vec!["zrange", k, i, *rng.pick(INDEXES)],
+            _ => vec!["zrange", k, i, *rng.pick(INDEXES), "withscores"],
+        },
+        31 => match rng.below(3) {
+            0 => vec!["zrangebyscore", k, *rng.pick(BOUNDS), *rng.pick(BOUNDS)],
+            1 => vec![
+                "zrangebyscore",
+                k,
+                *rng.pick(BOUNDS),
+                *rng.pick(BOUNDS),
+                "withscores",
+            ],
+            _ => vec![
+                "zrangebyscore",
+                k,
+                "-inf",
+                "+inf",
+                "limit",
+                *rng.pick(&["0", "1"]),
+                *rng.pick(&["1", "2", "-1"]),
+            ],
+        },
+        32 => vec!["zremrangebyscore", k, *rng.pick(BOUNDS), *rng.pick(BOUNDS)],
+        _ => vec!["zcard", k],
+    };
+    args.into_iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+/// Whether the model's reply `m` to `args` is the real server's `r`: the
+/// same, except that only the kind of an error must agree (`WRONGTYPE` or
+/// another) and a PTTL may be lower on the real server by its clock's
+/// progress.
+fn agree(args: &[Vec<u8>], m: &Reply, r: &Reply) -> bool {
+    match (m, r) {
+        (Reply::Error(a), Reply::Error(b)) => a.starts_with("WRONGTYPE") == b.contains("WRONGTYPE"),
+        (Reply::Int(a), Reply::Int(b)) if args[0] == b"pttl" && *a > 0 => {
+            (0..30_000).contains(&(a - b))
+        }
+        _ => m == r,
+    }
+}
+
+/// Every key's type and content on the real server, as commands' replies.
+fn contents(run: &mut dyn FnMut(&[Vec<u8>]) -> Reply) -> Vec<(String, Reply, Reply)> {
+    let mut out = Vec::new();
+    for k in KEYS {
+        let arg = |s: &str| s.as_bytes().to_vec();
+        let t = run(&[arg("type"), arg(k)]);
+        let read = match &t {
+            Reply::Status(t) if t == "string" => vec![arg("get"), arg(k)],
+            Reply::Status(t) if t == "hash" => vec![arg("hgetall"), arg(k)],
+            Reply::Status(t) if t == "list" => vec![arg("lrange"), arg(k), arg("0"), arg("-1")],
+            Reply::Status(t) if t == "zset" => {
+                vec![
+                    arg("zrange"),
+                    arg(k),
+                    arg("0"),
+                    arg("-1"),
+                    arg("withscores"),
+                ]
+            }
+            _ => vec![arg("exists"), arg(k)],
+        };
+        out.push((k.to_string(), t, run(&read)));
+    }
+    out
+}
+
+#[test]
+fn the_redis_model_answers_as_a_real_server_on_random_command_sequences() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let fresh = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let seeds: Vec<u64> = (1..=24).chain([fresh]).collect();
+    let mut compared = 0;
+    for seed in seeds {
+        let mut rng = Rng::new(seed);
+        let mut model = Store::default();
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+        let mut history = Vec::new();
+        for _ in 0..400 {
+            let args = command(&mut rng);
+            let (m, r) = (model.call(&args), real(&mut con, &args));
+            history.push(format!("{:?} → model {m:?}, real {r:?}", show(&args)));
+            assert!(
+                agree(&args, &m, &r),
+                "seed {seed}: the model disagrees with redis-server; the last commands:\n{}",
+                history[history.len().saturating_sub(12)..].join("\n")
+            );
+            compared += 1;
+        }
+        let (m, r) = (
+            contents(&mut |a| model.call(a)),
+            contents(&mut |a| real(&mut con, a)),
+        );
+        assert_eq!(m, r, "seed {seed}: the data differ at the end");
+    }
+    assert!(compared >= 10_000);
+}
+
+fn show(args: &[Vec<u8>]) -> String {
+    args.iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Scripts that lean on Redis's Lua conversions, each run on the model's
+/// engine and on the real server with the same keys: the same reply and
+/// the same data after.
+#[test]
+fn the_script_engine_converts_as_redis_does() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let scripts = [
+        "return redis.call('hget', KEYS[1], 'x')",
+        "return redis.call('get', KEYS[1]) == false",
+        "return {1, 2, nil, 3}",
+        "return 3.7",
+        "return -3.7",
+        "return true",
+        "return false",
+        "return nil",
+        "return {'a', {1, 'b'}, false}",
+        "redis.call('set', KEYS[1], 1.5e15) return redis.call('get', KEYS[1])",
+        "redis.call('set', KEYS[1], 2^53) return redis.call('get', KEYS[1])",
+        "redis.call('set', KEYS[1], 12.25) return redis.call('get', KEYS[1])",
+        "redis.call('set', KEYS[1], string.format('%.0f', 2^53)) return redis.call('get', KEYS[1])",
+        "redis.call('set', KEYS[1], 'v') return redis.pcall('hkeys', KEYS[1]).err ~= nil",
+        "redis.call('set', KEYS[1], 'v') return redis.pcall('hkeys', KEYS[1])",
+        "redis.call('hset', KEYS[1], 'a', 1) return redis.call('type', KEYS[1])['ok']",
+        "return redis.call('type', KEYS[1])",
+        "return redis.status_reply('FINE')",
+        "return redis.error_reply('NOPE no')",
+        "return {err = 'BAD thing'}",
+        "redis.call('rpush', KEYS[1], 'a') return redis.call('lindex', KEYS[1], 5)",
+        "redis.call('zadd', KEYS[1], 2.5, 'm') return redis.call('zrange', KEYS[1], 0, -1, 'withscores')",
+        "redis.call('zadd', KEYS[1], 1700000000123, 'm') return redis.call('zscore', KEYS[1], 'm')",
+        "redis.call('hset', KEYS[1], 'n', 5) return redis.call('hincrby', KEYS[1], 'n', -2)",
+        "redis.call('set', KEYS[1], 'a') redis.call('hset', KEYS[1], 'f', 1) return 1",
+        "local t = redis.call('time') return #t",
+        "x = 1 return x",
+        "return undefined_name",
+        "return string.byte(ARGV[1], 2)",
+        "return tonumber(ARGV[1]) + 1",
+        "return #ARGV .. ':' .. #KEYS",
+        "return redis.call('exists', KEYS[1], KEYS[1])",
+    ];
+    for script in scripts {
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+        let mut engine = Engine::new(Store::default());
+        let m = engine.eval(script, &[b"s0"], &[b"42"]);
+        let r = match redis::cmd("EVAL")
+            .arg(script)
+            .arg(1)
+            .arg("s0")
+            .arg("42")
+            .query::<redis::Value>(&mut con)
+        {
+            Ok(v) => value(v),
+            Err(e) => Reply::Error(e.to_string()),
+        };
+        let same = match (&m, &r) {
+            (Reply::Error(_), Reply::Error(_)) => true,
+            _ => m == r,
+        };
+        assert!(same, "{script}: model {m:?}, redis-server {r:?}");
+        let a = contents_of(&mut engine.store.borrow_mut(), "s0");
+        let t = real(&mut con, &[b"type".to_vec(), b"s0".to_vec()]);
+        let real_s0 = (t.clone(), dump_real(&mut con, &t));
+        assert_eq!(a, real_s0, "{script}: the data after differ");
+    }
+}
+
+fn contents_of(store: &mut Store, key: &str) -> (Reply, Reply) {
+    let t = store.call(&[b"type".to_vec(), key.as_bytes().to_vec()]);
+    let d = dump(&mut |a| store.call(a), &t, key);
+    (t, d)
+}
+
+fn dump_real(con: &mut redis::Connection, t: &Reply) -> Reply {
+    dump(&mut |a| real(con, a), t, "s0")
+}
+
+fn dump(run: &mut dyn FnMut(&[Vec<u8>]) -> Reply, t: &Reply, key: &str) -> Reply {
+    let arg = |s: &str| s.as_bytes().to_vec();
+    match t {
+        Reply::Status(t) if t == "string" => run(&[arg("get"), arg(key)]),
+        Reply::Status(t) if t == "hash" => run(&[arg("hgetall"), arg(key)]),
+        Reply::Status(t) if t == "list" => run(&[arg("lrange"), arg(key), arg("0"), arg("-1")]),
+        Reply::Status(t) if t == "zset" => run(&[
+            arg("zrange"),
+            arg(key),
+            arg("0"),
+            arg("-1"),
+            arg("withscores"),
+        ]),
+        _ => Reply::Nil,
+    }
+}
