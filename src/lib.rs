@@ -208,4 +208,11 @@ pub mod scripts {
     /// The release script: `KEYS` lock, unlock channel, line; `ARGV` lease
     /// ms, owner, last-hold flag, then an optional successor.
     pub const RELEASE: &str = crate::protocol::RELEASE;
+
+    /// Every script as the library sends it (classic pub/sub), by name: the
+    /// protocol simulator (`tests/sim`) runs exactly these.
+    #[cfg(feature = "simulation")]
+    pub fn all() -> Vec<(&'static str, &'static str)> {
+        crate::protocol::Scripts::simulated()
+    }
 }

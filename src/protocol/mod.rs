@@ -71,6 +71,9 @@ pub(crate) enum Attempt {
     Wait {
         hint: Option<Duration>,
         foreign: bool,
+        /// Plain: the waiter's place was new in the line (see
+        /// `plain::Acquire::HeldElsewhere`).
+        joined: bool,
     },
     /// Read/write: the owner reads and asked to write, which would wait for
     /// itself.
@@ -341,6 +344,16 @@ impl Scripts {
         }
     }
 
+    /// Every script as the library sends it to a server with classic
+    /// pub/sub, by name: what the protocol simulator (`tests/sim`) runs.
+    #[cfg(feature = "simulation")]
+    pub fn simulated() -> Vec<(&'static str, &'static str)> {
+        let scripts = Scripts::of(PubSub::Classic);
+        let mut all = scripts.plain.sources();
+        all.push(("renew", renew::RENEW));
+        all
+    }
+
     /// The semaphore's scripts.
     pub(crate) fn semaphore(&self) -> &semaphore::SemaphoreScripts {
         &self.semaphore
@@ -360,23 +373,29 @@ impl Scripts {
     /// What the reply to an [`acquire_call`](Self::acquire_call) of `kind`
     /// says. Taken: nil, or a token (`{token}`; `{-1}`, a fenced re-entry,
     /// keeps the outer hold's). Held elsewhere: the holder's PTTL (-1: no
-    /// expiry), `{'f', PTTL}` when the holder is another library's (plain).
+    /// expiry), or (plain) `{flags, PTTL}`: `f` when the holder is another
+    /// library's, `j` when the waiter's place was new in the line.
     /// -3: a write attempt of a reader (an upgrade).
     pub(crate) fn acquire_reply(kind: Kind, reply: Value) -> RedisResult<Attempt> {
         if let Some(what) = admin::shape_after_marker(&reply) {
             return Ok(Attempt::NotALock(what));
         }
-        let wait = |ms: i64, foreign| Attempt::Wait {
+        let wait = |ms: i64, foreign, joined| Attempt::Wait {
             hint: u64::try_from(ms).ok().map(Duration::from_millis),
             foreign,
+            joined,
         };
         Ok(match reply {
             Value::Nil => Attempt::Acquired { minted: None },
             Value::Int(-3) if kind == Kind::Write => Attempt::Upgrade,
-            Value::Int(ms) => wait(ms, false),
+            Value::Int(ms) => wait(ms, false, false),
             Value::Array(items) if matches!(kind, Kind::Plain | Kind::Fair) => {
                 match items.as_slice() {
-                    [Value::BulkString(f), Value::Int(ms)] if f == b"f" => wait(*ms, true),
+                    // A waiter's flags (plain): `f` another library's holder,
+                    // `j` our place was new in the line.
+                    [Value::BulkString(flags), Value::Int(ms)] => {
+                        wait(*ms, flags.contains(&b'f'), flags.contains(&b'j'))
+                    }
                     _ => Attempt::Acquired {
                         minted: items.first().and_then(token),
                     },
@@ -513,8 +532,8 @@ pub(crate) struct Reply {
 
 /// A script and the source it was made of (what [`Call`]s of it carry).
 pub(crate) struct Lua {
-    script: Script,
-    source: String,
+    pub(crate) script: Script,
+    pub(crate) source: String,
 }
 
 impl Lua {

@@ -74,11 +74,11 @@ pub(crate) use companion_fn;
 /// the expiry its hash `places` (`<line>:places`, place → ms) holds for it:
 /// set with the waiter's place lease, confirmed by its waiter. Every key is
 /// one the caller names (`KEYS`), none is built in Lua; a script reads one
-/// or two places, never the whole line. `places_live(places)`: the
-/// places' hash expires [`PLACE_LEASE`] after a place was last taken or
-/// confirmed — no place lives longer, so the places of waiters that all
-/// died go by themselves (their entries in the line, then dead, go with the
-/// next script that reads the line: one `PEXPIRE` fewer per wait).
+/// or two places, never the whole line. `places_live(line, places)`: the
+/// line and its places' hash expire [`PLACE_LEASE`] after a place was last
+/// taken or confirmed — no place lives longer, so the line of waiters that
+/// all died goes by itself (the protocol simulator found the line left
+/// behind for good when it alone had no expiry: `tests/simulation.rs`).
 macro_rules! line_fns {
     () => {
         concat!(
@@ -102,8 +102,11 @@ local function expiry(places, place)
     end
     return nil
 end
-local function places_live(places)
+local function places_live(line, places)
     redis.call('pexpire', places, "#,
+            $crate::protocol::plain::place_lease_ms!(),
+            r#")
+    redis.call('pexpire', line, "#,
             $crate::protocol::plain::place_lease_ms!(),
             r#")
 end
@@ -185,14 +188,28 @@ macro_rules! acquire_script {
             r#"
 local function join()
     if ARGV[4] == '' then
-        return
+        return false
     end
     -- A new place goes at the end; a known one (live, or dead but not yet
     -- dropped from the line) is confirmed where it stands.
-    if redis.call('hset', KEYS[3], ARGV[4], now() + placed(ARGV[4])) == 1 then
+    local new = redis.call('hset', KEYS[3], ARGV[4], now() + placed(ARGV[4])) == 1
+    if new then
         redis.call('rpush', KEYS[2], ARGV[4])
     end
-    places_live(KEYS[3])
+    places_live(KEYS[2], KEYS[3])
+    return new
+end
+-- "Wait `ms`", after taking or confirming our place: `ms` alone, or
+-- `{flags, ms}` — `f` when the holder is another library's, `j` when our
+-- place was new (joined): a place taken again was granted (or dropped as
+-- dead) since the waiter's last attempt, so a grant naming it may predate
+-- this attempt.
+local function waiting(ms, foreign)
+    local flags = (foreign and 'f' or '') .. (join() and 'j' or '')
+    if flags == '' then
+        return ms
+    end
+    return {flags, ms}
 end
 -- One call on the uncontended path: neither the lock nor a line exists.
 local found = redis.call('exists', KEYS[1], KEYS[2])
@@ -209,13 +226,11 @@ if free then
         local wait
         first, wait = head(KEYS[2], KEYS[3], first)
         if first and first ~= ARGV[4] then
-            join()
-            return wait
+            return waiting(wait, false)
         end
     end
     if first and redis.call('get', KEYS[4]) == 'y' then
-        join()
-        return math.max(redis.call('pttl', KEYS[4]), 1)
+        return waiting(math.max(redis.call('pttl', KEYS[4]), 1), false)
     end
 end
 -- Held: by us (one more hold), or by whom. A holder that is not
@@ -258,12 +273,7 @@ if mine then
             $($then),+,
             r#"
 end
-join()
-local ttl = redis.call('pttl', KEYS[1])
-if foreign then
-    return {'f', ttl}
-end
-return ttl
+return waiting(redis.call('pttl', KEYS[1]), foreign)
 "#
         )
     };
@@ -416,7 +426,7 @@ if first then
     -- its waiter tries again after the marker.
     redis.call('lpush', KEYS[3], first)
     redis.call('hset', KEYS[4], first, now() + placed(first))
-    places_live(KEYS[4])
+    places_live(KEYS[3], KEYS[4])
     redis.call('psetex', yield, 20, 'y')
     redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(first, '^(.*):'), '0')
 end
@@ -429,12 +439,12 @@ return 1
 );
 
 /// Leave the line: KEYS lock, line, the line's places; ARGV place, owner.
-/// Drops the place; returns 1 when the lock is set to the owner — a grant
-/// that came while its waiter gave up, which the caller then releases.
+/// Drops the place (from the line too when its expiry is already gone:
+/// nothing is left behind); returns 1 when the lock is set to the owner — a
+/// grant that came while its waiter gave up, which the caller then releases.
 pub(crate) const LEAVE: &str = r#"
-if redis.call('hdel', KEYS[3], ARGV[1]) == 1 then
-    redis.call('lrem', KEYS[2], 1, ARGV[1])
-end
+redis.call('hdel', KEYS[3], ARGV[1])
+redis.call('lrem', KEYS[2], 1, ARGV[1])
 return redis.call('hexists', KEYS[1], ARGV[2])
 "#;
 
@@ -477,6 +487,17 @@ impl PlainScripts {
             release: pubsub.lua(RELEASE),
             leave: pubsub.lua(LEAVE),
         }
+    }
+
+    /// The scripts as sent, by name (the protocol simulator runs them).
+    #[cfg(feature = "simulation")]
+    pub(crate) fn sources(&'static self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("plain acquire", &self.acquire.source),
+            ("plain fenced acquire", &self.acquire_fenced.source),
+            ("plain release", &self.release.source),
+            ("plain leave", &self.leave.source),
+        ]
     }
 
     /// One acquire as a call (one `EVALSHA`; `SCRIPT LOAD` and a retry only

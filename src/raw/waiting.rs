@@ -178,6 +178,15 @@ pub(crate) struct Waiting<'a> {
     place: Option<String>,
     /// Plain: the wait takes a place in line once the lock is found held.
     join: bool,
+    /// Plain: attempts sent with the current place.
+    sent_with_place: u32,
+    /// Plain: an attempt after the first found our place new again — it had
+    /// been granted (or dropped as dead) since, so a grant naming it may
+    /// predate our last attempt and the lease counted from that attempt: an
+    /// attempt takes any grant from then on. (A grant delayed past a later
+    /// confirmation made two holders; the protocol simulator found it:
+    /// `tests/simulation.rs`.)
+    stale_grants: bool,
     /// The watchdog renews the lease (no explicit lease).
     watchdog: bool,
     /// Plain: the last attempt found the lock held by another library's
@@ -239,6 +248,8 @@ impl Raw {
             },
             place: None,
             join: false,
+            sent_with_place: 0,
+            stale_grants: false,
             watchdog: want.lease.is_none(),
             foreign: false,
             // A bounded wait's round trips end by its deadline; a single
@@ -289,6 +300,8 @@ impl<'a> Waiting<'a> {
     /// A new place in line (or fair queue mark) for this wait.
     fn new_place(&mut self) {
         self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+        self.sent_with_place = 0;
+        self.stale_grants = false;
     }
 
     /// Whether this kind waits in the client's in-process queue first (a
@@ -434,14 +447,25 @@ impl LockKind for Waiting<'_> {
         // What a lost reply of this owner on this key may have left is
         // undone first (a retry after a lost reply).
         self.settle().await?;
+        let first_with_place = self.sent_with_place == 0;
+        if self.place.is_some() {
+            self.sent_with_place += 1;
+        }
         let attempt = self
             .raw
             .attempt(self.park, self.name, &self.request(), self.bound)
             .await;
         match attempt? {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
-            Attempt::Wait { hint, foreign } => {
+            Attempt::Wait {
+                hint,
+                foreign,
+                joined,
+            } => {
                 self.foreign = foreign;
+                if joined && !first_with_place {
+                    self.stale_grants = true;
+                }
                 if self.join && self.place.is_none() {
                     // Plain: the next attempt takes a place in line.
                     self.new_place();
@@ -497,7 +521,10 @@ impl LockKind for Waiting<'_> {
             return None;
         }
         let fenced = self.fenced;
-        let direct = self.watchdog && self.raw.replicas.is_none() && (token.is_some() || !fenced);
+        let direct = self.watchdog
+            && !self.stale_grants
+            && self.raw.replicas.is_none()
+            && (token.is_some() || !fenced);
         Some(if direct {
             Granted::Held(token.filter(|_| fenced), protocol::grant_lease(self.lease))
         } else {
