@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod lua;
+pub mod plain;
 pub mod store;
 
 /// A small seeded random source (splitmix64): the same seed, the same run.

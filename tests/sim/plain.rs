@@ -1,0 +1,757 @@
+//! The plain lock under simulation: model clients that follow the protocol
+//! as `docs/wire.md` and the raw layer describe it — acquire with a place
+//! in the line (`<owner>#<n>@<grant ms>/<place ms>`), confirm the place
+//! every third of its lease, take a grant from the client's grant channel
+//! (held from the send time of the last attempt that confirmed the place,
+//! for the grant's lease), renew a watchdog lease every third of it,
+//! release (owner-checked, the owner's last hold), and undo a call whose
+//! reply was lost (leave the place, release) before the owner's next
+//! acquire — against the exact scripts the library sends, over the model
+//! Redis, with a seeded schedule of faults: requests and replies delayed
+//! and reordered between clients, replies lost, grant messages delayed or
+//! lost, clients paused past their lease (their clock stops, Redis's runs)
+//! and crashed.
+//!
+//! Checked after every step: at most one client whose own lease view is
+//! unexpired, and Redis keeps each such client's hold at least as long as
+//! its view says; a free lock with a live waiter is taken within a bound of
+//! virtual time; and after every client has gone and the leases ran out,
+//! nothing of the lock is left in Redis.
+
+use std::collections::HashMap;
+
+use super::lua::Engine;
+use super::store::{Reply, Store};
+use super::Rng;
+
+/// The scripts a run uses, by name (the library's, or mutated copies).
+pub type Scripts = HashMap<&'static str, String>;
+
+/// The library's scripts as it sends them.
+pub fn shipped() -> Scripts {
+    leasehold::scripts::all()
+        .into_iter()
+        .map(|(name, source)| (name, source.to_owned()))
+        .collect()
+}
+
+const KEY: &str = "job";
+const LINE: &str = "leasehold_line:{job}";
+const PLACES: &str = "leasehold_line:{job}:places";
+const YIELD: &str = "leasehold_line:{job}:yield";
+const CHANNEL: &str = "redisson_lock__channel:{job}";
+const TOKENS: &str = "redisson_lock_token:{job}";
+const GRANT_PREFIX: &str = "leasehold_grant:{job}:";
+const PLACE_LEASE: u64 = 3000;
+const GRANT_LEASE: u64 = 3000;
+
+/// How much goes wrong, in percent of the chances it gets.
+#[derive(Clone, Copy, Debug)]
+pub struct Faults {
+    /// A request, reply or message held up on the network for up to twice
+    /// the longest lease.
+    pub delay: u64,
+    pub lost_reply: u64,
+    pub lost_message: u64,
+    pub pause: u64,
+    pub crash: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub clients: usize,
+    pub steps: usize,
+    pub faults: Faults,
+    /// A client-step mutation: grants are trusted even after the place was
+    /// found new again (the rule before the simulator found the delayed
+    /// grant that made two holders).
+    pub trust_stale_grants: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Op {
+    Acquire { place: String },
+    Renew,
+    Release,
+    Leave { place: String },
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    Idle,
+    Waiting {
+        place: String,
+        confirm_at: u64,
+    },
+    Holding {
+        until: u64,
+        renew_at: u64,
+        release_at: u64,
+    },
+    Crashed,
+}
+
+struct Client {
+    id: String,
+    owner: String,
+    lease: u64,
+    state: State,
+    /// The request in flight (one per client: a client waits for its
+    /// reply), and when it was sent.
+    inflight: Option<(Op, u64)>,
+    paused_until: u64,
+    /// Undo due before the next acquire: the place an acquire whose reply
+    /// was lost may have taken.
+    unsettled: Option<String>,
+    /// When the last attempt that took or confirmed our place was sent.
+    confirmed_at: u64,
+    places: u64,
+    acquired: u64,
+    /// Grant messages received and not yet looked at (taken after each
+    /// attempt's reply; those received before an attempt is sent are
+    /// dropped: the attempt finds a grant already made).
+    grants: Vec<String>,
+    /// Attempts sent with the current place; whether a later one found the
+    /// place new again (a grant naming it may predate our last attempt:
+    /// such grants are taken by an attempt, not held at once).
+    sent_with_place: u32,
+    stale_grants: bool,
+}
+
+/// Something on its way: a request to Redis, a reply to a client, a
+/// message to a subscriber.
+enum Transit {
+    Request {
+        client: usize,
+        op: Op,
+    },
+    Reply {
+        client: usize,
+        op: Op,
+        sent_at: u64,
+        reply: Reply,
+    },
+    Message {
+        client: usize,
+        payload: String,
+    },
+}
+
+/// What a run explored.
+#[derive(Debug, Default, Clone)]
+pub struct Explored {
+    pub steps: u64,
+    pub delays: u64,
+    pub scripts: u64,
+    pub acquired: u64,
+    pub grants: u64,
+    pub lost_replies: u64,
+    pub lost_messages: u64,
+    pub pauses: u64,
+    pub crashes: u64,
+}
+
+pub struct Sim {
+    rng: Rng,
+    cfg: Config,
+    scripts: Scripts,
+    engine: Engine,
+    clients: Vec<Client>,
+    /// What is on its way, and the virtual ms before which it cannot
+    /// arrive.
+    transit: Vec<(u64, Transit)>,
+    /// Since when the lock has been free while a live, unpaused client waits.
+    free_since: Option<u64>,
+    pub explored: Explored,
+    pub trace: Vec<String>,
+}
+
+fn now(engine: &Engine) -> u64 {
+    engine.store.borrow().now_ms()
+}
+
+impl Sim {
+    pub fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
+        let mut rng = Rng::new(seed);
+        let mut store = Store::default();
+        store.now_us = 1_700_000_000_000_000 + rng.below(1_000_000_000);
+        let clients = (0..cfg.clients)
+            .map(|i| {
+                // A leasehold client id: a UUID of version 8 (the 15th
+                // character), as `names::new_client_id` makes them.
+                let id = format!("0000000{i}-0000-8000-8000-00000000000{i}");
+                let lease = *rng.pick(&[900, 3000, 10_000]);
+                Client {
+                    owner: format!("{id}:1"),
+                    id,
+                    lease,
+                    state: State::Idle,
+                    inflight: None,
+                    paused_until: 0,
+                    unsettled: None,
+                    confirmed_at: 0,
+                    places: 0,
+                    acquired: 0,
+                    grants: Vec::new(),
+                    sent_with_place: 0,
+                    stale_grants: false,
+                }
+            })
+            .collect();
+        Sim {
+            rng,
+            cfg,
+            scripts,
+            engine: Engine::new(store),
+            clients,
+            transit: Vec::new(),
+            free_since: None,
+            explored: Explored::default(),
+            trace: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        now(&self.engine)
+    }
+
+    fn note(&mut self, what: String) {
+        let line = format!("{:>7} {what}", self.now() % 10_000_000);
+        self.trace.push(line);
+    }
+
+    /// Runs the schedule, then lets every client go and the leases run
+    /// out; the first broken invariant, with the trace.
+    pub fn run(&mut self) -> Result<(), String> {
+        for _ in 0..self.cfg.steps {
+            self.step(true)?;
+            self.check()?;
+        }
+        self.wind_down()
+    }
+
+    fn step(&mut self, faults: bool) -> Result<(), String> {
+        self.explored.steps += 1;
+        let f = self.cfg.faults;
+        match self.rng.below(100) {
+            0..=24 => {
+                let ms = if self.rng.chance(5) {
+                    self.rng.below(4000)
+                } else {
+                    self.rng.below(60)
+                };
+                self.engine.store.borrow_mut().advance(ms);
+            }
+            25..=54 => {
+                let c = self.rng.below(self.clients.len() as u64) as usize;
+                self.act(c)?;
+            }
+            55..=94 => {
+                let now = self.now();
+                let due: Vec<usize> = (0..self.transit.len())
+                    .filter(|&i| self.transit[i].0 <= now)
+                    .collect();
+                if !due.is_empty() {
+                    let i = due[self.rng.below(due.len() as u64) as usize];
+                    let (_, t) = self.transit.swap_remove(i);
+                    self.deliver(t, faults)?;
+                }
+            }
+            95..=97 if faults && f.pause > 0 && self.rng.chance(f.pause) => {
+                let c = self.rng.below(self.clients.len() as u64) as usize;
+                let ms = self.rng.below(3 * self.clients[c].lease);
+                self.clients[c].paused_until = self.now() + ms;
+                self.explored.pauses += 1;
+                self.note(format!("c{c} paused {ms} ms"));
+            }
+            98..=99 if faults && f.crash > 0 && self.rng.chance(f.crash) => {
+                let c = self.rng.below(self.clients.len() as u64) as usize;
+                if !matches!(self.clients[c].state, State::Crashed) {
+                    self.clients[c].state = State::Crashed;
+                    self.explored.crashes += 1;
+                    self.note(format!("c{c} crashed"));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Client `c` does what is due.
+    fn act(&mut self, c: usize) -> Result<(), String> {
+        let now = self.now();
+        let cl = &self.clients[c];
+        if cl.inflight.is_some() || cl.paused_until > now || matches!(cl.state, State::Crashed) {
+            return Ok(());
+        }
+        let op = match cl.state.clone() {
+            State::Idle if cl.unsettled.is_some() => {
+                // The undo of a lost reply comes before any acquire: leave
+                // the place, then release (both owner-checked).
+                let place = self.clients[c].unsettled.take().unwrap();
+                Op::Leave { place }
+            }
+            State::Idle => {
+                if !self.rng.chance(40) {
+                    return Ok(());
+                }
+                let cl = &mut self.clients[c];
+                cl.places += 1;
+                cl.sent_with_place = 0;
+                cl.stale_grants = false;
+                let grant = cl.lease.min(GRANT_LEASE);
+                let place = cl.lease.clamp(300, PLACE_LEASE);
+                Op::Acquire {
+                    place: format!("{}#{}@{grant}/{place}", cl.owner, cl.places),
+                }
+            }
+            State::Waiting { place, confirm_at } if now >= confirm_at => Op::Acquire { place },
+            State::Holding {
+                until, release_at, ..
+            } if until <= now || now >= release_at => {
+                // Done — or the lease ran out in our view (the guard is
+                // told it is lost): the guard's drop sends the
+                // owner-checked release.
+                self.send_release(c);
+                return Ok(());
+            }
+            State::Holding { renew_at, .. } if now >= renew_at => Op::Renew,
+            _ => return Ok(()),
+        };
+        self.send(c, op);
+        Ok(())
+    }
+
+    /// Puts `t` on its way: at once, or (a fault) held up a while.
+    fn travel(&mut self, t: Transit) {
+        let mut due = self.now();
+        if self.rng.chance(self.cfg.faults.delay) {
+            due += if self.rng.chance(50) {
+                self.rng.below(1_000)
+            } else {
+                self.rng.below(20_000)
+            };
+            self.explored.delays += 1;
+        }
+        self.transit.push((due, t));
+    }
+
+    fn send(&mut self, c: usize, op: Op) {
+        let now = self.now();
+        if matches!(op, Op::Acquire { .. }) {
+            let cl = &mut self.clients[c];
+            cl.grants.clear();
+            cl.sent_with_place += 1;
+        }
+        self.note(format!("c{c} sends {op:?}"));
+        self.clients[c].inflight = Some((op.clone(), now));
+        self.travel(Transit::Request { client: c, op });
+    }
+
+    fn deliver(&mut self, t: Transit, faults: bool) -> Result<(), String> {
+        match t {
+            Transit::Request { client, op } => {
+                let reply = self.run_script(client, &op)?;
+                let sent_at = self.clients[client].inflight.as_ref().map_or(0, |i| i.1);
+                self.note(format!("redis ran c{client} {op:?} → {reply:?}"));
+                self.publish();
+                self.travel(Transit::Reply {
+                    client,
+                    op,
+                    sent_at,
+                    reply,
+                });
+            }
+            Transit::Reply {
+                client,
+                op,
+                sent_at,
+                reply,
+            } => {
+                let cl = &self.clients[client];
+                if matches!(cl.state, State::Crashed) {
+                    return Ok(());
+                }
+                if cl.paused_until > self.now() {
+                    self.travel(Transit::Reply {
+                        client,
+                        op,
+                        sent_at,
+                        reply,
+                    });
+                    return Ok(());
+                }
+                self.clients[client].inflight = None;
+                if faults && self.rng.chance(self.cfg.faults.lost_reply) {
+                    self.explored.lost_replies += 1;
+                    self.note(format!("c{client} lost the reply to {op:?}"));
+                    self.lost(client, op);
+                    return Ok(());
+                }
+                self.answer(client, op, sent_at, reply)?;
+            }
+            Transit::Message { client, payload } => {
+                let cl = &self.clients[client];
+                if matches!(cl.state, State::Crashed) {
+                    return Ok(());
+                }
+                if cl.paused_until > self.now() {
+                    self.travel(Transit::Message { client, payload });
+                    return Ok(());
+                }
+                if faults && self.rng.chance(self.cfg.faults.lost_message) {
+                    self.explored.lost_messages += 1;
+                    self.note(format!("c{client} lost the message {payload}"));
+                    return Ok(());
+                }
+                self.clients[client].grants.push(payload);
+                self.take_grants(client);
+            }
+        }
+        Ok(())
+    }
+
+    /// The script of `op` for client `c`, run at Redis.
+    fn run_script(&mut self, c: usize, op: &Op) -> Result<Reply, String> {
+        self.explored.scripts += 1;
+        let cl = &self.clients[c];
+        let lease = cl.lease.to_string();
+        let owner = cl.owner.clone();
+        let (name, keys, argv): (&str, Vec<&str>, Vec<String>) = match op {
+            Op::Acquire { place } => (
+                "plain acquire",
+                vec![KEY, LINE, PLACES, YIELD],
+                vec![lease, owner, "1".into(), place.clone()],
+            ),
+            Op::Renew => ("renew", vec![KEY], vec![lease, owner]),
+            Op::Release => (
+                "plain release",
+                vec![KEY, CHANNEL, LINE, PLACES, YIELD, TOKENS],
+                vec![">0".into(), owner, "1".into()],
+            ),
+            Op::Leave { place } => (
+                "plain leave",
+                vec![KEY, LINE, PLACES],
+                vec![place.clone(), owner],
+            ),
+        };
+        let source = self.scripts.get(name).ok_or(format!("no script {name}"))?;
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        let reply = self.engine.eval(source, &keys, &argv);
+        if let Reply::Error(e) = &reply {
+            return Err(format!("{name} failed: {e}"));
+        }
+        Ok(reply)
+    }
+
+    /// What the scripts published goes to its subscribers: a grant to the
+    /// client whose channel it names (every waiting client listens on its
+    /// own); the unlock message to nobody (no other library here).
+    fn publish(&mut self) {
+        let published = std::mem::take(&mut self.engine.store.borrow_mut().published);
+        for (channel, payload) in published {
+            let channel = String::from_utf8_lossy(&channel).into_owned();
+            let payload = String::from_utf8_lossy(&payload).into_owned();
+            if let Some(id) = channel.strip_prefix(GRANT_PREFIX) {
+                if let Some(c) = self.clients.iter().position(|cl| cl.id == id) {
+                    self.explored.grants += 1;
+                    self.travel(Transit::Message { client: c, payload });
+                }
+            }
+        }
+    }
+
+    /// A reply that never came: what the call may have done is undone
+    /// before the owner acquires again.
+    fn lost(&mut self, c: usize, op: Op) {
+        let cl = &mut self.clients[c];
+        match op {
+            Op::Acquire { place } => {
+                cl.unsettled = Some(place);
+                cl.state = State::Idle;
+            }
+            // Sent again until answered: it must reach Redis.
+            Op::Release | Op::Leave { .. } => {
+                let op = op.clone();
+                self.send(c, op);
+            }
+            // The next renewal (a third of the lease later) tries again.
+            Op::Renew => {}
+        }
+    }
+
+    fn answer(&mut self, c: usize, op: Op, sent_at: u64, reply: Reply) -> Result<(), String> {
+        let now = self.now();
+        let cl = &mut self.clients[c];
+        match op {
+            Op::Acquire { place } => match reply {
+                Reply::Nil => {
+                    let until = sent_at + cl.lease - 1;
+                    if until <= now {
+                        // Arrived after its lease could have run out: undo.
+                        cl.state = State::Idle;
+                        cl.unsettled = Some(place);
+                        return Ok(());
+                    }
+                    self.hold(c, until);
+                }
+                Reply::Int(_) | Reply::Array(_) => {
+                    let (ms, flags) = match reply {
+                        Reply::Int(ms) => (ms, String::new()),
+                        Reply::Array(items) => match items.as_slice() {
+                            [Reply::Bulk(f), Reply::Int(ms)] => {
+                                (*ms, String::from_utf8_lossy(f).into_owned())
+                            }
+                            other => return Err(format!("c{c}: acquire answered {other:?}")),
+                        },
+                        _ => unreachable!(),
+                    };
+                    // Sent with the place: `sent_with_place` counts this one.
+                    if flags.contains('j') && cl.sent_with_place > 1 && !self.cfg.trust_stale_grants
+                    {
+                        cl.stale_grants = true;
+                    }
+                    cl.confirmed_at = sent_at;
+                    let third = cl.lease.clamp(300, PLACE_LEASE) / 3;
+                    let wait = if ms < 0 {
+                        third
+                    } else {
+                        (ms as u64).clamp(1, third)
+                    };
+                    cl.state = State::Waiting {
+                        place,
+                        confirm_at: now + wait,
+                    };
+                    self.take_grants(c);
+                }
+                other => return Err(format!("c{c}: acquire answered {other:?}")),
+            },
+            Op::Renew => {
+                if let State::Holding {
+                    until, release_at, ..
+                } = cl.state
+                {
+                    if reply == Reply::Int(1) {
+                        let until = until.max(sent_at + cl.lease - 1);
+                        cl.state = State::Holding {
+                            until,
+                            renew_at: now + cl.lease / 3,
+                            release_at,
+                        };
+                    } else {
+                        // Lost: the guard is told; its drop releases.
+                        cl.state = State::Holding {
+                            until: now,
+                            renew_at: u64::MAX,
+                            release_at: now,
+                        };
+                    }
+                }
+            }
+            Op::Release => cl.state = State::Idle,
+            Op::Leave { .. } => {
+                // A grant that came meanwhile is released.
+                if reply == Reply::Int(1) {
+                    cl.state = State::Holding {
+                        until: 0,
+                        renew_at: u64::MAX,
+                        release_at: 0,
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn hold(&mut self, c: usize, until: u64) {
+        let now = self.now();
+        let cl = &mut self.clients[c];
+        let cs = 1 + self.rng.below(2 * cl.lease);
+        cl.state = State::Holding {
+            until,
+            renew_at: now + (until - now) / 3,
+            release_at: now + cs,
+        };
+        cl.acquired += 1;
+        self.explored.acquired += 1;
+        self.note(format!("c{c} holds until {until}"));
+    }
+
+    /// The grants client `c` received, looked at as the wait loop does
+    /// once no attempt is in flight: one naming our place is held at once
+    /// — counted from the send time of the attempt that left us waiting,
+    /// for the grant's lease — if less than half of that lease is gone.
+    fn take_grants(&mut self, c: usize) {
+        let now = self.now();
+        let cl = &mut self.clients[c];
+        let State::Waiting { place, .. } = &cl.state else {
+            return;
+        };
+        if cl.inflight.is_some() {
+            return;
+        }
+        let place = place.clone();
+        let grants = std::mem::take(&mut cl.grants);
+        for grant in grants {
+            if grant != place {
+                continue; // not ours: `0` (try again), another wait's
+            }
+            let lease = cl.lease.min(GRANT_LEASE);
+            if cl.stale_grants || now - cl.confirmed_at >= lease / 2 {
+                // Too much of it gone to trust: the attempt decides.
+                cl.state = State::Waiting {
+                    place,
+                    confirm_at: now,
+                };
+                return;
+            }
+            self.note(format!("c{c} granted"));
+            let until = self.clients[c].confirmed_at + lease - 1;
+            self.hold(c, until);
+            return;
+        }
+    }
+
+    /// The invariants, now.
+    fn check(&mut self) -> Result<(), String> {
+        let now = self.now();
+        let holders: Vec<usize> = (0..self.clients.len())
+            .filter(
+                |&c| matches!(self.clients[c].state, State::Holding { until, .. } if until > now),
+            )
+            .collect();
+        if holders.len() > 1 {
+            return Err(format!("two holders at once: {holders:?}"));
+        }
+        for &c in &holders {
+            let State::Holding { until, .. } = self.clients[c].state else {
+                unreachable!()
+            };
+            let owner = self.clients[c].owner.clone();
+            let mut store = self.engine.store.borrow_mut();
+            let ours =
+                store.call(&[b"hexists".to_vec(), KEY.into(), owner.into_bytes()]) == Reply::Int(1);
+            let pttl = match store.call(&[b"pttl".to_vec(), KEY.into()]) {
+                Reply::Int(n) => n,
+                _ => -2,
+            };
+            if !ours || (pttl >= 0 && (pttl as u64) < until - now) {
+                return Err(format!(
+                    "c{c} counts on {} ms more, Redis keeps {pttl} ms (ours: {ours})",
+                    until - now
+                ));
+            }
+        }
+        // Liveness: a free lock with a live, unpaused waiter is taken
+        // within two place leases (a dead place first in line costs one)
+        // and the longest lease (a grantee that died holds its grant).
+        let waiting = self
+            .clients
+            .iter()
+            .any(|cl| matches!(cl.state, State::Waiting { .. }) && cl.paused_until <= now);
+        let free = self
+            .engine
+            .store
+            .borrow_mut()
+            .entry(KEY.as_bytes())
+            .is_none();
+        if waiting && free {
+            let since = *self.free_since.get_or_insert(now);
+            if now - since > 3 * PLACE_LEASE + 10_000 {
+                return Err(format!(
+                    "the lock has been free for {} ms while clients wait",
+                    now - since
+                ));
+            }
+        } else {
+            self.free_since = None;
+        }
+        Ok(())
+    }
+
+    /// Every client stops acquiring: what is in flight lands, holders
+    /// release, waiters leave; then the leases run out and nothing of the
+    /// lock may be left.
+    fn wind_down(&mut self) -> Result<(), String> {
+        for _ in 0..100_000 {
+            let busy = self.clients.iter().any(|cl| {
+                !matches!(cl.state, State::Crashed)
+                    && (cl.inflight.is_some()
+                        || cl.unsettled.is_some()
+                        || matches!(cl.state, State::Holding { .. } | State::Waiting { .. }))
+            });
+            if !busy && self.transit.is_empty() {
+                break;
+            }
+            self.engine.store.borrow_mut().advance(10);
+            let now = self.now();
+            if let Some(i) = self.transit.iter().position(|(due, _)| *due <= now) {
+                let (_, t) = self.transit.swap_remove(i);
+                self.deliver(t, false)?;
+            }
+            let now = self.now();
+            for c in 0..self.clients.len() {
+                let cl = &self.clients[c];
+                if cl.inflight.is_some() || cl.paused_until > now {
+                    continue;
+                }
+                match cl.state.clone() {
+                    State::Waiting { place, .. } => {
+                        self.clients[c].state = State::Idle;
+                        self.send(c, Op::Leave { place });
+                    }
+                    State::Holding { .. } => self.send_release(c),
+                    State::Idle if cl.unsettled.is_some() => self.act(c)?,
+                    _ => {}
+                }
+            }
+            self.check()?;
+        }
+        self.engine.store.borrow_mut().advance(60_000);
+        let left = self.engine.store.borrow_mut().dump();
+        if !left.is_empty() {
+            let keys: Vec<String> = left
+                .iter()
+                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            return Err(format!("left in Redis after every lease ran out: {keys:?}"));
+        }
+        Ok(())
+    }
+
+    /// The guard is dropped: out of the critical section, the release on
+    /// its way.
+    fn send_release(&mut self, c: usize) {
+        self.clients[c].state = State::Idle;
+        self.send(c, Op::Release);
+    }
+}
+
+/// Runs `seeds` with `cfg` on `scripts`; the first failure with its seed
+/// and the end of its trace.
+pub fn explore(
+    seeds: impl IntoIterator<Item = u64>,
+    cfg: &Config,
+    scripts: &Scripts,
+) -> Result<Explored, String> {
+    let mut total = Explored::default();
+    for seed in seeds {
+        let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
+        if let Err(e) = sim.run() {
+            let tail = sim.trace[sim.trace.len().saturating_sub(25)..].join("\n");
+            return Err(format!("seed {seed}: {e}\n(replay: the same seed)\n{tail}"));
+        }
+        let e = &sim.explored;
+        total.steps += e.steps;
+        total.delays += e.delays;
+        total.scripts += e.scripts;
+        total.acquired += e.acquired;
+        total.grants += e.grants;
+        total.lost_replies += e.lost_replies;
+        total.lost_messages += e.lost_messages;
+        total.pauses += e.pauses;
+        total.crashes += e.crashes;
+    }
+    Ok(total)
+}
