@@ -48,6 +48,10 @@ const GRANT_LEASE: u64 = 3000;
 /// How much goes wrong, in percent of the chances it gets.
 #[derive(Clone, Copy, Debug)]
 pub struct Faults {
+    /// Redis's clock steps back up to 2 s (NTP, a failover to a node whose
+    /// clock is behind): leases in Redis last longer, tokens floored by the
+    /// clock must still grow.
+    pub clock_back: u64,
     /// A request, reply or message held up on the network for up to twice
     /// the longest lease.
     pub delay: u64,
@@ -66,6 +70,8 @@ pub struct Config {
     /// found new again (the rule before the simulator found the delayed
     /// grant that made two holders).
     pub trust_stale_grants: bool,
+    /// Half the clients ask for fencing tokens.
+    pub fenced: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -95,6 +101,10 @@ struct Client {
     id: String,
     owner: String,
     lease: u64,
+    /// Asks for fencing tokens (a fenced lock).
+    fenced: bool,
+    /// The token of the hold it counts on.
+    token: Option<u64>,
     state: State,
     /// The request in flight (one per client: a client waits for its
     /// reply), and when it was sent.
@@ -141,6 +151,7 @@ enum Transit {
 #[derive(Debug, Default, Clone)]
 pub struct Explored {
     pub steps: u64,
+    pub clock_jumps: u64,
     pub delays: u64,
     pub scripts: u64,
     pub acquired: u64,
@@ -162,12 +173,12 @@ pub struct Sim {
     transit: Vec<(u64, Transit)>,
     /// Since when the lock has been free while a live, unpaused client waits.
     free_since: Option<u64>,
+    /// The last fencing token a holder counted on: each next one is larger.
+    last_token: u64,
+    /// The clients' clock (see [`Sim::now`]).
+    real: u64,
     pub explored: Explored,
     pub trace: Vec<String>,
-}
-
-fn now(engine: &Engine) -> u64 {
-    engine.store.borrow().now_ms()
 }
 
 impl Sim {
@@ -181,7 +192,10 @@ impl Sim {
                 // character), as `names::new_client_id` makes them.
                 let id = format!("0000000{i}-0000-8000-8000-00000000000{i}");
                 let lease = *rng.pick(&[900, 3000, 10_000]);
+                let fenced = cfg.fenced && rng.chance(50);
                 Client {
+                    fenced,
+                    token: None,
                     owner: format!("{id}:1"),
                     id,
                     lease,
@@ -206,13 +220,22 @@ impl Sim {
             clients,
             transit: Vec::new(),
             free_since: None,
+            last_token: 0,
+            real: 0,
             explored: Explored::default(),
             trace: Vec::new(),
         }
     }
 
+    /// The clients' clock (ms; monotonic, as `Instant` is). Redis's clock
+    /// runs with it, but may jump back (a fault).
     fn now(&self) -> u64 {
-        now(&self.engine)
+        self.real
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.real += ms;
+        self.engine.store.borrow_mut().advance(ms);
     }
 
     fn note(&mut self, what: String) {
@@ -234,13 +257,19 @@ impl Sim {
         self.explored.steps += 1;
         let f = self.cfg.faults;
         match self.rng.below(100) {
+            0 if faults && self.rng.chance(f.clock_back) => {
+                let back = self.rng.below(2_000) * 1000;
+                self.engine.store.borrow_mut().now_us -= back;
+                self.explored.clock_jumps += 1;
+                self.note(format!("redis's clock steps back {} ms", back / 1000));
+            }
             0..=24 => {
                 let ms = if self.rng.chance(5) {
                     self.rng.below(4000)
                 } else {
                     self.rng.below(60)
                 };
-                self.engine.store.borrow_mut().advance(ms);
+                self.advance(ms);
             }
             25..=54 => {
                 let c = self.rng.below(self.clients.len() as u64) as usize;
@@ -301,8 +330,9 @@ impl Sim {
                 cl.stale_grants = false;
                 let grant = cl.lease.min(GRANT_LEASE);
                 let place = cl.lease.clamp(300, PLACE_LEASE);
+                let f = if cl.fenced { "f" } else { "" };
                 Op::Acquire {
-                    place: format!("{}#{}@{grant}/{place}", cl.owner, cl.places),
+                    place: format!("{}#{}@{grant}/{place}{f}", cl.owner, cl.places),
                 }
             }
             State::Waiting { place, confirm_at } if now >= confirm_at => Op::Acquire { place },
@@ -405,7 +435,7 @@ impl Sim {
                     return Ok(());
                 }
                 self.clients[client].grants.push(payload);
-                self.take_grants(client);
+                self.take_grants(client)?;
             }
         }
         Ok(())
@@ -418,6 +448,12 @@ impl Sim {
         let lease = cl.lease.to_string();
         let owner = cl.owner.clone();
         let (name, keys, argv): (&str, Vec<&str>, Vec<String>) = match op {
+            // A first hold of a fenced lock mints a token (`Fence::Mint`).
+            Op::Acquire { place } if cl.fenced => (
+                "plain fenced acquire",
+                vec![KEY, LINE, PLACES, YIELD, TOKENS],
+                vec![lease, owner, "1".into(), place.clone(), "1".into()],
+            ),
             Op::Acquire { place } => (
                 "plain acquire",
                 vec![KEY, LINE, PLACES, YIELD],
@@ -486,6 +522,19 @@ impl Sim {
         let cl = &mut self.clients[c];
         match op {
             Op::Acquire { place } => match reply {
+                Reply::Array(ref items) if matches!(items.as_slice(), [Reply::Int(_)]) => {
+                    let Reply::Int(token) = items[0] else {
+                        unreachable!()
+                    };
+                    let until = sent_at + cl.lease - 1;
+                    if until <= now {
+                        cl.state = State::Idle;
+                        cl.unsettled = Some(place);
+                        return Ok(());
+                    }
+                    cl.token = Some(token as u64);
+                    self.hold(c, until)?;
+                }
                 Reply::Nil => {
                     let until = sent_at + cl.lease - 1;
                     if until <= now {
@@ -494,7 +543,7 @@ impl Sim {
                         cl.unsettled = Some(place);
                         return Ok(());
                     }
-                    self.hold(c, until);
+                    self.hold(c, until)?;
                 }
                 Reply::Int(_) | Reply::Array(_) => {
                     let (ms, flags) = match reply {
@@ -523,7 +572,7 @@ impl Sim {
                         place,
                         confirm_at: now + wait,
                     };
-                    self.take_grants(c);
+                    self.take_grants(c)?;
                 }
                 other => return Err(format!("c{c}: acquire answered {other:?}")),
             },
@@ -564,8 +613,21 @@ impl Sim {
         Ok(())
     }
 
-    fn hold(&mut self, c: usize, until: u64) {
+    fn hold(&mut self, c: usize, until: u64) -> Result<(), String> {
         let now = self.now();
+        let cl = &mut self.clients[c];
+        if cl.fenced {
+            let token = cl
+                .token
+                .ok_or(format!("c{c} holds a fenced lock without a token"))?;
+            if token <= self.last_token {
+                return Err(format!(
+                    "c{c}'s token {token} does not exceed the last holder's {}",
+                    self.last_token
+                ));
+            }
+            self.last_token = token;
+        }
         let cl = &mut self.clients[c];
         let cs = 1 + self.rng.below(2 * cl.lease);
         cl.state = State::Holding {
@@ -576,41 +638,49 @@ impl Sim {
         cl.acquired += 1;
         self.explored.acquired += 1;
         self.note(format!("c{c} holds until {until}"));
+        Ok(())
     }
 
     /// The grants client `c` received, looked at as the wait loop does
     /// once no attempt is in flight: one naming our place is held at once
     /// — counted from the send time of the attempt that left us waiting,
     /// for the grant's lease — if less than half of that lease is gone.
-    fn take_grants(&mut self, c: usize) {
+    fn take_grants(&mut self, c: usize) -> Result<(), String> {
         let now = self.now();
         let cl = &mut self.clients[c];
         let State::Waiting { place, .. } = &cl.state else {
-            return;
+            return Ok(());
         };
         if cl.inflight.is_some() {
-            return;
+            return Ok(());
         }
         let place = place.clone();
         let grants = std::mem::take(&mut cl.grants);
         for grant in grants {
-            if grant != place {
+            let (named, token) = match grant.split_once(' ') {
+                Some((named, token)) => (named, token.parse::<u64>().ok()),
+                None => (grant.as_str(), None),
+            };
+            if named != place {
                 continue; // not ours: `0` (try again), another wait's
             }
             let lease = cl.lease.min(GRANT_LEASE);
-            if cl.stale_grants || now - cl.confirmed_at >= lease / 2 {
-                // Too much of it gone to trust: the attempt decides.
+            let direct = !cl.stale_grants && (token.is_some() || !cl.fenced);
+            if !direct || now - cl.confirmed_at >= lease / 2 {
+                // Too much of it gone to trust, or it must be taken as
+                // asked: the attempt decides.
                 cl.state = State::Waiting {
                     place,
                     confirm_at: now,
                 };
-                return;
+                return Ok(());
             }
+            cl.token = token;
+            let until = cl.confirmed_at + lease - 1;
             self.note(format!("c{c} granted"));
-            let until = self.clients[c].confirmed_at + lease - 1;
-            self.hold(c, until);
-            return;
+            return self.hold(c, until);
         }
+        Ok(())
     }
 
     /// The invariants, now.
@@ -646,10 +716,23 @@ impl Sim {
         // Liveness: a free lock with a live, unpaused waiter is taken
         // within two place leases (a dead place first in line costs one)
         // and the longest lease (a grantee that died holds its grant).
-        let waiting = self
-            .clients
-            .iter()
-            .any(|cl| matches!(cl.state, State::Waiting { .. }) && cl.paused_until <= now);
+        // (A waiter cut off — paused, or its call held up on the network —
+        // is not counted.)
+        let held_up = |c: usize| {
+            self.transit.iter().any(|(due, t)| {
+                *due > now
+                    && match t {
+                        Transit::Request { client, .. } | Transit::Reply { client, .. } => {
+                            *client == c
+                        }
+                        Transit::Message { .. } => false,
+                    }
+            })
+        };
+        let waiting = (0..self.clients.len()).any(|c| {
+            let cl = &self.clients[c];
+            matches!(cl.state, State::Waiting { .. }) && cl.paused_until <= now && !held_up(c)
+        });
         let free = self
             .engine
             .store
@@ -684,7 +767,7 @@ impl Sim {
             if !busy && self.transit.is_empty() {
                 break;
             }
-            self.engine.store.borrow_mut().advance(10);
+            self.advance(10);
             let now = self.now();
             if let Some(i) = self.transit.iter().position(|(due, _)| *due <= now) {
                 let (_, t) = self.transit.swap_remove(i);
@@ -708,8 +791,17 @@ impl Sim {
             }
             self.check()?;
         }
-        self.engine.store.borrow_mut().advance(60_000);
-        let left = self.engine.store.borrow_mut().dump();
+        self.advance(60_000);
+        // The fencing counter stays on purpose: tokens keep growing across
+        // holds (`mint`); nothing else may.
+        let left: Vec<_> = self
+            .engine
+            .store
+            .borrow_mut()
+            .dump()
+            .into_iter()
+            .filter(|(k, _)| k != TOKENS.as_bytes())
+            .collect();
         if !left.is_empty() {
             let keys: Vec<String> = left
                 .iter()
@@ -744,6 +836,7 @@ pub fn explore(
         }
         let e = &sim.explored;
         total.steps += e.steps;
+        total.clock_jumps += e.clock_jumps;
         total.delays += e.delays;
         total.scripts += e.scripts;
         total.acquired += e.acquired;
