@@ -72,14 +72,46 @@ pub struct Config {
     pub trust_stale_grants: bool,
     /// Half the clients ask for fencing tokens.
     pub fenced: bool,
+    /// Holders re-enter now and then with an explicit lease.
+    pub reentry: bool,
+    /// A client-step mutation: a guard's release sets the lease it had
+    /// itself (Redisson's, and the defect of the "Promises broken" issue),
+    /// not what the remaining guard counts on.
+    pub keep_released_lease: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 enum Op {
-    Acquire { place: String },
+    Acquire {
+        place: String,
+    },
     Renew,
     Release,
-    Leave { place: String },
+    Leave {
+        place: String,
+    },
+    /// A second guard of the holding owner, with an explicit lease.
+    Reenter {
+        lease: u64,
+    },
+    /// One guard released while another of the owner remains: `keep` says
+    /// what the remaining one counts on (`protocol::Keep::arg`).
+    Unhold {
+        keep: String,
+    },
+}
+
+/// A re-entered guard with an explicit lease: until when its view says it
+/// holds, and when it is released.
+#[derive(Clone, Copy, Debug)]
+struct Inner {
+    until: u64,
+    release_at: u64,
+}
+
+/// `protocol::Keep::arg`'s milliseconds: rounded up, plus one.
+fn keep_ms(ms: u64) -> u64 {
+    ms + 1
 }
 
 #[derive(Clone, Debug)]
@@ -105,6 +137,8 @@ struct Client {
     fenced: bool,
     /// The token of the hold it counts on.
     token: Option<u64>,
+    /// A re-entered guard beside the first.
+    inner: Option<Inner>,
     state: State,
     /// The request in flight (one per client: a client waits for its
     /// reply), and when it was sent.
@@ -196,6 +230,7 @@ impl Sim {
                 Client {
                     fenced,
                     token: None,
+                    inner: None,
                     owner: format!("{id}:1"),
                     id,
                     lease,
@@ -336,14 +371,45 @@ impl Sim {
                 }
             }
             State::Waiting { place, confirm_at } if now >= confirm_at => Op::Acquire { place },
+            State::Holding { until, .. } if matches!(cl.inner, Some(i) if i.until <= now || now >= i.release_at) =>
+            {
+                // The re-entered guard is dropped; the first remains (a
+                // watchdog: at least what its view still counts on).
+                let inner = self.clients[c].inner.take().unwrap();
+                let keep = if self.cfg.keep_released_lease {
+                    format!("={}", keep_ms(inner.until.saturating_sub(now)))
+                } else {
+                    format!(">{}", keep_ms(until.saturating_sub(now)))
+                };
+                Op::Unhold { keep }
+            }
             State::Holding {
                 until, release_at, ..
             } if until <= now || now >= release_at => {
+                if let Some(inner) = self.clients[c].inner.take() {
+                    // The first guard goes, the re-entered one remains: its
+                    // explicit lease exactly, and no more renewal.
+                    let keep = format!("={}", keep_ms(inner.until.saturating_sub(now)));
+                    self.clients[c].state = State::Holding {
+                        until: inner.until,
+                        renew_at: u64::MAX,
+                        release_at: inner.release_at,
+                    };
+                    self.send(c, Op::Unhold { keep });
+                    return Ok(());
+                }
                 // Done — or the lease ran out in our view (the guard is
                 // told it is lost): the guard's drop sends the
                 // owner-checked release.
                 self.send_release(c);
                 return Ok(());
+            }
+            State::Holding { until, .. }
+                if self.cfg.reentry && cl.inner.is_none() && until > now && self.rng.chance(10) =>
+            {
+                Op::Reenter {
+                    lease: *self.rng.pick(&[500, 2_000, 15_000]),
+                }
             }
             State::Holding { renew_at, .. } if now >= renew_at => Op::Renew,
             _ => return Ok(()),
@@ -459,6 +525,27 @@ impl Sim {
                 vec![KEY, LINE, PLACES, YIELD],
                 vec![lease, owner, "1".into(), place.clone()],
             ),
+            Op::Reenter { lease } if cl.fenced => (
+                "plain fenced acquire",
+                vec![KEY, LINE, PLACES, YIELD, TOKENS],
+                vec![
+                    lease.to_string(),
+                    owner,
+                    "0".into(),
+                    String::new(),
+                    "0".into(),
+                ],
+            ),
+            Op::Reenter { lease } => (
+                "plain acquire",
+                vec![KEY, LINE, PLACES, YIELD],
+                vec![lease.to_string(), owner, "0".into(), String::new()],
+            ),
+            Op::Unhold { keep } => (
+                "plain release",
+                vec![KEY, CHANNEL, LINE, PLACES, YIELD, TOKENS],
+                vec![keep.clone(), owner, "0".into()],
+            ),
             Op::Renew => ("renew", vec![KEY], vec![lease, owner]),
             Op::Release => (
                 "plain release",
@@ -514,6 +601,10 @@ impl Sim {
             }
             // The next renewal (a third of the lease later) tries again.
             Op::Renew => {}
+            // A re-entry that may have counted one more hold in Redis, a
+            // guard's release that may not have counted one less: the
+            // owner's last release drops its field whatever the count.
+            Op::Reenter { .. } | Op::Unhold { .. } => {}
         }
     }
 
@@ -598,7 +689,36 @@ impl Sim {
                     }
                 }
             }
-            Op::Release => cl.state = State::Idle,
+            Op::Release | Op::Unhold { .. } => {
+                if matches!(op, Op::Release) {
+                    cl.state = State::Idle;
+                }
+            }
+            Op::Reenter { lease } => {
+                let held = matches!(&reply, Reply::Nil)
+                    || matches!(&reply, Reply::Array(items) if matches!(items.as_slice(), [Reply::Int(_)]));
+                if !held {
+                    return Ok(()); // held elsewhere: our first guard's lease is gone
+                }
+                let until = sent_at + lease - 1;
+                let outer = match cl.state {
+                    State::Holding { until, .. } => until,
+                    _ => 0,
+                };
+                if until <= now {
+                    // Too late to count on: dropped at once (the first
+                    // guard keeps what it counts on).
+                    let keep = format!(">{}", keep_ms(outer.saturating_sub(now)));
+                    self.send(c, Op::Unhold { keep });
+                    return Ok(());
+                }
+                let cs = 1 + self.rng.below(2 * lease);
+                self.clients[c].inner = Some(Inner {
+                    until,
+                    release_at: now + cs,
+                });
+                self.note(format!("c{c} re-entered until {until}"));
+            }
             Op::Leave { .. } => {
                 // A grant that came meanwhile is released.
                 if reply == Reply::Int(1) {
@@ -686,18 +806,25 @@ impl Sim {
     /// The invariants, now.
     fn check(&mut self) -> Result<(), String> {
         let now = self.now();
+        // Every guard's view: the first, and a re-entered one.
+        let views = |c: usize| -> Vec<u64> {
+            let cl = &self.clients[c];
+            let mut v = Vec::new();
+            if let State::Holding { until, .. } = cl.state {
+                v.push(until);
+                v.extend(cl.inner.map(|i| i.until));
+            }
+            v.retain(|&u| u > now);
+            v
+        };
         let holders: Vec<usize> = (0..self.clients.len())
-            .filter(
-                |&c| matches!(self.clients[c].state, State::Holding { until, .. } if until > now),
-            )
+            .filter(|&c| !views(c).is_empty())
             .collect();
         if holders.len() > 1 {
             return Err(format!("two holders at once: {holders:?}"));
         }
         for &c in &holders {
-            let State::Holding { until, .. } = self.clients[c].state else {
-                unreachable!()
-            };
+            let until = views(c).into_iter().max().unwrap_or(now);
             let owner = self.clients[c].owner.clone();
             let mut store = self.engine.store.borrow_mut();
             let ours =
