@@ -450,3 +450,181 @@ fn known_bad_scripts_fail_the_simulation() {
         println!("{what}: {}", e.lines().next().unwrap());
     }
 }
+
+/// Whether a model value `m` and a real one `r` agree, but for what the
+/// clocks make differ: a number of the server clock (ms or µs since the
+/// epoch: place expiries, tokens) within 100 ms, a PTTL-sized one within
+/// 50 ms; small numbers (counts) exactly.
+fn near(m: &Reply, r: &Reply) -> bool {
+    let num = |x: &Reply| match x {
+        Reply::Int(n) => Some(*n as f64),
+        Reply::Bulk(b) => std::str::from_utf8(b).ok()?.parse::<f64>().ok(),
+        _ => None,
+    };
+    match (m, r) {
+        (Reply::Array(a), Reply::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| near(x, y))
+        }
+        (Reply::Error(_), Reply::Error(_)) => true,
+        _ if m == r => true,
+        _ => match (num(m), num(r)) {
+            (Some(a), Some(b)) if a.abs() >= 1e15 => (a - b).abs() <= 100_000.0,
+            (Some(a), Some(b)) if a.abs() >= 1e12 => (a - b).abs() <= 100.0,
+            (Some(a), Some(b)) if a.abs() >= 100.0 => (a - b).abs() <= 50.0,
+            _ => false,
+        },
+    }
+}
+
+/// Every key of one lock's layout, with its type and content.
+fn lock_data(
+    run: &mut dyn FnMut(&[Vec<u8>]) -> Reply,
+    keys: &[&str],
+) -> Vec<(String, Reply, Reply)> {
+    keys.iter()
+        .map(|k| {
+            let t = run(&[b"type".to_vec(), k.as_bytes().to_vec()]);
+            let d = dump(run, &t, k);
+            (k.to_string(), t, d)
+        })
+        .collect()
+}
+
+/// The library's own scripts, on random sequences of the calls the raw
+/// layer makes (acquires with and without places, fenced or not, re-entry,
+/// releases with every kind of keep and successor, leaves, renewals), run
+/// on the model and on a real server: the same replies and the same data,
+/// but for the clocks (the model's is set to the server's `TIME` before
+/// each call).
+#[test]
+fn the_shipped_scripts_answer_on_the_model_as_on_a_real_server() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let scripts = sim::plain::shipped();
+    let keys = [
+        "job",
+        "leasehold_line:{job}",
+        "leasehold_line:{job}:places",
+        "leasehold_line:{job}:yield",
+        "redisson_lock_token:{job}",
+    ];
+    let (lock, line, places, yld, tokens) = (keys[0], keys[1], keys[2], keys[3], keys[4]);
+    let channel = "redisson_lock__channel:{job}";
+    let owners = [
+        "00000000-0000-8000-8000-000000000000:1",
+        "00000001-0000-8000-8000-000000000001:1",
+        "00000002-0000-8000-8000-000000000002:7",
+    ];
+    let mut calls = 0;
+    for seed in (1..=15).chain([fresh_seed()]) {
+        let mut rng = Rng::new(seed);
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+        let mut engine = Engine::new(Store::default());
+        let mut history = Vec::new();
+        for _ in 0..150 {
+            let owner = *rng.pick(&owners);
+            let lease = rng.pick(&["30000", "60000", "2500"]).to_string();
+            let place = format!(
+                "{owner}#{}@3000/3000{}",
+                rng.below(3),
+                if rng.chance(30) { "f" } else { "" }
+            );
+            let (name, k, argv): (&str, Vec<&str>, Vec<String>) = match rng.below(6) {
+                0 | 1 => (
+                    "plain acquire",
+                    vec![lock, line, places, yld],
+                    vec![
+                        lease,
+                        owner.into(),
+                        rng.pick(&["0", "1"]).to_string(),
+                        if rng.chance(70) { place } else { String::new() },
+                    ],
+                ),
+                2 => (
+                    "plain fenced acquire",
+                    vec![lock, line, places, yld, tokens],
+                    vec![
+                        lease,
+                        owner.into(),
+                        rng.pick(&["0", "1"]).to_string(),
+                        if rng.chance(70) { place } else { String::new() },
+                        rng.pick(&["0", "1"]).to_string(),
+                    ],
+                ),
+                3 => {
+                    let mut argv = vec![
+                        rng.pick(&[">0", "=1500", ">20000", "=40000"]).to_string(),
+                        owner.into(),
+                        rng.pick(&["0", "1"]).to_string(),
+                    ];
+                    if rng.chance(30) {
+                        let next = *rng.pick(&owners);
+                        argv.extend([
+                            next.to_string(),
+                            rng.pick(&["0", "1"]).to_string(),
+                            "30000".into(),
+                            rng.pick(&["0", "1"]).to_string(),
+                        ]);
+                    }
+                    (
+                        "plain release",
+                        vec![lock, channel, line, places, yld, tokens],
+                        argv,
+                    )
+                }
+                4 => (
+                    "plain leave",
+                    vec![lock, line, places],
+                    vec![place, owner.into()],
+                ),
+                _ => ("renew", vec![lock], vec![lease, owner.into()]),
+            };
+            let source = &scripts[name];
+            let time: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
+            engine.store.borrow_mut().now_us =
+                time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+            let kb: Vec<&[u8]> = k.iter().map(|x| x.as_bytes()).collect();
+            let ab: Vec<&[u8]> = argv.iter().map(|x| x.as_bytes()).collect();
+            let m = engine.eval(source, &kb, &ab);
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(source.as_str()).arg(k.len()).arg(&k).arg(&argv);
+            let r = match cmd.query::<redis::Value>(&mut con) {
+                Ok(v) => value(v),
+                Err(e) => Reply::Error(e.to_string()),
+            };
+            history.push(format!("{name} {k:?} {argv:?} → model {m:?}, real {r:?}"));
+            let tail = || history[history.len().saturating_sub(8)..].join("\n");
+            assert!(near(&m, &r), "seed {seed}: the replies differ:\n{}", tail());
+            let md = lock_data(&mut |a| engine.store.borrow_mut().call(a), &keys);
+            let rd = lock_data(&mut |a| real(&mut con, a), &keys);
+            let same = md.len() == rd.len()
+                && md
+                    .iter()
+                    .zip(&rd)
+                    .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && near(&a.2, &b.2));
+            assert!(
+                same,
+                "seed {seed}: the data differ after:\n{}\nmodel {md:?}\nreal  {rd:?}",
+                tail()
+            );
+            for k in keys {
+                let ttl = |x: Reply| match x {
+                    Reply::Int(n) => n,
+                    _ => -3,
+                };
+                let a = ttl(engine
+                    .store
+                    .borrow_mut()
+                    .call(&[b"pttl".to_vec(), k.as_bytes().to_vec()]));
+                let b = ttl(real(&mut con, &[b"pttl".to_vec(), k.as_bytes().to_vec()]));
+                assert!(
+                    (a < 0 && a == b) || (a >= 0 && b >= 0 && (a - b).abs() <= 50),
+                    "seed {seed}: {k}'s PTTL: model {a}, real {b}\n{}",
+                    tail()
+                );
+            }
+            calls += 1;
+        }
+    }
+    assert!(calls >= 2_000);
+}
