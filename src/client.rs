@@ -43,34 +43,6 @@ const ASYNC_FACE: &str =
 /// # Ok(()) }
 /// ```
 ///
-/// # Methods
-/// - Making one: [`new`](Self::new), [`builder`](Self::builder),
-///   [`cluster_builder`](Self::cluster_builder),
-///   [`sentinel_builder`](Self::sentinel_builder), [`connect`](Self::connect);
-///   [`to_async`](Self::to_async) for async code.
-/// - The ladder: [`lock`](Self::lock) waits as long as it takes,
-///   [`try_lock`](Self::try_lock) makes one attempt,
-///   [`try_lock_for`](Self::try_lock_for) /
-///   [`try_lock_until`](Self::try_lock_until) wait up to a bound,
-///   [`lock_with`](Self::lock_with) / [`try_lock_with`](Self::try_lock_with)
-///   take [`LockOptions`]. A `try_*` call answers `Ok(None)` when the lock
-///   stayed busy; `lock_with` with [`LockOptions::wait`] answers
-///   [`Error::WaitTimedOut`].
-/// - Guards that move between threads: [`lock_owned`](Self::lock_owned),
-///   [`lock_owned_with`](Self::lock_owned_with),
-///   [`try_lock_owned_with`](Self::try_lock_owned_with).
-/// - Other kinds: [`fair_lock`](Self::fair_lock),
-///   [`read_lock`](Self::read_lock), [`write_lock`](Self::write_lock) and
-///   their `try_*` forms; fencing tokens with [`LockOptions::fenced`].
-/// - Several names: [`lock_all`](Self::lock_all),
-///   [`try_lock_all_for`](Self::try_lock_all_for),
-///   [`lock_all_with`](Self::lock_all_with); permits:
-///   [`semaphore`](Self::semaphore).
-/// - For operators: [`inspect`](Self::inspect), [`list`](Self::list),
-///   [`is_locked`](Self::is_locked), [`force_unlock`](Self::force_unlock),
-///   [`ping`](Self::ping), [`stats`](Self::stats),
-///   [`acl_rules`](Self::acl_rules), [`watchdog_lease`](Self::watchdog_lease).
-///
 /// # In Redis
 /// The layout is Redisson's `RLock`, so a Rust service and a Java service
 /// can guard the same resource: the lock key (the

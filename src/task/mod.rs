@@ -63,23 +63,6 @@ use crate::stats::Stats;
 /// dropping one releases it in the background; a lock guard of a task is
 /// not reentrant. Don't call the blocking [`LockClient`] from an
 /// `async fn`: its waits block the executor's thread.
-///
-/// # Methods
-/// - Making one: [`new`](Self::new), or [`LockClient::to_async`];
-///   [`blocking`](Self::blocking) is the way back.
-/// - The ladder, as [`LockClient`]'s: [`lock`](Self::lock),
-///   [`try_lock`](Self::try_lock), [`try_lock_for`](Self::try_lock_for),
-///   [`try_lock_until`](Self::try_lock_until),
-///   [`lock_with`](Self::lock_with), [`try_lock_with`](Self::try_lock_with);
-///   other kinds: [`fair_lock`](Self::fair_lock),
-///   [`read_lock`](Self::read_lock), [`write_lock`](Self::write_lock).
-/// - Several names: [`lock_all`](Self::lock_all),
-///   [`try_lock_all_for`](Self::try_lock_all_for),
-///   [`lock_all_with`](Self::lock_all_with); permits:
-///   [`semaphore`](Self::semaphore).
-/// - For operators: [`inspect`](Self::inspect),
-///   [`is_locked`](Self::is_locked), [`force_unlock`](Self::force_unlock),
-///   [`ping`](Self::ping), [`stats`](Self::stats).
 #[derive(Clone)]
 pub struct AsyncLockClient {
     shared: Arc<Shared>,
@@ -173,12 +156,7 @@ impl AsyncLockClient {
         name: &'a str,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
-        self.take(
-            name,
-            &LockOptions::new(),
-            move || Some(deadline_after(wait)),
-            Ok,
-        )
+        self.try_lock_with(name, LockOptions::new().wait(wait))
     }
 
     /// Waits until `deadline`: the guard, or `None` when it passed.
