@@ -1,14 +1,10 @@
-//! `LockClient::inspect`: what Redis knows of one lock, for people on call —
-//! its holders (owner, hold count, read or write), its remaining lease, the
-//! waiters Redis knows of (the line of waiting clients, the fair queue, the
-//! waiting writers), the fencing counter — with every owner turned into the
-//! client it belongs to through that client's registration (host, pid,
-//! name; see `renewal::registration`).
-//!
-//! Reads only: what the key is (a lock's shape; anything else is refused),
-//! one pipeline on the lock's node, then one `HGETALL` per client named;
-//! never part of the lock path. Also `LockClient::list`: the
-//! locks among the keys a `SCAN` of every primary finds.
+//! `LockClient::inspect` and `list`, for people on call: one lock's holders
+//! (owner, hold count, mode), lease left, waiters (line, fair queue, waiting
+//! writers) and fencing counter, each owner turned into its client by that
+//! client's registration (see `renewal::registration`); and the locks a
+//! `SCAN` of every primary finds. Reads only, never part of the lock path:
+//! the key's shape (anything but a lock is refused), one pipeline on the
+//! lock's node, one `HGETALL` per client named.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -184,13 +180,10 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
 /// Keys one `SCAN` call looks at (its `COUNT`).
 const SCAN_COUNT: usize = 200;
 
-/// The locks under the client's prefix whose names match the `SCAN` glob
-/// `pattern`, by name: a `SCAN` for hashes on every primary (at most about
-/// `limit` keys looked at on each), then each hash read as [`inspect`] does.
-/// Kept: hashes shaped like a lock (see `protocol::admin::Shape`: every
-/// field a lock owner with a hold count, or `mode`); application hashes,
-/// counters and leasehold's own companion hashes (client registrations, the
-/// fair lock's waiter marks) are not.
+/// [`LockClient::list`](crate::LockClient::list): a `SCAN` for hashes on
+/// every primary, each read as [`inspect`] does; kept are those shaped like
+/// a lock (`protocol::admin::Shape`), not application hashes, counters or
+/// leasehold's companion hashes (client registrations, fair waiter marks).
 pub(crate) fn list(raw: &Raw, pattern: &str, limit: usize) -> Result<Vec<LockInfo>> {
     let prefix = raw.key_prefix();
     let matching = format!("{prefix}{pattern}");
@@ -245,27 +238,19 @@ pub(crate) fn inspect(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
 /// clients.
 fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
     raw.lock_shape(key)?;
+    // The queues waiters stand in: how each is listed, in reply order.
+    let queues: [(WaitQueue, &str, String); 3] = [
+        (WaitQueue::Line, "LRANGE", line_key(key)),
+        (WaitQueue::Fair, "LRANGE", queue_key(key)),
+        (WaitQueue::Writers, "ZRANGE", writers_key(key)),
+    ];
     let replies: Vec<Value> = raw.read(key, |con| {
-        redis::pipe()
-            .cmd("HGETALL")
-            .arg(key)
-            .cmd("PTTL")
-            .arg(key)
-            .cmd("LRANGE")
-            .arg(line_key(key))
-            .arg(0)
-            .arg(-1)
-            .cmd("LRANGE")
-            .arg(queue_key(key))
-            .arg(0)
-            .arg(-1)
-            .cmd("ZRANGE")
-            .arg(writers_key(key))
-            .arg(0)
-            .arg(-1)
-            .cmd("GET")
-            .arg(token_key(key))
-            .query(con)
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(key).cmd("PTTL").arg(key);
+        for (_, list, queue) in &queues {
+            pipe.cmd(list).arg(queue).arg(0).arg(-1);
+        }
+        pipe.cmd("GET").arg(token_key(key)).query(con)
     })?;
     let get = |i: usize| replies.get(i).cloned().unwrap_or(Value::Nil);
     let hash = pairs(&get(0));
@@ -273,14 +258,12 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
         Value::Int(ms) if ms > 0 => Some(Duration::from_millis(ms as u64)),
         _ => None,
     };
-    let mode = hash
-        .iter()
-        .find(|(k, _)| k == "mode")
-        .map(|(_, v)| v.clone());
-    let kind = match (&mode, hash.is_empty()) {
-        (_, true) => LockKind::Free,
-        (Some(_), _) => LockKind::ReadWrite,
-        (None, _) => LockKind::Exclusive,
+    let kind = if hash.is_empty() {
+        LockKind::Free
+    } else if hash.iter().any(|(k, _)| k == "mode") {
+        LockKind::ReadWrite
+    } else {
+        LockKind::Exclusive
     };
     let mut holders: Vec<Holder> = hash
         .iter()
@@ -302,12 +285,8 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
         .collect();
     holders.sort_by(|a, b| a.owner.cmp(&b.owner));
     let mut waiters = Vec::new();
-    for (reply, queue) in [
-        (2, WaitQueue::Line),
-        (3, WaitQueue::Fair),
-        (4, WaitQueue::Writers),
-    ] {
-        for entry in strings(&get(reply)) {
+    for (reply, (queue, _, _)) in queues.into_iter().enumerate() {
+        for entry in strings(&get(reply + 2)) {
             // A line place is `<owner>#<n>[f]`; a waiting writer its write
             // field `<owner>:write`.
             let owner = entry.split('#').next().unwrap_or(&entry);
