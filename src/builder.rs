@@ -88,89 +88,67 @@ impl std::fmt::Debug for LockClientBuilder {
 }
 
 impl LockClientBuilder {
-    /// Most pooled connections open at once; each lock or unlock holds one
-    /// only for its round trip. Defaults to 16.
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
+    setters! {
+        /// Most pooled connections open at once; each lock or unlock holds one
+        /// only for its round trip. Defaults to 16.
+        pool_size(size: u32) => pool_size = size;
 
-    /// A prefix put before every lock name to form the Redis key (e.g.
-    /// `"billing:"`). Defaults to none: the key is the name, as in Redisson.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
+        /// A prefix put before every lock name to form the Redis key (e.g.
+        /// `"billing:"`). Defaults to none: the key is the name, as in Redisson.
+        key_prefix(prefix: impl Into<String>) => key_prefix = prefix.into();
 
-    /// A name for this client that operators see: `inspect` shows it beside
-    /// the host and pid of every hold and wait of this client (e.g.
-    /// `"billing-worker-3"`). Unset by default (host and pid still show).
-    pub fn client_name(mut self, name: impl Into<String>) -> Self {
-        self.client_name = Some(name.into());
-        self
-    }
+        /// A name for this client that operators see: `inspect` shows it beside
+        /// the host and pid of every hold and wait of this client (e.g.
+        /// `"billing-worker-3"`). Unset by default (host and pid still show).
+        client_name(name: impl Into<String>) => client_name = Some(name.into());
 
-    /// The lease of locks taken without an explicit one, renewed every third
-    /// of it while the guard lives. Defaults to 30 s (Redisson's
-    /// `lockWatchdogTimeout`).
-    ///
-    /// A renewal that fails with less than two socket timeouts of the lease
-    /// left makes the lease lost at once (the client could not learn in time
-    /// whether another try went through), so the lease must be longer than
-    /// twice the [socket timeout](Self::socket_timeout) — `build` refuses it
-    /// otherwise — and is best well above: with the defaults, a renewal may
-    /// fail twice before anything is lost. Without a socket timeout of its
-    /// own, a lease under 9 s gets one of a third of the lease.
-    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
-        self.watchdog_lease = lease;
-        self
-    }
+        /// The lease of locks taken without an explicit one, renewed every third
+        /// of it while the guard lives. Defaults to 30 s (Redisson's
+        /// `lockWatchdogTimeout`).
+        ///
+        /// A renewal that fails with less than two socket timeouts of the lease
+        /// left makes the lease lost at once (the client could not learn in time
+        /// whether another try went through), so the lease must be longer than
+        /// twice the [socket timeout](Self::socket_timeout) — `build` refuses it
+        /// otherwise — and is best well above: with the defaults, a renewal may
+        /// fail twice before anything is lost. Without a socket timeout of its
+        /// own, a lease under 9 s gets one of a third of the lease.
+        watchdog_lease(lease: Duration) => watchdog_lease = lease;
 
-    /// How long to wait for a new connection to Redis, and for a pooled one
-    /// when all are busy. Defaults to 5 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
+        /// How long to wait for a new connection to Redis, and for a pooled one
+        /// when all are busy. Defaults to 5 s.
+        connect_timeout(timeout: Duration) => connect_timeout = timeout;
 
-    /// How long one Redis reply may take before the call fails with a timeout
-    /// error; it also bounds how long a guard's `Drop` can block when Redis is
-    /// unreachable. Defaults to 3 s, or a third of the
-    /// [watchdog lease](Self::watchdog_lease) if that is shorter; must be at
-    /// least 1 ms and below half the watchdog lease.
-    pub fn socket_timeout(mut self, timeout: Duration) -> Self {
-        self.socket_timeout = Some(timeout);
-        self
-    }
+        /// How long one Redis reply may take before the call fails with a timeout
+        /// error; it also bounds how long a guard's `Drop` can block when Redis is
+        /// unreachable. Defaults to 3 s, or a third of the
+        /// [watchdog lease](Self::watchdog_lease) if that is shorter; must be at
+        /// least 1 ms and below half the watchdog lease.
+        socket_timeout(timeout: Duration) => socket_timeout = Some(timeout);
 
-    /// Require `replicas` replicas of the primary to acknowledge every
-    /// acquire within `timeout` (Redisson's `checkLockSyncedSlaves`): right
-    /// after the acquire script, `WAIT replicas timeout` runs on the same
-    /// connection. Fewer acknowledgements → the hold is undone
-    /// (owner-checked) and the call fails with [`Error::NotReplicated`]; it
-    /// is not retried, since a replica that is down stays down for a while.
-    ///
-    /// This narrows, not closes, the window in which a failover loses a lock
-    /// (replication stays asynchronous: an acknowledged write can still be
-    /// lost if the primary and that replica fail together). Costs one round
-    /// trip per acquire, and threads of the client no longer hand the lock
-    /// to each other inside the release script (every acquire must be
-    /// acknowledged). `timeout` must be below the
-    /// [socket timeout](Self::socket_timeout). Off by default.
-    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replicas = Some((replicas, timeout));
-        self
-    }
+        /// Require `replicas` replicas of the primary to acknowledge every
+        /// acquire within `timeout` (Redisson's `checkLockSyncedSlaves`): right
+        /// after the acquire script, `WAIT replicas timeout` runs on the same
+        /// connection. Fewer acknowledgements → the hold is undone
+        /// (owner-checked) and the call fails with [`Error::NotReplicated`]; it
+        /// is not retried, since a replica that is down stays down for a while.
+        ///
+        /// This narrows, not closes, the window in which a failover loses a lock
+        /// (replication stays asynchronous: an acknowledged write can still be
+        /// lost if the primary and that replica fail together). Costs one round
+        /// trip per acquire, and threads of the client no longer hand the lock
+        /// to each other inside the release script (every acquire must be
+        /// acknowledged). `timeout` must be below the
+        /// [socket timeout](Self::socket_timeout). Off by default.
+        replicas(replicas: u32, timeout: Duration) => replicas = Some((replicas, timeout));
 
-    /// Cluster only: sharded or classic pub/sub for unlock messages (see
-    /// [`ShardedPubSub`]). Defaults to [`ShardedPubSub::Auto`], as
-    /// Redisson ≥ 3.22.0: sharded on Redis ≥ 7. Redisson clients on the same
-    /// names must use the same: [`ShardedPubSub::Off`] beside Redisson
-    /// < 3.22.0 or `ShardedSubscriptionMode.OFF`. Ignored elsewhere (a
-    /// single server and Sentinel use classic pub/sub).
-    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
-        self.sharded_pubsub = mode;
-        self
+        /// Cluster only: sharded or classic pub/sub for unlock messages (see
+        /// [`ShardedPubSub`]). Defaults to [`ShardedPubSub::Auto`], as
+        /// Redisson ≥ 3.22.0: sharded on Redis ≥ 7. Redisson clients on the same
+        /// names must use the same: [`ShardedPubSub::Off`] beside Redisson
+        /// < 3.22.0 or `ShardedSubscriptionMode.OFF`. Ignored elsewhere (a
+        /// single server and Sentinel use classic pub/sub).
+        sharded_pubsub(mode: ShardedPubSub) => sharded_pubsub = mode;
     }
 
     /// Sentinel only: the password (and ACL username, if not `default`) of
@@ -183,29 +161,22 @@ impl LockClientBuilder {
         self
     }
 
-    /// Sentinel only: the database number on the primary (default 0).
-    pub fn sentinel_primary_db(mut self, db: i64) -> Self {
-        self.primary.db = Some(db);
-        self
-    }
+    setters! {
+        /// Sentinel only: the database number on the primary (default 0).
+        sentinel_primary_db(db: i64) => primary.db = Some(db);
 
-    /// Sentinel only (feature `tls`): reach the primary over TLS, verified
-    /// against [`tls_root_certificate`](Self::tls_root_certificate) or the
-    /// platform's trust store. Sentinels themselves speak TLS when their
-    /// URLs are `rediss://`.
-    #[cfg(feature = "tls")]
-    pub fn sentinel_primary_tls(mut self) -> Self {
-        self.primary.tls = true;
-        self
-    }
+        /// Sentinel only (feature `tls`): reach the primary over TLS, verified
+        /// against [`tls_root_certificate`](Self::tls_root_certificate) or the
+        /// platform's trust store. Sentinels themselves speak TLS when their
+        /// URLs are `rediss://`.
+        #[cfg(feature = "tls")]
+        sentinel_primary_tls() => primary.tls = true;
 
-    /// For `rediss://` URLs (feature `tls`): trust this root certificate
-    /// (PEM) instead of the platform's trust store — for a server whose
-    /// certificate your own CA signed. Unset by default.
-    #[cfg(feature = "tls")]
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_root_cert = Some(pem.into());
-        self
+        /// For `rediss://` URLs (feature `tls`): trust this root certificate
+        /// (PEM) instead of the platform's trust store — for a server whose
+        /// certificate your own CA signed. Unset by default.
+        #[cfg(feature = "tls")]
+        tls_root_certificate(pem: impl Into<Vec<u8>>) => tls_root_cert = Some(pem.into());
     }
 
     /// Checks the settings and builds the client. Nothing connects yet: the
@@ -276,9 +247,7 @@ impl LockClientBuilder {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size must be at least 1"));
         }
-        if self.watchdog_lease.is_zero() {
-            return Err(Error::invalid("watchdog lease must be greater than zero"));
-        }
+        check_lease("watchdog lease", self.watchdog_lease)?;
         let lease = self.watchdog_lease;
         let socket_timeout = *self
             .socket_timeout
@@ -308,12 +277,14 @@ impl LockClientBuilder {
                  put a server's password and database in its URL (redis://user:password@host:port/db)",
             ));
         }
-        if let Some((_, master)) = &self.sentinel {
-            if master.is_empty() {
-                return Err(Error::invalid(
-                    "Sentinel needs the master name of the primary it watches (its `sentinel monitor` name)",
-                ));
-            }
+        if self
+            .sentinel
+            .as_ref()
+            .is_some_and(|(_, master)| master.is_empty())
+        {
+            return Err(Error::invalid(
+                "Sentinel needs the master name of the primary it watches (its `sentinel monitor` name)",
+            ));
         }
         if let Some((n, timeout)) = self.replicas {
             if n == 0 || timeout.is_zero() {
@@ -327,7 +298,7 @@ impl LockClientBuilder {
                 )));
             }
         }
-        check_lease("watchdog lease", self.watchdog_lease)
+        Ok(())
     }
 
     /// Builds the client from checked settings. Nothing connects yet.

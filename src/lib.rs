@@ -144,6 +144,19 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// Consuming setters, each with its docs and attributes:
+/// `name(arg: Type) => field = value;` is
+/// `pub fn name(mut self, arg: Type) -> Self` setting `self.field`.
+macro_rules! setters {
+    ($($(#[$attr:meta])* $name:ident($($arg:ident: $ty:ty),*) => $($field:ident).+ = $value:expr;)*) => {$(
+        $(#[$attr])*
+        pub fn $name(mut self, $($arg: $ty),*) -> Self {
+            self.$($field).+ = $value;
+            self
+        }
+    )*};
+}
+
 mod acquire;
 mod builder;
 mod client;

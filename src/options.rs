@@ -238,84 +238,60 @@ impl LockOptions {
         Self::default()
     }
 
-    /// An explicit lease: the lock simply expires this long after it was
-    /// taken unless unlocked first (Redisson's `lock(leaseTime)`). Must be
-    /// greater than zero. Defaults to the client's watchdog lease.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
+    setters! {
+        /// An explicit lease: the lock simply expires this long after it was
+        /// taken unless unlocked first (Redisson's `lock(leaseTime)`). Must be
+        /// greater than zero. Defaults to the client's watchdog lease.
+        lease(lease: Duration) => lease = Some(lease);
 
-    /// Lets another thread or task cancel this wait (see [`Cancel`]): the
-    /// call returns [`Error::Cancelled`] as soon as [`Cancel::cancel`] is
-    /// called, holding nothing and leaving no waiting place.
-    pub fn cancel_on(mut self, cancel: &Cancel) -> Self {
-        self.cancel = Some(cancel.clone());
-        self
-    }
+        /// Lets another thread or task cancel this wait (see [`Cancel`]): the
+        /// call returns [`Error::Cancelled`] as soon as [`Cancel::cancel`] is
+        /// called, holding nothing and leaving no waiting place.
+        cancel_on(cancel: &Cancel) => cancel = Some(cancel.clone());
 
-    /// The cancel handle, if one was given.
-    pub fn cancel_value(&self) -> Option<Cancel> {
-        self.cancel.clone()
-    }
+        /// The longest to wait for the lock. Defaults to unbounded for
+        /// `lock_with` and to a single attempt for `try_lock_with`.
+        wait(wait: Duration) => wait = Some(wait);
 
-    /// The longest to wait for the lock. Defaults to unbounded for
-    /// `lock_with` and to a single attempt for `try_lock_with`.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
+        /// Ask for a fencing token: the guard's [`fence`](crate::LockGuard::fence)
+        /// returns a number minted inside the acquire script (same round trip),
+        /// strictly greater than every token handed out before for this lock —
+        /// across clients, processes and restarts of the clients. Give it to the
+        /// resource you protect and let it refuse a write that carries a smaller
+        /// token than one it has seen (see [`FencedStore`](crate::FencedStore)):
+        /// that is what keeps a holder that was paused past its lease from doing
+        /// damage, which no lease alone can. A reentrant fenced hold returns the
+        /// token of the outer hold.
+        ///
+        /// The counter lives in `redisson_lock_token:{<key>}` (Redisson's fenced
+        /// lock's key, in the lock's cluster slot) and is only created for fenced
+        /// locks. Tokens never go below the server's clock in microseconds, so
+        /// they keep increasing even when Redis loses the counter (a restart
+        /// without persistence, a flush) — assuming the server's clock did not go
+        /// back and fewer than a million fenced locks a second were taken on
+        /// average.
+        fenced() => fenced = true;
 
-    /// Ask for a fencing token: the guard's [`fence`](crate::LockGuard::fence)
-    /// returns a number minted inside the acquire script (same round trip),
-    /// strictly greater than every token handed out before for this lock —
-    /// across clients, processes and restarts of the clients. Give it to the
-    /// resource you protect and let it refuse a write that carries a smaller
-    /// token than one it has seen (see [`FencedStore`](crate::FencedStore)):
-    /// that is what keeps a holder that was paused past its lease from doing
-    /// damage, which no lease alone can. A reentrant fenced hold returns the
-    /// token of the outer hold.
-    ///
-    /// The counter lives in `redisson_lock_token:{<key>}` (Redisson's fenced
-    /// lock's key, in the lock's cluster slot) and is only created for fenced
-    /// locks. Tokens never go below the server's clock in microseconds, so
-    /// they keep increasing even when Redis loses the counter (a restart
-    /// without persistence, a flush) — assuming the server's clock did not go
-    /// back and fewer than a million fenced locks a second were taken on
-    /// average.
-    pub fn fenced(mut self) -> Self {
-        self.fenced = true;
-        self
-    }
+        /// A fair lock: waiters — threads of this and of every other client —
+        /// get it in the order they asked, each woken on its own channel by the
+        /// release before it (Redisson's `RedissonFairLock` layout). A waiter
+        /// that gives up leaves the queue at once; one that died is dropped from
+        /// it within 5 s, never holding up the others longer. Combines with
+        /// [`fenced`](Self::fenced). Use either fair or plain locking on one
+        /// name, not both. Of `fair`, [`read`](Self::read) and
+        /// [`write`](Self::write) the last one called counts.
+        fair() => kind = Kind::Fair;
 
-    /// A fair lock: waiters — threads of this and of every other client —
-    /// get it in the order they asked, each woken on its own channel by the
-    /// release before it (Redisson's `RedissonFairLock` layout). A waiter
-    /// that gives up leaves the queue at once; one that died is dropped from
-    /// it within 5 s, never holding up the others longer. Combines with
-    /// [`fenced`](Self::fenced). Use either fair or plain locking on one
-    /// name, not both. Of `fair`, [`read`](Self::read) and
-    /// [`write`](Self::write) the last one called counts.
-    pub fn fair(mut self) -> Self {
-        self.kind = Kind::Fair;
-        self
-    }
+        /// The read side of a read/write lock (see
+        /// [`LockClient::read_lock`](crate::LockClient::read_lock)): any number
+        /// of readers at once, in any process, while no one writes. Not with
+        /// [`fenced`](Self::fenced).
+        read() => kind = Kind::Read;
 
-    /// The read side of a read/write lock (see
-    /// [`LockClient::read_lock`](crate::LockClient::read_lock)): any number
-    /// of readers at once, in any process, while no one writes. Not with
-    /// [`fenced`](Self::fenced).
-    pub fn read(mut self) -> Self {
-        self.kind = Kind::Read;
-        self
-    }
-
-    /// The write side of a read/write lock (see
-    /// [`LockClient::write_lock`](crate::LockClient::write_lock)): one
-    /// writer alone, no readers. Not with [`fenced`](Self::fenced).
-    pub fn write(mut self) -> Self {
-        self.kind = Kind::Write;
-        self
+        /// The write side of a read/write lock (see
+        /// [`LockClient::write_lock`](crate::LockClient::write_lock)): one
+        /// writer alone, no readers. Not with [`fenced`](Self::fenced).
+        write() => kind = Kind::Write;
     }
 
     /// Whether a fair lock was asked for.
@@ -350,6 +326,11 @@ impl LockOptions {
     /// The bounded wait, if one was set.
     pub fn wait_value(&self) -> Option<Duration> {
         self.wait
+    }
+
+    /// The cancel handle, if one was given.
+    pub fn cancel_value(&self) -> Option<Cancel> {
+        self.cancel.clone()
     }
 }
 

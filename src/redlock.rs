@@ -34,7 +34,7 @@ use crate::client::{or_timed_out, LockClient};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
-use crate::options::{check_lease, check_name, deadline_after, LockOptions};
+use crate::options::{check_lease, check_name, deadline_after, deadline_min, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, on_executor, Park};
 use crate::raw::Hold;
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
@@ -80,39 +80,26 @@ pub struct RedlockBuilder {
 }
 
 impl RedlockBuilder {
-    /// The lease of holds taken without an explicit one, renewed on every
-    /// node that has the hold every third of it. Defaults to 30 s.
-    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
+    setters! {
+        /// The lease of holds taken without an explicit one, renewed on every
+        /// node that has the hold every third of it. Defaults to 30 s.
+        watchdog_lease(lease: Duration) => lease = lease;
 
-    /// How long one node may take to connect or answer before it counts as
-    /// a "no" — keep it far below the lease (redis.io suggests 5–50 ms for a
-    /// 10 s lease). Defaults to 50 ms.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
-        self
-    }
+        /// How long one node may take to connect or answer before it counts as
+        /// a "no" — keep it far below the lease (redis.io suggests 5–50 ms for a
+        /// 10 s lease). Defaults to 50 ms.
+        node_timeout(timeout: Duration) => node_timeout = timeout;
 
-    /// The longest random pause between two attempts. Defaults to 200 ms.
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
-    }
+        /// The longest random pause between two attempts. Defaults to 200 ms.
+        retry_delay(delay: Duration) => retry_delay = delay;
 
-    /// How long a wait without a deadline keeps trying while no majority of
-    /// nodes can be reached at all, before it fails with
-    /// [`Error::NoQuorum`]. Defaults to 5 s.
-    pub fn give_up_after(mut self, wait: Duration) -> Self {
-        self.give_up_after = wait;
-        self
-    }
+        /// How long a wait without a deadline keeps trying while no majority of
+        /// nodes can be reached at all, before it fails with
+        /// [`Error::NoQuorum`]. Defaults to 5 s.
+        give_up_after(wait: Duration) => give_up_after = wait;
 
-    /// A prefix put before every lock name to form the Redis key.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
+        /// A prefix put before every lock name to form the Redis key.
+        key_prefix(prefix: impl Into<String>) => key_prefix = prefix.into();
     }
 
     /// Checks the settings and makes a client per node (nothing connects
@@ -270,15 +257,10 @@ impl Redlock {
             };
             // Fewer than a majority answered at all: we cannot tell whether
             // anyone holds it (and nobody can take it either).
-            let undecided = acquired + busy < self.majority();
             let now = Instant::now();
-            if undecided {
+            if acquired + busy < self.majority() {
                 let since = *unreachable_since.get_or_insert(now);
-                let give_up = match deadline {
-                    Some(d) => d <= now,
-                    None => now - since >= inner.settings.give_up_after,
-                };
-                if give_up {
+                if deadline.map_or(now - since >= inner.settings.give_up_after, |d| d <= now) {
                     // At a deadline, the last round's silent nodes are the
                     // wait running out of time, whatever ended that round.
                     let first = errors.into_iter().next().map(|e| match deadline {
@@ -300,7 +282,7 @@ impl Redlock {
                 }
             }
             let pause = self.random_delay();
-            let until = deadline.map_or(now + pause, |d| d.min(now + pause));
+            let until = deadline_min(deadline, now + pause);
             std::thread::sleep(until.saturating_duration_since(Instant::now()));
         }
     }
@@ -339,9 +321,16 @@ impl Redlock {
         }
         let Some(validity) = validity.filter(|v| !v.is_zero() && held.len() >= self.majority())
         else {
-            // Not held: give back what we got, at once, within the node
-            // timeout (see `release_on`).
-            release_on(&inner.nodes, &held, &key, owner, lease);
+            // Not held: give back what we got, at once, each node within the
+            // node timeout — never the wait's deadline: that may have passed,
+            // and cut by it nothing would be sent, the nodes keeping the hold
+            // until the background undo came round. A node that did not
+            // answer sends it again in the background until it answers (the
+            // owner is this attempt's alone: nothing later is released by it).
+            let took: Vec<&LockClient> = held.iter().map(|&i| &inner.nodes[i]).collect();
+            on_every_node(&took, |node| {
+                let _ = node.raw().release_unique(&key, owner, lease);
+            });
             return Err((held.len(), busy, errors));
         };
         let state = LeaseState::new(started + validity);
@@ -438,20 +427,6 @@ fn on_every_node<N: Sync, T: Send>(nodes: &[N], f: impl Fn(&N) -> T + Sync) -> V
         }
         answers
     })
-}
-
-/// The release script on the nodes numbered `which` — which took a hold
-/// an attempt that failed as a whole will not keep — each within the node
-/// timeout, never a wait's deadline: that may have passed, and cut by it
-/// nothing would be sent, the nodes keeping the hold until the background
-/// undo came round. A node that did not answer sends it again in the
-/// background until it answers (the owner is one acquisition's alone, so
-/// nothing later can be released by it).
-fn release_on(nodes: &[LockClient], which: &[usize], key: &str, owner: &str, lease: Duration) {
-    let chosen: Vec<&LockClient> = which.iter().filter_map(|&i| nodes.get(i)).collect();
-    on_every_node(&chosen, |node| {
-        let _ = node.raw().release_unique(key, owner, lease);
-    });
 }
 
 /// A Redlock hold; dropping it releases the lock on every node.
@@ -577,14 +552,9 @@ impl Drop for RedlockGuard {
         // On an async runtime's thread in the background (counted as the
         // first node's client's work), never stalling the thread's tasks
         // for the nodes' round trips.
-        let park = if on_executor() {
-            Park::Task
-        } else {
-            Park::Thread
-        };
         match self.redlock.inner.nodes.first() {
-            Some(node) => node.raw().detach(park, release),
-            None => release(),
+            Some(node) if on_executor() => node.raw().detach(Park::Task, release),
+            _ => release(),
         }
     }
 }
