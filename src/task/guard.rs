@@ -2,7 +2,6 @@
 //! (`Send`, not reentrant) whose drop hands the release to an I/O thread
 //! (never blocking the task) and whose `unlock().await` is the checked one.
 
-use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -25,6 +24,7 @@ use crate::renewal::LeaseLost;
 /// [`unlock`](Self::unlock)`.await` is the checked release.
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
+#[derive(Debug)]
 pub struct AsyncLockGuard {
     /// Made to release in the background (`DropOn::Task`).
     pub(crate) guard: OwnedLockGuard,
@@ -102,11 +102,5 @@ impl AsyncLockGuard {
     /// As [`LockGuard::unlock`](crate::LockGuard::unlock).
     pub async fn unlock(self) -> Result<()> {
         self.guard.held.release(Park::Task).await
-    }
-}
-
-impl fmt::Debug for AsyncLockGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("AsyncLockGuard").field(&self.guard).finish()
     }
 }

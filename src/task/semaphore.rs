@@ -3,7 +3,6 @@
 //! [`AsyncPermitGuard`] (drop gives the permits back in the background;
 //! `release().await` is the checked one).
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +30,7 @@ use crate::semaphore::{PermitGuard, Semaphore, SemaphoreInfo};
 /// permit.release().await?;               // or drop: given back in the background
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct AsyncSemaphore {
     sem: Semaphore,
 }
@@ -191,16 +190,11 @@ impl AsyncSemaphore {
     }
 }
 
-impl fmt::Debug for AsyncSemaphore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("AsyncSemaphore").field(&self.sem).finish()
-    }
-}
-
 /// Permits taken by an async task; dropping the guard gives them back in
 /// the background (never blocking the task). `Send` and `Sync`.
 #[must_use = "if unused the permits are given back at once"]
 #[clippy::has_significant_drop]
+#[derive(Debug)]
 pub struct AsyncPermitGuard {
     /// Made to release in the background (`DropOn::Task`).
     guard: PermitGuard,
@@ -229,23 +223,14 @@ impl AsyncPermitGuard {
         self.guard.held.lost_wait()
     }
 
-    /// Gives the permits back, checking that they were still ours; the
-    /// round trip runs on an I/O thread — or, with the `tokio` feature, on
-    /// the task's own tokio runtime (a client of one server). Dropped
-    /// before it completes, the future leaves the release to the
-    /// background: the permits come back all the same, by id.
+    /// Gives the permits back, checking that they were still ours, the way
+    /// [`AsyncLockGuard::unlock`](crate::AsyncLockGuard::unlock) releases a
+    /// lock (dropped before it completes: the permits come back all the
+    /// same, by id).
     ///
     /// # Errors
     /// As [`PermitGuard::release`].
     pub async fn release(self) -> Result<()> {
         self.guard.held.release(Park::Task).await
-    }
-}
-
-impl fmt::Debug for AsyncPermitGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("AsyncPermitGuard")
-            .field(&self.guard)
-            .finish()
     }
 }
