@@ -489,18 +489,6 @@ impl LockClient {
     /// than the connect timeout, and holds that the new primary does not have
     /// (replication is asynchronous) are reported lost by the next renewal.
     ///
-    /// ```no_run
-    /// # fn main() -> Result<(), leasehold::Error> {
-    /// let client = leasehold::LockClient::sentinel_builder(
-    ///     &["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
-    ///     "mymaster",
-    /// )
-    /// .replicas(1, std::time::Duration::from_millis(500)) // survive a failover
-    /// .build()?;
-    /// let _g = client.lock("order:pay")?;
-    /// # Ok(()) }
-    /// ```
-    ///
     /// The Sentinels' own password (`requirepass` in their configuration) goes
     /// in their URLs; the primary's password, database and TLS in
     /// [`sentinel_primary_auth`](LockClientBuilder::sentinel_primary_auth),
@@ -515,7 +503,9 @@ impl LockClient {
     /// )
     /// .sentinel_primary_auth(Some("billing"), "primary-secret")
     /// .sentinel_primary_db(2)
+    /// .replicas(1, std::time::Duration::from_millis(500)) // survive a failover
     /// .build()?;
+    /// let _g = client.lock("order:pay")?;
     /// # Ok(()) }
     /// ```
     pub fn sentinel_builder<S: AsRef<str>>(sentinels: &[S], master: &str) -> LockClientBuilder {
