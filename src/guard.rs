@@ -21,11 +21,8 @@ use crate::raw::{Hold, Raw};
 use crate::renewal::{LeaseLost, LeaseState};
 
 /// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
-/// the other `lock*`/`try_*` calls: the thread that took it. The thread can
-/// re-enter the lock (a second `lock` on it returns at once), so the guard
-/// must stay on that thread: `LockGuard<ThisThread>` is not `Send`, as
-/// `std::sync::MutexGuard` is not. Use an [`OwnedLockGuard`] to move a hold
-/// between threads.
+/// the other `lock*`/`try_*` calls: the thread that took it, which may
+/// re-enter the lock — so the guard is not `Send` (see [`LockGuard`]).
 pub struct ThisThread(PhantomData<MutexGuard<'static, ()>>);
 
 /// The owner of an [`OwnedLockGuard`]: the guard itself. Each acquisition has
@@ -180,25 +177,9 @@ impl<O> LockGuard<O> {
     /// lease lost — so a long job can stop without polling, e.g. in a
     /// `crossbeam_channel::select!` beside its work. Guards of one reentrant
     /// hold share the channel (one message in all). Explicit leases are not
-    /// watched: they simply expire (see [`is_held`](Self::is_held)).
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), leasehold::Error> {
-    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
-    /// let guard = client.lock("rotate:keys")?;
-    /// let lost = guard.lost();
-    /// for step in 0..1_000 {
-    ///     if let Ok(why) = lost.try_recv() {
-    ///         eprintln!("stopping at step {step}: lock lost ({why})");
-    ///         break;
-    ///     }
-    ///     // … one step of work …
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// Or wait on it beside other channels, with the `crossbeam_channel`
-    /// crate that leasehold re-exports (no dependency of your own needed):
+    /// watched: they simply expire (see [`is_held`](Self::is_held)). Here
+    /// beside a timer, with the `crossbeam_channel` crate that leasehold
+    /// re-exports (no dependency of your own needed):
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -312,10 +293,8 @@ pub(crate) enum DropOn {
     Task,
 }
 
-/// What every guard does alike: it keeps a hold of `raw`, reads its lease's
-/// state, releases it checked (`release`) or on drop — best-effort,
-/// logging a failure, waiting for a pooled connection no longer than one
-/// reply may take.
+/// What every guard does alike over a hold of `raw` (see the module doc);
+/// its drop waits for a pooled connection no longer than one reply may take.
 pub(crate) struct Held<H: Releasable> {
     raw: Arc<Raw>,
     pub(crate) hold: H,
