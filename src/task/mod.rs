@@ -59,10 +59,8 @@ use crate::stats::Stats;
 /// ```
 ///
 /// Its guards ([`AsyncLockGuard`], [`AsyncMultiLockGuard`],
-/// [`AsyncPermitGuard`]) are `Send`, so they are held across `.await`, and
-/// dropping one releases it in the background; a lock guard of a task is
-/// not reentrant. Don't call the blocking [`LockClient`] from an
-/// `async fn`: its waits block the executor's thread.
+/// [`AsyncPermitGuard`]) are `Send` and, dropped, released in the
+/// background. Don't call the blocking [`LockClient`] from an `async fn`.
 #[derive(Clone)]
 pub struct AsyncLockClient {
     shared: Arc<Shared>,
@@ -89,13 +87,10 @@ impl AsyncLockClient {
         LockClient::new(url).map(|c| c.to_async())
     }
 
-    /// [`LockClient::close`] for a task: sees through what this client
-    /// still does in the background (a dropped guard's release, at the end
-    /// of `main` say), parking the task at most the socket timeout; whether
-    /// all of it was answered. The last handle of a client does the same as
-    /// it goes (blocking its thread meanwhile); `close().await` at the end
-    /// of `main` or of a service's shutdown does it without blocking, and
-    /// says how it went:
+    /// [`LockClient::close`] for a task, parking it (at most the socket
+    /// timeout) where the last handle's drop would block its thread:
+    /// `close().await` at the end of `main` or of a service's shutdown sees
+    /// the background work through (a dropped guard's release, say):
     ///
     /// ```no_run
     /// #[tokio::main]

@@ -91,8 +91,7 @@ impl AsyncLockClient {
         options: LockOptions,
     ) -> Result<AsyncMultiLockGuard> {
         let waited = options.wait_value();
-        let deadline = waited.map(deadline_after);
-        self.take_all(names, options, deadline)
+        self.take_all(names, options, waited.map(deadline_after))
             .await?
             .ok_or_else(|| timed_out(names, waited))
     }
