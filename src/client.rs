@@ -32,16 +32,8 @@ const ASYNC_FACE: &str =
 /// number it forms the owner of every lock the client takes, so the same thread
 /// can re-enter a lock it holds and no one else can release it. Such a guard
 /// stays on its thread; [`lock_owned`](Self::lock_owned) gives one that can
-/// move (see "Threads, pools and async" in the README).
-///
-/// ```no_run
-/// # fn main() -> Result<(), leasehold::Error> {
-/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
-/// let guard = client.lock("order:pay")?; // blocks until held
-/// // … the critical section …
-/// guard.unlock()?; // or just drop it
-/// # Ok(()) }
-/// ```
+/// move (see "Threads, pools and async" in the README). [The crate
+/// docs](crate) show it in use.
 ///
 /// # In Redis
 /// The layout is Redisson's `RLock`, so a Rust service and a Java service
@@ -415,9 +407,7 @@ impl LockClient {
     /// [`client_name`]: crate::LockClientBuilder::client_name
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty or overlong name;
-    /// [`Error::NotALock`] when the key holds something else; connection
-    /// errors when Redis could not be reached.
+    /// As [`is_locked`](Self::is_locked).
     pub fn inspect(&self, name: &str) -> Result<crate::LockInfo> {
         check_name(name)?;
         let raw = self.raw();
@@ -481,9 +471,8 @@ impl LockClient {
     /// one that is working. Returns false when the lock was not held.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty or overlong name;
-    /// [`Error::NotALock`] (nothing changed) when the key holds something
-    /// else; connection errors when Redis could not be reached.
+    /// As [`is_locked`](Self::is_locked) (a [`Error::NotALock`] changes
+    /// nothing).
     pub fn force_unlock(&self, name: &str) -> Result<bool> {
         check_name(name)?;
         let raw = self.raw();

@@ -46,17 +46,7 @@ use crate::stats::Stats;
 /// that runtime's, read on its reactor: no hop to another thread or task;
 /// the runtime needs its I/O driver). Dropping a future cancels its wait at
 /// once: its place in line is left, and a lock Redis granted it meanwhile
-/// is released.
-///
-/// ```no_run
-/// # async fn pay() {}
-/// # async fn handler() -> Result<(), leasehold::Error> {
-/// let client = leasehold::AsyncLockClient::new("redis://127.0.0.1/")?;
-/// let guard = client.lock("order:pay").await?; // parks the task
-/// pay().await;                                 // held across .await
-/// guard.unlock().await?;                       // or drop: released in the background
-/// # Ok(()) }
-/// ```
+/// is released. [The crate docs](crate) show it in use.
 ///
 /// Its guards ([`AsyncLockGuard`], [`AsyncMultiLockGuard`],
 /// [`AsyncPermitGuard`]) are `Send` and, dropped, released in the
