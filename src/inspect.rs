@@ -155,13 +155,6 @@ fn bytes(v: &Value) -> Option<String> {
     }
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    match v {
-        Value::Array(items) => items.iter().filter_map(bytes).collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// A `HGETALL` reply (RESP2 array or RESP3 map) as pairs.
 fn pairs(v: &Value) -> Vec<(String, String)> {
     match v {
@@ -286,7 +279,10 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
     holders.sort_by(|a, b| a.owner.cmp(&b.owner));
     let mut waiters = Vec::new();
     for (reply, (queue, _, _)) in queues.into_iter().enumerate() {
-        for entry in strings(&get(reply + 2)) {
+        let Value::Array(entries) = get(reply + 2) else {
+            continue;
+        };
+        for entry in entries.iter().filter_map(bytes) {
             // A line place is `<owner>#<n>[f]`; a waiting writer its write
             // field `<owner>:write`.
             let owner = entry.split('#').next().unwrap_or(&entry);
