@@ -149,10 +149,11 @@ fn client(cli: &Cli) -> Result<LockClient, Box<dyn std::error::Error>> {
 
 fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let client = client(cli)?;
+    let render: fn(&LockInfo) -> String = if cli.json { json } else { text };
     match &cli.command {
         Command::Inspect { name } => {
             let info = client.inspect(name)?;
-            println!("{}", render(&info, cli.json));
+            println!("{}", render(&info));
         }
         // Every server's (each primary of a cluster; see `LockClient::list`).
         Command::List { pattern, limit } => {
@@ -216,7 +217,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 let mut shape = info.clone();
                 shape.ttl = shape.ttl.map(|_| Duration::ZERO);
                 if last.as_ref() != Some(&shape) {
-                    let now = render(&info, cli.json);
+                    let now = render(&info);
                     if cli.json {
                         println!("{now}");
                     } else {
@@ -233,14 +234,6 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn render(info: &LockInfo, as_json: bool) -> String {
-    if as_json {
-        json(info)
-    } else {
-        text(info)
-    }
 }
 
 fn kind_text(info: &LockInfo) -> &'static str {
@@ -306,13 +299,12 @@ fn text(info: &LockInfo) -> String {
 }
 
 fn render_semaphore(info: &leasehold::SemaphoreInfo, as_json: bool) -> String {
-    let left = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
     if as_json {
         let holders = json_list(&info.holders, |p| {
             format!(
                 "{{\"id\":{},\"lease_left_ms\":{},\"client\":{}}}",
                 json_str(&p.id),
-                json_opt(left(p.expires_in)),
+                json_opt(p.expires_in.map(|d| d.as_millis())),
                 p.client.as_deref().map_or("null".into(), json_str)
             )
         });
