@@ -34,7 +34,7 @@ use crate::client::{or_timed_out, LockClient};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
-use crate::options::{check_lease, check_name, deadline_after, deadline_min, LockOptions};
+use crate::options::{check_lease, check_name, deadline_after, deadline_min, Kind, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, on_executor, Park};
 use crate::raw::Hold;
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
@@ -214,9 +214,7 @@ impl Redlock {
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`].
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<RedlockGuard> {
         if options.is_fenced()
-            || options.is_fair()
-            || options.is_read()
-            || options.is_write()
+            || options.kind_value() != Kind::Plain
             || options.cancel_value().is_some()
         {
             return Err(Error::invalid(
@@ -321,12 +319,11 @@ impl Redlock {
         }
         let Some(validity) = validity.filter(|v| !v.is_zero() && held.len() >= self.majority())
         else {
-            // Not held: give back what we got, at once, each node within the
-            // node timeout — never the wait's deadline: that may have passed,
-            // and cut by it nothing would be sent, the nodes keeping the hold
-            // until the background undo came round. A node that did not
-            // answer sends it again in the background until it answers (the
-            // owner is this attempt's alone: nothing later is released by it).
+            // Not held: give back what we got at once, each node within the
+            // node timeout — not the wait's deadline, which may have passed
+            // (cut by it, nothing would be sent and the nodes would keep the
+            // hold until the background undo came round); a release not
+            // answered is sent again in the background.
             let took: Vec<&LockClient> = held.iter().map(|&i| &inner.nodes[i]).collect();
             on_every_node(&took, |node| {
                 let _ = node.raw().release_unique(&key, owner, lease);
@@ -441,8 +438,7 @@ pub struct RedlockGuard {
     /// The hold's own state: its lost signal.
     state: Arc<LeaseState>,
     /// The nodes that granted the hold, with the hold each keeps (renewed
-    /// there with a watchdog lease).
-    /// Empty once released.
+    /// there with a watchdog lease); empty once released.
     nodes: Vec<(usize, Hold)>,
 }
 
