@@ -310,29 +310,23 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
 /// Turns every holder's and waiter's owner into its client, from the
 /// clients' registrations: one `HGETALL` per client.
 fn name_clients(raw: &Raw, info: &mut LockInfo) -> Result<()> {
-    let mut clients: HashMap<String, Option<ClientInfo>> = HashMap::new();
-    let owners = info
-        .holders
-        .iter()
-        .map(|h| h.owner.as_str())
-        .chain(info.waiters.iter().map(|w| w.owner.as_str()));
-    for owner in owners {
-        let id = split_owner(owner).0.to_owned();
-        if clients.contains_key(&id) {
-            continue;
-        }
-        let ckey = client_key(raw.key_prefix(), &id);
+    let owners = info.holders.iter().map(|h| &h.owner);
+    let owners = owners.chain(info.waiters.iter().map(|w| &w.owner));
+    let ids: BTreeSet<&str> = owners.map(|owner| split_owner(owner).0).collect();
+    let mut clients = HashMap::new();
+    for id in ids {
+        let ckey = client_key(raw.key_prefix(), id);
         let reply: Value = raw.read(&ckey, |con| redis::cmd("HGETALL").arg(&ckey).query(con))?;
         let fields: HashMap<String, String> = pairs(&reply).into_iter().collect();
         let info = (!fields.is_empty()).then(|| ClientInfo {
-            id: id.clone(),
+            id: id.to_owned(),
             host: fields.get("host").cloned().unwrap_or_default(),
             pid: fields.get("pid").and_then(|p| p.parse().ok()),
             name: fields.get("name").cloned(),
             version: fields.get("version").cloned().unwrap_or_default(),
             started_ms: fields.get("started").and_then(|p| p.parse().ok()),
         });
-        clients.insert(id, info);
+        clients.insert(id.to_owned(), info);
     }
     let client_of = |owner: &str| clients.get(split_owner(owner).0).cloned().flatten();
     for h in &mut info.holders {
