@@ -134,9 +134,9 @@
 //! # Features
 //! `tls`: `rediss://` URLs with rustls (a server, Cluster, Sentinel). `cli`:
 //! the operators' `leasehold` tool (`inspect`, `list`, `force-unlock`,
-//! `watch`). `tokio`: the async face's round trips on the task's own tokio
-//! runtime (a connection of that runtime's, read on its reactor) rather
-//! than leasehold's I/O threads, and blocking calls refused on an
+//! `watch`, `semaphore`). `tokio`: the async face's round trips on the task's
+//! own tokio runtime (a connection of that runtime's, read on its reactor)
+//! rather than leasehold's I/O threads, and blocking calls refused on an
 //! executor's thread. None is on by default.
 //!
 //! How it works — what is in Redis, how waiters are woken, renewal — is in
