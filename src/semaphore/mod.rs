@@ -228,9 +228,8 @@ impl Semaphore {
         drop_on: DropOn,
     ) -> Result<Option<PermitGuard>> {
         let hold = acquire_permits(&self.shared, &self.name, permits, want, deadline).await?;
-        let raw = self.shared.raw();
         Ok(hold.map(|hold| PermitGuard {
-            held: Held::new(Arc::clone(raw), hold, drop_on),
+            held: Held::new(Arc::clone(self.shared.raw()), hold, drop_on),
         }))
     }
 

@@ -283,9 +283,8 @@ impl AsyncLockClient {
         let shared = &self.shared;
         async move {
             let hold = acquire_hold(shared, name, want, until()).await?;
-            let raw = shared.raw();
             finish(hold.map(|hold| AsyncLockGuard {
-                guard: LockGuard::with(Arc::clone(raw), hold, DropOn::Task),
+                guard: LockGuard::with(Arc::clone(shared.raw()), hold, DropOn::Task),
             }))
         }
     }
