@@ -104,6 +104,39 @@ fn a_holder_killed_holding_two_permits_gives_them_back_within_one_lease() {
     assert_eq!(sem.available().unwrap(), Some(2));
 }
 
+/// The line of a semaphore's waiters that all died goes by itself: the
+/// list and its places' hash expire a place lease (3 s) after a place was
+/// last taken or confirmed, while the permit stays held and no script of
+/// another client comes by. (The list had no expiry: it stayed for good —
+/// the defect the protocol simulator found in the plain lock's line.)
+#[test]
+fn the_line_of_semaphore_waiters_that_all_died_goes_by_itself() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let sem = client.semaphore("sline");
+    sem.set_permits(1).unwrap();
+    let permit = sem.acquire().unwrap();
+    let line_keys = || -> Vec<String> {
+        server
+            .connection()
+            .keys("leasehold_sline:{sline}*")
+            .unwrap()
+    };
+    let mut waiter = ChildProcess::start(&["sem", &server.url(), "sline", "1", "1", "w"]);
+    assert!(
+        support::eventually(Duration::from_secs(10), || line_keys().len() == 2),
+        "the waiter's place: {:?}",
+        line_keys()
+    );
+    waiter.kill();
+    assert!(
+        support::eventually(Duration::from_secs(10), || line_keys().is_empty()),
+        "left: {:?}",
+        line_keys()
+    );
+    assert!(permit.is_held());
+}
+
 /// Leases of 1.5 s, renewed every 500 ms: a second to spare before one
 /// could run out; unrenewed, the permit would be free from 1.5 s on.
 #[test]

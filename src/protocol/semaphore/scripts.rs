@@ -168,9 +168,12 @@ local function join(p, blob)
     if redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1 then
         redis.call('rpush', L, p)
     end
-    -- No place lives longer: the places of waiters that all died go by
-    -- themselves (their dead entries in the line with the next script).
+    -- No place lives longer: the line of waiters that all died goes by
+    -- itself, its list with its places.
     redis.call('pexpire', P, "#,
+            $crate::protocol::plain::place_lease_ms!(),
+            r#")
+    redis.call('pexpire', L, "#,
             $crate::protocol::plain::place_lease_ms!(),
             r#")
 end
@@ -304,7 +307,8 @@ return {present, alive}
 "#
 );
 
-/// Leave the line. ARGV: place, the ids. The place goes, and so do our
+/// Leave the line. ARGV: place, the ids. The place goes (from the list too
+/// when its expiry is already gone: nothing is left behind), and so do our
 /// permits if a grant gave them to us meanwhile; what that gives back — and
 /// what our place held up, if it was first — goes to the line, and what is
 /// left available is announced (Redisson's waiters may have waited behind
@@ -313,9 +317,8 @@ return {present, alive}
 pub(crate) const LEAVE: &str = concat!(
     prelude!(),
     r#"
-if redis.call('hdel', P, ARGV[1]) == 1 then
-    redis.call('lrem', L, 1, ARGV[1])
-end
+redis.call('hdel', P, ARGV[1])
+redis.call('lrem', L, 1, ARGV[1])
 local ours = 0
 for _, id in ipairs(ids(ARGV[2])) do
     ours = ours + redis.call('zrem', T, id)
