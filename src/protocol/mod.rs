@@ -350,6 +350,7 @@ impl Scripts {
     pub fn simulated() -> Vec<(&'static str, &'static str)> {
         let scripts = Scripts::of(PubSub::Classic);
         let mut all = scripts.plain.sources();
+        all.extend(scripts.semaphore.sources());
         all.push(("renew", renew::RENEW));
         all
     }

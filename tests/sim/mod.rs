@@ -6,6 +6,7 @@
 
 pub mod lua;
 pub mod plain;
+pub mod semaphore;
 pub mod store;
 
 /// A small seeded random source (splitmix64): the same seed, the same run.

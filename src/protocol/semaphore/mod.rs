@@ -66,10 +66,11 @@ pub(crate) enum Acquire {
     Acquired,
     /// Not now: try again after at most `hint` (when the soonest lease ends;
     /// `None`: no lease ends). `available`: the counter (`None`: no permits
-    /// were ever set).
+    /// were ever set). `joined`: our place was new in the line.
     Wait {
         hint: Option<Duration>,
         available: Option<i64>,
+        joined: bool,
     },
     /// More permits asked for than the semaphore has in all (`total`): it
     /// would wait forever. Our place, if any, is gone.
@@ -144,6 +145,17 @@ impl SemaphoreScripts {
             available: pubsub.lua(AVAILABLE),
             inspect: PubSub::Classic.lua(INSPECT),
         }
+    }
+
+    /// The scripts as sent, by name (the protocol simulator runs them).
+    #[cfg(feature = "simulation")]
+    pub(crate) fn sources(&'static self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("semaphore acquire", &self.acquire.source),
+            ("semaphore release", &self.release.source),
+            ("semaphore leave", &self.leave.source),
+            ("semaphore set permits", &self.set_permits.source),
+        ]
     }
 
     /// One attempt to take `permits` permits with ids `ids` for `lease`, as
@@ -276,10 +288,13 @@ pub(crate) fn took_permits(reply: &Value) -> bool {
 pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
     Ok(match items(&reply) {
         [Value::Int(1)] => Acquire::Acquired,
-        [Value::Int(0), Value::Int(wait), Value::Int(avail), Value::Int(exists)] => Acquire::Wait {
-            hint: u64::try_from(*wait).ok().map(Duration::from_millis),
-            available: (*exists == 1).then_some(*avail),
-        },
+        [Value::Int(0), Value::Int(wait), Value::Int(avail), Value::Int(exists), Value::Int(joined)] => {
+            Acquire::Wait {
+                hint: u64::try_from(*wait).ok().map(Duration::from_millis),
+                available: (*exists == 1).then_some(*avail),
+                joined: *joined == 1,
+            }
+        }
         [Value::Int(2), Value::Int(total)] => Acquire::TooMany { total: *total },
         [Value::Int(3)] => Acquire::NotSet,
         _ => return Err(unexpected("semaphore acquire", &reply)),

@@ -22,7 +22,8 @@
 /// place of the acquire running (`me`), which answers it — then, with
 /// `announce`, the count left available on Redisson's channel, for its
 /// waiters: they are not in our line) and `join(place, blob)` (takes a
-/// place at the end of the line, or confirms it where it stands).
+/// place at the end of the line, or confirms it where it stands; true when
+/// it was new).
 ///
 /// Redisson's waiters beside ours (`others()`: the subscribers of
 /// Redisson's channel that are not leasehold clients' — each leasehold
@@ -165,7 +166,8 @@ local function give(n, announce)
     end
 end
 local function join(p, blob)
-    if redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1 then
+    local new = redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1
+    if new then
         redis.call('rpush', L, p)
     end
     -- No place lives longer: the line of waiters that all died goes by
@@ -176,6 +178,7 @@ local function join(p, blob)
     redis.call('pexpire', L, "#,
             $crate::protocol::plain::place_lease_ms!(),
             r#")
+    return new
 end
 "#
         )
@@ -206,7 +209,10 @@ pub(crate) use reclaim_max;
 /// counter's TTL copied to the table, as Redisson does): `{1}`. Otherwise
 /// our place is taken or confirmed and the reply is `{0, ms until the
 /// soonest lease ends + 1 (-1: no lease ends), available, 1 (0: the
-/// counter does not exist)}`.
+/// counter does not exist), 1 when our place was new in the line (0:
+/// confirmed where it stood)}` — on a confirmation, a place new again was
+/// granted (or dropped as dead) since: a grant naming it may predate this
+/// attempt (see `raw::permits`, the grants a wait may trust).
 pub(crate) const ACQUIRE: &str = concat!(
     prelude!(),
     r#"
@@ -260,8 +266,9 @@ if all and (not first or first == ARGV[3]) and avail >= k then
     end
     return {1}
 end
-if ARGV[3] ~= '' then
-    join(ARGV[3], ARGV[4])
+local joined = 0
+if ARGV[3] ~= '' and join(ARGV[3], ARGV[4]) then
+    joined = 1
 end
 local wait = -1
 local soonest = redis.call('zrange', T, 0, 0, 'withscores')
@@ -277,9 +284,9 @@ if first == YIELD then
     end
 end
 if all then
-    return {0, wait, avail, 1}
+    return {0, wait, avail, 1, joined}
 end
-return {0, wait, 0, 0}
+return {0, wait, 0, 0, joined}
 "#
 );
 
