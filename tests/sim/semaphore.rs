@@ -504,7 +504,7 @@ impl Sim {
         }
         let place = place.clone();
         let grants = std::mem::take(&mut cl.grants);
-        if grants.iter().any(|g| *g == place) {
+        if grants.contains(&place) {
             let lease = cl.lease.min(GRANT_LEASE);
             if cl.stale_grants || now - cl.confirmed_at >= lease / 2 {
                 cl.state = State::Waiting {
