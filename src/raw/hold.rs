@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Orphan, Raw, Undoing};
+use super::{not_held, Orphan, Raw, Undoing};
 use crate::conn::{Bound, MakeForsaken};
 use crate::error::{Error, Result};
 use crate::ledger::{Handover, NewHold, Outcome, Removed};
@@ -45,14 +45,6 @@ impl Hold {
     /// The owner of the hold (its field, without a write hold's suffix).
     pub(crate) fn owner(&self) -> &str {
         protocol::owner_of_field(self.kind, &self.field)
-    }
-}
-
-/// The error of a release that found the hold no longer ours.
-fn not_held(hold: &Hold) -> Error {
-    Error::NotHeld {
-        name: hold.name.clone(),
-        lost: hold.state.lost_why(),
     }
 }
 
@@ -202,7 +194,7 @@ impl Raw {
             self.undo_detached(park, Kind::Plain, &hold.key, &owner, true, bound);
         }
         match released {
-            Released::NotHeld => Err(not_held(hold)),
+            Released::NotHeld => Err(not_held(&hold.name, &hold.state)),
             _ => Ok(()),
         }
     }
@@ -238,7 +230,7 @@ impl Raw {
             state.released();
         }
         if state.is_lost() {
-            return Err(Err(not_held(hold)));
+            return Err(Err(not_held(&hold.name, &hold.state)));
         }
         Ok(Releasing { removed, handover })
     }

@@ -507,6 +507,13 @@ impl Raw {
     }
 }
 
+/// [`Error::NotHeld`] of `name`: a release found its hold (on `state`) no
+/// longer ours.
+fn not_held(name: &str, state: &LeaseState) -> Error {
+    let (name, lost) = (name.to_owned(), state.lost_why());
+    Error::NotHeld { name, lost }
+}
+
 /// [`Error::NotALock`]: `key` holds `what`.
 fn not_a_lock(key: &str, what: String) -> Error {
     let key = key.to_owned();

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Answer, Channels, Got, Granted, LockKind, Orphan, Raw, Undoing, Wake, Want};
+use super::{not_held, Answer, Channels, Got, Granted, LockKind, Orphan, Raw, Undoing, Wake, Want};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::SemaphoreKeys;
@@ -160,10 +160,14 @@ impl Raw {
 
     /// Gives back the permits of `hold`, for `park`'s caller, within
     /// `bound`: renewal stops first (and a task waiting for their loss
-    /// stops waiting). An error when one of them was no
-    /// longer ours (its lease ran out, or it was removed): they were given
-    /// back all the same. A task's future dropped before the answer came
+    /// stops waiting). A task's future dropped before the answer came
     /// leaves the release to the background (by id, until Redis answers).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when one of them was no longer ours (its lease ran
+    /// out, or it was removed): they were given back all the same;
+    /// [`Error::ReleasePending`] when the release was sent and not answered
+    /// (sent again in the background).
     pub(crate) async fn release_permits(
         self: &Arc<Self>,
         park: Park,
@@ -183,22 +187,8 @@ impl Raw {
             .conns
             .call(park, &hold.keys.counter, bound, call, read, Some(&forsaken))
             .await;
-        self.permits_released(hold, ran, sent_at)
-    }
-
-    /// What a release of `hold`'s permits sent at `sent_at` says, whatever
-    /// sent it: one sent and not answered is sent again in the background
-    /// ([`Error::ReleasePending`]); fewer alive than held is
-    /// [`Error::NotHeld`].
-    fn permits_released(
-        self: &Arc<Self>,
-        hold: &PermitHold,
-        ran: (Result<semaphore::Released>, bool),
-        sent_at: Instant,
-    ) -> Result<()> {
         let released = match ran {
             (Ok(released), _) => released,
-            // Sent and not answered: given back (by id) once Redis answers.
             (Err(e), true) if e.is_unanswered() => {
                 let (orphan, until) = (permits_orphan(hold, sent_at), hold.state.valid_until());
                 return Err(self.release_pending(&hold.name, orphan, until, e));
@@ -206,10 +196,7 @@ impl Raw {
             (Err(e), _) => return Err(e),
         };
         if released.alive < hold.permits {
-            return Err(Error::NotHeld {
-                name: hold.name.clone(),
-                lost: hold.state.lost_why(),
-            });
+            return Err(not_held(&hold.name, &hold.state));
         }
         Ok(())
     }
@@ -296,8 +283,8 @@ impl Raw {
 }
 
 impl PermitWaiting<'_> {
-    /// Before the loop: a subscription was resumed (a busy semaphore), so
-    /// the first attempt already takes a place in line.
+    /// A place in line for the next attempt (before the loop: a
+    /// subscription was resumed, a busy semaphore), unless a single try.
     pub(crate) fn take_place(&mut self) {
         if self.join && self.place.is_none() {
             self.place = Some(self.raw.next_place(&self.owner, self.lease, false));
@@ -443,13 +430,10 @@ impl LockKind for PermitWaiting<'_> {
                 })
             }
             Acquire::Wait { hint, .. } => {
-                if self.join && self.place.is_none() {
-                    // The next attempt takes a place in line.
-                    self.place = Some(self.raw.next_place(&self.owner, self.lease, false));
-                }
-                // Permits whose holder died come back when their lease ends:
-                // wake then to take them back (+1 ms is in the hint) — or
-                // earlier, to confirm our place.
+                self.take_place(); // the next attempt takes a place in line
+                                   // Permits whose holder died come back when their lease ends:
+                                   // wake then to take them back (+1 ms is in the hint) — or
+                                   // earlier, to confirm our place.
                 let place = self.place.is_some();
                 Ok(Answer::Wait(self.raw.wait_cap(
                     hint,
