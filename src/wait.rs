@@ -42,18 +42,22 @@ pub(crate) trait Env {
     async fn listen_unlock(&self, sub: &Self::Sub, on: bool, confirm_by: Instant) -> bool;
     /// Forgets wake-ups granted so far.
     fn clear_permits(&self, sub: &Self::Sub);
-    /// Takes the grant messages received so far.
-    fn take_grants(&self, sub: &Self::Sub) -> Vec<Vec<u8>>;
+    /// Takes the grant messages received so far (with `claim`, a
+    /// [`Wake::Claim`] waiter's: only those naming it — others are left for
+    /// their waiters).
+    fn take_grants(&self, sub: &Self::Sub, claim: Option<&str>) -> Vec<Vec<u8>>;
     /// Wake-all messages seen on the channel so far.
     fn broadcasts(&self, sub: &Self::Sub) -> u64;
-    /// Parks until woken by the rule, or `until`.
-    async fn park(&self, sub: &Self::Sub, wake: Wake, seen: u64, until: Instant);
-    /// [`Wake::Claim`]: takes the grants received so far that name `claim`
-    /// (others are left for their waiters).
-    fn take_claims(&self, sub: &Self::Sub, claim: &str) -> Vec<Vec<u8>>;
-    /// [`Wake::Claim`]: parks until a grant naming `claim` or a wake-up, or
-    /// `until`.
-    async fn park_claim(&self, sub: &Self::Sub, claim: &str, until: Instant);
+    /// Parks until woken by the rule (with `claim`, a [`Wake::Claim`]
+    /// waiter: a grant naming it or a wake-up), or `until`.
+    async fn park(
+        &self,
+        sub: &Self::Sub,
+        wake: Wake,
+        seen: u64,
+        claim: Option<&str>,
+        until: Instant,
+    );
     /// Whether Redis confirmed the subscription (the subscriber is
     /// connected): only then does an unlock message reach the waiter.
     fn listening(&self, sub: &Self::Sub) -> bool;
@@ -218,13 +222,8 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             wake_at = wake_at.min(now + deaf);
             deaf = (deaf * 2).min(DEAF_RETRY_MAX);
         }
-        match place.kind.claim() {
-            Some(claim) if wake == Wake::Claim => {
-                let claim = claim.to_owned();
-                env.park_claim(s, &claim, wake_at).await;
-            }
-            _ => env.park(s, wake, seen, wake_at).await,
-        }
+        let claim = place.kind.claim().filter(|_| wake == Wake::Claim);
+        env.park(s, wake, seen, claim, wake_at).await;
         for grant in grants(env, s, &*place.kind) {
             match place.kind.granted(&grant) {
                 // Made after the attempt that left us waiting (sent at
@@ -252,10 +251,10 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
 /// whose grants are claimed) those naming its place.
 fn grants<K: LockKind, E: Env>(env: &E, sub: &E::Sub, kind: &K) -> Vec<Vec<u8>> {
     match (kind.wake(), kind.claim()) {
-        (Wake::Claim, Some(claim)) => env.take_claims(sub, claim),
         // No place yet: nothing on the shared subscription is ours.
         (Wake::Claim, None) => Vec::new(),
-        _ => env.take_grants(sub),
+        (Wake::Claim, claim) => env.take_grants(sub, claim),
+        _ => env.take_grants(sub, None),
     }
 }
 
@@ -389,31 +388,32 @@ impl Env for Live<'_> {
         sub.clear_permits();
     }
 
-    fn take_grants(&self, sub: &Subscription) -> Vec<Vec<u8>> {
-        sub.take_grants()
-    }
-
-    fn take_claims(&self, sub: &Subscription, claim: &str) -> Vec<Vec<u8>> {
-        sub.take_claims(claim)
-    }
-
-    async fn park_claim(&self, sub: &Subscription, claim: &str, until: Instant) {
-        let _parked = Unpark::counted(self.counters);
-        sub.wait_claim_until(self.park, claim, until, self.cancel)
-            .await;
+    fn take_grants(&self, sub: &Subscription, claim: Option<&str>) -> Vec<Vec<u8>> {
+        match claim {
+            Some(claim) => sub.take_claims(claim),
+            None => sub.take_grants(),
+        }
     }
 
     fn broadcasts(&self, sub: &Subscription) -> u64 {
         sub.broadcasts()
     }
 
-    async fn park(&self, sub: &Subscription, wake: Wake, seen: u64, until: Instant) {
+    async fn park(
+        &self,
+        sub: &Subscription,
+        wake: Wake,
+        seen: u64,
+        claim: Option<&str>,
+        until: Instant,
+    ) {
         // Counted while parked, also when a task's wait is dropped here.
         let _parked = Unpark::counted(self.counters);
         let (park, stop) = (self.park, self.cancel);
-        match wake {
-            Wake::One | Wake::Claim => sub.wait_until(park, until, stop).await,
-            Wake::OneOrAll => sub.wait_until_or_broadcast(park, seen, until, stop).await,
+        match (wake, claim) {
+            (Wake::Claim, Some(claim)) => sub.wait_claim_until(park, claim, until, stop).await,
+            (Wake::OneOrAll, _) => sub.wait_until_or_broadcast(park, seen, until, stop).await,
+            _ => sub.wait_until(park, until, stop).await,
         };
     }
 

@@ -232,21 +232,14 @@ impl Env for Fake {
         on
     }
 
-    fn take_grants(&self, _sub: &()) -> Vec<Vec<u8>> {
-        std::mem::take(&mut *self.delivered.borrow_mut())
-    }
-
-    fn take_claims(&self, _sub: &(), claim: &str) -> Vec<Vec<u8>> {
-        let (mine, others) = std::mem::take(&mut *self.delivered.borrow_mut())
-            .into_iter()
-            .partition(|g| g == claim.as_bytes());
+    fn take_grants(&self, _sub: &(), claim: Option<&str>) -> Vec<Vec<u8>> {
+        let delivered = std::mem::take(&mut *self.delivered.borrow_mut());
+        let Some(claim) = claim else {
+            return delivered;
+        };
+        let (mine, others) = delivered.into_iter().partition(|g| g == claim.as_bytes());
         *self.delivered.borrow_mut() = others;
         mine
-    }
-
-    async fn park_claim(&self, sub: &(), claim: &str, until: Instant) {
-        self.log.borrow_mut().push(format!("claim {claim}"));
-        self.park(sub, Wake::Claim, 0, until).await;
     }
 
     fn clear_permits(&self, _sub: &()) {
@@ -258,7 +251,10 @@ impl Env for Fake {
         7
     }
 
-    async fn park(&self, _sub: &(), wake: Wake, seen: u64, until: Instant) {
+    async fn park(&self, _sub: &(), wake: Wake, seen: u64, claim: Option<&str>, until: Instant) {
+        if let Some(claim) = claim {
+            self.log.borrow_mut().push(format!("claim {claim}"));
+        }
         let ms = until.saturating_duration_since(now()).as_millis();
         self.log
             .borrow_mut()
