@@ -69,9 +69,7 @@ impl MultiLockGuard {
 
 impl Drop for MultiLockGuard {
     fn drop(&mut self) {
-        while let Some(guard) = self.guards.pop() {
-            drop(guard);
-        }
+        self.guards.drain(..).rev().for_each(drop);
     }
 }
 

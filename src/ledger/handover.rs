@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::slot::{slot_of, Phase, WaitState, Waiter};
 use super::{Held, Ledger, Removed};
-use crate::protocol::{Keep, Successor};
+use crate::protocol::Successor;
 use crate::renewal::LeaseState;
 
 /// Consecutive in-process handoffs allowed while other clients wait for the
@@ -72,9 +72,8 @@ impl Ledger {
             own_subscriptions: 0,
             messages_before: 0,
             removed: Removed {
-                last: false,
                 stop_renewal: false,
-                keep: Keep::UNCHANGED,
+                ..Removed::STALE
             },
             finished: true,
         };

@@ -73,6 +73,11 @@ fn add(ledger: &Ledger, renewed: bool, valid_for: Duration, minted: Option<u64>)
     ledger.add("k", "o", new)
 }
 
+/// One guard of "o" on "k" goes (see `Ledger::remove`).
+fn gone(ledger: &Ledger, added: &Added, renewed: bool) -> Removed {
+    ledger.remove("k", "o", added.generation, &added.state, renewed)
+}
+
 /// The guards the ledger counts for `field` on `key`.
 fn count(locks: &Ledger, key: &str, field: &str) -> u32 {
     locks.holds(key, field).0
@@ -275,8 +280,8 @@ fn holds_are_counted_per_field_with_their_token() {
     assert_eq!(b.fence, Some(7), "a reentrant hold returns the outer token");
     assert_eq!(ledger.holds("k", "o"), (2, Some(7)));
     assert_eq!(count(&ledger, "k", "o:write"), 0, "fields count apart");
-    assert!(!ledger.remove("k", "o", a.generation, &a.state, false).last);
-    assert!(ledger.remove("k", "o", b.generation, &b.state, false).last);
+    assert!(!gone(&ledger, &a, false).last);
+    assert!(gone(&ledger, &b, false).last);
     assert_eq!(
         ledger.holds("k", "o"),
         (0, None),
@@ -314,11 +319,9 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
     // An explicit lease of the same owner has a lease of its own.
     let e = add(&ledger, false, d, None);
     assert!(!Arc::ptr_eq(&a.state, &e.state));
-    let gone =
-        |added: &Added, renewed| ledger.remove("k", "o", added.generation, &added.state, renewed);
-    let removed = gone(&a, true);
+    let removed = gone(&ledger, &a, true);
     assert!(!removed.last && !removed.stop_renewal);
-    let removed = gone(&b, true);
+    let removed = gone(&ledger, &b, true);
     assert!(!removed.last && removed.stop_renewal);
     assert!(
         matches!(removed.keep, Keep::Exactly(_)),
@@ -326,7 +329,7 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
         removed.keep
     );
     assert_eq!(
-        gone(&e, false),
+        gone(&ledger, &e, false),
         Removed {
             last: true,
             stop_renewal: false,
@@ -347,26 +350,26 @@ fn what_redis_keeps_for_the_remaining_guards_is_the_longest_lease_they_count_on(
     let a = add(&ledger, false, long, None);
     let b = add(&ledger, false, short, None);
     let c = add(&ledger, false, short, None);
-    let removed = ledger.remove("k", "o", a.generation, &a.state, false);
+    let removed = gone(&ledger, &a, false);
     assert_eq!(kept(removed), ("exactly", 2), "the 10 s lease went");
-    let removed = ledger.remove("k", "o", b.generation, &b.state, false);
+    let removed = gone(&ledger, &b, false);
     assert_eq!(kept(removed), ("exactly", 2));
-    assert!(ledger.remove("k", "o", c.generation, &c.state, false).last);
+    assert!(gone(&ledger, &c, false).last);
     // A watchdog lease remains: never shortened (its renewal may be in
     // flight), at least the longest left.
     let w = add(&ledger, true, short, None);
     let x = add(&ledger, false, long, None);
     let y = add(&ledger, false, long, None);
-    let removed = ledger.remove("k", "o", x.generation, &x.state, false);
+    let removed = gone(&ledger, &x, false);
     assert_eq!(kept(removed), ("at least", 10), "y counts on 10 s");
-    let removed = ledger.remove("k", "o", y.generation, &y.state, false);
+    let removed = gone(&ledger, &y, false);
     assert_eq!(kept(removed), ("at least", 2), "the watchdog's 2 s");
     // The watchdog guard goes first: the explicit one left counts.
     let z = add(&ledger, false, long, None);
-    let removed = ledger.remove("k", "o", w.generation, &w.state, true);
+    let removed = gone(&ledger, &w, true);
     assert!(removed.stop_renewal);
     assert_eq!(kept(removed), ("exactly", 10));
-    assert!(ledger.remove("k", "o", z.generation, &z.state, false).last);
+    assert!(gone(&ledger, &z, false).last);
     assert!(ledger.keys.lock().is_empty());
 }
 
@@ -381,17 +384,11 @@ fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothi
     let new = add(&ledger, true, d, Some(2));
     assert!(!Arc::ptr_eq(&old.state, &new.state), "a new lease");
     assert_eq!(ledger.holds("k", "o"), (1, Some(2)), "the first hold again");
-    assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));
+    assert!(new.replaced.as_ref().is_some_and(|r| Arc::ptr_eq(r, &old.state)));
+    assert_eq!(gone(&ledger, &old, true), Removed::STALE);
+    assert_eq!(gone(&ledger, &older, true), Removed::STALE);
     assert_eq!(
-        ledger.remove("k", "o", old.generation, &old.state, true),
-        Removed::STALE
-    );
-    assert_eq!(
-        ledger.remove("k", "o", older.generation, &older.state, true),
-        Removed::STALE
-    );
-    assert_eq!(
-        ledger.remove("k", "o", new.generation, &new.state, true),
+        gone(&ledger, &new, true),
         Removed {
             last: true,
             stop_renewal: true,
