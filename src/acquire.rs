@@ -17,7 +17,7 @@ use crate::notify::Subscription;
 use crate::options::Kind;
 use crate::options::{deadline_min, Cancel};
 use crate::park::{block_on, Park};
-use crate::raw::{Hold, PermitHold, Taken, Waiting, Want};
+use crate::raw::{Channels, Hold, LockKind, PermitHold, Taken, Waiting, Want};
 use crate::shared::Shared;
 use crate::wait::{self, Env, Live};
 
@@ -135,13 +135,14 @@ async fn take(
     if waiting.unsettled() {
         Box::pin(wait::ride_out(&env, name, deadline, || waiting.settle())).await?;
     }
-    if waiting.queues_in_process() {
-        // A turn in the client's queue first (or the lock handed over by a
+    if want.kind == Kind::Plain {
+        // A plain lock: one thread per client and name talks to Redis. A
+        // turn in the client's queue first (or the lock handed over by a
         // release of this client): where most waiting tasks wait, so the
         // rest of the turn lives on the heap for the time it runs.
         let taken = match waiting.enter(deadline, env.cancel).await {
             Enter::Turn(turn) => {
-                Box::pin(in_turn(shared, &mut waiting, &env, turn, deadline)).await?
+                Box::pin(in_turn(shared, name, &mut waiting, &env, turn, deadline)).await?
             }
             Enter::Granted(sent_at, fence) => Some(Taken::HandedOver(sent_at, fence)),
             Enter::TimedOut => None,
@@ -156,7 +157,7 @@ async fn take(
     // a busy read/write lock) is taken before the first attempt: held
     // elsewhere, the waiter parks at once instead of subscribing and trying
     // again.
-    let mut sub = shared.notifier().resume(&waiting.wait_channel());
+    let mut sub = shared.notifier().resume(&waiting.channels().channel);
     waiting.take_place(deadline);
     let got = Box::pin(wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)).await?;
     Ok(got.map(|got| waiting.held(Taken::Attempt(got))))
@@ -165,6 +166,7 @@ async fn take(
 /// A kind with the in-process queue, its turn there taken: Redis.
 async fn in_turn<'a>(
     shared: &Shared,
+    name: &str,
     waiting: &mut Waiting<'a>,
     env: &Live<'_>,
     mut turn: Turn<'a>,
@@ -179,7 +181,6 @@ async fn in_turn<'a>(
         yield_first(waiting, env, &mut sub, yield_to, deadline).await;
     }
     waiting.begin_turn(&turn, sub.is_some(), deadline);
-    let name = waiting.name();
     let got = wait::wait_for(waiting, env, &mut sub, name, deadline).await;
     turn.keep_subscription(sub);
     Ok(got?.map(|got| Taken::Turn(turn, got)))
@@ -205,9 +206,11 @@ async fn yield_first(
             messages
         }
         None => {
-            let s = env
-                .subscribe(&waiting.channels_hearing_unlock(), until)
-                .await;
+            let unlock = Channels {
+                unlock: true,
+                ..waiting.channels()
+            };
+            let s = env.subscribe(&unlock, until).await;
             let seen = s.messages();
             *sub = Some(s);
             seen
@@ -243,10 +246,8 @@ async fn take_permits(
     if sub.is_some() {
         waiting.take_place();
     }
+    // Ended without them: `waiting`'s drop gives back what it may have taken.
     let got = Box::pin(wait::wait_for(&mut waiting, &env, &mut sub, name, deadline)).await;
-    if !matches!(got, Ok(Some(_))) {
-        waiting.give_up();
-    }
     Ok(got?.map(|got| waiting.held(got)))
 }
 

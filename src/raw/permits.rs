@@ -301,15 +301,6 @@ impl PermitWaiting<'_> {
         &self.keys.channel
     }
 
-    /// The wait ended without the permits (a deadline, a cancel, an error):
-    /// what an unanswered attempt may have taken is given back, in the
-    /// background. The loop leaves a place it knows of itself.
-    pub(crate) fn give_up(&mut self) {
-        if self.unsettled {
-            self.leave();
-        }
-    }
-
     /// The one acquire ending: the permits as a guard holds them, their
     /// lease registered with the renewal thread unless explicit.
     pub(crate) fn held(mut self, got: Got<()>) -> PermitHold {
@@ -381,9 +372,10 @@ impl PermitWaiting<'_> {
     }
 }
 
-/// A wait dropped while an attempt of it may have taken permits (its reply
-/// lost, and the future dropped before the wait ended — a task's): they are
-/// given back.
+/// A wait that ended without the permits (a deadline, a cancel, an error),
+/// or was dropped (a task's future), while an attempt of it may have taken
+/// permits (its reply lost): they are given back, in the background. The
+/// loop leaves a place it knows of itself.
 impl Drop for PermitWaiting<'_> {
     fn drop(&mut self) {
         if self.unsettled {

@@ -261,11 +261,6 @@ impl Raw {
 }
 
 impl<'a> Waiting<'a> {
-    /// The lock name as the caller gave it.
-    pub(crate) fn name(&self) -> &'a str {
-        self.name
-    }
-
     /// The lock's Redis key.
     pub(crate) fn key(&self) -> &str {
         &self.key
@@ -304,12 +299,6 @@ impl<'a> Waiting<'a> {
         self.stale_grants = false;
     }
 
-    /// Whether this kind waits in the client's in-process queue first (a
-    /// plain lock: one thread per client and name talks to Redis).
-    pub(crate) fn queues_in_process(&self) -> bool {
-        self.kind == Kind::Plain
-    }
-
     /// Takes a turn in the in-process queue (see `ledger::Ledger::enter`).
     pub(crate) fn enter<'w>(
         &'w self,
@@ -341,27 +330,12 @@ impl<'a> Waiting<'a> {
         self.raw.orphaned(self.handed_over());
     }
 
-    /// The channel the waiter of a kind without the in-process queue
-    /// listens to (to resume a lingering subscription).
-    pub(crate) fn wait_channel(&self) -> String {
-        protocol::wait_channel(self.kind, &self.key, &self.owner)
-    }
-
     /// Before the loop, for a wait until `deadline`: a fair waiter marks
     /// its queue entry with a place, so a release can grant it the lock
     /// directly; a single try does not wait for a grant.
     pub(crate) fn take_place(&mut self, deadline: Option<Instant>) {
         if self.kind == Kind::Fair && deadline.is_none_or(|d| d > Instant::now()) {
             self.new_place();
-        }
-    }
-
-    /// A plain lock's channels, hearing the unlock channel too (after a
-    /// release of ours that left the lock to other libraries' waiters).
-    pub(crate) fn channels_hearing_unlock(&self) -> Channels {
-        Channels {
-            unlock: true,
-            ..self.channels()
         }
     }
 
