@@ -175,7 +175,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             }
             Ok(Answer::Wait(cap)) => cap,
         };
-        outage.over();
+        outage.since = None; // Redis answered: the outage (if any) is over
         waiting = true;
         place.armed = place.kind.holds_place();
         let now = env.now();
@@ -343,11 +343,6 @@ impl Outage {
         tracing::debug!(lock = %name, error = ?e, "leasehold: redis unavailable while waiting; retrying");
         env.pause(sub, retry_at).await;
         Ok(())
-    }
-
-    /// Redis answered: the outage (if any) is over.
-    fn over(&mut self) {
-        self.since = None;
     }
 }
 

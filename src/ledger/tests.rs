@@ -384,7 +384,6 @@ fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothi
     let new = add(&ledger, true, d, Some(2));
     assert!(!Arc::ptr_eq(&old.state, &new.state), "a new lease");
     assert_eq!(ledger.holds("k", "o"), (1, Some(2)), "the first hold again");
-    assert!(new.replaced.as_ref().is_some_and(|r| Arc::ptr_eq(r, &old.state)));
     assert_eq!(gone(&ledger, &old, true), Removed::STALE);
     assert_eq!(gone(&ledger, &older, true), Removed::STALE);
     assert_eq!(
@@ -395,6 +394,7 @@ fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothi
             keep: Keep::UNCHANGED,
         }
     );
+    assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));
 }
 
 /// A task's queued wait, polled once (it queues) and then dropped.
