@@ -328,42 +328,6 @@ impl PermitWaiting<'_> {
         }
     }
 
-    /// One attempt where its caller waits (see `conn::transport`): its
-    /// answer (and replica acknowledgement), and whether it was sent. A
-    /// task's future dropped while the attempt is out: what it took
-    /// (permits, a place) is given back after its reply, by id.
-    async fn attempt_once(&self) -> (Result<(Acquire, Option<u32>)>, bool) {
-        let raw = self.raw;
-        let call = raw
-            .scripts()
-            .semaphore()
-            .acquire_call(
-                &self.keys,
-                self.permits,
-                self.lease,
-                self.place.as_deref(),
-                &self.ids,
-            )
-            .then_wait(raw.wait(semaphore::took_permits));
-        let forsaken = || {
-            let (place, now) = (self.place.as_deref(), Instant::now());
-            let orphan =
-                Orphan::lost_permits(&self.keys, &self.ids, &self.owner, self.lease, place, now);
-            raw.forsaken(orphan, Undoing::Acquire)
-        };
-        let read = |r: Reply| Ok((semaphore::acquire_reply(r.value)?, r.acked));
-        raw.conns
-            .call(
-                self.park,
-                &self.keys.counter,
-                self.bound,
-                call,
-                read,
-                Some(&forsaken),
-            )
-            .await
-    }
-
     /// The job that leaves `place` and gives back our permits (by id).
     fn leaving(&self, place: Option<String>) -> impl FnOnce() + Send + 'static {
         let (raw, owner, lease) = (Arc::clone(self.raw), self.owner.clone(), self.lease);
@@ -388,8 +352,28 @@ impl LockKind for PermitWaiting<'_> {
     type Held = ();
 
     async fn attempt(&mut self) -> Result<Answer<()>> {
-        self.raw.touch(Instant::now(), self.lease);
-        let (answer, sent) = self.attempt_once().await;
+        let raw = self.raw;
+        raw.touch(Instant::now(), self.lease);
+        // Sent where its caller waits (see `conn::transport`). A task's
+        // future dropped while it is out: what it took (permits, a place) is
+        // given back after its reply, by id.
+        let (keys, ids, place) = (&self.keys, &self.ids, self.place.as_deref());
+        let call = raw
+            .scripts()
+            .semaphore()
+            .acquire_call(keys, self.permits, self.lease, place, ids)
+            .then_wait(raw.wait(semaphore::took_permits));
+        let forsaken = || {
+            let lost = Instant::now();
+            let orphan = Orphan::lost_permits(keys, ids, &self.owner, self.lease, place, lost);
+            raw.forsaken(orphan, Undoing::Acquire)
+        };
+        let read = |r: Reply| Ok((semaphore::acquire_reply(r.value)?, r.acked));
+        let (park, bound) = (self.park, self.bound);
+        let (answer, sent) = raw
+            .conns
+            .call(park, &keys.counter, bound, call, read, Some(&forsaken))
+            .await;
         let (answer, acked) = match answer {
             Err(e) => {
                 if sent && e.is_unanswered() {
