@@ -200,25 +200,22 @@ async fn yield_first(
     deadline: Option<Instant>,
 ) {
     let until = deadline_min(deadline, Instant::now() + YIELD_WAIT);
-    let seen = match sub.as_ref() {
+    let (s, seen) = match sub {
         Some(s) => {
             s.listen_unlock(env.park, true, until).await;
-            messages
+            (s, messages)
         }
         None => {
             let unlock = Channels {
                 unlock: true,
                 ..waiting.channels()
             };
-            let s = env.subscribe(&unlock, until).await;
+            let s = sub.insert(env.subscribe(&unlock, until).await);
             let seen = s.messages();
-            *sub = Some(s);
-            seen
+            (s, seen)
         }
     };
-    if let Some(s) = sub.as_ref() {
-        s.wait_for_message_after(env.park, seen, until).await;
-    }
+    s.wait_for_message_after(env.park, seen, until).await;
 }
 
 /// `permits` permits of semaphore `name` as `want` says, or `None` at the

@@ -162,10 +162,6 @@ impl Entry {
         self.holds.iter().find(|h| h.field == field)
     }
 
-    fn held_mut(&mut self, field: &str) -> Option<&mut Held> {
-        self.holds.iter_mut().find(|h| h.field == field)
-    }
-
     /// The guards of `field` alive here.
     fn count(&self, field: &str) -> u32 {
         self.held(field).map_or(0, |h| h.count)

@@ -168,7 +168,7 @@ impl Ledger {
                 continue; // woken early, nothing else
             }
             if given_up {
-                if self.leave_queue(key, waiter) {
+                if slot_of(&mut self.keys.lock(), key).is_some_and(|(s, _)| s.remove(waiter)) {
                     break Enter::TimedOut;
                 }
                 // Popped meanwhile: the releaser's outcome decides.
@@ -251,7 +251,7 @@ impl Ledger {
         let mut keys = self.keys.lock();
         let entry = entry_of(&mut keys, key);
         let renewed = new.renewed;
-        let added = match entry.held_mut(owner) {
+        let added = match entry.holds.iter_mut().find(|h| h.field == owner) {
             // The handover counted the hold; its lease is new.
             Some(h) if h.count == 1 && h.latest.is_none() => {
                 let state = (new.new_state)();
@@ -279,12 +279,6 @@ impl Ledger {
             slot.nudge_first(); // to watch the new lease
         }
         added
-    }
-
-    /// Removes a timed-out waiter; false if a releaser popped it first.
-    fn leave_queue(&self, key: &str, waiter: &Arc<Waiter>) -> bool {
-        let mut keys = self.keys.lock();
-        slot_of(&mut keys, key).is_some_and(|(slot, _)| slot.remove(waiter))
     }
 
     /// The active owner's attempt ended: holding (`acquired`: its hold, as

@@ -101,7 +101,9 @@ impl Slot {
     /// first now).
     pub(super) fn nudge_first(&self) {
         if let Some(first) = self.queue.front() {
-            first.nudge();
+            let _state = first.state.lock();
+            first.nudges.fetch_add(1, Ordering::SeqCst);
+            first.cv.notify_one();
         }
     }
 
@@ -186,13 +188,5 @@ impl Waiter {
         *current = state;
         self.cv.notify_one();
         true
-    }
-
-    /// Makes the waiter look again (the holder's lease changed, or it may
-    /// be first in the queue now).
-    pub(super) fn nudge(&self) {
-        let _state = self.state.lock();
-        self.nudges.fetch_add(1, Ordering::SeqCst);
-        self.cv.notify_one();
     }
 }
