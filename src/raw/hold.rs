@@ -162,9 +162,8 @@ impl Raw {
     }
 
     async fn release_hold(self: &Arc<Self>, park: Park, hold: &Hold, bound: Bound) -> Result<()> {
-        let releasing = match self.release_begin(hold) {
-            Ok(releasing) => releasing,
-            Err(done) => return done,
+        let Some(releasing) = self.release_begin(hold) else {
+            return Err(not_held(&hold.name, &hold.state));
         };
         let rel = releasing.release(hold, self.replicas.is_none());
         let call = self.scripts().release_call(&rel);
@@ -179,7 +178,6 @@ impl Raw {
             .await
             .0;
         let released = match ran {
-            Ok(released) => released,
             // A last release that failed transiently (its reply lost, Redis
             // down) is sent again in the background until Redis answers or
             // the lease would have ended.
@@ -187,7 +185,7 @@ impl Raw {
                 let (orphan, until) = (release_orphan(hold), hold.state.valid_until());
                 return Err(self.release_pending(&hold.name, orphan, until, e));
             }
-            Err(e) => return Err(e),
+            ran => ran?,
         };
         if let Some(owner) = releasing.end(released, sent_at) {
             // Handed to a waiter that had given up: given back.
@@ -201,12 +199,9 @@ impl Raw {
 
     /// The ledger's part of releasing `hold`, before its script: whether it
     /// is the owner's last hold here, renewal stopped when its last guard
-    /// goes, and (in line) the hand-over to a queued thread it allows. `Err`
-    /// with the outcome when no script is to be sent (the lease was lost).
-    fn release_begin<'a>(
-        &'a self,
-        hold: &'a Hold,
-    ) -> std::result::Result<Releasing<'a>, Result<()>> {
+    /// goes, and (in line) the hand-over to a queued thread it allows.
+    /// `None` when no script is to be sent (the lease was lost).
+    fn release_begin<'a>(&'a self, hold: &'a Hold) -> Option<Releasing<'a>> {
         let (key, field, state) = (&hold.key, &hold.field, &hold.state);
         let (removed, handover) = if hold.in_line {
             let handover = self
@@ -229,10 +224,7 @@ impl Raw {
         if removed.last {
             state.released();
         }
-        if state.is_lost() {
-            return Err(Err(not_held(&hold.name, &hold.state)));
-        }
-        Ok(Releasing { removed, handover })
+        (!state.is_lost()).then_some(Releasing { removed, handover })
     }
 
     /// A release sent and not answered, sent again in the background as

@@ -188,12 +188,11 @@ impl Raw {
             .call(park, &hold.keys.counter, bound, call, read, Some(&forsaken))
             .await;
         let released = match ran {
-            (Ok(released), _) => released,
             (Err(e), true) if e.is_unanswered() => {
                 let (orphan, until) = (permits_orphan(hold, sent_at), hold.state.valid_until());
                 return Err(self.release_pending(&hold.name, orphan, until, e));
             }
-            (Err(e), _) => return Err(e),
+            (ran, _) => ran?,
         };
         if released.alive < hold.permits {
             return Err(not_held(&hold.name, &hold.state));
@@ -374,15 +373,10 @@ impl LockKind for PermitWaiting<'_> {
             .conns
             .call(park, &keys.counter, bound, call, read, Some(&forsaken))
             .await;
-        let (answer, acked) = match answer {
-            Err(e) => {
-                if sent && e.is_unanswered() {
-                    self.unsettled = true;
-                }
-                return Err(e);
-            }
-            Ok(answer) => answer,
-        };
+        if sent && answer.as_ref().is_err_and(Error::is_unanswered) {
+            self.unsettled = true;
+        }
+        let (answer, acked) = answer?;
         if let Some(e) = self.raw.unreplicated(self.name, acked) {
             self.undo(()).await;
             return Err(e);
