@@ -8,7 +8,7 @@
 //! through the same wait loop.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, OwnerKind};
@@ -92,12 +92,8 @@ async fn driven<T, F: std::future::Future<Output = Result<Option<T>>>>(
 ) -> Result<Option<T>> {
     let cancelled = || want.cancel.as_ref().is_some_and(Cancel::is_cancelled);
     let started = Instant::now();
-    let (waited, got) = if cancelled() {
-        (Duration::ZERO, Ok(None))
-    } else {
-        let got = wait().await;
-        (started.elapsed(), got)
-    };
+    let got = if cancelled() { Ok(None) } else { wait().await };
+    let waited = started.elapsed();
     let raw = shared.raw();
     let cancelled = cancelled();
     let outcome = match &got {

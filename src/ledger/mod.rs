@@ -184,13 +184,11 @@ impl Entry {
             minted,
             new_state,
         } = new;
-        let i = match self.holds.iter().position(|h| h.field == field) {
-            Some(i) => i,
-            None => {
-                self.holds.push(Held::new(field));
-                self.holds.len() - 1
-            }
-        };
+        let i = self.holds.iter().position(|h| h.field == field);
+        let i = i.unwrap_or_else(|| {
+            self.holds.push(Held::new(field));
+            self.holds.len() - 1
+        });
         let h = &mut self.holds[i];
         let mut replaced = None;
         if renewed && h.shared.as_ref().is_some_and(|s| s.is_lost()) {

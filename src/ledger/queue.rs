@@ -63,12 +63,9 @@ impl Ledger {
             let mut keys = self.keys.lock();
             let entry = entry_of(&mut keys, key);
             let (count, fence) = entry.held(owner).map_or((0, None), |h| (h.count, h.fence));
-            let slot = match entry.line.as_mut() {
-                None => {
-                    entry.line = Some(Slot::new(owner));
-                    return Enter::Turn(Turn::new(self, key, 0, count == 0, false));
-                }
-                Some(slot) => slot,
+            let Some(slot) = entry.line.as_mut() else {
+                entry.line = Some(Slot::new(owner));
+                return Enter::Turn(Turn::new(self, key, 0, count == 0, false));
             };
             if slot.active == owner && !matches!(slot.phase, Phase::Releasing | Phase::Handing) {
                 // Reentrant, or our own guard is being released elsewhere.

@@ -9,22 +9,33 @@ use super::*;
 use crate::options::Cancel;
 use crate::park::{block_on, Park};
 
-/// A thread's turn in the queue for `owner` on "k" (see `Ledger::enter`),
-/// waiting until `deadline`, cancelled by `cancel`.
+/// `owner`'s wait for a turn on "k" (see `Ledger::enter`), as `park` says,
+/// until `deadline`, cancelled by `cancel`; `forsaken` makes its undo.
+fn entering<'a: 'b, 'b>(
+    locks: &'a Ledger,
+    park: Park,
+    owner: &'b str,
+    deadline: Option<Instant>,
+    cancel: Option<&'b Cancel>,
+    forsaken: impl FnOnce() -> Undo + 'b,
+) -> impl std::future::Future<Output = Enter<'a>> + 'b {
+    let lease = Duration::from_secs(1);
+    locks.enter(park, "k", owner, lease, false, deadline, cancel, forsaken)
+}
+
+/// A thread's turn in the queue for `owner` on "k", waiting until
+/// `deadline`, cancelled by `cancel`.
 fn enter_until<'a>(
     locks: &'a Ledger,
     owner: &str,
     deadline: Option<Instant>,
     cancel: Option<&Cancel>,
 ) -> Enter<'a> {
-    let lease = Duration::from_secs(1);
     let no_undo = || -> Undo { Box::new(|_| {}) };
-    block_on(locks.enter(
+    block_on(entering(
+        locks,
         Park::Thread,
-        "k",
         owner,
-        lease,
-        false,
         deadline,
         cancel,
         no_undo,
@@ -404,18 +415,10 @@ fn queued_task<'a>(
     undone: &Arc<AtomicU64>,
 ) -> std::pin::Pin<Box<impl std::future::Future<Output = Enter<'a>> + 'a>> {
     let undone = Arc::clone(undone);
-    let mut fut = Box::pin(locks.enter(
-        Park::Task,
-        "k",
-        owner,
-        Duration::from_secs(1),
-        false,
-        None,
-        None,
-        move || -> Undo {
-            Box::new(move |in_flight| undone.store(1 + u64::from(in_flight), Ordering::SeqCst))
-        },
-    ));
+    let forsaken = move || -> Undo {
+        Box::new(move |in_flight| undone.store(1 + u64::from(in_flight), Ordering::SeqCst))
+    };
+    let mut fut = Box::pin(entering(locks, Park::Task, owner, None, None, forsaken));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let polled = std::future::Future::poll(fut.as_mut(), &mut cx);
     assert!(polled.is_pending(), "the slot is held: it queues");
@@ -485,16 +488,8 @@ fn a_waiter_promoted_as_it_is_cancelled_sees_the_promotion() {
     std::thread::spawn({
         let (locks, cancel) = (Arc::clone(&locks), cancel.clone());
         move || {
-            let fut = locks.enter(
-                Park::Task,
-                "k",
-                "b",
-                Duration::from_secs(1),
-                false,
-                None,
-                Some(&cancel),
-                || Box::new(|_| {}),
-            );
+            let no_undo = || -> Undo { Box::new(|_| {}) };
+            let fut = entering(&locks, Park::Task, "b", None, Some(&cancel), no_undo);
             let mut fut = std::pin::pin!(fut);
             let mut cx = Context::from_waker(Waker::noop());
             assert!(fut.as_mut().poll(&mut cx).is_pending(), "queued");
