@@ -161,10 +161,8 @@ impl LockClient {
         options: LockOptions,
     ) -> Result<MultiLockGuard> {
         let waited = options.wait_value();
-        match self.take_all(names, &options, waited.map(deadline_after))? {
-            Some(all) => Ok(all),
-            None => Err(timed_out(names, waited)),
-        }
+        let all = self.take_all(names, &options, waited.map(deadline_after))?;
+        all.ok_or_else(|| timed_out(names, waited))
     }
 
     /// Every name in the canonical order until `deadline` (one for all);

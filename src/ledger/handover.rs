@@ -168,10 +168,12 @@ impl Handover<'_> {
 
     fn complete(&mut self, outcome: Outcome) -> Option<String> {
         let mut keys = self.locks.keys.lock();
-        if self.next.is_some() {
-            if let Some((slot, _)) = slot_of(&mut keys, self.key) {
-                slot.end(Phase::Handing);
-            }
+        let phase = self
+            .next
+            .as_ref()
+            .map_or(Phase::Releasing, |_| Phase::Handing);
+        if let Some((slot, _)) = slot_of(&mut keys, self.key) {
+            slot.end(phase);
         }
         match (self.next.take(), outcome) {
             (Some(next), Outcome::HandedOver(at, fence)) => {
@@ -218,9 +220,6 @@ impl Handover<'_> {
                 }
             }
             (None, _) => {
-                if let Some((slot, _)) = slot_of(&mut keys, self.key) {
-                    slot.end(Phase::Releasing);
-                }
                 let dropped = self.locks.promote(&mut keys, self.key);
                 drop(keys);
                 drop(dropped);

@@ -236,13 +236,11 @@ impl Entry {
         state: &Arc<LeaseState>,
         renewed: bool,
     ) -> Removed {
-        let Some(i) = self.holds.iter().position(|h| h.field == field) else {
+        let counted = |h: &Held| h.field == field && h.generation == generation && h.count > 0;
+        let Some(i) = self.holds.iter().position(counted) else {
             return Removed::STALE;
         };
         let h = &mut self.holds[i];
-        if h.generation != generation || h.count == 0 {
-            return Removed::STALE;
-        }
         h.count -= 1;
         let mut stop_renewal = false;
         if renewed && h.renewing > 0 {
@@ -281,10 +279,8 @@ impl Ledger {
     /// Redis still shows for it is stale).
     pub(crate) fn holds(&self, key: &str, field: &str) -> (u32, Option<u64>) {
         let keys = self.keys.lock();
-        match keys.get(key).and_then(|e| e.held(field)) {
-            Some(h) => (h.count, h.fence),
-            None => (0, None),
-        }
+        let held = keys.get(key).and_then(|e| e.held(field));
+        held.map_or((0, None), |h| (h.count, h.fence))
     }
 
     /// Records one more hold of `field` on `key` (a kind without the

@@ -118,10 +118,7 @@ impl Ledger {
             let seen = waiter.nudges.load(Ordering::SeqCst);
             // The first in the queue also watches the holder's lease.
             let lease_end = self.holder_lease_end(key, waiter);
-            let due = match (deadline, lease_end) {
-                (Some(d), Some(l)) => Some(d.min(l)),
-                (d, l) => d.or(l),
-            };
+            let due = [deadline, lease_end].into_iter().flatten().min();
             let cancelled = || cancel.is_some_and(Cancel::is_cancelled);
             let woke = waiter
                 .cv

@@ -279,14 +279,12 @@ impl Raw {
             }
             other => other?,
         };
-        match self.unreplicated(name, acked) {
-            None => Ok(answer),
-            Some(e) => {
-                let bound = self.give_back();
-                self.undo_detached(park, req.kind, req.key, req.owner, req.fresh, bound);
-                Err(e)
-            }
+        if let Some(e) = self.unreplicated(name, acked) {
+            let bound = self.give_back();
+            self.undo_detached(park, req.kind, req.key, req.owner, req.fresh, bound);
+            return Err(e);
         }
+        Ok(answer)
     }
 
     /// [`undo_hold`](Self::undo_hold) as background work of `park`'s
@@ -346,10 +344,8 @@ impl Raw {
         place: bool,
     ) -> Duration {
         let cap = hint.unwrap_or(self.watchdog_lease);
-        match protocol::waiting_place(kind, lease).filter(|_| place) {
-            Some(confirm) => cap.min(confirm),
-            None => cap,
-        }
+        let confirm = protocol::waiting_place(kind, lease).filter(|_| place);
+        confirm.map_or(cap, |confirm| cap.min(confirm))
     }
 
     /// One attempt at plain lock `key` for `owner`, an owner of one
