@@ -127,20 +127,15 @@ pub(crate) struct Handover<'a> {
     own_subscriptions: u32,
     /// Unlock messages our subscription had seen before the release.
     messages_before: u64,
-    /// What the guard's going changed; `last`: no other guard of the owner
-    /// is alive here (and none is being taken).
-    removed: Removed,
+    /// What the guard's going changed: whether this releases the owner's
+    /// last hold in this client (`last`: no other guard of the owner is alive
+    /// here, and none is being taken), whether renewal of its shared lease
+    /// stops, what Redis keeps for its remaining guards.
+    pub(crate) removed: Removed,
     finished: bool,
 }
 
 impl Handover<'_> {
-    /// What the guard's going changed: whether this releases the owner's
-    /// last hold in this client, whether renewal of its shared lease stops,
-    /// what Redis keeps for its remaining guards.
-    pub(crate) fn removed(&self) -> Removed {
-        self.removed
-    }
-
     /// The queued thread the lock may go to directly.
     pub(crate) fn successor(&self) -> Option<Successor<'_>> {
         self.next.as_ref().map(|w| Successor {

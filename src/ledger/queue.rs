@@ -400,7 +400,9 @@ pub(crate) struct Turn<'a> {
     key: String,
     /// The slot's epoch when this turn began.
     epoch: u64,
-    fresh: bool,
+    /// No guard of this owner is alive here: a hold Redis still shows for it
+    /// is stale (a lost lease, an unconfirmed handoff) and counts as one hold.
+    pub(crate) fresh: bool,
     sub: Option<Subscription>,
     /// The slot may keep a subscription we have not taken yet.
     slot_sub: bool,
@@ -408,7 +410,7 @@ pub(crate) struct Turn<'a> {
     /// unlock messages to wait past (see [`WaitState::Promoted`]).
     pub(crate) yield_to: Option<u64>,
     /// The token of this owner's live holds, for a reentrant fenced hold.
-    fence: Option<u64>,
+    pub(crate) fence: Option<u64>,
     done: bool,
 }
 
@@ -425,12 +427,6 @@ impl<'a> Turn<'a> {
             fence: None,
             done: false,
         }
-    }
-
-    /// No guard of this owner is alive here: a hold Redis still shows for it
-    /// is stale (a lost lease, an unconfirmed handoff) and counts as one hold.
-    pub(crate) fn fresh(&self) -> bool {
-        self.fresh
     }
 
     /// Takes the subscription the slot keeps, if any (already confirmed),
@@ -459,11 +455,6 @@ impl<'a> Turn<'a> {
         let sub = self.sub.take();
         let added = self.locks.end_turn(&self.key, self.epoch, Some(new), sub);
         added.unwrap_or_else(unreachable_added)
-    }
-
-    /// The fencing token this owner's holds already have (reentry), if any.
-    pub(crate) fn fence(&self) -> Option<u64> {
-        self.fence
     }
 }
 

@@ -89,11 +89,6 @@ fn gone(ledger: &Ledger, added: &Added, renewed: bool) -> Removed {
     ledger.remove("k", "o", added.generation, &added.state, renewed)
 }
 
-/// The guards the ledger counts for `field` on `key`.
-fn count(locks: &Ledger, key: &str, field: &str) -> u32 {
-    locks.holds(key, field).0
-}
-
 /// Nobody is queued on "k".
 fn queue_is_empty(locks: &Ledger) -> bool {
     locks.keys.lock()["k"]
@@ -116,13 +111,13 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 fn release_hands_over_to_the_first_queued_thread() {
     let locks = Ledger::default();
     let turn = turn(&locks, "a");
-    assert!(turn.fresh());
+    assert!(turn.fresh);
     let a = hold(turn, Duration::from_secs(30));
     std::thread::scope(|s| {
         let b = s.spawn(|| matches!(enter(&locks, "b"), Enter::Granted(..)));
         wait_until(|| queued(&locks) == 1);
         let handover = locks.release("k", "a", 0, &a.state, false);
-        assert!(handover.removed().last);
+        assert!(handover.removed.last);
         let next = handover.successor().expect("b is queued");
         assert_eq!(next.owner, "b");
         assert!(next.force, "first handoff in a row");
@@ -132,7 +127,7 @@ fn release_hands_over_to_the_first_queued_thread() {
     assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
     // b holds now: its release with nobody queued frees the slot.
     let handover = locks.release("k", "b", 0, &lease(Duration::from_secs(1)), false);
-    assert!(handover.removed().last && handover.successor().is_none());
+    assert!(handover.removed.last && handover.successor().is_none());
     handover.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
 }
@@ -143,18 +138,18 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let t1 = turn(&locks, "a");
     let t1 = hold(t1, Duration::from_secs(30));
     let t2 = turn(&locks, "a");
-    assert!(!t2.fresh(), "a hold of this owner is alive");
+    assert!(!t2.fresh, "a hold of this owner is alive");
     let t2 = hold(t2, Duration::from_secs(10));
     let inner = locks.release("k", "a", 0, &t2.state, false);
-    assert!(!inner.removed().last && inner.successor().is_none());
+    assert!(!inner.removed.last && inner.successor().is_none());
     assert!(
-        matches!(inner.removed().keep, Keep::Exactly(d) if d > Duration::from_secs(25)),
+        matches!(inner.removed.keep, Keep::Exactly(d) if d > Duration::from_secs(25)),
         "the outer guard counts on 30 s: {:?}",
-        inner.removed().keep
+        inner.removed.keep
     );
     inner.finish(Outcome::Other);
     let outer = locks.release("k", "a", 0, &t1.state, false);
-    assert!(outer.removed().last);
+    assert!(outer.removed.last);
     outer.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
 }
@@ -170,7 +165,7 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
         // … while b, first in the queue, sees a's lease run out.
         let b = s.spawn(|| match enter(&locks, "b") {
             Enter::Turn(turn) => {
-                assert!(turn.fresh());
+                assert!(turn.fresh);
                 std::mem::forget(turn); // b keeps its turn for the checks below
                 true
             }
@@ -197,12 +192,12 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
     let locks = held_by_a();
     // The last guard's release is in flight on another thread …
     let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
-    assert!(handover.removed().last && handover.successor().is_none());
+    assert!(handover.removed.last && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
         let again = s.spawn(|| match enter(&locks, "a") {
             Enter::Turn(turn) => {
-                let fresh = turn.fresh();
+                let fresh = turn.fresh;
                 drop(turn);
                 Some(fresh)
             }
@@ -290,7 +285,7 @@ fn holds_are_counted_per_field_with_their_token() {
     let b = add(&ledger, false, d, None);
     assert_eq!(b.fence, Some(7), "a reentrant hold returns the outer token");
     assert_eq!(ledger.holds("k", "o"), (2, Some(7)));
-    assert_eq!(count(&ledger, "k", "o:write"), 0, "fields count apart");
+    assert_eq!(ledger.holds("k", "o:write").0, 0, "fields count apart");
     assert!(!gone(&ledger, &a, false).last);
     assert!(gone(&ledger, &b, false).last);
     assert_eq!(

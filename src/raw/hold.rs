@@ -207,7 +207,7 @@ impl Raw {
             let handover = self
                 .ledger
                 .release(key, field, hold.generation, state, hold.renewed);
-            (handover.removed(), Some(handover))
+            (handover.removed, Some(handover))
         } else {
             let removed = self
                 .ledger

@@ -352,8 +352,8 @@ impl<'a> Waiting<'a> {
         subscribed: bool,
         deadline: Option<Instant>,
     ) {
-        self.fresh = turn.fresh();
-        self.fence = match (self.fenced, turn.fence()) {
+        self.fresh = turn.fresh;
+        self.fence = match (self.fenced, turn.fence) {
             (false, _) => Fence::None,
             (true, Some(_)) => Fence::Keep,
             (true, None) => Fence::Mint,
