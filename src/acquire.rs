@@ -172,7 +172,7 @@ async fn in_turn<'a>(
     // attempt: held elsewhere, the waiter parks at once.
     let mut sub = turn
         .take_subscription()
-        .or_else(|| shared.notifier().resume_line(waiting.key()));
+        .or_else(|| shared.notifier().resume_line(&waiting.key));
     if let Some(yield_to) = turn.yield_to.take() {
         yield_first(waiting, env, &mut sub, yield_to, deadline).await;
     }
@@ -229,10 +229,10 @@ async fn take_permits(
     // first attempt, which then takes a place in line: one round trip
     // before parking.
     let mut sub = if deadline.is_none_or(|d| d > Instant::now()) {
-        let channel = waiting.channel().to_owned();
+        let channel = waiting.keys.channel.clone();
         shared
             .notifier()
-            .resume_line_on(waiting.line(), move || channel)
+            .resume_line_on(&waiting.keys.line, move || channel)
     } else {
         None
     };

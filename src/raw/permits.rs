@@ -28,7 +28,9 @@ use crate::renewal::LeaseState;
 pub(crate) struct PermitWaiting<'a> {
     raw: &'a Arc<Raw>,
     name: &'a str,
-    keys: Arc<SemaphoreKeys>,
+    /// The semaphore's keys: its line (its subscription is named after it)
+    /// and channel (Redisson's) among them.
+    pub(crate) keys: Arc<SemaphoreKeys>,
     permits: u32,
     /// The ids of the permits asked for (16 bytes each), fixed for the
     /// whole acquisition.
@@ -288,16 +290,6 @@ impl PermitWaiting<'_> {
         if self.join && self.place.is_none() {
             self.place = Some(self.raw.next_place(&self.owner, self.lease, false));
         }
-    }
-
-    /// The semaphore's line key (its subscription is named after it).
-    pub(crate) fn line(&self) -> &str {
-        &self.keys.line
-    }
-
-    /// The semaphore's channel (Redisson's).
-    pub(crate) fn channel(&self) -> &str {
-        &self.keys.channel
     }
 
     /// The one acquire ending: the permits as a guard holds them, their

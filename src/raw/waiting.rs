@@ -164,7 +164,8 @@ pub(crate) struct Waiting<'a> {
     raw: &'a Arc<Raw>,
     name: &'a str,
     kind: Kind,
-    key: String,
+    /// The lock's Redis key.
+    pub(crate) key: String,
     owner: String,
     lease: Duration,
     /// Asked for a fencing token.
@@ -261,11 +262,6 @@ impl Raw {
 }
 
 impl<'a> Waiting<'a> {
-    /// The lock's Redis key.
-    pub(crate) fn key(&self) -> &str {
-        &self.key
-    }
-
     /// Whether a lost reply of this client may have left something to undo
     /// first (see [`settle`](Self::settle)).
     pub(crate) fn unsettled(&self) -> bool {
