@@ -268,11 +268,6 @@ impl Entry {
     }
 }
 
-/// `key`'s entry, made empty when it has none yet.
-fn entry_of<'k>(keys: &'k mut HashMap<String, Entry>, key: &str) -> &'k mut Entry {
-    keys.entry(key.to_owned()).or_default()
-}
-
 impl Ledger {
     /// How many guards of `field` hold `key` here, and the token of their
     /// holds: no guard → an acquire is the field's first hold (a count
@@ -287,7 +282,8 @@ impl Ledger {
     /// in-process queue: fair, read, write; or a Redlock node's). See
     /// [`Entry::add`].
     pub(crate) fn add(&self, key: &str, field: &str, new: NewHold<'_>) -> Added {
-        entry_of(&mut self.keys.lock(), key).add(field, new)
+        let mut keys = self.keys.lock();
+        keys.entry(key.to_owned()).or_default().add(field, new)
     }
 
     /// One guard of `field` on `key` (on `state`) goes (a kind without the

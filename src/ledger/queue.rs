@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::slot::{holder_expired, slot_of, Phase, Slot, WaitState, Waiter};
-use super::{entry_of, Added, Entry, Ledger, NewHold};
+use super::{Added, Entry, Ledger, NewHold};
 use crate::notify::Subscription;
 use crate::options::Cancel;
 use crate::park::Park;
@@ -61,7 +61,7 @@ impl Ledger {
         // Made only if a queued wait is dropped.
         let waiter = {
             let mut keys = self.keys.lock();
-            let entry = entry_of(&mut keys, key);
+            let entry = keys.entry(key.to_owned()).or_default();
             let (count, fence) = entry.held(owner).map_or((0, None), |h| (h.count, h.fence));
             let Some(slot) = entry.line.as_mut() else {
                 entry.line = Some(Slot::new(owner));
@@ -243,7 +243,7 @@ impl Ledger {
     /// handover's), watched by the first queued thread.
     pub(crate) fn take_up(&self, key: &str, owner: &str, new: NewHold<'_>) -> Added {
         let mut keys = self.keys.lock();
-        let entry = entry_of(&mut keys, key);
+        let entry = keys.entry(key.to_owned()).or_default();
         let renewed = new.renewed;
         let added = match entry.holds.iter_mut().find(|h| h.field == owner) {
             // The handover counted the hold; its lease is new.
