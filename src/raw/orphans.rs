@@ -249,14 +249,6 @@ fn still_undoing() -> Error {
 }
 
 impl Raw {
-    /// Before an acquire of `owner` on `key`: undoes what a lost reply of
-    /// its own there may have left, within `bound`. Nothing to do — the
-    /// usual case — costs one atomic load.
-    pub(crate) fn settle(&self, key: &str, owner: &str, bound: Bound) -> Result<()> {
-        self.orphans
-            .settle(key, owner, bound.end, |o| self.undo(o, bound))
-    }
-
     /// A call whose reply was lost (an acquire, a release, leaving a
     /// place): undone in the background as soon as Redis answers (and
     /// before the owner's next acquire of the key). The thread that does it

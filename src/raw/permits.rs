@@ -105,11 +105,6 @@ pub(crate) fn permit_client(id: &[u8]) -> Option<&[u8]> {
 }
 
 impl Raw {
-    /// The keys of semaphore `name` (the key prefix, then the name).
-    pub(crate) fn semaphore_keys(&self, name: &str) -> SemaphoreKeys {
-        SemaphoreKeys::of(&self.key(name))
-    }
-
     /// Starts an acquisition of `permits` permits of semaphore `name` as
     /// `want` says (its lease, cancel handle, who waits), waiting until
     /// `deadline` at the latest (`None`: as long as it takes).
@@ -146,7 +141,7 @@ impl Raw {
         Ok(PermitWaiting {
             raw: self,
             name,
-            keys: Arc::new(self.semaphore_keys(name)),
+            keys: Arc::new(SemaphoreKeys::of(&self.key(name))),
             permits,
             ids: ids.into(),
             owner: self.unique_owner(),
@@ -213,7 +208,7 @@ impl Raw {
         ) -> redis::RedisResult<T>,
     ) -> Result<T> {
         check_name(name)?;
-        let keys = self.semaphore_keys(name);
+        let keys = SemaphoreKeys::of(&self.key(name));
         self.conns.run(&keys.counter, Bound::default(), |con| {
             call(self.scripts().semaphore(), con, &keys)
         })

@@ -277,7 +277,10 @@ impl<'a> Waiting<'a> {
         }
         let (raw, bound) = (Arc::clone(self.raw), self.bound);
         let (key, owner) = (self.key.clone(), self.owner.clone());
-        let settle = move || raw.settle(&key, &owner, bound);
+        let settle = move || {
+            raw.orphans
+                .settle(&key, &owner, bound.end, |o| raw.undo(o, bound))
+        };
         self.raw.io(self.park, settle).await?
     }
 
