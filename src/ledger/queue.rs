@@ -344,12 +344,6 @@ impl Ledger {
             None => None,
         }
     }
-
-    /// Takes the slot's subscription for the active owner's wait.
-    fn take_subscription(&self, key: &str) -> Option<Subscription> {
-        let mut keys = self.keys.lock();
-        slot_of(&mut keys, key).and_then(|(s, _)| s.sub.take())
-    }
 }
 
 /// What undoes a hold in Redis that a dropped task's wait was handed
@@ -435,7 +429,8 @@ impl<'a> Turn<'a> {
     pub(crate) fn take_subscription(&mut self) -> Option<Subscription> {
         if self.sub.is_none() && self.slot_sub {
             self.slot_sub = false;
-            self.sub = self.locks.take_subscription(&self.key);
+            let mut keys = self.locks.keys.lock();
+            self.sub = slot_of(&mut keys, &self.key).and_then(|(s, _)| s.sub.take());
         }
         self.sub.take()
     }
