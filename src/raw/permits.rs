@@ -43,6 +43,12 @@ pub(crate) struct PermitWaiting<'a> {
     watchdog: bool,
     /// This wait's place in line, once it waits.
     place: Option<String>,
+    /// Attempts sent with the current place, and whether one after the
+    /// first found it new again: grants naming it are then taken by an
+    /// attempt (as `raw::waiting`'s, for the same reason — a grant delayed
+    /// past our next confirmation; the protocol simulator found both).
+    sent_with_place: u32,
+    stale_grants: bool,
     /// Whether the wait may take a place (not a single try).
     join: bool,
     /// An attempt went out and no answer came: it may have taken the
@@ -149,6 +155,8 @@ impl Raw {
             watchdog: want.lease.is_none(),
             place: None,
             join: deadline.is_none_or(|d| d > Instant::now()),
+            sent_with_place: 0,
+            stale_grants: false,
             unsettled: false,
             bound: Bound::until(deadline.filter(|d| *d > Instant::now())),
             park: want.park,
@@ -284,6 +292,8 @@ impl PermitWaiting<'_> {
     pub(crate) fn take_place(&mut self) {
         if self.join && self.place.is_none() {
             self.place = Some(self.raw.next_place(&self.owner, self.lease, false));
+            self.sent_with_place = 0;
+            self.stale_grants = false;
         }
     }
 
@@ -343,6 +353,10 @@ impl LockKind for PermitWaiting<'_> {
         // Sent where its caller waits (see `conn::transport`). A task's
         // future dropped while it is out: what it took (permits, a place) is
         // given back after its reply, by id.
+        let first_with_place = self.sent_with_place == 0;
+        if self.place.is_some() {
+            self.sent_with_place += 1;
+        }
         let (keys, ids, place) = (&self.keys, &self.ids, self.place.as_deref());
         let call = raw
             .scripts()
@@ -386,11 +400,15 @@ impl LockKind for PermitWaiting<'_> {
                     name: self.name.to_owned(),
                 })
             }
-            Acquire::Wait { hint, .. } => {
-                self.take_place(); // the next attempt takes a place in line
-                                   // Permits whose holder died come back when their lease ends:
-                                   // wake then to take them back (+1 ms is in the hint) — or
-                                   // earlier, to confirm our place.
+            Acquire::Wait { hint, joined, .. } => {
+                if joined && !first_with_place {
+                    self.stale_grants = true;
+                }
+                // The next attempt takes a place in line. Permits whose
+                // holder died come back when their lease ends: wake then to
+                // take them back (+1 ms is in the hint) — or earlier, to
+                // confirm our place.
+                self.take_place();
                 let place = self.place.is_some();
                 Ok(Answer::Wait(self.raw.wait_cap(
                     hint,
@@ -428,18 +446,20 @@ impl LockKind for PermitWaiting<'_> {
 
     /// A grant names this wait's place: the permits are ours with the
     /// grant's short lease (renewal lengthens it) — unless the lease is
-    /// explicit, or replicas must acknowledge: then an attempt takes them
-    /// as asked.
+    /// explicit, replicas must acknowledge, or the grant may predate our
+    /// last attempt (`stale_grants`): then an attempt takes them as asked.
     fn granted(&mut self, grant: &[u8]) -> Option<Granted<()>> {
         let place = semaphore::parse_grant(grant)?;
         if Some(place) != self.place.as_deref() {
             return None;
         }
-        Some(if self.watchdog && self.raw.replicas.is_none() {
-            Granted::Held((), protocol::grant_lease(self.lease))
-        } else {
-            Granted::Accept
-        })
+        Some(
+            if self.watchdog && !self.stale_grants && self.raw.replicas.is_none() {
+                Granted::Held((), protocol::grant_lease(self.lease))
+            } else {
+                Granted::Accept
+            },
+        )
     }
 
     fn wake(&self) -> Wake {
