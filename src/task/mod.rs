@@ -225,42 +225,34 @@ impl AsyncLockClient {
         self.lock_with(name, LockOptions::new().write())
     }
 
-    /// Who holds and who waits for the lock `name` (see
-    /// [`LockClient::inspect`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::inspect`].
+    /// Who holds and who waits for the lock `name`:
+    /// [`LockClient::inspect`] for a task, errors included.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let name = name.to_owned();
-        self.offload(move |c| c.inspect(&name)).await
+        offload(&self.shared, &self.blocking(), move |c| c.inspect(&name)).await
     }
 
-    /// Whether the lock `name` is held by anyone (see
-    /// [`LockClient::is_locked`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::is_locked`].
+    /// Whether the lock `name` is held by anyone:
+    /// [`LockClient::is_locked`] for a task, errors included.
     pub async fn is_locked(&self, name: &str) -> Result<bool> {
         let name = name.to_owned();
-        self.offload(move |c| c.is_locked(&name)).await
+        offload(&self.shared, &self.blocking(), move |c| c.is_locked(&name)).await
     }
 
-    /// Deletes the lock `name` whoever holds it — for operators (see
-    /// [`LockClient::force_unlock`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::force_unlock`].
+    /// Deletes the lock `name` whoever holds it, for operators:
+    /// [`LockClient::force_unlock`] for a task, errors included.
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         let name = name.to_owned();
-        self.offload(move |c| c.force_unlock(&name)).await
+        offload(&self.shared, &self.blocking(), move |c| {
+            c.force_unlock(&name)
+        })
+        .await
     }
 
-    /// Checks that Redis answers (see [`LockClient::ping`]).
-    ///
-    /// # Errors
-    /// As [`LockClient::ping`].
+    /// Checks that Redis answers: [`LockClient::ping`] for a task, errors
+    /// included.
     pub async fn ping(&self) -> Result<Duration> {
-        self.offload(LockClient::ping).await
+        offload(&self.shared, &self.blocking(), LockClient::ping).await
     }
 
     /// This client's counters (shared with its blocking face).
@@ -288,18 +280,17 @@ impl AsyncLockClient {
             }))
         }
     }
+}
 
-    /// Runs a call of the blocking client on an I/O thread.
-    async fn offload<T: Send + 'static>(
-        &self,
-        call: impl FnOnce(&LockClient) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let client = self.blocking();
-        self.shared
-            .raw()
-            .io(Park::Task, move || call(&client))
-            .await?
-    }
+/// Runs `call` of a blocking `face` (a client, a semaphore) of `shared`'s
+/// client on one of its I/O threads.
+async fn offload<F: Clone + Send + 'static, T: Send + 'static>(
+    shared: &Shared,
+    face: &F,
+    call: impl FnOnce(&F) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let face = face.clone();
+    shared.raw().io(Park::Task, move || call(&face)).await?
 }
 
 impl fmt::Debug for AsyncLockClient {

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::AsyncLockClient;
+use super::{offload, AsyncLockClient};
 use crate::client::or_timed_out;
 use crate::error::Result;
 use crate::guard::DropOn;
@@ -139,54 +139,35 @@ impl AsyncSemaphore {
         }
     }
 
-    /// Runs a call of the blocking semaphore on an I/O thread.
-    async fn offload<T: Send + 'static>(
-        &self,
-        call: impl FnOnce(&Semaphore) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let sem = self.sem.clone();
-        let raw = self.sem.shared().raw();
-        raw.io(Park::Task, move || call(&sem)).await?
-    }
-
-    /// See [`Semaphore::try_set_permits`].
-    ///
-    /// # Errors
-    /// As [`Semaphore::try_set_permits`].
+    /// [`Semaphore::try_set_permits`] for a task, errors included.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.offload(move |s| s.try_set_permits(permits)).await
+        offload(self.sem.shared(), &self.sem, move |s| {
+            s.try_set_permits(permits)
+        })
+        .await
     }
 
-    /// See [`Semaphore::set_permits`].
-    ///
-    /// # Errors
-    /// As [`Semaphore::set_permits`].
+    /// [`Semaphore::set_permits`] for a task, errors included.
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
-        self.offload(move |s| s.set_permits(permits)).await
+        offload(self.sem.shared(), &self.sem, move |s| {
+            s.set_permits(permits)
+        })
+        .await
     }
 
-    /// See [`Semaphore::add_permits`].
-    ///
-    /// # Errors
-    /// As [`Semaphore::add_permits`].
+    /// [`Semaphore::add_permits`] for a task, errors included.
     pub async fn add_permits(&self, delta: i64) -> Result<i64> {
-        self.offload(move |s| s.add_permits(delta)).await
+        offload(self.sem.shared(), &self.sem, move |s| s.add_permits(delta)).await
     }
 
-    /// See [`Semaphore::available`].
-    ///
-    /// # Errors
-    /// As [`Semaphore::available`].
+    /// [`Semaphore::available`] for a task, errors included.
     pub async fn available(&self) -> Result<Option<i64>> {
-        self.offload(Semaphore::available).await
+        offload(self.sem.shared(), &self.sem, Semaphore::available).await
     }
 
-    /// See [`Semaphore::inspect`].
-    ///
-    /// # Errors
-    /// As [`Semaphore::inspect`].
+    /// [`Semaphore::inspect`] for a task, errors included.
     pub async fn inspect(&self) -> Result<SemaphoreInfo> {
-        self.offload(Semaphore::inspect).await
+        offload(self.sem.shared(), &self.sem, Semaphore::inspect).await
     }
 }
 
