@@ -4,14 +4,12 @@
 //! `redisson_lock__channel:{<name>}:<owner>` so a release wakes exactly the
 //! next waiter.
 //!
-//! Queue timeouts follow Redisson's chain (see [`PURGE`]), so a queue of
-//! Redisson and leasehold waiters is served in arrival order by both. But
-//! a leasehold place does not live by its timeout (a chain of dead waiters
-//! hangs the queue behind it for minutes, redisson #3004, #2883, #3730,
-//! #1353): it lives while its waiter confirms it, at least every third of
-//! [`QUEUE_LEASE`]. Every script first drops the dead places at the head of
-//! the queue, so a leasehold waiter that died costs the ones behind it at
-//! most one `QUEUE_LEASE`. Times are the server's (`TIME`).
+//! Queue timeouts follow Redisson's chain, so both serve a mixed queue in
+//! arrival order; but a leasehold place lives only while its waiter
+//! confirms it (see [`PURGE`]; a chain of dead waiters hangs Redisson's
+//! queue for minutes, redisson #3004, #2883, #3730, #1353), so a dead
+//! leasehold waiter costs those behind it at most one [`QUEUE_LEASE`].
+//! Times are the server's (`TIME`).
 //!
 //! A leasehold waiter marks its queue entry as its own in a hash beside the
 //! queue (`leasehold_fair:{<name>}`: owner → its place and until when the

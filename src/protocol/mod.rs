@@ -392,8 +392,6 @@ impl Scripts {
             Value::Int(ms) => wait(ms, false, false),
             Value::Array(items) if matches!(kind, Kind::Plain | Kind::Fair) => {
                 match items.as_slice() {
-                    // A waiter's flags (plain): `f` another library's holder,
-                    // `j` our place was new in the line.
                     [Value::BulkString(flags), Value::Int(ms)] => {
                         wait(*ms, flags.contains(&b'f'), flags.contains(&b'j'))
                     }
