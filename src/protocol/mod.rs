@@ -230,9 +230,7 @@ pub(crate) fn place_of(owner: &str, n: u64, lease: Duration, fenced: bool) -> St
 }
 
 /// The lease a release sets when it grants the lock to a waiter that asked
-/// for `lease`: that lease, but at most [`GRANT_LEASE`] — short, so a
-/// granted waiter that died or stalled costs the others no more than its
-/// own lease, and never a whole watchdog lease (its renewal lengthens it).
+/// for `lease`: that lease, but at most [`GRANT_LEASE`] (why: there).
 pub(crate) fn grant_lease(lease: Duration) -> Duration {
     lease.min(GRANT_LEASE)
 }
@@ -298,18 +296,14 @@ impl PubSub {
     pub(crate) fn lua(self, source: &str) -> Lua {
         let source = match self {
             PubSub::Classic => source.to_owned(),
-            PubSub::Sharded => Self::sharded(source),
+            PubSub::Sharded => source
+                .replace("'publish'", "'spublish'")
+                .replace("'numsub'", "'shardnumsub'"),
         };
         Lua {
             script: Script::new(&source),
             source,
         }
-    }
-
-    fn sharded(source: &str) -> String {
-        source
-            .replace("'publish'", "'spublish'")
-            .replace("'numsub'", "'shardnumsub'")
     }
 }
 

@@ -299,7 +299,7 @@ fn the_acl_rules_grant_every_command_of_every_script() {
         for cmd in called(&source) {
             assert!(classic.contains(&cmd), "{cmd} of {name}");
         }
-        for cmd in called(&PubSub::sharded(&source)) {
+        for cmd in called(&PubSub::Sharded.lua(&source).source) {
             assert!(cluster.contains(&cmd), "sharded: {cmd} of {name}");
         }
     }
@@ -309,7 +309,7 @@ fn the_acl_rules_grant_every_command_of_every_script() {
 fn sharded_scripts_publish_and_count_only_sharded() {
     let mut published = 0;
     for (name, source) in whole_scripts() {
-        let sharded = PubSub::sharded(&source);
+        let sharded = PubSub::Sharded.lua(&source).source;
         published += sharded.matches("'spublish'").count();
         // No other way to publish or count subscribers is left behind.
         let lower = sharded.to_lowercase();
