@@ -308,8 +308,7 @@ impl Redlock {
         });
         let drift = lease / 100 + Duration::from_millis(2);
         let validity = lease.checked_sub(started.elapsed() + drift);
-        let mut held = Vec::new();
-        let (mut busy, mut errors) = (0, Vec::new());
+        let (mut held, mut busy, mut errors) = (Vec::new(), 0, Vec::new());
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
                 Ok(true) => held.push(i),
