@@ -308,14 +308,11 @@ impl Redlock {
         });
         let drift = lease / 100 + Duration::from_millis(2);
         let validity = lease.checked_sub(started.elapsed() + drift);
-        let (mut held, mut busy, mut errors) = (Vec::new(), 0, Vec::new());
-        for (i, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Ok(true) => held.push(i),
-                Ok(false) => busy += 1,
-                Err(e) => errors.push(e),
-            }
-        }
+        let held: Vec<usize> = (0..answers.len())
+            .filter(|&i| matches!(answers[i], Ok(true)))
+            .collect();
+        let busy = answers.iter().filter(|a| matches!(a, Ok(false))).count();
+        let errors: Vec<Error> = answers.into_iter().filter_map(Result::err).collect();
         let Some(validity) = validity.filter(|v| !v.is_zero() && held.len() >= self.majority())
         else {
             // Not held: give back what we got at once, each node within the
@@ -509,16 +506,11 @@ fn release(
         Some(node) => block_on(node.raw().release(Park::Thread, hold, Bound::default())),
         None => Ok(()),
     });
-    let (mut ours, mut first_error) = (0, None);
-    for answer in answers {
-        match answer {
-            Ok(()) => ours += 1,
-            Err(e) if e.is_not_held() => {}
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
+    let ours = answers.iter().filter(|a| a.is_ok()).count();
+    let first_error = answers
+        .into_iter()
+        .filter_map(Result::err)
+        .find(|e| !e.is_not_held());
     let not_held = || Error::NotHeld {
         name: name.to_owned(),
         lost: state.lost_why(),
