@@ -206,14 +206,10 @@ pub(crate) fn list(raw: &Raw, pattern: &str, limit: usize) -> Result<Vec<LockInf
         .collect();
     let mut locks = Vec::new();
     for name in names {
-        let mut info = match read(raw, name, &raw.key(name)) {
-            Ok(info) => info,
-            Err(Error::NotALock { .. }) => continue,
+        match inspect(raw, name, &raw.key(name)) {
+            Ok(info) if info.kind != LockKind::Free => locks.push(info),
+            Ok(_) | Err(Error::NotALock { .. }) => {}
             Err(e) => return Err(e),
-        };
-        if info.kind != LockKind::Free {
-            name_clients(raw, &mut info)?;
-            locks.push(info);
         }
     }
     Ok(locks)
