@@ -129,8 +129,7 @@ pub(crate) struct SemaphoreScripts {
 }
 
 /// The semaphore's five keys, as every script takes them.
-fn five(keys: &SemaphoreKeys) -> (&str, &str, &str, &str, &str) {
-    let k = keys;
+fn five(k: &SemaphoreKeys) -> (&str, &str, &str, &str, &str) {
     (&k.counter, &k.timeout, &k.channel, &k.line, &k.places)
 }
 
@@ -304,12 +303,8 @@ pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
 /// What a release's reply says: how many of the ids were present, and how
 /// many of those were alive.
 pub(crate) fn release_reply(reply: Value) -> RedisResult<Released> {
-    let count = |v: &Value| match v {
-        Value::Int(n) => u32::try_from(*n).ok(),
-        _ => None,
-    };
-    if let [present, alive] = items(&reply) {
-        if let (Some(present), Some(alive)) = (count(present), count(alive)) {
+    if let [Value::Int(present), Value::Int(alive)] = items(&reply) {
+        if let (Ok(present), Ok(alive)) = (u32::try_from(*present), u32::try_from(*alive)) {
             return Ok(Released { present, alive });
         }
     }
