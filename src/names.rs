@@ -208,15 +208,10 @@ pub(crate) fn semaphore_waiters(channel: &str) -> Option<String> {
         .map(|tail| format!("{SEMAPHORE_WAITERS}{tail}"))
 }
 
-/// The ACL rules (`ACL SETUSER <user> on ><password> <rules…>`) a Redis user
-/// needs for every lock kind under `key_prefix`: the commands, the keys of
-/// each layout (lock, tokens, line, fair queue, read/write companions) and
-/// the channels. Both forms of each companion name are covered: `{<key>}`,
-/// and the key's own hash tag when it has braces. `replicas`: `WAIT` too;
-/// `cluster`: `CLUSTER SLOTS`, `ASKING` and sharded pub/sub (`SPUBLISH`,
-/// `SSUBSCRIBE`, `SUNSUBSCRIBE`, `PUBSUB SHARDNUMSUB`, Redis ≥ 7). The
-/// channels start with `resetchannels` (Redis 6.2 gives a user
-/// `allchannels` by default and then refuses channel patterns).
+/// [`LockClient::acl_rules`](crate::LockClient::acl_rules) under
+/// `key_prefix`: the commands, the keys of each layout and the channels,
+/// both forms of each companion name (`{<key>}`, and the key's own hash tag
+/// when it has braces); `replicas`: `WAIT` too; `cluster`: [`ACL_CLUSTER`].
 pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<String> {
     let p = key_prefix;
     let mut rules: Vec<String> = ACL_COMMANDS.split_whitespace().map(str::to_owned).collect();
@@ -234,8 +229,7 @@ pub(crate) fn acl_rules(key_prefix: &str, replicas: bool, cluster: bool) -> Vec<
     if keys {
         rules.push(format!("~{{{p}*"));
     }
-    // Redis 6.2 gives a new user `allchannels` (7.x: none), after which a
-    // channel pattern is refused: start the channels from none.
+    // Channels from none: see `resetchannels` on `LockClient::acl_rules`.
     rules.push("resetchannels".into());
     let mut companion = |kind: char, name: &str| {
         rules.push(format!("{kind}{name}:{{{p}*"));
