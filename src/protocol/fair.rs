@@ -301,22 +301,8 @@ impl FairScripts {
 
     /// One release as a call.
     pub(crate) fn release_call(&'static self, rel: &Release<'_>) -> Call {
-        let key = rel.key;
-        self.release.call(
-            6,
-            (
-                key,
-                queue_key(key),
-                timeout_key(key),
-                channel_name(key),
-                fair_marks_key(key),
-                token_key(key),
-                UNLOCK_MESSAGE,
-                rel.keep.arg(),
-                rel.field,
-                rel.last,
-            ),
-        )
+        let args = (UNLOCK_MESSAGE, rel.keep.arg(), rel.field, rel.last);
+        (self.release).call(6, (five_keys(rel.key), token_key(rel.key), args))
     }
 
     /// Leaves the queue; true when the lock was granted to `owner`
@@ -327,16 +313,21 @@ impl FairScripts {
         key: &str,
         owner: &str,
     ) -> RedisResult<bool> {
-        let keys = (
-            key,
-            queue_key(key),
-            timeout_key(key),
-            channel_name(key),
-            fair_marks_key(key),
-        );
-        let held: i64 = self.cancel.query(con, 5, (keys, UNLOCK_MESSAGE, owner))?;
+        let held: i64 = (self.cancel).query(con, 5, (five_keys(key), UNLOCK_MESSAGE, owner))?;
         Ok(held == 1)
     }
+}
+
+/// The lock, queue, timeouts, channel and marks of `key`: the first keys
+/// of a release and a cancel.
+fn five_keys(key: &str) -> (&str, String, String, String, String) {
+    (
+        key,
+        queue_key(key),
+        timeout_key(key),
+        channel_name(key),
+        fair_marks_key(key),
+    )
 }
 
 #[cfg(test)]
