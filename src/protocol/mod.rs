@@ -71,8 +71,8 @@ pub(crate) enum Attempt {
     Wait {
         hint: Option<Duration>,
         foreign: bool,
-        /// Plain: the waiter's place was new in the line (see
-        /// `plain::Acquire::HeldElsewhere`).
+        /// Plain: the waiter's place was new in the line (the reply's `j`
+        /// flag; why it matters: `waiting` in `plain::ACQUIRE`).
         joined: bool,
     },
     /// Read/write: the owner reads and asked to write, which would wait for
