@@ -20,9 +20,8 @@ use crate::names::{channel_name, line_key, line_places_key, line_yield_key, toke
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 /// How long a waiting client's place in the line lasts at most unless its
-/// waiter confirms it (every third of its own, by attempting again): a
-/// waiter's place lives this long or its own lease, whichever is shorter
-/// (`protocol::place_lease`). In the scripts as [`place_lease_ms!`].
+/// waiter confirms it (see `protocol::place_lease`). In the scripts as
+/// [`place_lease_ms!`].
 pub(crate) const PLACE_LEASE: Duration = Duration::from_secs(3);
 macro_rules! place_lease_ms {
     () => {
