@@ -498,9 +498,10 @@ fn known_bad_scripts_fail_the_simulation() {
 
 /// Whether a model value `m` and a real one `r` agree, but for what the
 /// clocks make differ: a number of the server clock (ms or µs since the
-/// epoch: place expiries, tokens) within 100 ms, a PTTL-sized one within
-/// 50 ms; small numbers (counts) exactly.
-fn near(m: &Reply, r: &Reply) -> bool {
+/// epoch: place expiries, tokens) or a PTTL-sized one within `slack_ms`
+/// (the time the real call took, and a margin); small numbers (counts)
+/// exactly.
+fn near(m: &Reply, r: &Reply, slack_ms: f64) -> bool {
     let num = |x: &Reply| match x {
         Reply::Int(n) => Some(*n as f64),
         Reply::Bulk(b) => std::str::from_utf8(b).ok()?.parse::<f64>().ok(),
@@ -508,14 +509,13 @@ fn near(m: &Reply, r: &Reply) -> bool {
     };
     match (m, r) {
         (Reply::Array(a), Reply::Array(b)) => {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| near(x, y))
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| near(x, y, slack_ms))
         }
         (Reply::Error(_), Reply::Error(_)) => true,
         _ if m == r => true,
         _ => match (num(m), num(r)) {
-            (Some(a), Some(b)) if a.abs() >= 1e15 => (a - b).abs() <= 100_000.0,
-            (Some(a), Some(b)) if a.abs() >= 1e12 => (a - b).abs() <= 100.0,
-            (Some(a), Some(b)) if a.abs() >= 100.0 => (a - b).abs() <= 50.0,
+            (Some(a), Some(b)) if a.abs() >= 1e15 => (a - b).abs() <= slack_ms * 1000.0,
+            (Some(a), Some(b)) if a.abs() >= 100.0 => (a - b).abs() <= slack_ms,
             _ => false,
         },
     }
@@ -561,16 +561,20 @@ fn the_shipped_scripts_answer_on_the_model_as_on_a_real_server() {
         "00000002-0000-8000-8000-000000000002:7",
     ];
     let mut calls = 0;
-    for seed in (1..=15).chain([fresh_seed()]) {
+    // Nothing expires within a seed's run (leases of 30 s and more, places
+    // living 60 s, the line's keys 3 s after the last place taken: a run of
+    // 60 calls takes well under a second), so the two clocks never decide
+    // differently whether something is alive.
+    for seed in (1..=40).chain([fresh_seed()]) {
         let mut rng = Rng::new(seed);
         let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
         let mut engine = Engine::new(Store::default());
         let mut history = Vec::new();
-        for _ in 0..150 {
+        for _ in 0..60 {
             let owner = *rng.pick(&owners);
-            let lease = rng.pick(&["30000", "60000", "2500"]).to_string();
+            let lease = rng.pick(&["30000", "60000"]).to_string();
             let place = format!(
-                "{owner}#{}@3000/3000{}",
+                "{owner}#{}@3000/60000{}",
                 rng.below(3),
                 if rng.chance(30) { "f" } else { "" }
             );
@@ -598,7 +602,7 @@ fn the_shipped_scripts_answer_on_the_model_as_on_a_real_server() {
                 ),
                 3 => {
                     let mut argv = vec![
-                        rng.pick(&[">0", "=1500", ">20000", "=40000"]).to_string(),
+                        rng.pick(&[">0", "=15000", ">20000", "=40000"]).to_string(),
                         owner.into(),
                         rng.pick(&["0", "1"]).to_string(),
                     ];
@@ -625,6 +629,10 @@ fn the_shipped_scripts_answer_on_the_model_as_on_a_real_server() {
                 _ => ("renew", vec![lock], vec![lease, owner.into()]),
             };
             let source = &scripts[name];
+            // The clocks differ by the time from the `TIME` read to the
+            // reads after the call: the slack allowed (and a margin).
+            let started = std::time::Instant::now();
+            let slack = || started.elapsed().as_secs_f64() * 1000.0 + 20.0;
             let time: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
             engine.store.borrow_mut().now_us =
                 time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
@@ -639,14 +647,19 @@ fn the_shipped_scripts_answer_on_the_model_as_on_a_real_server() {
             };
             history.push(format!("{name} {k:?} {argv:?} → model {m:?}, real {r:?}"));
             let tail = || history[history.len().saturating_sub(8)..].join("\n");
-            assert!(near(&m, &r), "seed {seed}: the replies differ:\n{}", tail());
+            assert!(
+                near(&m, &r, slack()),
+                "seed {seed}: the replies differ:\n{}",
+                tail()
+            );
             let md = lock_data(&mut |a| engine.store.borrow_mut().call(a), &keys);
             let rd = lock_data(&mut |a| real(&mut con, a), &keys);
+            let data_slack = slack();
             let same = md.len() == rd.len()
                 && md
                     .iter()
                     .zip(&rd)
-                    .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && near(&a.2, &b.2));
+                    .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && near(&a.2, &b.2, data_slack));
             assert!(
                 same,
                 "seed {seed}: the data differ after:\n{}\nmodel {md:?}\nreal  {rd:?}",
@@ -663,7 +676,7 @@ fn the_shipped_scripts_answer_on_the_model_as_on_a_real_server() {
                     .call(&[b"pttl".to_vec(), k.as_bytes().to_vec()]));
                 let b = ttl(real(&mut con, &[b"pttl".to_vec(), k.as_bytes().to_vec()]));
                 assert!(
-                    (a < 0 && a == b) || (a >= 0 && b >= 0 && (a - b).abs() <= 50),
+                    (a < 0 && a == b) || (a >= 0 && b >= 0 && ((a - b) as f64).abs() <= slack()),
                     "seed {seed}: {k}'s PTTL: model {a}, real {b}\n{}",
                     tail()
                 );
