@@ -66,7 +66,7 @@ type Request = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send>>;
 pub(crate) struct Runtimes {
     pool: Arc<Pool>,
     /// How long a dropped call's reply is waited for before it is undone
-    /// as a lost reply (see [`Drain`]).
+    /// as a lost reply.
     socket_timeout: Duration,
 }
 
@@ -448,9 +448,8 @@ async fn exchange(
 type Abandoned = Arc<AtomicBool>;
 
 /// A call under way. Dropped before it ended — its caller's future dropped
-/// while it was out — it goes on in a task of the runtime ([`Drain`]),
-/// whose end tells the hook; dropped before it was ever polled, nothing
-/// was sent.
+/// while it was out — it goes on in a task of the runtime, whose end tells
+/// the hook; dropped before it was ever polled, nothing was sent.
 struct Flight<'a> {
     request: Option<Request>,
     forsaken: Option<MakeForsaken<'a>>,
@@ -498,20 +497,24 @@ impl Drop for Flight<'_> {
             forsaken(Outcome::NotSent);
             return;
         }
-        let hook = Arc::new(Mutex::new(Some(forsaken)));
+        let hook = Arc::new(Hook(Mutex::new(Some(forsaken))));
         // Should the runtime not be driven again (nothing reads the reply
         // there), the call is undone as a lost reply after the socket
         // timeout — as a call without a reply is — by the timer thread.
         let mut late = Sleep::until(Instant::now() + self.patience);
-        let waker = std::task::Waker::from(Arc::new(Late(Arc::clone(&hook))));
-        if late.register(&waker) {
-            std::task::Wake::wake(Arc::new(Late(Arc::clone(&hook))));
+        if late.register(&std::task::Waker::from(Arc::clone(&hook))) {
+            hook.tell(Outcome::Unknown);
         }
-        let drain = Drain {
-            request,
-            hook,
-            _late: late,
-            ends: Sleep::until(Instant::now() + self.patience),
+        // The rest of the call, a task of its runtime: awaits its reply,
+        // then tells the hook; no reply within the socket timeout (a
+        // partition), or the task dropped first (its runtime shut down):
+        // no answer came (`Told`) — and its connection goes.
+        let (patience, told) = (self.patience, Told(hook));
+        let drain = async move {
+            let _late = late;
+            if let Some(reply) = within(patience, request).await {
+                told.0.tell(Outcome::of(&reply, true));
+            }
         };
         match Handle::try_current() {
             Ok(handle) => {
@@ -523,60 +526,32 @@ impl Drop for Flight<'_> {
     }
 }
 
-/// A dropped call's hook, told once: by its [`Drain`], or [`Late`].
-type Hook = Arc<Mutex<Option<Forsaken>>>;
+/// A dropped call's hook, told once: by the task that awaits its reply, or
+/// — woken at the socket timeout — by the timer thread: no answer came
+/// (its undo is sent until Redis answers it twice).
+struct Hook(Mutex<Option<Forsaken>>);
 
-/// The rest of a call whose caller went away, a task of its runtime: awaits
-/// its reply, then tells the hook; dropped first (its runtime shut down), or
-/// no reply within the socket timeout (a partition), tells it no answer
-/// came — and its connection goes.
-struct Drain {
-    request: Request,
-    hook: Hook,
-    /// Tells the hook no answer came, should none come within the socket
-    /// timeout (the runtime not driven: see [`Late`]).
-    _late: Sleep,
-    /// Ends it when no reply came within the socket timeout (the runtime
-    /// driven).
-    ends: Sleep,
-}
-
-impl Future for Drain {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if let Poll::Ready(reply) = self.request.as_mut().poll(cx) {
-            tell(&self.hook, Outcome::of(&reply, true));
-            return Poll::Ready(());
-        }
-        // Out of time: ends, telling the hook no answer came (`drop`).
-        match self.ends.register(cx.waker()) {
-            true => Poll::Ready(()),
-            false => Poll::Pending,
+impl Hook {
+    fn tell(&self, outcome: Outcome) {
+        let told = self.0.lock().take();
+        if let Some(forsaken) = told {
+            forsaken(outcome);
         }
     }
 }
 
-impl Drop for Drain {
-    fn drop(&mut self) {
-        tell(&self.hook, Outcome::Unknown);
-    }
-}
-
-/// The timer thread's part of a [`Drain`]: no reply within the socket
-/// timeout is a lost reply (its undo is sent until Redis answers it twice).
-struct Late(Hook);
-
-impl std::task::Wake for Late {
+impl std::task::Wake for Hook {
     fn wake(self: Arc<Self>) {
-        tell(&self.0, Outcome::Unknown);
+        self.tell(Outcome::Unknown);
     }
 }
 
-fn tell(hook: &Hook, outcome: Outcome) {
-    let told = hook.lock().take();
-    if let Some(forsaken) = told {
-        forsaken(outcome);
+/// Tells its hook no answer came, unless it was told already, when dropped.
+struct Told(Arc<Hook>);
+
+impl Drop for Told {
+    fn drop(&mut self) {
+        self.0.tell(Outcome::Unknown);
     }
 }
 
