@@ -39,8 +39,7 @@ pub(crate) fn open(
                 io::Error::new(io::ErrorKind::Unsupported, "no TLS configuration")
             })?;
             let tcp = tcp(host, *port, connect)?;
-            tcp.set_read_timeout(Some(io))?;
-            tcp.set_write_timeout(Some(io))?;
+            timeouts(&tcp, io, io)?;
             Stream::Tls(crate::tls::TlsSocket::connect(config, host, tcp)?)
         }
         #[cfg(unix)]
@@ -52,8 +51,7 @@ pub(crate) fn open(
             ));
         }
     };
-    stream.set_write_timeout(Some(io))?;
-    stream.set_read_timeout(Some(io))?;
+    stream.set_timeouts(io, io)?;
     Ok(stream)
 }
 
@@ -104,25 +102,24 @@ impl Stream {
         };
     }
 
-    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+    /// Makes `read` the longest each read may take, `write` each write.
+    pub(crate) fn set_timeouts(&self, read: Duration, write: Duration) -> io::Result<()> {
         match self {
-            Stream::Tcp(s) => s.set_read_timeout(d),
+            Stream::Tcp(s) => timeouts(s, read, write),
             #[cfg(unix)]
-            Stream::Unix(s) => s.set_read_timeout(d),
+            Stream::Unix(s) => {
+                s.set_read_timeout(Some(read))?;
+                s.set_write_timeout(Some(write))
+            }
             #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.tcp().set_read_timeout(d),
+            Stream::Tls(s) => timeouts(s.tcp(), read, write),
         }
     }
+}
 
-    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_write_timeout(d),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.set_write_timeout(d),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.tcp().set_write_timeout(d),
-        }
-    }
+fn timeouts(s: &TcpStream, read: Duration, write: Duration) -> io::Result<()> {
+    s.set_read_timeout(Some(read))?;
+    s.set_write_timeout(Some(write))
 }
 
 impl Read for Stream {

@@ -69,8 +69,7 @@ impl Wire {
     /// system call only when it changes).
     pub(crate) fn set_io_timeout(&mut self, io: Duration) -> RedisResult<()> {
         if io != self.io {
-            let set = self.stream.set_read_timeout(Some(io));
-            let set = set.and_then(|()| self.stream.set_write_timeout(Some(io)));
+            let set = self.stream.set_timeouts(io, io);
             self.open &= set.is_ok();
             set?;
             self.io = io;

@@ -137,36 +137,44 @@ impl Channel {
         if subscribe {
             self.refused = false;
         }
-        let cmd = subscribe_command(subscribe, sharded);
-        let mut one = |wire: &str| {
-            redis::cmd(cmd).arg(wire).write_packed_command(out);
-            sent.push_back(name.to_owned());
-        };
-        let mut acks = 0;
-        if let Some(grant) = &self.grant {
-            one(grant);
-            acks += 1;
-        }
-        if self.unlock {
-            one(name);
-            acks += 1;
-            if let Some(also) = &self.also {
-                one(also);
-                acks += 1;
-            }
-        }
-        acks
+        let unlock = self.unlock.then(|| self.unlock_wires(name));
+        let wires = self
+            .grant
+            .as_deref()
+            .into_iter()
+            .chain(unlock.into_iter().flatten());
+        write(wires, name, (subscribe, sharded), out, sent)
+    }
+
+    /// The channel `name` it is named after, and the one beside it.
+    fn unlock_wires<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+        std::iter::once(name).chain(self.also.as_deref())
     }
 }
 
-/// `SUBSCRIBE`, `UNSUBSCRIBE`, or their sharded forms.
-pub(super) fn subscribe_command(subscribe: bool, sharded: bool) -> &'static str {
-    match (subscribe, sharded) {
+/// Appends `SUBSCRIBE` (`subscribe`: else `UNSUBSCRIBE`; `sharded`: their
+/// sharded forms) of each of `wires` to `out` for subscription `name`,
+/// recording each in `sent`; returns how many acknowledgements they bring.
+fn write<'a>(
+    wires: impl Iterator<Item = &'a str>,
+    name: &str,
+    (subscribe, sharded): (bool, bool),
+    out: &mut Vec<u8>,
+    sent: &mut Sent,
+) -> u32 {
+    let cmd = match (subscribe, sharded) {
         (true, false) => "SUBSCRIBE",
         (false, false) => "UNSUBSCRIBE",
         (true, true) => "SSUBSCRIBE",
         (false, true) => "SUNSUBSCRIBE",
+    };
+    let mut acks = 0;
+    for wire in wires {
+        redis::cmd(cmd).arg(wire).write_packed_command(out);
+        sent.push_back(name.to_owned());
+        acks += 1;
     }
+    acks
 }
 
 /// The live connection's writing side: the socket, the commands in flight,
@@ -182,13 +190,8 @@ pub(super) struct Link<'a> {
 /// acknowledgement.
 pub(super) fn toggle_unlock(link: Link<'_>, name: &str, c: &mut Channel, on: bool) {
     let mut bytes = Vec::new();
-    for wire in std::iter::once(name).chain(c.also.as_deref()) {
-        redis::cmd(subscribe_command(on, link.sharded))
-            .arg(wire)
-            .write_packed_command(&mut bytes);
-        link.sent.push_back(name.to_owned());
-        c.inflight += 1;
-    }
+    let wires = c.unlock_wires(name);
+    c.inflight += write(wires, name, (on, link.sharded), &mut bytes, link.sent);
     c.unlock = on;
     send(link.w, &bytes);
 }

@@ -43,8 +43,8 @@
 //! own (the wait loop), and `stats()` shows why.
 //!
 //! This file routes a channel to its subscriber; `book` (channels),
-//! `subscription` (the waiters' side), `reader` (the thread) and `connect`
-//! say what they own.
+//! `subscription` (the waiters' side) and `reader` (the thread) say what
+//! they own.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,7 +54,6 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 mod book;
-mod connect;
 mod reader;
 mod subscription;
 use crate::conn::stream::Stream;

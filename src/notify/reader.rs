@@ -4,6 +4,7 @@
 //! Redis refusing a subscription (an exact pattern: subscribe the channel
 //! itself; anything else: its waiters retry on their own).
 
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +13,7 @@ use redis::Value;
 
 use super::*;
 use crate::conn::cluster::moved_in;
+use crate::conn::stream;
 use crate::protocol::Message;
 
 impl Shared {
@@ -73,6 +75,40 @@ impl Shared {
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
+    }
+
+    /// Opens the subscriber connection — to Sentinel's current primary, or
+    /// the configured server — with the handshake every connection of ours
+    /// makes, named so operators see it; returns its reading and writing
+    /// halves.
+    fn connect(&self) -> io::Result<(Stream, Stream)> {
+        let resolved;
+        let info = match &self.target {
+            Some(target) => {
+                let client = target.client().map_err(io::Error::other)?;
+                resolved = client.get_connection_info().clone();
+                &resolved
+            }
+            None => &self.info,
+        };
+        let mut stream = stream::open(
+            info.addr(),
+            &self.tls,
+            self.connect_timeout,
+            self.io_timeout,
+        )?;
+        let mut parser = redis::Parser::new();
+        crate::conn::handshake(
+            &mut stream,
+            &mut parser,
+            info.redis_settings(),
+            Some(&self.client_name),
+            false,
+        )
+        .map_err(io::Error::other)?;
+        stream.set_timeouts(SWEEP, self.io_timeout)?;
+        let writer = stream.try_clone()?;
+        Ok((stream, writer))
     }
 
     /// Makes `writer` the live connection and subscribes every channel that has
