@@ -338,13 +338,10 @@ impl Connections {
                 tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 continue;
             }
-            let Some(cluster) = cluster else {
+            let Some(cluster) = cluster.filter(|_| redirects < CLUSTER_REDIRECTS) else {
                 return Err(Error::from_redis(e, key));
             };
             drop(con);
-            if redirects >= CLUSTER_REDIRECTS {
-                return Err(Error::from_redis(e, key));
-            }
             redirects += 1;
             match (Retry::of(&e), e.code(), e.redirect_node()) {
                 (Retry::Redirect, Some("MOVED"), Some((node, slot))) => {

@@ -1,34 +1,32 @@
 //! The tokio transport (feature `tokio`): a task's calls to the one server
-//! sent on the tokio runtime it runs on, on a connection of that runtime's
-//! own, by the task itself — written, its reply awaited on the runtime's
-//! reactor and read, with no other task or thread taking part (a hop to a
+//! sent by the task itself on the tokio runtime it runs on, on a connection
+//! of that runtime's own — written, its reply awaited on the runtime's
+//! reactor and read, no other task or thread taking part (a hop to a
 //! driver task is two more wake-ups and an `epoll_wait` per call: the
 //! `redis` crate's multiplexed connection measured 0.85–0.87× the blocking
-//! pair where this is 0.9×; see docs/performance.md, A1). The `redis`
-//! crate encodes the commands and parses the replies; this file only finds
-//! where one reply ends ([`reply_len`]). A connection belongs to the
-//! runtime that made it (its socket is registered with that runtime's
-//! reactor): each runtime has its own, idle ones kept for its next calls,
-//! at most the client's pool size open at once (past that its calls go
-//! through the I/O threads).
+//! pair where this is 0.9×; docs/performance.md, A1). The `redis` crate
+//! encodes and parses; `reply` finds where a reply ends. A connection
+//! belongs to the runtime whose reactor its socket is registered with:
+//! each runtime keeps its own idle ones, at most the client's pool size
+//! open at once (past that, its calls go through the I/O threads).
 //!
 //! A future dropped while its call is out: the call goes on in a task of
-//! the same runtime, which hands its outcome to the call's `Forsaken` hook
-//! once the reply came — or, should that task be dropped first (the runtime
-//! shut down), or no reply come within the socket timeout (the runtime kept
-//! but not driven again: nothing reads it), as no answer, by the timer
-//! thread: then the undo is sent until Redis answers it twice, as for any
-//! lost reply. Dropped while still connecting, nothing was sent, and the
-//! hook is told so. A connection that broke after sitting idle (the server
-//! closed it, restarted) takes the runtime's other idle ones with it, and
-//! the call is sent once more on a new one, as a pooled one that died idle
-//! is. Only a connection whose reply was read whole is used again.
+//! the runtime, which tells the call's `Forsaken` hook its outcome once the
+//! reply came — or no answer, should the task be dropped first (the
+//! runtime shut down) or no reply come within the socket timeout (the
+//! timer thread tells it, should the runtime not be driven again): the
+//! undo is then sent until Redis answers it twice, as for any lost reply.
+//! Dropped while still connecting: nothing was sent, and the hook is told
+//! so. A connection that broke sitting idle (the server closed it,
+//! restarted) takes the runtime's other idle ones with it, and the call is
+//! sent once more on a new one. Only a connection whose reply was read
+//! whole is used again.
 //!
-//! Time is the library's timer thread's: a runtime needs no time driver. It
-//! needs its I/O driver (`enable_io`, as `#[tokio::main]` gives): on a
-//! runtime without one tokio panics when a socket is registered, which is
-//! caught once, said in a warning, and that runtime's calls go through the
-//! I/O threads (under `panic = "abort"` the process aborts).
+//! Time is the library's timer thread's: no time driver is needed. The I/O
+//! driver is (`enable_io`, as `#[tokio::main]` gives): without one tokio
+//! panics when a socket is registered, which is caught once, said in a
+//! warning, and that runtime's calls go through the I/O threads (under
+//! `panic = "abort"` the process aborts).
 
 use std::future::Future;
 use std::io;
@@ -172,18 +170,13 @@ impl Runtimes {
                 sent: false,
                 patience: self.socket_timeout,
             };
-            let reply = within(io, &mut flight).await;
+            let reply = within(io, &mut flight).await.unwrap_or_else(|| {
+                // No reply in time: the caller undoes it as a lost reply,
+                // not the hook as well.
+                flight.forsaken = None;
+                Err(io::Error::new(io::ErrorKind::TimedOut, "no reply in time").into())
+            });
             let sent = flight.sent;
-            let reply = match reply {
-                Some(reply) => reply,
-                None => {
-                    // No reply in time: the caller undoes it as a lost
-                    // reply, not the hook as well.
-                    flight.forsaken = None;
-                    let timeout = io::Error::new(io::ErrorKind::TimedOut, "no reply in time");
-                    Err(timeout.into())
-                }
-            };
             if reply.as_ref().is_err_and(|e| e.is_unrecoverable_error()) && was_idle {
                 // Broken on a connection that sat idle — the server closed
                 // it, restarted: what was sent never ran, and the others
@@ -247,14 +240,10 @@ impl Pool {
 
     /// `runtime`'s idle connections go (one of them broke idle).
     fn forget(&self, runtime: Id) {
-        let dropped = {
-            let mut st = self.state.lock();
-            st.runtimes
-                .iter_mut()
-                .find(|(id, ..)| *id == runtime)
-                .map(|(_, idle, _)| std::mem::take(idle))
-        };
-        drop(dropped);
+        // Closed once the lock is given back.
+        let _idle = (self.state.lock().runtimes.iter_mut())
+            .find(|(id, ..)| *id == runtime)
+            .map(|(_, idle, _)| std::mem::take(idle));
     }
 
     /// A new connection for `runtime`, within `wait`; `None` when none
@@ -498,17 +487,14 @@ impl Drop for Flight<'_> {
             return;
         }
         let hook = Arc::new(Hook(Mutex::new(Some(forsaken))));
-        // Should the runtime not be driven again (nothing reads the reply
-        // there), the call is undone as a lost reply after the socket
-        // timeout — as a call without a reply is — by the timer thread.
+        // The runtime not driven again (nothing reads the reply there): the
+        // timer thread tells the hook at the socket timeout.
         let mut late = Sleep::until(Instant::now() + self.patience);
         if late.register(&std::task::Waker::from(Arc::clone(&hook))) {
             hook.tell(Outcome::Unknown);
         }
-        // The rest of the call, a task of its runtime: awaits its reply,
-        // then tells the hook; no reply within the socket timeout (a
-        // partition), or the task dropped first (its runtime shut down):
-        // no answer came (`Told`) — and its connection goes.
+        // The rest of the call, a task of its runtime (see the module
+        // docs); its connection goes unless the reply came.
         let (patience, told) = (self.patience, Told(hook));
         let drain = async move {
             let _late = late;

@@ -11,21 +11,23 @@
 //!
 //! Runtime-agnostic: nothing here needs or starts an executor.
 
-mod block;
 mod pending;
 mod signal;
 mod timer;
 
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
 use std::time::Instant;
 
-pub(crate) use block::block_on;
+use parking_lot::Mutex;
+
 pub(crate) use pending::Pending;
 pub(crate) use signal::Signal;
 pub(crate) use timer::Sleep;
-
-use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::options::Cancel;
@@ -61,6 +63,40 @@ impl Park {
     }
 }
 
+/// A new id for a wait: a task's in a [`Signal`] (its waker replaced on a
+/// later poll, taken out when the wait ends), a [`Sleep`]'s with the timer.
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `future` to completion on this thread (ready at its first poll
+/// with [`Park::Thread`]; should it not be, the thread parks until woken).
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    // Ready at once on the blocking path: no waker to make.
+    let noop = Waker::noop();
+    if let Poll::Ready(out) = future.as_mut().poll(&mut Context::from_waker(noop)) {
+        return out;
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
 /// Whether this thread is polling an async runtime's task right now (a
 /// worker of a tokio runtime, or the thread in its `block_on`), where a
 /// blocking wait would stall every task of the thread — and deadlock when
@@ -78,7 +114,6 @@ impl Park {
 pub(crate) fn on_executor() -> bool {
     #[cfg(feature = "tokio")]
     {
-        use std::task::{Context, Poll};
         use tokio::task::coop::poll_proceed;
         // Outside any runtime's context (most blocking callers): at once.
         if tokio::runtime::Handle::try_current().is_err() {

@@ -3,13 +3,12 @@
 //! it ([`Signal::wait`]) for either.
 
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Poll, Waker};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{Park, Sleep};
+use super::{next_id, Park, Sleep};
 
 /// Wakes threads and tasks waiting for a state behind a mutex. Notify it
 /// with that mutex held (as a condition variable): a waiter checks the
@@ -18,13 +17,6 @@ use super::{Park, Sleep};
 pub(crate) struct Signal {
     cv: Condvar,
     tasks: Mutex<Vec<(u64, Waker)>>,
-}
-
-/// Each task's wait gets an id, to replace its waker on a later poll and to
-/// take it out when the wait ends or is dropped.
-fn next_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Signal {

@@ -6,7 +6,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -78,10 +77,9 @@ pub(crate) struct Sleep {
 
 impl Sleep {
     pub(crate) fn until(at: Instant) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         Sleep {
             at,
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            id: super::next_id(),
             registered: false,
         }
     }
