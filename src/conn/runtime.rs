@@ -395,42 +395,37 @@ fn request(
 ) -> Request {
     let (cmd, source) = (call.cmd.get_packed_command(), call.source);
     Box::pin(async move {
-        let reply = exchange(&mut con, &cmd, source, &abandoned).await;
+        let gone = || abandoned.load(Ordering::Acquire);
+        let reply = async {
+            con.send(&cmd).await?;
+            match con.recv().await?.extract_error() {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    if gone() {
+                        return Err(e);
+                    }
+                    let mut load = redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(source);
+                    con.send(&load.get_packed_command()).await?;
+                    con.recv().await?.extract_error()?;
+                    if gone() {
+                        return Err(e);
+                    }
+                    con.send(&cmd).await?;
+                    con.recv().await?.extract_error()
+                }
+                other => other,
+            }
+        }
+        .await;
         if reply
             .as_ref()
-            .map_or_else(|e| matches!(e.kind(), ErrorKind::Server(_)), |_| true)
+            .err()
+            .is_none_or(|e| matches!(e.kind(), ErrorKind::Server(_)))
         {
             pool.put(runtime, con);
         }
         reply
     })
-}
-
-async fn exchange(
-    con: &mut Con,
-    cmd: &[u8],
-    source: &str,
-    abandoned: &Abandoned,
-) -> RedisResult<Value> {
-    con.send(cmd).await?;
-    match con.recv().await?.extract_error() {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            let gone = || abandoned.load(Ordering::Acquire);
-            if gone() {
-                return Err(e);
-            }
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(source);
-            con.send(&load.get_packed_command()).await?;
-            con.recv().await?.extract_error()?;
-            if gone() {
-                return Err(e);
-            }
-            con.send(cmd).await?;
-            con.recv().await?.extract_error()
-        }
-        other => other,
-    }
 }
 
 /// Set when a call's caller went away while it was out (see [`request`]).

@@ -1,46 +1,44 @@
 //! The shared pub/sub subscriber that wakes local waiters.
 //!
-//! One connection and one thread (`leasehold-sub`) per client, started the
-//! first time a waiter needs it — or, in a cluster with sharded pub/sub
-//! (Redis ≥ 7, see `ShardedPubSub`), one per node that serves a waited-on
-//! channel's slot, which `SSUBSCRIBE`s there: a `MOVED` reply, a
-//! `sunsubscribe` nobody asked for (the slot left the node) or the router
-//! naming another node for the slot marks the subscription moved, and its
-//! waiters subscribe again where the slot is now (`Subscription::moved`).
-//! Subscriptions are reference-counted per channel, so a hundred threads
-//! waiting on one name cost one `SUBSCRIBE`. When the last waiter leaves,
-//! the subscription lingers for [`LINGER`] (at most [`LINGER_MAX`] of them)
-//! before `UNSUBSCRIBE`: a busy name is not resubscribed for every wait, and
-//! a waiter that finds its channel still subscribed starts parked at once.
+//! One connection and one thread (`leasehold-sub`) per client, started for
+//! the first waiter — or, in a cluster with sharded pub/sub (Redis ≥ 7, see
+//! `ShardedPubSub`), one per node serving a waited-on channel's slot, which
+//! `SSUBSCRIBE`s there: a `MOVED` reply, a `sunsubscribe` nobody asked for
+//! (the slot left the node) or the router naming another node marks the
+//! subscription moved, and its waiters subscribe again where the slot is
+//! now (`Subscription::moved`). Subscriptions are counted per channel (a
+//! hundred threads waiting on one name cost one `SUBSCRIBE`); the last
+//! waiter's leaves it lingering for [`LINGER`] (at most [`LINGER_MAX`] of
+//! them) before `UNSUBSCRIBE`, so a busy name is not resubscribed for every
+//! wait, and a waiter that finds its channel subscribed parks at once.
 //!
 //! A plain lock's waiters listen to their client's own grant channel
-//! ([`Listen::Line`]), on which a release that gives the lock to this
-//! client's waiter says so (or wakes it), and to the lock's unlock channel
-//! only while another library (Redisson) holds the lock
+//! ([`Listen::Line`]), where a release that gives the lock to this client's
+//! waiter says so (or wakes it), and to the lock's unlock channel only
+//! while another library (Redisson) holds the lock
 //! ([`Subscription::listen_unlock`]): that holder's release only publishes
 //! there. So `PUBSUB NUMSUB` (`SHARDNUMSUB`) of the unlock channel counts
 //! other libraries' waiters, which a release reads to let them in now and
 //! then, and no pattern is ever subscribed (Redis matches every `PUBLISH`
 //! against every pattern of the server: 55 µs per publish with 1,000 of
-//! them). A grant (a message that names a place, `…#…`, there or on a fair
+//! them). A grant (a message naming a place, `…#…`, there or on a fair
 //! waiter's own channel) is kept for the waiter to take
 //! ([`Subscription::take_grants`]).
 //!
 //! The thread blocks reading the connection while a waiter writes its own
-//! `SUBSCRIBE` on the shared socket (under the state mutex): a subscription
-//! costs one round trip, and nothing polls. A waiter counts as subscribed
-//! only once Redis has acknowledged every command sent for its channel, so
-//! no unlock published after that point can be missed.
+//! `SUBSCRIBE` on the shared socket (under the state mutex): one round trip
+//! per subscription, nothing polls. A waiter counts as subscribed only once
+//! Redis acknowledged every command sent for its channel, so no unlock
+//! published after that can be missed.
 //!
-//! Each unlock message grants one permit (capped at the number of local
-//! waiters), which one waiter takes to retry, as Redisson's semaphore does;
-//! the message `1` (a read/write lock's write unlock) wakes every waiter
-//! that waits for it (counted per channel: no waiter takes another's turn).
-//! When the connection drops, every waiter gets a permit, and again once
-//! its channel is subscribed on the new connection: a message lost in
-//! between costs at most one retry, never a whole lease. A subscription
-//! Redis refuses (NOPERM) is never confirmed; its waiters retry on their
-//! own (the wait loop), and `stats()` shows why.
+//! Each unlock message grants one permit (capped at the local waiters),
+//! which one waiter takes to retry, as Redisson's semaphore does; the
+//! message `1` (a read/write lock's write unlock) wakes every waiter of it
+//! (counted per channel: no waiter takes another's turn). When the
+//! connection drops, every waiter gets a permit, and again once its channel
+//! is subscribed on the new one: a message lost in between costs one retry,
+//! never a lease. A subscription Redis refuses (NOPERM) is never confirmed;
+//! its waiters retry on their own (the wait loop), and `stats()` says why.
 //!
 //! This file routes a channel to its subscriber; `book` (channels),
 //! `subscription` (the waiters' side) and `reader` (the thread) say what

@@ -160,22 +160,15 @@ impl Subscription {
     }
 
     /// Parks until the channel has received more than `seen` messages, the
-    /// connection drops, or `until`. Returns whether a message came.
-    pub(crate) async fn wait_for_message_after(
-        &self,
-        park: Park,
-        seen: u64,
-        until: Instant,
-    ) -> bool {
+    /// connection drops (nothing will count then), or `until`.
+    pub(crate) async fn wait_for_message_after(&self, park: Park, seen: u64, until: Instant) {
         self.wait_on(park, until, None, |st, channel| {
             match st.channels.get(channel) {
-                Some(c) if c.messages > seen => Some(true),
-                Some(_) if st.writer.is_some() => None,
-                _ => Some(false), // disconnected: nothing will count
+                Some(c) if c.messages <= seen && st.writer.is_some() => None,
+                _ => Some(()),
             }
         })
-        .await
-        .unwrap_or(false)
+        .await;
     }
 
     /// Wake-all messages this client received on the channel so far.
@@ -184,15 +177,14 @@ impl Subscription {
     }
 
     /// Parks until a wake-up permit (taken), a wake-all message after the
-    /// first `seen`, `until`, or `stop` is cancelled. Returns whether it
-    /// was woken (by a message).
+    /// first `seen`, `until`, or `stop` is cancelled.
     pub(crate) async fn wait_until_or_broadcast(
         &self,
         park: Park,
         seen: u64,
         until: Instant,
         stop: Option<&Cancel>,
-    ) -> bool {
+    ) {
         self.wait_permit(park, until, stop, |c| c.broadcasts > seen)
             .await
     }
@@ -200,15 +192,14 @@ impl Subscription {
     /// A subscription whose grants are claimed (a semaphore's: several
     /// waiters of one client share it): parks until a grant naming `claim`
     /// arrived (left for [`take_claims`](Self::take_claims)), a wake-up
-    /// permit (taken), `until`, or `stop` is cancelled. Returns whether it
-    /// was woken (by a message).
+    /// permit (taken), `until`, or `stop` is cancelled.
     pub(crate) async fn wait_claim_until(
         &self,
         park: Park,
         claim: &str,
         until: Instant,
         stop: Option<&Cancel>,
-    ) -> bool {
+    ) {
         self.wait_permit(park, until, stop, |c| {
             c.grants.iter().any(|g| names(g, claim))
         })
@@ -240,14 +231,8 @@ impl Subscription {
     }
 
     /// Parks until an unlock message (or a reconnect) grants this waiter a
-    /// wake-up, until `until`, or until `stop` is cancelled. Returns whether
-    /// it was woken (by a message).
-    pub(crate) async fn wait_until(
-        &self,
-        park: Park,
-        until: Instant,
-        stop: Option<&Cancel>,
-    ) -> bool {
+    /// wake-up, until `until`, or until `stop` is cancelled.
+    pub(crate) async fn wait_until(&self, park: Park, until: Instant, stop: Option<&Cancel>) {
         self.wait_permit(park, until, stop, |_| false).await
     }
 
@@ -259,7 +244,7 @@ impl Subscription {
         until: Instant,
         stop: Option<&Cancel>,
         woken: impl Fn(&Channel) -> bool,
-    ) -> bool {
+    ) {
         self.wait_on(park, until, stop, |st, channel| {
             let c = st.channels.get_mut(channel)?;
             if !woken(c) {
@@ -267,8 +252,7 @@ impl Subscription {
             }
             Some(())
         })
-        .await
-        .is_some()
+        .await;
     }
 }
 
