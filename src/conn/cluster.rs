@@ -279,12 +279,11 @@ impl Router {
             else {
                 continue;
             };
-            let (host, port) = match (primary.first(), primary.get(1)) {
-                (Some(Value::BulkString(h)), Some(Value::Int(port))) => {
-                    (String::from_utf8_lossy(h).into_owned(), port)
-                }
-                (Some(Value::SimpleString(h)), Some(Value::Int(port))) => (h.clone(), port),
-                _ => continue,
+            let (Some(Ok(host)), Some(Value::Int(port))) = (
+                primary.first().map(redis::from_redis_value_ref::<String>),
+                primary.get(1),
+            ) else {
+                continue;
             };
             // An empty host means "the address you asked" (cluster-announce).
             let host = if host.is_empty() || host == "?" {
@@ -364,8 +363,8 @@ pub(crate) fn moved_in(error: &str) -> Option<(u16, String)> {
     Some((slot, words.next()?.to_owned()))
 }
 
-/// A cluster routing failure, as a connection error (retried by waiters,
-/// `is_connection()` for callers).
+/// No node to ask (a cluster's routing, Sentinel naming no primary), as a
+/// connection error (retried by waiters, `is_connection()` for callers).
 pub(crate) fn no_node(message: String) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(
         std::io::ErrorKind::NotConnected,

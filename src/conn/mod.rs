@@ -58,17 +58,15 @@ pub(crate) fn one_scheme(urls: &[String], what: &str) -> Result<bool> {
 pub(crate) const LAST_ROUND_TRIP: Duration = Duration::from_millis(20);
 
 /// How long one call to Redis may take: how long it waits for a pooled
-/// connection, and when every wait of it — for a connection or a reply —
-/// must be over. The default waits the connect timeout for a connection and
-/// the socket timeout for each reply.
+/// connection, and when every wait of it must be over.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Bound {
     /// Wait at most this long for a pooled connection (default: the connect
     /// timeout).
     pub(crate) pool_wait: Option<Duration>,
     /// The hard end of the call (a bounded wait's deadline plus
-    /// [`LAST_ROUND_TRIP`]): nothing waits past it, and nothing is sent
-    /// once it has passed; the socket timeout still bounds each reply.
+    /// [`LAST_ROUND_TRIP`]): nothing waits past it or is sent after it;
+    /// default: the socket timeout bounds each reply.
     pub(crate) end: Option<Instant>,
 }
 
@@ -142,12 +140,10 @@ pub(crate) struct Connections {
     socket_timeout: Duration,
     /// The ACL rules the client needs (named in a `NOPERM` error).
     acl_rules: Vec<String>,
-    /// A task's calls on its own tokio runtime (one server over TCP; see
-    /// `runtime`).
+    /// A task's calls on its own tokio runtime (see `runtime`).
     #[cfg(feature = "tokio")]
     tokio: Option<runtime::Runtimes>,
-    /// Where a task's round trips run that its runtime cannot take, and
-    /// its background work (see `threads`).
+    /// A task's other round trips and background work (see `threads`).
     pub(crate) threads: IoThreads,
 }
 
@@ -201,8 +197,8 @@ impl Connections {
         &self.acl_rules
     }
 
-    /// How long a new connection may take: the longest a waiter rides out
-    /// continuous failure.
+    /// How long a new connection may take (how long a waiter rides out
+    /// continuous failure).
     pub(crate) fn connect_timeout(&self) -> Duration {
         self.pool.timeout()
     }
@@ -241,9 +237,8 @@ impl Connections {
         (result, at.sent)
     }
 
-    /// `e` with what explains it here: the server, how long a reply was
-    /// waited for (a timeout of a round trip is a [`Error::TimedOut`]), the
-    /// ACL rules this client needs.
+    /// `e` with the server, how long a reply was waited for (a round trip's
+    /// timeout is [`Error::TimedOut`]) and the ACL rules this client needs.
     fn explained(&self, e: Error, at: &At) -> Error {
         let waited = (at.sent || at.io.is_zero()).then_some((at.io, at.by_deadline));
         e.at(&at.addr, waited).with_acl_rules(&self.acl_rules)
@@ -260,7 +255,7 @@ impl Connections {
 
     /// Runs `script` on `con` within `bound` (after `ASKING` when
     /// `asking`), noting in `at` that it was sent and how long its reply may
-    /// take; nothing is sent once the end of `bound` has passed.
+    /// take; nothing is sent past the end of `bound`.
     fn on<T>(
         &self,
         con: &mut Pooled,

@@ -7,8 +7,7 @@ use parking_lot::Mutex;
 
 use super::cluster::Router;
 
-/// Where the primary is: one fixed address, or wherever Redis Sentinel says
-/// it is right now.
+/// Where the primary is (see the module docs).
 pub(crate) enum Target {
     Fixed(redis::Client),
     Sentinel(Mutex<redis::sentinel::SentinelClient>),
@@ -50,10 +49,7 @@ impl Target {
                 // No primary to be had right now (Sentinels unreachable, a
                 // failover under way): a connection error, so that waiters
                 // ride it out and callers see `is_connection()`.
-                redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    format!("no primary from Sentinel: {e}"),
-                ))
+                super::cluster::no_node(format!("no primary from Sentinel: {e}"))
             }),
         }
     }

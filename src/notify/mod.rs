@@ -360,12 +360,11 @@ impl Shared {
     /// See [`Notifier::subscribe`]: registers (sending `SUBSCRIBE` when
     /// needed); the caller awaits the confirmation.
     fn subscribe(self: &Arc<Self>, listen: Listen<'_>) -> Subscription {
-        let shared = self;
         let channel = listen.channel();
-        let mut st = shared.state.lock();
+        let mut st = self.state.lock();
         if !st.thread_started && !st.closed {
             st.thread_started = true;
-            let worker = Arc::clone(shared);
+            let worker = Arc::clone(self);
             let spawned = std::thread::Builder::new()
                 .name("leasehold-sub".into())
                 .spawn(move || worker.run());
@@ -408,7 +407,7 @@ impl Shared {
                             // channel, as it is then, when it connects.
                             None => {
                                 entry.live = true;
-                                shared.thread_cv.notify_all();
+                                self.thread_cv.notify_all();
                             }
                         }
                     }
@@ -419,7 +418,7 @@ impl Shared {
             (None, _) => Arc::default(),
         };
         drop(st);
-        Subscription::new(shared, channel, cv)
+        Subscription::new(self, channel, cv)
     }
 
     fn resume_in(shared: &Arc<Shared>, st: &mut State, channel: &str) -> Option<Subscription> {
