@@ -1,17 +1,15 @@
 //! One client's I/O threads: where a task's round trips run when its own
 //! runtime cannot take them (no `tokio` feature, another executor, a
-//! cluster, TLS, a replica `WAIT`) — never on an executor's thread. Owned
-//! by the client's [`Connections`](super::Connections): started with its
-//! first such job, they end when the client is dropped (once the jobs
-//! queued by then have run).
+//! cluster, TLS, a replica `WAIT`) — never on an executor's thread. Started
+//! with the first such job, they end when the client is dropped (once the
+//! jobs queued by then have run).
 //!
-//! [`THREADS`] threads while jobs keep moving; more (up to
-//! [`THREADS_MAX`], each ending after [`EXTRA_IDLE`] without work) while
-//! jobs wait and no job ended for [`STALLED`] (a watcher thread looks while
-//! jobs wait): one server that stopped answering must not hold up the
-//! client's calls to the others. A job's result goes to its task through a
-//! one-shot slot, or — the task's future dropped meanwhile — to the job's
-//! `lost` hook, which undoes it.
+//! [`THREADS`] threads while jobs keep moving; more (up to [`THREADS_MAX`],
+//! each ending after [`EXTRA_IDLE`] without work) while jobs wait and none
+//! ended for [`STALLED`] (a watcher thread looks): one server that stopped
+//! answering must not hold up the client's calls to the others. A job's
+//! result goes to its task through a one-shot slot, or — the task's future
+//! dropped meanwhile — to the job's `lost` hook, which undoes it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -48,8 +46,8 @@ const LINGER: Duration = Duration::from_micros(50);
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The I/O threads of one client; dropping it ends them (they hold only the
-/// receiving end of the queue).
+/// The I/O threads of one client; dropping it ends them (they hold only
+/// the queue's receiving end).
 pub(crate) struct IoThreads {
     jobs: Sender<Job>,
     shared: Arc<Shared>,
@@ -169,8 +167,8 @@ impl Shared {
 
 impl IoThreads {
     /// Hands `job` to an I/O thread, starting one when none is idle (up to
-    /// [`THREADS`]; the watcher starts more); runs it here when there is
-    /// none at all (none could be started): better late than never.
+    /// [`THREADS`]; the watcher starts more); runs it here when none could
+    /// be started: better late than never.
     fn spawn(&self, job: Job) {
         let s = &self.shared;
         if s.idle.load(Ordering::SeqCst) == 0
@@ -188,11 +186,11 @@ impl IoThreads {
     }
 
     /// Runs `job` — blocking work, a round trip — inline for a thread, on
-    /// an I/O thread for a task (handed over at once: the future only
-    /// waits for the result, and is small). When the task's future is
-    /// dropped before the result reached it, `lost` gets the result (to
-    /// undo what it did; it runs on the I/O thread or in the dropping task,
-    /// so it must not block: hand round trips to [`detach`](Self::detach)).
+    /// an I/O thread for a task (handed over at once: the future only waits
+    /// for the result). When the task's future is dropped before the result
+    /// reached it, `lost` gets the result to undo it (on the I/O thread or
+    /// in the dropping task: it must not block; round trips go to
+    /// [`detach`](Self::detach)).
     ///
     /// The future's error is [`Error::Thread`] when an I/O thread stopped
     /// without an answer (a bug: the job panicked).
@@ -214,9 +212,8 @@ impl IoThreads {
         Io { slot }
     }
 
-    /// Runs `job` without waiting for it: inline for a thread (as the
-    /// blocking API always did), on an I/O thread for a task (a drop, a
-    /// cancelled wait leaving its place).
+    /// Runs `job` without waiting for it: inline for a thread, on an I/O
+    /// thread for a task (a drop, a cancelled wait leaving its place).
     pub(crate) fn detach(&self, park: Park, job: impl FnOnce() + Send + 'static) {
         match park {
             Park::Thread => job(),
@@ -284,8 +281,8 @@ impl<T> Drop for Io<T> {
         let mut slot = self.slot.lock();
         slot.gone = true;
         slot.waker = None;
-        // Arrived but not taken: the hook undoes it here. (Not arrived: the
-        // hook stays for the I/O thread.)
+        // Arrived but not taken: the hook undoes it here (else, later, the
+        // I/O thread).
         if let Some(value) = slot.value.take() {
             to_lost(slot, value);
         }

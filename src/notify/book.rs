@@ -22,9 +22,8 @@ pub(super) struct State {
     pub(super) lines: HashMap<String, String>,
     /// Write half of the live connection; `None` while disconnected.
     pub(super) writer: Option<Stream>,
-    /// The (un)subscribe commands sent on it and not yet answered, in order
-    /// (the subscription each serves): what a refusal (an error reply)
-    /// refers to.
+    /// The subscription each (un)subscribe command sent on it and not yet
+    /// answered serves, in order: what a refusal (an error reply) refers to.
     pub(super) sent: Sent,
     /// Sharded pub/sub (`SSUBSCRIBE`).
     pub(super) sharded: bool,
@@ -37,13 +36,11 @@ type Sent = std::collections::VecDeque<String>;
 
 #[derive(Default)]
 pub(super) struct Channel {
-    /// The channel the subscription is named after is subscribed: always,
-    /// but for a plain lock's (its unlock channel, besides the grant
-    /// channel) only while another library holds the lock. What the last
-    /// command sent asked for.
+    /// The channel it is named after is subscribed (as the last command
+    /// sent asked): always, but a plain lock's unlock channel only while
+    /// another library holds the lock.
     pub(super) unlock: bool,
-    /// Redis refused a subscription of it (NOPERM): nothing it waits for can
-    /// come, so it is never confirmed.
+    /// Redis refused it (NOPERM): nothing can come; never confirmed.
     pub(super) refused: bool,
     /// Sharded: its slot is served elsewhere now (`MOVED`, or Redis
     /// unsubscribed it when the slot left): its waiters subscribe again on
@@ -53,13 +50,12 @@ pub(super) struct Channel {
     pub(super) key: Option<String>,
     /// The client's grant channel (a plain lock's, a semaphore's).
     pub(super) grant: Option<String>,
-    /// A channel subscribed beside the one it is named after, and with it:
-    /// a semaphore's `leasehold_swait:{<key>}` (see
-    /// `names::semaphore_waiters`), which nobody publishes on.
+    /// Subscribed with the one it is named after: a semaphore's
+    /// `leasehold_swait:{<key>}` (`names::semaphore_waiters`), which nobody
+    /// publishes on.
     pub(super) also: Option<String>,
-    /// Its grants are claimed by the waiter whose place they name, not
-    /// taken by whoever wakes (a semaphore's: several waiters of the client
-    /// share the subscription).
+    /// Its grants are claimed by the waiter whose place they name (a
+    /// semaphore's: several waiters of the client share it).
     pub(super) claims: bool,
     /// Local waiters holding a [`Subscription`].
     pub(super) refs: usize,
@@ -75,12 +71,11 @@ pub(super) struct Channel {
     pub(super) permits: usize,
     /// Unlock messages received on this channel since it was registered.
     pub(super) messages: u64,
-    /// Wake-all messages (`1`) received since the channel was registered:
-    /// every waiter that saw fewer wakes, whatever the permits say.
+    /// Wake-all messages (`1`) received since then: every waiter that saw
+    /// fewer wakes, whatever the permits say.
     pub(super) broadcasts: u64,
-    /// Waiters of this channel retried while it was not subscribed (after a
-    /// disconnect, or a confirmation that came too late): wake them all once
-    /// Redis confirms the subscription.
+    /// Its waiters retried while it was not subscribed (a disconnect, a
+    /// confirmation too late): all woken once Redis confirms it.
     pub(super) resync: bool,
     pub(super) cv: Arc<Signal>,
 }
@@ -114,9 +109,8 @@ impl Channel {
         self.cv.notify_all();
     }
 
-    /// Sharded: the slot is served by another node now; nothing of it comes
-    /// here any more. Its waiters wake and subscribe again (see
-    /// [`Subscription::moved`]).
+    /// Sharded: the slot is served by another node now; its waiters wake
+    /// and subscribe again (see [`Subscription::moved`]).
     pub(super) fn slot_moved(&mut self) {
         self.moved = true;
         self.live = false;
@@ -186,8 +180,7 @@ pub(super) struct Link<'a> {
 }
 
 /// A plain lock's subscription `name` (its unlock channel) starts or stops
-/// hearing the unlock channel besides its grant channel: one command, one
-/// acknowledgement.
+/// hearing the unlock channel besides its grant channel.
 pub(super) fn toggle_unlock(link: Link<'_>, name: &str, c: &mut Channel, on: bool) {
     let mut bytes = Vec::new();
     let wires = c.unlock_wires(name);
@@ -219,7 +212,7 @@ impl State {
     }
 
     /// Forgets the channels nobody waits on (lingering ones, on a new or
-    /// lost connection: nothing to resubscribe them for).
+    /// lost connection).
     pub(super) fn forget_idle(&mut self) {
         let idle: Vec<String> = self
             .channels

@@ -8,12 +8,11 @@
 //! its guard is told.
 //!
 //! Parts: `lease` (shared state, the lost signal), `wheel` (the timer the
-//! thread parks on in `select!`), `worker` (the thread); this file is the
-//! client's side (registry of live leases, the queue to the thread).
-//!
-//! The thread holds no `Arc` to the client: it exits when the client's
-//! internals (kept alive by every clone and every guard) are dropped and the
-//! control channel disconnects.
+//! thread parks on in `select!`), `worker` (the thread), `registration`
+//! (who the client is); this file is the client's side (the queue of new
+//! leases to the thread). The thread holds no `Arc` to the client: it exits
+//! when the client's internals (kept alive by every clone and guard) are
+//! dropped and the control channel disconnects.
 
 mod lease;
 pub(crate) mod registration;
@@ -39,17 +38,17 @@ use worker::{Entry, Worker};
 /// Most renewals in one pipelined round trip.
 pub(crate) const CHUNK: usize = 1_000;
 
-/// Leases registered since the thread last looked. Registering does not wake
-/// the thread while it has a timer armed: every watchdog lease of a client has
-/// the same length, so a new one is never due before the armed timer fires,
-/// and the thread takes the queue then. Only an idle thread (nothing armed)
-/// or a long queue is woken — a lock + unlock costs no thread wake-up.
+/// Leases registered since the thread last looked. Registering does not
+/// wake the thread while it has a timer armed: every watchdog lease of a
+/// client has the same length, so a new one is never due before the armed
+/// timer fires, and the thread takes the queue then. Only an idle thread
+/// (nothing armed), a long queue or a lease due sooner (a grant's short
+/// lease, a read hold's keep-alive) wakes it — a lock + unlock costs no
+/// thread wake-up.
 #[derive(Default)]
 struct Pending {
     queue: Mutex<Vec<Entry>>,
-    /// When the thread's armed timer fires (`None`: its wheel is empty): a
-    /// lease first set shorter than the client's watchdog lease (a grant's)
-    /// may come due before it, and then wakes the thread.
+    /// When the thread's armed timer fires (`None`: its wheel is empty).
     armed_until: Mutex<Option<Instant>>,
 }
 
@@ -74,8 +73,7 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
-    /// Starts the renewal thread. It holds only its own connection and state,
-    /// nothing of the client.
+    /// Starts the renewal thread (its own connections and state only).
     ///
     /// `coalesce`: when a renewal comes due, every lease due within this much
     /// more is renewed in the same round trip (a little early), so leases
@@ -203,10 +201,8 @@ impl Renewer {
         }
     }
 
-    /// A new lease for the renewal thread: queued, waking the thread only when
-    /// it has no timer armed, the queue is long, or the lease comes due
-    /// before the armed timer (a grant's short lease, a read hold's
-    /// keep-alive). `more` sets what only some entries have.
+    /// A new lease for the renewal thread, queued (see [`Pending`]); `more`
+    /// sets what only some entries have.
     fn enqueue(
         &self,
         key: &str,

@@ -1,9 +1,7 @@
 //! The renewal thread: takes new leases from the queue into the wheel, and
-//! at each due slot renews every due lease in one batch — one pipelined
-//! round trip per chunk, per node in a cluster, `SCRIPT LOAD` first (sent,
-//! and cluster redirects followed, by `conn::Batches`); a lease Redis says
-//! is not ours, or that could not be renewed before it ran out, is marked
-//! lost.
+//! at each due slot renews every due lease in one batch (per chunk, per
+//! node: `conn::Batches` sends it and follows redirects), marking lost what
+//! Redis says is not ours or what could not be renewed in time.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
