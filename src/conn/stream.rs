@@ -135,9 +135,8 @@ impl Read for Stream {
             // Interrupted before anything was read (the process was stopped
             // and continued): read on. Each stop interrupts one read, so this
             // cannot spin; the socket's timeout bounds each read as before.
-            match read {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return other,
+            if !matches!(&read, Err(e) if e.kind() == io::ErrorKind::Interrupted) {
+                return read;
             }
         }
     }

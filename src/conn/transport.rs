@@ -92,10 +92,8 @@ impl Connections {
                 forsaken(Outcome::of(&result, sent));
             }
         };
-        match self.threads.io(Park::Task, job, lost).await {
-            Ok(done) => done,
-            Err(e) => (Err(e), false),
-        }
+        let done = self.threads.io(Park::Task, job, lost).await;
+        done.unwrap_or_else(|e| (Err(e), false))
     }
 
     /// The call on the task's own tokio runtime (see `tokio`), its errors

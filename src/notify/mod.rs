@@ -198,8 +198,7 @@ impl Notifier {
     /// again (a round trip: never on a task's path, whose next attempt, on
     /// an I/O thread, reads it).
     fn subscriber(&self, channel: &str, refresh: bool) -> Option<Arc<Shared>> {
-        let shards = self.shards.as_ref();
-        let Some(shards) = shards.filter(|s| s.router.pubsub() == PubSub::Sharded) else {
+        let Some(shards) = self.sharded() else {
             return Some(Arc::clone(&self.shared));
         };
         let node = if refresh {
@@ -223,6 +222,11 @@ impl Notifier {
         );
         nodes.insert(node, Arc::clone(&shared));
         Some(shared)
+    }
+
+    /// A cluster's shards, while it uses sharded pub/sub.
+    fn sharded(&self) -> Option<&Shards> {
+        (self.shards.as_ref()).filter(|s| s.router.pubsub() == PubSub::Sharded)
     }
 
     /// Every subscriber started so far.
@@ -278,11 +282,9 @@ impl Notifier {
         key: &str,
         channel: impl FnOnce() -> String,
     ) -> Option<Subscription> {
-        let shared = match &self.shards {
-            Some(s) if s.router.pubsub() == PubSub::Sharded => {
-                self.subscriber(&channel(), false)?
-            }
-            _ => Arc::clone(&self.shared),
+        let shared = match self.sharded() {
+            Some(_) => self.subscriber(&channel(), false)?,
+            None => Arc::clone(&self.shared),
         };
         let mut st = shared.state.lock();
         let channel = st.lines.get(key)?.clone();
@@ -301,10 +303,7 @@ impl Notifier {
     /// times they connected so far, and why one last failed to.
     pub(crate) fn health(&self) -> (bool, u64, Option<String>) {
         let mut health = (true, 0, None);
-        let classic = self
-            .shards
-            .as_ref()
-            .is_none_or(|s| s.router.pubsub() == PubSub::Classic);
+        let classic = self.sharded().is_none();
         for (i, s) in self.all().iter().enumerate() {
             let in_use =
                 (i == 0 && classic) || s.state.lock().channels.values().any(|c| c.refs > 0);
