@@ -1,8 +1,7 @@
 //! Batches for a thread of its own (the renewal thread): its own
-//! connections — one to the server, or one per cluster node, never waiting
-//! behind busy pooled ones — and one pipelined round trip per node for a
-//! batch of commands, each for a key. Cluster redirects are followed here
-//! (once), as `Connections::run` follows them for single calls.
+//! connections (one per server or cluster node, never waiting behind busy
+//! pooled ones), one pipelined round trip per node for a batch of commands
+//! each for a key, cluster redirects followed (once).
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
@@ -167,8 +166,7 @@ impl Batches {
     }
 
     /// One round trip on this thread's connection (to `node` of a cluster),
-    /// (re)connecting as needed; a connection that failed is dropped and
-    /// reopened next time.
+    /// (re)connecting as needed; one that failed is reopened next time.
     fn query(
         &mut self,
         node: Option<&Arc<str>>,

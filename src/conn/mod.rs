@@ -328,7 +328,6 @@ impl Connections {
             if tries < STALE_RETRIES && Retry::of(&e) == Retry::Reconnect && con.closed() {
                 // The connection had died idle (the other end closed it):
                 // nothing it sent reached Redis: send it again elsewhere.
-                at.sent = false;
                 tries += 1;
                 tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
                 continue;

@@ -106,8 +106,8 @@ impl NodePool {
     }
 }
 
-/// r2d2's manager: our connections, with socket timeouts; it keeps where
-/// the last one went and the last connect error (see [`NodePool`]).
+/// r2d2's manager: our connections; it keeps where the last one went and
+/// the last connect error (see [`NodePool`]).
 pub(crate) struct Manager {
     target: Arc<Target>,
     /// Where the last connection went (for errors).
@@ -141,6 +141,5 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
-/// A pooled connection: our [`Wire`], which leaves the pool once it is not
-/// open (see [`Wire::is_open`](redis::ConnectionLike::is_open)).
+/// A pooled connection: our [`Wire`] (it leaves the pool once not open).
 pub(crate) type Pooled = Wire;

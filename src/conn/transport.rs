@@ -1,16 +1,14 @@
 //! The one round trip of the lock path ([`Connections::call`]): a script
 //! call sent where its caller waits — inline on a pooled connection for a
-//! thread (the blocking API); for a task, with the `tokio` feature on its
-//! own tokio runtime (`runtime`: a connection of that runtime's own),
-//! otherwise — or where that cannot go — on the I/O threads, which need no
-//! runtime. The transport is chosen here, once per call; the raw layer
-//! writes each operation once and does not know which it got.
+//! thread; for a task, on its own tokio runtime (feature `tokio`,
+//! `runtime`), else — or where that cannot go — on the I/O threads. Chosen
+//! here, once per call: the raw layer writes each operation once.
 //!
 //! What becomes of a call whose caller went away while it was out is the
-//! transport's business too, the same for every operation: its outcome
-//! ([`Outcome`]) goes to the call's [`Forsaken`] hook — after its reply, so
-//! that an undo sent on another connection cannot overtake a request held
-//! up on the way; as [`Outcome::Unknown`] when no answer came.
+//! transport's business too, the same for every operation: its [`Outcome`]
+//! goes to the call's [`Forsaken`] hook — after its reply, so that an undo
+//! sent on another connection cannot overtake a request held up on the
+//! way; as [`Outcome::Unknown`] when no answer came.
 
 use std::sync::Arc;
 
@@ -96,12 +94,11 @@ impl Connections {
         done.unwrap_or_else(|e| (Err(e), false))
     }
 
-    /// The call on the task's own tokio runtime (see `tokio`), its errors
-    /// explained as a pooled connection's are; the call back, unsent, where
-    /// it cannot go there: not a task of a tokio runtime (or one without an
-    /// I/O driver), a client of other than one server over TCP, replica
-    /// acknowledgement (the I/O threads send a script and its `WAIT`), no
-    /// connection to be had now.
+    /// The call on the task's own tokio runtime, its errors explained as a
+    /// pooled connection's are; the call back, unsent, where it cannot go
+    /// there: not a task of a tokio runtime (or one without an I/O driver),
+    /// a client of other than one server over TCP, replica acknowledgement
+    /// (the I/O threads send a script and its `WAIT`), no connection now.
     #[cfg(feature = "tokio")]
     async fn on_runtime<T>(
         &self,

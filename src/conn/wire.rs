@@ -37,9 +37,8 @@ pub(crate) struct Wire {
 }
 
 impl Wire {
-    /// Connects to the server of `info` (within `connect`), with `io` as the
-    /// timeout of each read and write, and authenticates and selects its
-    /// database.
+    /// Connects to the server of `info` within `connect`, `io` the timeout
+    /// of each read and write, and makes the handshake.
     pub(crate) fn connect(
         info: &ConnectionInfo,
         tls: &TlsConfig,
@@ -127,8 +126,7 @@ pub(crate) fn handshake(
     Ok(())
 }
 
-/// The handshake's commands (see [`handshake`]; the tokio transport's
-/// connections send them too).
+/// The handshake's commands (the tokio transport sends them too).
 pub(crate) fn hello(
     settings: &RedisConnectionInfo,
     name: Option<&str>,
