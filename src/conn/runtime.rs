@@ -226,7 +226,8 @@ impl Pool {
         if open.load(Ordering::Relaxed) >= self.size {
             return Got::None;
         }
-        Got::Open(Counted::new(open))
+        open.fetch_add(1, Ordering::Relaxed);
+        Got::Open(Counted(Arc::clone(open)))
     }
 
     /// `con`, whose reply was read whole, back among `runtime`'s idle
@@ -249,9 +250,14 @@ impl Pool {
     /// A new connection for `runtime`, within `wait`; `None` when none
     /// could be made (then a backoff), or the runtime has no I/O driver.
     async fn open(&self, runtime: Id, counted: Counted, wait: Duration) -> Option<Con> {
-        let connecting = Box::pin(Con::connect(self, counted));
-        let opened = within(wait, CatchUnwind(connecting)).await;
-        match opened {
+        let mut connecting = Box::pin(Con::connect(self, counted));
+        // Its panic (registering a socket on a runtime without an I/O
+        // driver) comes out as `Err(())`.
+        let caught = std::future::poll_fn(|cx| {
+            let poll = std::panic::AssertUnwindSafe(|| connecting.as_mut().poll(cx));
+            std::panic::catch_unwind(poll).map_or(Poll::Ready(Err(())), |p| p.map(Ok))
+        });
+        match within(wait, caught).await {
             Some(Ok(Ok(con))) => Some(con),
             Some(Err(())) => {
                 tracing::warn!("leasehold: this tokio runtime has no I/O driver (enable_io); its tasks' round trips go through leasehold's I/O threads");
@@ -273,13 +279,6 @@ impl Pool {
 
 /// One of a runtime's open connections, counted until it is dropped.
 struct Counted(Arc<AtomicUsize>);
-
-impl Counted {
-    fn new(open: &Arc<AtomicUsize>) -> Counted {
-        open.fetch_add(1, Ordering::Relaxed);
-        Counted(Arc::clone(open))
-    }
-}
 
 impl Drop for Counted {
     fn drop(&mut self) {
@@ -550,21 +549,4 @@ async fn within<F: Future + Unpin>(wait: Duration, mut fut: F) -> Option<F::Outp
         Poll::Pending
     })
     .await
-}
-
-/// A future whose panics come out as `Err(())` (registering a socket on a
-/// runtime without an I/O driver).
-struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, ()>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let fut = self.0.as_mut();
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
-            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(_) => Poll::Ready(Err(())),
-        }
-    }
 }
