@@ -111,8 +111,8 @@ impl Shared {
         Ok((stream, writer))
     }
 
-    /// Makes `writer` the live connection and subscribes every channel that has
-    /// waiters. Returns false when the client was closed meanwhile.
+    /// Makes `writer` the live connection and subscribes every channel with
+    /// waiters; false when the client was closed meanwhile.
     fn install(&self, mut writer: Stream) -> bool {
         let mut st = self.state.lock();
         if st.closed {
@@ -142,8 +142,8 @@ impl Shared {
         true
     }
 
-    /// Forgets the broken connection and wakes every waiter to retry at once.
-    /// Returns false when the client is closed (the thread should exit).
+    /// Forgets the broken connection and wakes every waiter to retry at
+    /// once; false when the client is closed (the thread exits).
     fn disconnected(&self) -> bool {
         self.connected.store(false, Ordering::Relaxed);
         let mut st = self.state.lock();

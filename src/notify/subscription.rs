@@ -88,11 +88,10 @@ impl Subscription {
         true
     }
 
-    /// Waits until `check` (on the subscriber's book, under its mutex, with
-    /// this subscription's channel) answers, `until`, or `stop` is
-    /// cancelled (`None` then, as at `until`) — the one wait of every
-    /// method below, for a thread or a task. A cancel wakes it at once: it
-    /// is registered with the handle for the time of the wait.
+    /// The one wait of every method below, for a thread or a task: until
+    /// `check` (on the book, under its mutex, with this subscription's
+    /// channel) answers, `until`, or `stop` is cancelled (`None` then, as at
+    /// `until`; registered with the handle, a cancel wakes it at once).
     async fn wait_on<R>(
         &self,
         park: Park,
@@ -144,8 +143,7 @@ impl Subscription {
         }
     }
 
-    /// `f` on this subscription's channel, under the mutex (`Default` when it
-    /// is gone).
+    /// `f` on this subscription's channel (`Default` when it is gone).
     fn on_channel<R: Default>(&self, f: impl FnOnce(&mut Channel) -> R) -> R {
         let mut st = self.shared.state.lock();
         st.channels
@@ -218,8 +216,8 @@ impl Subscription {
         })
     }
 
-    /// Forgets wake-ups granted so far: called right before an attempt, which
-    /// sees everything those messages announced.
+    /// Forgets wake-ups granted so far (right before an attempt, which sees
+    /// all they announced).
     pub(crate) fn clear_permits(&self) {
         self.on_channel(|c| c.permits = 0);
     }
