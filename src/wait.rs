@@ -407,8 +407,8 @@ impl Env for Live<'_> {
         let (park, stop) = (self.park, self.cancel);
         match (wake, claim) {
             (Wake::Claim, Some(claim)) => sub.wait_claim_until(park, claim, until, stop).await,
-            (Wake::OneOrAll, _) => sub.wait_until_or_broadcast(park, seen, until, stop).await,
-            _ => sub.wait_until(park, until, stop).await,
+            (Wake::OneOrAll, _) => sub.wait_until(park, Some(seen), until, stop).await,
+            _ => sub.wait_until(park, None, until, stop).await,
         };
     }
 
@@ -423,7 +423,7 @@ impl Env for Live<'_> {
     async fn pause(&self, sub: Option<&Subscription>, until: Instant) {
         match sub {
             Some(sub) => {
-                sub.wait_until(self.park, until, self.cancel).await;
+                sub.wait_until(self.park, None, until, self.cancel).await;
             }
             None => self.park.sleep_until(until, self.cancel).await,
         }

@@ -174,19 +174,6 @@ impl Subscription {
         self.on_channel(|c| c.broadcasts)
     }
 
-    /// Parks until a wake-up permit (taken), a wake-all message after the
-    /// first `seen`, `until`, or `stop` is cancelled.
-    pub(crate) async fn wait_until_or_broadcast(
-        &self,
-        park: Park,
-        seen: u64,
-        until: Instant,
-        stop: Option<&Cancel>,
-    ) {
-        self.wait_permit(park, until, stop, |c| c.broadcasts > seen)
-            .await
-    }
-
     /// A subscription whose grants are claimed (a semaphore's: several
     /// waiters of one client share it): parks until a grant naming `claim`
     /// arrived (left for [`take_claims`](Self::take_claims)), a wake-up
@@ -229,9 +216,17 @@ impl Subscription {
     }
 
     /// Parks until an unlock message (or a reconnect) grants this waiter a
-    /// wake-up, until `until`, or until `stop` is cancelled.
-    pub(crate) async fn wait_until(&self, park: Park, until: Instant, stop: Option<&Cancel>) {
-        self.wait_permit(park, until, stop, |_| false).await
+    /// wake-up (taken), a wake-all message after the first `broadcasts`
+    /// (when given), `until`, or `stop` is cancelled.
+    pub(crate) async fn wait_until(
+        &self,
+        park: Park,
+        broadcasts: Option<u64>,
+        until: Instant,
+        stop: Option<&Cancel>,
+    ) {
+        let woken = |c: &Channel| broadcasts.is_some_and(|seen| c.broadcasts > seen);
+        self.wait_permit(park, until, stop, woken).await
     }
 
     /// The waits above: until `woken` (nothing taken) or a wake-up permit
