@@ -344,7 +344,7 @@ impl<H: Releasable> Drop for Held<H> {
         if self.released {
             return;
         }
-        let bound = Bound::pool_wait(self.raw.socket_timeout());
+        let bound = self.raw.give_back();
         let release = move |raw: &Arc<Raw>, hold: &H| {
             if let Err(e) = block_on(hold.release(raw, Park::Thread, bound)) {
                 hold.drop_failed(&e);

@@ -71,11 +71,6 @@ pub(crate) struct Bound {
 }
 
 impl Bound {
-    /// Waits at most `wait` for a pooled connection.
-    pub(crate) fn pool_wait(wait: Duration) -> Self {
-        Bound::default().with_pool_wait(wait)
-    }
-
     /// Ends by `deadline` plus [`LAST_ROUND_TRIP`]; none: as the default.
     pub(crate) fn until(deadline: Option<Instant>) -> Self {
         Bound {

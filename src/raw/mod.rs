@@ -377,7 +377,7 @@ impl Raw {
     /// pooled connection and each reply, never the caller's deadline —
     /// which may have passed, and then nothing would be sent.
     pub(crate) fn give_back(&self) -> Bound {
-        Bound::pool_wait(self.socket_timeout)
+        Bound::default().with_pool_wait(self.socket_timeout)
     }
 
     /// Undoes `owner`'s hold of `key` (a reply that came too late, or was
