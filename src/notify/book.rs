@@ -233,19 +233,9 @@ impl State {
     /// The channels, and the live connection's writing side (`None` while
     /// disconnected) to send their commands on.
     pub(super) fn split(&mut self) -> (&mut HashMap<String, Channel>, Option<Link<'_>>) {
-        let State {
-            channels,
-            writer,
-            sent,
-            sharded,
-            ..
-        } = self;
-        let link = writer.as_mut().map(|w| Link {
-            w,
-            sent,
-            sharded: *sharded,
-        });
-        (channels, link)
+        let (sent, sharded) = (&mut self.sent, self.sharded);
+        let link = self.writer.as_mut().map(|w| Link { w, sent, sharded });
+        (&mut self.channels, link)
     }
 
     /// Channel `name`'s entry, and the link to send its commands on.

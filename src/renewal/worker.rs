@@ -215,10 +215,6 @@ impl Worker {
             return;
         };
         if e.state.mark_lost(why.clone(), &self.counters.leases_lost) {
-            let why = match why {
-                LeaseLost::NotOurs => "no longer ours in redis",
-                LeaseLost::Unreachable => "redis unreachable until it ran out",
-            };
             tracing::warn!(key = %e.key, "leasehold: lease lost ({why})");
         }
     }
