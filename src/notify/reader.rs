@@ -121,18 +121,13 @@ impl Shared {
         }
         st.forget_idle();
         let mut bytes = Vec::new();
-        let State {
-            channels,
-            sent,
-            sharded,
-            ..
-        } = &mut *st;
-        sent.clear();
-        for (name, c) in channels.iter_mut() {
+        let st = &mut *st;
+        st.sent.clear();
+        for (name, c) in st.channels.iter_mut() {
             if c.moved {
                 continue; // its waiters subscribe on the slot's node
             }
-            c.inflight = c.commands(name, true, *sharded, &mut bytes, sent);
+            c.inflight = c.commands(name, true, st.sharded, &mut bytes, &mut st.sent);
             c.live = true;
         }
         send(&mut writer, &bytes); // empty when nothing has waiters: no write
