@@ -306,11 +306,9 @@ impl Con {
             _counted: counted,
         };
         let hello = hello(&pool.settings, None, true);
-        if !hello.is_empty() {
-            con.send(&hello.get_packed_pipeline()).await?;
-            for _ in 0..hello.len() {
-                con.recv().await?.extract_error()?;
-            }
+        con.send(&hello.get_packed_pipeline()).await?; // none: nothing sent
+        for _ in 0..hello.len() {
+            con.recv().await?.extract_error()?;
         }
         Ok(con)
     }

@@ -108,10 +108,7 @@ pub(crate) fn handshake(
     select: bool,
 ) -> RedisResult<()> {
     let pipe = hello(settings, name, select);
-    if pipe.is_empty() {
-        return Ok(());
-    }
-    stream.write_all(&pipe.get_packed_pipeline())?;
+    stream.write_all(&pipe.get_packed_pipeline())?; // none: nothing sent
     for i in 0..pipe.len() {
         let Err(e) = read_reply(parser, stream)?.extract_error() else {
             continue;
