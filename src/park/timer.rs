@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 #[derive(Default)]
 struct Timers {
@@ -41,19 +41,15 @@ impl Wheel {
         loop {
             let now = Instant::now();
             let mut woken = Vec::new();
-            while let Some(Reverse((at, id))) = st.due.peek().copied() {
-                if at > now {
-                    break;
-                }
+            while let Some(&Reverse((_, id))) = st.due.peek().filter(|Reverse((at, _))| *at <= now)
+            {
                 st.due.pop();
                 if let Some(waker) = st.wakers.remove(&id) {
                     woken.push(waker);
                 }
             }
             if !woken.is_empty() {
-                drop(st);
-                woken.into_iter().for_each(Waker::wake);
-                st = self.state.lock();
+                MutexGuard::unlocked(&mut st, || woken.into_iter().for_each(Waker::wake));
                 continue;
             }
             st.wakes_at = st.due.peek().map(|Reverse((at, _))| *at);
