@@ -78,10 +78,9 @@ impl TlsSocket {
 
     pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            match self.session.lock().reader().read(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            let read = self.session.lock().reader().read(buf);
+            if !matches!(&read, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                return read;
             }
             // Wait for more records without holding the session.
             let mut raw = [0u8; 16 * 1024];

@@ -249,17 +249,16 @@ impl Shared {
                     // whose place it names (the oldest goes when too many
                     // wait: theirs were left meanwhile); the others woken
                     // look and park again.
-                    Message::Grant if c.claims => {
-                        if c.refs > 0 {
-                            if c.grants.len() >= CLAIMED_GRANTS_MAX {
-                                c.grants.remove(0);
-                            }
-                            c.grants.push(payload.to_vec());
-                            c.cv.notify_all();
+                    Message::Grant if c.claims && c.refs > 0 => {
+                        if c.grants.len() >= CLAIMED_GRANTS_MAX {
+                            c.grants.remove(0);
                         }
+                        c.grants.push(payload.to_vec());
+                        c.cv.notify_all();
                     }
                     // For the waiter to take (and check) when it wakes;
-                    // nobody waits → its place is gone already.
+                    // nobody waits → its place is gone already (a claimed
+                    // grant's too).
                     Message::Grant => {
                         if c.refs > 0 && c.grants.len() < GRANTS_MAX {
                             c.grants.push(payload.to_vec());
