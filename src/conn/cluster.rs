@@ -135,8 +135,7 @@ impl Router {
         }
     }
 
-    /// The primary serving `key`'s slot as last read, without asking the
-    /// cluster.
+    /// The primary serving `key`'s slot as last read (no round trip).
     pub(crate) fn known_node(&self, key: &str) -> Option<Arc<str>> {
         self.table.read()[usize::from(key_slot(key.as_bytes()))].clone()
     }
@@ -153,10 +152,9 @@ impl Router {
         self.table.write()[slot] = None;
     }
 
-    /// The slot `slot` is served by `addr` now (a `MOVED` reply seen where
-    /// no command can be retried, e.g. on the subscriber): noted without
-    /// asking the cluster; the next command that routes through the slot
-    /// corrects it if needed.
+    /// The slot `slot` is served by `addr` now (a `MOVED` seen where no
+    /// command can be retried, e.g. on the subscriber): noted without asking
+    /// the cluster; the next command routed through the slot corrects it.
     pub(crate) fn note_moved(&self, slot: u16, addr: &str) {
         if let Some(entry) = self.table.write().get_mut(usize::from(slot)) {
             *entry = Some(Arc::from(addr));
@@ -210,7 +208,7 @@ impl Router {
     }
 
     /// Reads the slot table (`CLUSTER SLOTS`) from the first node that
-    /// answers: known primaries first, then the seeds. At most once per
+    /// answers (see [`candidates`](Self::candidates)), at most once per
     /// [`REFRESH_EVERY`].
     pub(crate) fn refresh(&self) -> RedisResult<()> {
         // One refresh at a time; whoever waited for it uses its result.

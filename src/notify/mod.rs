@@ -115,7 +115,7 @@ struct Shared {
     connect_timeout: Duration,
     io_timeout: Duration,
     tls: TlsConfig,
-    /// Where the primary is now (Sentinel); `addr` otherwise.
+    /// Where the primary is now (Sentinel); `info` otherwise.
     target: Option<Arc<crate::conn::Target>>,
     state: Mutex<State>,
     /// Wakes the subscriber thread (new channel while disconnected, shutdown).
@@ -238,10 +238,9 @@ impl Notifier {
         all
     }
 
-    /// Registers interest in `listen` and waits until Redis has confirmed the
-    /// subscription, or until `confirm_by` (then the caller's waits are still
-    /// capped by the holder's lease, so nothing hangs). A lingering
-    /// subscription is confirmed already: no round trip.
+    /// Registers interest in `listen` and waits until Redis confirmed the
+    /// subscription (a lingering one is: no round trip), or `confirm_by`
+    /// (the caller's waits are still capped by the holder's lease).
     pub(crate) async fn subscribe(
         &self,
         park: Park,

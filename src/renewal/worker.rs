@@ -93,8 +93,8 @@ impl Worker {
         }
     }
 
-    /// Writes the client's registration when it is due (its own small round
-    /// trip, off the lock path; to the node of its key in a cluster).
+    /// Writes the client's registration when due (its own round trip, to
+    /// its key's node).
     fn register(&mut self) {
         let now = Instant::now();
         if self
