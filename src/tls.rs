@@ -5,8 +5,9 @@
 //! session under a short lock; writers encrypt and send under the same lock.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rustls::pki_types::pem::PemObject;
@@ -72,8 +73,16 @@ impl TlsSocket {
         }))
     }
 
-    pub(crate) fn tcp(&self) -> &TcpStream {
-        &self.tcp
+    pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.tcp.shutdown(how)
+    }
+
+    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        self.tcp.set_read_timeout(d)
+    }
+
+    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        self.tcp.set_write_timeout(d)
     }
 
     pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -107,5 +116,10 @@ impl TlsSocket {
             session.write_tls(&mut &self.tcp)?;
         }
         Ok(buf.len())
+    }
+
+    /// Nothing to do: every write is sent whole.
+    pub(crate) fn flush(&self) -> io::Result<()> {
+        Ok(())
     }
 }

@@ -39,7 +39,8 @@ pub(crate) fn open(
                 io::Error::new(io::ErrorKind::Unsupported, "no TLS configuration")
             })?;
             let tcp = tcp(host, *port, connect)?;
-            timeouts(&tcp, io, io)?;
+            tcp.set_read_timeout(Some(io))?;
+            tcp.set_write_timeout(Some(io))?;
             Stream::Tls(crate::tls::TlsSocket::connect(config, host, tcp)?)
         }
         #[cfg(unix)]
@@ -80,6 +81,19 @@ pub(crate) enum Stream {
     Tls(Arc<crate::tls::TlsSocket>),
 }
 
+/// `$e` with `$s` the socket of `$stream`, whatever its kind.
+macro_rules! each {
+    ($stream:expr, $s:ident => $e:expr) => {
+        match $stream {
+            Stream::Tcp($s) => $e,
+            #[cfg(unix)]
+            Stream::Unix($s) => $e,
+            #[cfg(feature = "tls")]
+            Stream::Tls($s) => $e,
+        }
+    };
+}
+
 impl Stream {
     pub(crate) fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
@@ -93,45 +107,20 @@ impl Stream {
 
     /// Closes both directions; the reading half sees end-of-file at once.
     pub(crate) fn shutdown(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.shutdown(Shutdown::Both),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.tcp().shutdown(Shutdown::Both),
-        };
+        let _ = each!(self, s => s.shutdown(Shutdown::Both));
     }
 
     /// Makes `read` the longest each read may take, `write` each write.
     pub(crate) fn set_timeouts(&self, read: Duration, write: Duration) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => timeouts(s, read, write),
-            #[cfg(unix)]
-            Stream::Unix(s) => {
-                s.set_read_timeout(Some(read))?;
-                s.set_write_timeout(Some(write))
-            }
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => timeouts(s.tcp(), read, write),
-        }
+        each!(self, s => s.set_read_timeout(Some(read)))?;
+        each!(self, s => s.set_write_timeout(Some(write)))
     }
-}
-
-fn timeouts(s: &TcpStream, read: Duration, write: Duration) -> io::Result<()> {
-    s.set_read_timeout(Some(read))?;
-    s.set_write_timeout(Some(write))
 }
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            let read = match self {
-                Stream::Tcp(s) => s.read(buf),
-                #[cfg(unix)]
-                Stream::Unix(s) => s.read(buf),
-                #[cfg(feature = "tls")]
-                Stream::Tls(s) => s.read(buf),
-            };
+            let read = each!(self, s => s.read(buf));
             // Interrupted before anything was read (the process was stopped
             // and continued): read on. Each stop interrupts one read, so this
             // cannot spin; the socket's timeout bounds each read as before.
@@ -144,22 +133,10 @@ impl Read for Stream {
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.write(buf),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => s.write(buf),
-        }
+        each!(self, s => s.write(buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.flush(),
-            #[cfg(feature = "tls")]
-            Stream::Tls(_) => Ok(()), // every write is sent whole
-        }
+        each!(self, s => s.flush())
     }
 }
