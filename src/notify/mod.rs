@@ -256,11 +256,7 @@ impl Notifier {
             // Sharded, and the slot's node unknown (the cluster is down):
             // a subscription that hears nothing and says so, so its waiter
             // retries and subscribes again once the slot is served.
-            None => {
-                let mut sub = Subscription::new(&self.shared, listen.channel(), Arc::default());
-                sub.stale = true;
-                sub
-            }
+            None => Subscription::new(&self.shared, listen.channel(), None),
         }
     }
 
@@ -416,7 +412,7 @@ impl Shared {
             (None, _) => Arc::default(),
         };
         drop(st);
-        Subscription::new(self, channel, cv)
+        Subscription::new(self, channel, Some(cv))
     }
 
     fn resume_in(shared: &Arc<Shared>, st: &mut State, channel: &str) -> Option<Subscription> {
@@ -427,6 +423,6 @@ impl Shared {
             .filter(|c| c.live && c.inflight == 0)?;
         c.refs += 1;
         c.idle_since = None;
-        Some(Subscription::new(shared, channel, Arc::clone(&c.cv)))
+        Some(Subscription::new(shared, channel, Some(Arc::clone(&c.cv))))
     }
 }

@@ -20,12 +20,13 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    pub(super) fn new(shared: &Arc<Shared>, channel: &str, cv: Arc<Signal>) -> Self {
+    /// A subscription parked on `cv`; none: a stale one (see `stale`).
+    pub(super) fn new(shared: &Arc<Shared>, channel: &str, cv: Option<Arc<Signal>>) -> Self {
         Subscription {
             shared: Arc::clone(shared),
             channel: channel.to_owned(),
-            cv,
-            stale: false,
+            stale: cv.is_none(),
+            cv: cv.unwrap_or_default(),
         }
     }
 
