@@ -64,10 +64,9 @@ impl Signal {
         self.tasks.lock().retain(|(i, _)| *i != id);
     }
 
-    /// Waits until `check` — run on the state behind `lock`, which this
-    /// signal is notified under — returns `Some`, or until `until` (then a
-    /// last check's answer). A thread blocks; a task parks, woken by a
-    /// notify or the timer.
+    /// Waits until `check` — on the state behind `lock`, which this signal
+    /// is notified under — returns `Some`, or `until` (then a last check's
+    /// answer). A thread blocks; a task parks.
     pub(crate) async fn wait<T, R>(
         &self,
         park: Park,

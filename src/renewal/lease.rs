@@ -25,8 +25,8 @@ pub(crate) struct LeaseState {
     /// Until when the lease is known to be alive: when the last successful
     /// acquire or renewal was *sent*, plus the lease.
     pub(super) valid_until: Mutex<Instant>,
-    /// Why it was lost, and the channel handed out by `lost()` — made only
-    /// when someone asks for it (most guards never do; it costs allocations).
+    /// Why it was lost, and the channel of `lost()` (made only when asked
+    /// for: most guards never do).
     signal: Mutex<LostSignal>,
     /// Wakes the tasks waiting for the loss (notified under `signal`).
     wake: Signal,
@@ -143,10 +143,10 @@ impl LeaseState {
         rx
     }
 
-    /// A `'static` future of an async guard's `lost()`: waits — a task,
-    /// parked — until the lease of `state` (`None`: released already) is
-    /// lost (why), or its hold was released (`None`). An explicit lease is
-    /// not watched: it is never lost this way, it runs out.
+    /// A `'static` future of an async guard's `lost()`: parks the task
+    /// until the lease of `state` (`None`: released already) is lost (why),
+    /// or its hold was released (`None`). An explicit lease is never lost
+    /// this way: it runs out.
     pub(crate) async fn lost_of(state: Option<Arc<LeaseState>>) -> Option<LeaseLost> {
         let state = state?;
         state

@@ -73,8 +73,7 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// What the lock path tells the renewal thread: until when the client is
-/// active, and whether the registration needs writing (ms since `base`).
+/// What the lock path tells the renewal thread (ms since `base`).
 pub(crate) struct Activity {
     base: Instant,
     /// The client holds or may hold something until then.
