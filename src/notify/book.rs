@@ -131,12 +131,8 @@ impl Channel {
         if subscribe {
             self.refused = false;
         }
-        let unlock = self.unlock.then(|| self.unlock_wires(name));
-        let wires = self
-            .grant
-            .as_deref()
-            .into_iter()
-            .chain(unlock.into_iter().flatten());
+        let unlock = self.unlock.then(|| self.unlock_wires(name)).into_iter();
+        let wires = self.grant.as_deref().into_iter().chain(unlock.flatten());
         write(wires, name, (subscribe, sharded), out, sent)
     }
 
