@@ -141,7 +141,14 @@ impl Runtimes {
         };
         let runtime = handle.id();
         // Dropped while connecting: nothing was sent — the hook is told.
-        let mut unsent = Unsent(forsaken);
+        let mut flight = Flight {
+            request: None,
+            forsaken,
+            abandoned: Abandoned::default(),
+            polled: false,
+            sent: false,
+            patience: self.socket_timeout,
+        };
         for retry in [false, true] {
             let (con, was_idle) = match self.pool.take(runtime) {
                 Got::Idle(con) => (Some(con), true),
@@ -152,24 +159,13 @@ impl Runtimes {
                 io.min(end.saturating_duration_since(Instant::now()))
             });
             let Some(con) = con.filter(|_| !io.is_zero()) else {
-                unsent.0 = None; // sent another way (or out of time there)
+                flight.forsaken = None; // sent another way (or out of time there)
                 return Err(call);
             };
-            let abandoned = Abandoned::default();
-            let mut flight = Flight {
-                request: Some(request(
-                    Arc::clone(&self.pool),
-                    runtime,
-                    con,
-                    &call,
-                    Arc::clone(&abandoned),
-                )),
-                forsaken: unsent.0.take(),
-                abandoned,
-                polled: false,
-                sent: false,
-                patience: self.socket_timeout,
-            };
+            let abandoned = Arc::clone(&flight.abandoned);
+            let pool = Arc::clone(&self.pool);
+            flight.request = Some(request(pool, runtime, con, &call, abandoned));
+            (flight.polled, flight.sent) = (false, false);
             let reply = within(io, &mut flight).await.unwrap_or_else(|| {
                 // No reply in time: the caller undoes it as a lost reply,
                 // not the hook as well.
@@ -183,7 +179,7 @@ impl Runtimes {
                 // idle beside it are as dead. Once more, on a new one.
                 self.pool.forget(runtime);
                 if !retry {
-                    unsent.0 = forsaken;
+                    flight.forsaken = forsaken;
                     continue;
                 }
             }
@@ -364,18 +360,6 @@ impl Con {
     }
 }
 
-/// A call's hook while nothing of it is out (connecting): dropped then, it
-/// tells the hook nothing was sent.
-struct Unsent<'a>(Option<MakeForsaken<'a>>);
-
-impl Drop for Unsent<'_> {
-    fn drop(&mut self) {
-        if let Some(make) = self.0.take() {
-            make()(Outcome::NotSent);
-        }
-    }
-}
-
 /// `call` on `con`: its `EVALSHA`, and when the server does not know the
 /// script (restarted, `SCRIPT FLUSH`: nothing ran) `SCRIPT LOAD`, then the
 /// call once more — unless its caller went away meanwhile (`abandoned`):
@@ -430,7 +414,8 @@ type Abandoned = Arc<AtomicBool>;
 
 /// A call under way. Dropped before it ended — its caller's future dropped
 /// while it was out — it goes on in a task of the runtime, whose end tells
-/// the hook; dropped before it was ever polled, nothing was sent.
+/// the hook; dropped before its request was made or ever polled, nothing
+/// was sent.
 struct Flight<'a> {
     request: Option<Request>,
     forsaken: Option<MakeForsaken<'a>>,
@@ -470,14 +455,15 @@ impl Future for Flight<'_> {
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
         self.abandoned.store(true, Ordering::Release);
-        let (Some(request), Some(make)) = (self.request.take(), self.forsaken.take()) else {
+        let Some(make) = self.forsaken.take() else {
             return;
         };
         let forsaken = make();
-        if !self.sent {
+        // Not sent, or not even made (connecting).
+        let Some(request) = self.request.take().filter(|_| self.sent) else {
             forsaken(Outcome::NotSent);
             return;
-        }
+        };
         let hook = Arc::new(Hook(Mutex::new(Some(forsaken))));
         // The runtime not driven again (nothing reads the reply there): the
         // timer thread tells the hook at the socket timeout.
