@@ -132,15 +132,13 @@ impl LeaseState {
     /// when the lease was lost before the channel was asked for.
     pub(crate) fn lost_receiver(&self) -> Receiver<LeaseLost> {
         let mut signal = self.signal.lock();
-        if let Some((_, rx)) = &signal.channel {
-            return rx.clone();
-        }
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        if let Some(why) = &signal.why {
-            let _ = tx.try_send(why.clone());
-        }
-        signal.channel = Some((tx, rx.clone()));
-        rx
+        let why = signal.why.clone();
+        let (_, rx) = signal.channel.get_or_insert_with(|| {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let _ = why.map(|why| tx.try_send(why));
+            (tx, rx)
+        });
+        rx.clone()
     }
 
     /// A `'static` future of an async guard's `lost()`: parks the task

@@ -91,35 +91,32 @@ impl Renewer {
         io_budget: Duration,
         registration: registration::Registration,
     ) -> std::io::Result<Self> {
-        let activity = Arc::new(registration::Activity::new());
         let (wake, rx) = crossbeam_channel::unbounded();
-        let gate = Arc::new(Mutex::new(()));
-        let counters = Arc::new(Counters::default());
-        let pending = Arc::new(Pending::default());
+        let renewer = Renewer {
+            wake,
+            pending: Arc::default(),
+            gate: Arc::default(),
+            counters: Arc::default(),
+            activity: Arc::new(registration::Activity::new()),
+        };
         let mut worker = Worker {
             rx,
-            pending: Arc::clone(&pending),
+            pending: Arc::clone(&renewer.pending),
             batches,
             coalesce,
             io_budget: io_budget * 2 + TICK,
             wheel: Wheel::new(Instant::now()),
             entries: HashMap::new(),
             next_id: 0,
-            gate: Arc::clone(&gate),
-            counters: Arc::clone(&counters),
+            gate: Arc::clone(&renewer.gate),
+            counters: Arc::clone(&renewer.counters),
             registration,
-            activity: Arc::clone(&activity),
+            activity: Arc::clone(&renewer.activity),
         };
         std::thread::Builder::new()
             .name("leasehold-renew".into())
             .spawn(move || worker.run())?;
-        Ok(Renewer {
-            wake,
-            pending,
-            gate,
-            counters,
-            activity,
-        })
+        Ok(renewer)
     }
 
     /// A lock was taken at `now` with `lease`: keeps the client's

@@ -97,11 +97,8 @@ impl Worker {
     /// its key's node).
     fn register(&mut self) {
         let now = Instant::now();
-        if self
-            .activity
-            .due(now, !self.entries.is_empty())
-            .is_none_or(|due| due > now)
-        {
+        let due = self.activity.due(now, !self.entries.is_empty());
+        if due.is_none_or(|due| due > now) {
             return;
         }
         let mut pipe = redis::pipe();
