@@ -91,8 +91,8 @@ struct State {
     backoff_until: Option<Instant>,
 }
 
-/// Where a runtime's call goes: on an idle connection, a new one (counted
-/// open already), or another way.
+/// Where a runtime's call goes: an idle connection, a new one (counted
+/// open), or another way.
 enum Got {
     Idle(Con),
     Open(Counted),

@@ -33,7 +33,7 @@ pub(crate) const THREADS: usize = 4;
 pub(crate) const THREADS_MAX: usize = 32;
 
 /// No job ended for this long while jobs wait and no thread is idle: the
-/// threads are stuck, and the watcher starts another.
+/// watcher starts another.
 const STALLED: Duration = Duration::from_millis(100);
 
 /// An extra thread ends after this long without a job.

@@ -1,8 +1,7 @@
 //! The subscriber thread: connects (with backoff, one WARN per outage),
-//! resubscribes every channel with waiters, reads messages and routes them
-//! to their channel's waiters (permits, wake-alls, grants), and handles
-//! Redis refusing a subscription (an exact pattern: subscribe the channel
-//! itself; anything else: its waiters retry on their own).
+//! resubscribes every channel with waiters, routes messages to their
+//! channel's waiters (permits, wake-alls, grants), and handles Redis
+//! refusing a subscription (`MOVED`, or its waiters retry on their own).
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -17,8 +16,8 @@ use crate::conn::stream;
 use crate::protocol::Message;
 
 impl Shared {
-    /// The subscriber thread: connect, resubscribe, read until the connection
-    /// breaks, repeat with backoff; exit when the client is gone.
+    /// The thread: connect, resubscribe, read until the connection breaks,
+    /// repeat with backoff; exit when the client is gone.
     pub(super) fn run(self: Arc<Self>) {
         let mut backoff = BACKOFF_MIN;
         // One WARN per outage, not one per retry.

@@ -37,11 +37,8 @@ impl Subscription {
             return false;
         }
         let st = self.shared.state.lock();
-        st.writer.is_some()
-            && st
-                .channels
-                .get(&self.channel)
-                .is_some_and(|c| c.refs > 0 && c.inflight == 0 && !c.refused)
+        let c = st.channels.get(&self.channel);
+        st.writer.is_some() && c.is_some_and(|c| c.refs > 0 && c.inflight == 0 && !c.refused)
     }
 
     /// Sharded pub/sub: the channel's slot is served by another node now

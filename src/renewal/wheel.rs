@@ -13,7 +13,7 @@ pub(super) const TICK: Duration = Duration::from_millis(10);
 /// Wheel size (a power of two; 64 words of bitmap).
 const SLOTS: usize = 4096;
 
-/// A single-level hashed timer wheel of `SLOTS` slots of `TICK`.
+/// A single-level hashed timer wheel (see the module docs).
 pub(super) struct Wheel {
     origin: Instant,
     /// The next tick to visit; every slot before it has been taken.
