@@ -94,9 +94,8 @@ impl Bound {
     }
 }
 
-/// Where a call went, for its errors and its caller: the server, how long
-/// its last reply was waited for (and whether the deadline decided that),
-/// and whether its request went out on a connection.
+/// Where a call went (for its errors and its caller): the server, how long
+/// its last reply was waited for (whether by the deadline), whether sent.
 #[derive(Default)]
 struct At {
     addr: String,

@@ -63,8 +63,7 @@ type Request = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send>>;
 /// Calls to one server on the calling task's tokio runtime.
 pub(crate) struct Runtimes {
     pool: Arc<Pool>,
-    /// How long a dropped call's reply is waited for before it is undone
-    /// as a lost reply.
+    /// How long a dropped call's reply is waited for (then: a lost reply).
     socket_timeout: Duration,
 }
 

@@ -243,8 +243,8 @@ fn to_lost<T>(mut slot: MutexGuard<'_, Slot<T>>, value: T) {
     }
 }
 
-/// The job's end of its slot: sends the result; dropped — after that, or
-/// without a result when the job panicked — it wakes the task.
+/// The job's end of its slot: sends the result; dropped (after that, or
+/// when the job panicked) it wakes the task.
 struct Reply<T>(Arc<Mutex<Slot<T>>>);
 
 impl<T> Reply<T> {
@@ -270,8 +270,8 @@ impl<T> Drop for Reply<T> {
     }
 }
 
-/// The result of [`IoThreads::io`]: the task's end of a job. Dropped before
-/// the result came, it leaves the result to the `lost` hook.
+/// The task's end of a job ([`IoThreads::io`]); dropped before the result
+/// came, it leaves the result to the `lost` hook.
 pub(crate) struct Io<T> {
     slot: Arc<Mutex<Slot<T>>>,
 }

@@ -167,8 +167,7 @@ fn write<'a>(
     acks
 }
 
-/// The live connection's writing side: the socket, the commands in flight,
-/// whether it is a sharded subscriber.
+/// The live connection's writing side.
 pub(super) struct Link<'a> {
     w: &'a mut Stream,
     sent: &'a mut Sent,

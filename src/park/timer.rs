@@ -63,8 +63,7 @@ impl Wheel {
     }
 }
 
-/// A task's sleep until an instant (a future; or registered by hand by a
-/// wait that also waits for a signal).
+/// A task's sleep until an instant (a future, or registered by hand).
 pub(crate) struct Sleep {
     at: Instant,
     id: u64,
