@@ -170,9 +170,12 @@ async fn in_turn<'a>(
 ) -> Result<Option<Taken<'a>>> {
     // A subscription still confirmed (a busy name) is taken before the first
     // attempt: held elsewhere, the waiter parks at once.
-    let mut sub = turn
-        .take_subscription()
-        .or_else(|| shared.notifier().resume_line(&waiting.key));
+    let mut sub = turn.take_subscription().or_else(|| {
+        let key = &waiting.key;
+        shared
+            .notifier()
+            .resume_line_on(key, || crate::names::channel_name(key))
+    });
     if let Some(yield_to) = turn.yield_to.take() {
         yield_first(waiting, env, &mut sub, yield_to, deadline).await;
     }

@@ -260,18 +260,12 @@ impl Notifier {
         }
     }
 
-    /// The subscription of plain lock `key`'s waiters when it is still
-    /// confirmed (it lingers, or other waiters hold it): a waiter that takes
-    /// it before its first attempt hears everything after that attempt, so
-    /// it parks at once when the lock is held. No allocation when there is
-    /// none (classic pub/sub).
-    pub(crate) fn resume_line(&self, key: &str) -> Option<Subscription> {
-        self.resume_line_on(key, || crate::names::channel_name(key))
-    }
-
     /// The subscription of line `key` (a plain lock's key, a semaphore's
-    /// line) when it is still confirmed; `channel` names the channel it is
-    /// named after (needed in a sharded cluster only).
+    /// line) when it is still confirmed (it lingers, or other waiters hold
+    /// it): a waiter that takes it before its first attempt hears everything
+    /// after that attempt, so it parks at once when the lock is held.
+    /// `channel` names the channel it is named after (needed in a sharded
+    /// cluster only: no allocation with classic pub/sub).
     pub(crate) fn resume_line_on(
         &self,
         key: &str,
