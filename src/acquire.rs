@@ -131,7 +131,7 @@ async fn take(
     if waiting.unsettled() {
         Box::pin(wait::ride_out(&env, name, deadline, || waiting.settle())).await?;
     }
-    if want.kind == Kind::Plain {
+    if waiting.queues_in_process() {
         // A plain lock: one thread per client and name talks to Redis. A
         // turn in the client's queue first (or the lock handed over by a
         // release of this client): where most waiting tasks wait, so the

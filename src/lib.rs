@@ -226,6 +226,6 @@ pub mod scripts {
     /// protocol simulator (`tests/sim`) runs exactly these.
     #[cfg(feature = "simulation")]
     pub fn all() -> Vec<(&'static str, &'static str)> {
-        crate::protocol::Scripts::simulated()
+        crate::protocol::simulated()
     }
 }

@@ -34,7 +34,7 @@ use crate::client::{or_timed_out, LockClient};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
-use crate::options::{check_lease, check_name, deadline_after, deadline_min, Kind, LockOptions};
+use crate::options::{check_lease, check_name, deadline_after, deadline_min, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, on_executor, Park};
 use crate::raw::Hold;
 use crate::renewal::{LeaseLost, LeaseState, Quorum};
@@ -214,7 +214,9 @@ impl Redlock {
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`].
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<RedlockGuard> {
         if options.is_fenced()
-            || options.kind_value() != Kind::Plain
+            || options.is_fair()
+            || options.is_read()
+            || options.is_write()
             || options.cancel_value().is_some()
         {
             return Err(Error::invalid(

@@ -317,6 +317,17 @@ pub(crate) struct Scripts {
     semaphore: semaphore::SemaphoreScripts,
 }
 
+/// Every script as the library sends it to a server with classic pub/sub,
+/// by name: what the protocol simulator (`tests/sim`) runs.
+#[cfg(feature = "simulation")]
+pub fn simulated() -> Vec<(&'static str, &'static str)> {
+    let scripts = Scripts::of(PubSub::Classic);
+    let mut all = scripts.plain.sources();
+    all.extend(scripts.semaphore.sources());
+    all.push(("renew", renew::RENEW));
+    all
+}
+
 impl Scripts {
     /// The scripts of `pubsub` mode.
     pub(crate) fn of(pubsub: PubSub) -> &'static Scripts {
@@ -336,17 +347,6 @@ impl Scripts {
             admin: admin::AdminScripts::new(pubsub),
             semaphore: semaphore::SemaphoreScripts::new(pubsub),
         }
-    }
-
-    /// Every script as the library sends it to a server with classic
-    /// pub/sub, by name: what the protocol simulator (`tests/sim`) runs.
-    #[cfg(feature = "simulation")]
-    pub fn simulated() -> Vec<(&'static str, &'static str)> {
-        let scripts = Scripts::of(PubSub::Classic);
-        let mut all = scripts.plain.sources();
-        all.extend(scripts.semaphore.sources());
-        all.push(("renew", renew::RENEW));
-        all
     }
 
     /// The semaphore's scripts.

@@ -298,6 +298,12 @@ impl<'a> Waiting<'a> {
         self.stale_grants = false;
     }
 
+    /// Whether this kind waits in the client's in-process queue first (a
+    /// plain lock: one thread per client and name talks to Redis).
+    pub(crate) fn queues_in_process(&self) -> bool {
+        self.kind == Kind::Plain
+    }
+
     /// Takes a turn in the in-process queue (see `ledger::Ledger::enter`).
     pub(crate) fn enter<'w>(
         &'w self,
