@@ -128,7 +128,7 @@ impl<O> LockGuard<O> {
 
     pub(crate) fn with(raw: Arc<Raw>, hold: Hold, drop_on: DropOn) -> Self {
         LockGuard {
-            held: Held::new(raw, hold, drop_on),
+            held: Held::new(raw, Arc::clone(&hold.state), hold, drop_on),
             owner: PhantomData,
         }
     }
@@ -257,9 +257,6 @@ impl<O> fmt::Debug for LockGuard<O> {
 /// A hold of the raw layer a guard keeps — a lock's [`Hold`] or a
 /// semaphore's `PermitHold` — and its one release path there.
 pub(crate) trait Releasable: Clone + Send + Sync + 'static {
-    /// The lease's state, shared with the renewal thread.
-    fn state(&self) -> &Arc<LeaseState>;
-
     /// Gives the hold back, for `park`'s caller, within `bound`.
     async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()>;
 
@@ -268,10 +265,6 @@ pub(crate) trait Releasable: Clone + Send + Sync + 'static {
 }
 
 impl Releasable for Hold {
-    fn state(&self) -> &Arc<LeaseState> {
-        &self.state
-    }
-
     async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()> {
         raw.release(park, self, bound).await
     }
@@ -298,37 +291,39 @@ pub(crate) enum DropOn {
 pub(crate) struct Held<H: Releasable> {
     raw: Arc<Raw>,
     pub(crate) hold: H,
+    /// The hold's lease state, shared with the renewal thread.
+    state: Arc<LeaseState>,
     /// Set by the checked release so that `Drop` does nothing more.
     released: bool,
     drop_on: DropOn,
 }
 
 impl<H: Releasable> Held<H> {
-    pub(crate) fn new(raw: Arc<Raw>, hold: H, drop_on: DropOn) -> Self {
+    pub(crate) fn new(raw: Arc<Raw>, state: Arc<LeaseState>, hold: H, drop_on: DropOn) -> Self {
         Held {
             raw,
             hold,
+            state,
             released: false,
             drop_on,
         }
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        self.hold.state().is_held()
+        self.state.is_held()
     }
 
     pub(crate) fn valid_until(&self) -> Option<Instant> {
-        let state = self.hold.state();
-        state.is_held().then(|| state.valid_until())
+        self.state.is_held().then(|| self.state.valid_until())
     }
 
     pub(crate) fn lost(&self) -> Receiver<LeaseLost> {
-        self.hold.state().lost_receiver()
+        self.state.lost_receiver()
     }
 
     /// The loss as a future for a task: why, or `None` once released first.
     pub(crate) fn lost_wait(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
-        LeaseState::lost_of(Some(Arc::clone(self.hold.state())))
+        LeaseState::lost_of(Some(Arc::clone(&self.state)))
     }
 
     /// The checked release, where `park`'s caller waits (a task: dropped

@@ -14,7 +14,7 @@ use crate::guard::{Held, Releasable};
 use crate::names::hex;
 use crate::park::{block_on, Park};
 use crate::raw::{PermitHold, Raw};
-use crate::renewal::{LeaseLost, LeaseState};
+use crate::renewal::LeaseLost;
 
 /// Permits of a [`Semaphore`](crate::Semaphore), held until dropped or
 /// [`release`](Self::release)d.
@@ -83,10 +83,6 @@ impl PermitGuard {
 }
 
 impl Releasable for PermitHold {
-    fn state(&self) -> &Arc<LeaseState> {
-        &self.state
-    }
-
     async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()> {
         raw.release_permits(park, self, bound).await
     }

@@ -228,8 +228,9 @@ impl Semaphore {
         drop_on: DropOn,
     ) -> Result<Option<PermitGuard>> {
         let hold = acquire_permits(&self.shared, &self.name, permits, want, deadline).await?;
+        let raw = Arc::clone(self.shared.raw());
         Ok(hold.map(|hold| PermitGuard {
-            held: Held::new(Arc::clone(self.shared.raw()), hold, drop_on),
+            held: Held::new(raw, Arc::clone(&hold.state), hold, drop_on),
         }))
     }
 
