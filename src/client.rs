@@ -105,40 +105,34 @@ impl LockClient {
     /// costs it at most that lease.
     ///
     /// Waiting clients stand in a line in Redis, one place per client and
-    /// lock name (`leasehold_line:{<key>}`, each place expiring 3 s after its
-    /// waiter last confirmed it). A release gives the lock to the first live
-    /// place directly — the release script sets the owner and a short grant
-    /// lease, and only that client hears it, on its own grant channel — so a
-    /// handoff between processes wakes one waiter and costs it no round trip:
-    /// an acquire and a release, two commands per critical section. A grant
-    /// sets the lease its waiter asked for, at most 3 s (the grantee's
-    /// renewal lengthens it), and a waiter's place lives no longer than that
-    /// either: a granted or first-in-line waiter that died or stalled costs
-    /// the next one no more than that, never a watchdog lease.
+    /// lock name (`leasehold_line:{<key>}`). A release gives the lock to the
+    /// first live place directly — the release script sets the owner and a
+    /// grant lease of at most 3 s (the grantee's renewal lengthens it), and
+    /// only that client hears it, on its own grant channel — so a handoff
+    /// between processes wakes one waiter and costs it no round trip: two
+    /// commands per critical section. A place expires 3 s after its waiter
+    /// last confirmed it, so a granted or first-in-line waiter that died or
+    /// stalled costs the next one at most 3 s, never a watchdog lease.
     ///
     /// With no leasehold waiter in line, the release publishes `0` on the
     /// unlock channel exactly as Redisson's does; a leasehold waiter that
-    /// finds a Redisson holder subscribes to that channel, so the holder's
-    /// release wakes it (waiters of a leasehold holder hear only their grant
-    /// channels, so the unlock channel's subscribers are other libraries'
-    /// waiters). While such waiters are subscribed, at most two grants go out
-    /// in a row before the lock is left to them. Subscriptions (one
-    /// subscriber connection per client, shared and reference-counted) linger
-    /// a second after the last waiter, so a busy name is not resubscribed for
-    /// every wait.
+    /// finds a Redisson holder subscribes to it (a leasehold holder's waiters
+    /// hear only their grant channels). While such waiters are subscribed, at
+    /// most two grants go out in a row before the lock is left to them.
+    /// Subscriptions (one subscriber connection per client, shared and
+    /// reference-counted) linger a second after the last waiter, so a busy
+    /// name is not resubscribed for every wait.
     ///
-    /// Threads of one client never race each other at Redis: one thread per
-    /// lock name talks to Redis (and holds the client's place in line), the
-    /// others queue in the client in arrival order, and a release hands the
-    /// lock to the next of them inside the release script (one round trip,
-    /// the owner field replaced atomically). While other clients wait in
-    /// line, a client hands it over at most twice in a row, then grants it to
-    /// the first of them.
+    /// Threads of one client never race each other at Redis: one per lock
+    /// name talks to Redis and holds the client's place, the others queue in
+    /// the client in arrival order, and a release hands the lock to the next
+    /// of them inside the release script (one round trip, the owner field
+    /// replaced atomically) — at most twice in a row while other clients
+    /// wait, then to the first of them.
     ///
     /// If Redis goes away while the thread waits (a restart, a failover), it
-    /// keeps trying with backoff for up to the connect timeout before it
-    /// gives up with the connection error; pooled connections that died
-    /// meanwhile are skipped.
+    /// keeps trying with backoff up to the connect timeout, then returns the
+    /// connection error; pooled connections that died meanwhile are skipped.
     ///
     /// # Errors
     /// Invalid name, Redis unreachable or failing, a non-lock value at the key.
