@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
-use crate::guard::{LockGuard, OwnedLockGuard, OwnerKind};
+use crate::guard::{DropOn, LockGuard, OwnedLockGuard, OwnerKind};
 use crate::names::short_id;
 use crate::options::{check_name, deadline_after, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, Park};
@@ -576,8 +576,9 @@ impl LockClient {
         options: LockOptions,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard<O>>> {
-        blocking_wait_allowed(name, deadline, O::THREAD, ASYNC_FACE)?;
-        let want = Want::of(&options, !O::THREAD, Park::Thread);
+        let thread = matches!(O::DROP_ON, DropOn::Thread);
+        blocking_wait_allowed(name, deadline, thread, ASYNC_FACE)?;
+        let want = Want::of(&options, !thread, Park::Thread);
         acquire(&self.shared, name, want, deadline)
     }
 

@@ -32,16 +32,17 @@ pub struct Owned(());
 
 /// Who owns a [`LockGuard`]'s hold: [`ThisThread`] or [`Owned`].
 pub(crate) trait OwnerKind {
-    /// The thread that took it (reentrant on that thread).
-    const THREAD: bool;
+    /// Where its guard's drop releases: `Thread` for the thread that took
+    /// it (reentrant on that thread).
+    const DROP_ON: DropOn;
 }
 
 impl OwnerKind for ThisThread {
-    const THREAD: bool = true;
+    const DROP_ON: DropOn = DropOn::Thread;
 }
 
 impl OwnerKind for Owned {
-    const THREAD: bool = false;
+    const DROP_ON: DropOn = DropOn::Owned;
 }
 
 /// A hold owned by the guard, not by a thread: `Send`, not reentrant. From
@@ -118,12 +119,7 @@ impl<O> LockGuard<O> {
     where
         O: OwnerKind,
     {
-        let drop_on = if O::THREAD {
-            DropOn::Thread
-        } else {
-            DropOn::Owned
-        };
-        Self::with(raw, hold, drop_on)
+        Self::with(raw, hold, O::DROP_ON)
     }
 
     pub(crate) fn with(raw: Arc<Raw>, hold: Hold, drop_on: DropOn) -> Self {
