@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::{ConnectionAddr, IntoConnectionInfo};
+use redis::ConnectionAddr;
 
 use crate::client::LockClient;
 use crate::conn::sentinel::{self, PrimarySettings};
-use crate::conn::{Batches, Connections, Connector, Router, Target};
+use crate::conn::{parse, Batches, Connections, Connector, Router, Target};
 use crate::conn::{TlsConfig, Wire};
 use crate::error::{redact, Error, Result};
 use crate::names::short_id;
@@ -405,15 +405,6 @@ impl LockClientBuilder {
         let shared = Shared::new(raw, notifier);
         Ok(LockClient::of(&Arc::new(shared)))
     }
-}
-
-/// `url` as the `redis` crate reads it; [`Error::InvalidUrl`] naming it
-/// (as `what`) when it cannot.
-fn parse(url: &str, what: &str) -> Result<redis::ConnectionInfo> {
-    url.into_connection_info().map_err(|e| Error::InvalidUrl {
-        reason: format!("cannot parse {what}{:?}", redact(url)),
-        source: Some(e),
-    })
 }
 
 impl LockClient {

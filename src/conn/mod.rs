@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use redis::IntoConnectionInfo;
 
 pub(crate) use batch::{Batches, Connector};
 pub(crate) use cluster::Router;
@@ -34,7 +35,16 @@ pub(crate) use threads::{Io, IoThreads};
 pub(crate) use transport::{Forsaken, MakeForsaken, Outcome};
 pub(crate) use wire::{handshake, Wire};
 
-use crate::error::{Error, Result, Retry};
+use crate::error::{redact, Error, Result, Retry};
+
+/// `url` as the `redis` crate reads it; [`Error::InvalidUrl`] naming it
+/// (as `what`) when it cannot.
+pub(crate) fn parse(url: &str, what: &str) -> Result<redis::ConnectionInfo> {
+    url.into_connection_info().map_err(|e| Error::InvalidUrl {
+        reason: format!("cannot parse {what}{:?}", redact(url)),
+        source: Some(e),
+    })
+}
 
 /// Checks that a list of node URLs (cluster seeds, Sentinels; `what`) is
 /// not empty and reaches every node the same way — all `redis://` or all

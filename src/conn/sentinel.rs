@@ -5,8 +5,6 @@
 //!
 //! [`Target::Sentinel`]: super::Target::Sentinel
 
-use redis::IntoConnectionInfo;
-
 use crate::error::{redact, Error, Result};
 
 /// Sentinel only: how to reach the primary the Sentinels name (their URLs
@@ -51,14 +49,7 @@ pub(crate) fn client(
     let tls = super::one_scheme(urls, "Sentinel (its Sentinels)")?;
     let infos = urls
         .iter()
-        .map(|u| {
-            u.as_str()
-                .into_connection_info()
-                .map_err(|e| Error::InvalidUrl {
-                    reason: format!("cannot parse the Sentinel URL {:?}", redact(u)),
-                    source: Some(e),
-                })
-        })
+        .map(|u| super::parse(u, "the Sentinel URL "))
         .collect::<Result<Vec<_>>>()?;
     let bad = |e: redis::RedisError| Error::InvalidUrl {
         reason: format!("cannot use the Sentinel URLs {:?}", redact(&urls.join(" "))),
