@@ -11,30 +11,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::guard::{LockGuard, OwnerKind};
 use crate::ledger::{Enter, Turn, YIELD_WAIT};
 use crate::notify::Subscription;
 use crate::options::Kind;
 use crate::options::{deadline_min, Cancel};
-use crate::park::{block_on, Park};
+use crate::park::Park;
 use crate::raw::{Channels, Hold, LockKind, PermitHold, Taken, Waiting, Want};
 use crate::shared::Shared;
 use crate::wait::{self, Env, Live};
-
-/// Takes lock `name` as `want` says on this thread, waiting until
-/// `deadline` (`None`: as long as it takes); `None` when the deadline passed
-/// first, [`Error::Cancelled`] when the wait was cancelled (a wait that ends
-/// without the lock, like a deadline).
-pub(crate) fn acquire<O: OwnerKind>(
-    shared: &Arc<Shared>,
-    name: &str,
-    want: Want,
-    deadline: Option<Instant>,
-) -> Result<Option<LockGuard<O>>> {
-    let raw = shared.raw();
-    let hold = block_on(acquire_hold(shared, name, want, deadline))?;
-    Ok(hold.map(|hold| LockGuard::new(Arc::clone(raw), hold)))
-}
 
 /// The one acquire of both faces: lock `name` as `want` says (a thread or a
 /// task waits, `want.park`), until `deadline`; the hold, `None` at the

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::acquire::acquire;
+use crate::acquire::acquire_hold;
 use crate::error::{Error, Result};
 use crate::guard::{DropOn, LockGuard, OwnedLockGuard, OwnerKind};
 use crate::names::short_id;
@@ -579,7 +579,8 @@ impl LockClient {
         let thread = matches!(O::DROP_ON, DropOn::Thread);
         blocking_wait_allowed(name, deadline, thread, ASYNC_FACE)?;
         let want = Want::of(&options, !thread, Park::Thread);
-        acquire(&self.shared, name, want, deadline)
+        let hold = block_on(acquire_hold(&self.shared, name, want, deadline))?;
+        Ok(hold.map(|hold| LockGuard::new(Arc::clone(self.raw()), hold)))
     }
 
     /// This client's raw lock engine (shared with its clones and guards).
