@@ -264,7 +264,9 @@ impl Raw {
             .acquire_call(req)
             .then_wait(self.wait(protocol::took_lock));
         let sent_at = Instant::now();
-        let forsaken = || self.forsaken(self.lost_attempt(req, sent_at), Undoing::Acquire);
+        // What a lost reply may have left.
+        let lost = || Orphan::lost(req.kind, req.key, req.owner, req.lease, req.place, sent_at);
+        let forsaken = || self.forsaken(lost(), Undoing::Acquire);
         let forsaken = req.fresh.then_some(&forsaken as MakeForsaken<'_>);
         let kind = req.kind;
         let read = move |r: Reply| Ok((Scripts::acquire_reply(kind, r.value)?, r.acked));
@@ -274,7 +276,7 @@ impl Raw {
             .await;
         let (answer, acked) = match answer {
             Err(e) if req.fresh && sent && e.is_unanswered() => {
-                self.orphaned(self.lost_attempt(req, sent_at));
+                self.orphaned(lost());
                 return Err(e);
             }
             other => other?,
@@ -302,11 +304,6 @@ impl Raw {
         self.detach(park, move || {
             let _ = raw.undo_hold(kind, &key, &owner, last, bound);
         });
-    }
-
-    /// What a lost reply of attempt `req` sent at `sent_at` may have left.
-    fn lost_attempt(&self, req: &Request<'_>, sent_at: Instant) -> Orphan {
-        Orphan::lost(req.kind, req.key, req.owner, req.lease, req.place, sent_at)
     }
 
     /// The `WAIT` after a script whose reply `took` says it took a hold,
