@@ -6,9 +6,7 @@
 # LEASEHOLD_SIM_SEEDS=1 replays it.
 #
 #   scripts/simulate.sh            10,000 seeds per profile: 40 million steps
-#                                  each (the plain lock's re-entry profile runs
-#                                  its 40 fixed seeds only, see the open defect
-#                                  in docs/verification.md), a few minutes
+#                                  each, a few minutes
 #   scripts/simulate.sh 20000      that many seeds per profile
 #
 # Environment: LEASEHOLD_SIM_FROM (the first seed; fresh by default).

@@ -284,3 +284,46 @@ fn a_read_reentry_never_cuts_a_lease_a_guard_counts_on() {
 fn a_write_reentry_never_cuts_a_lease_a_guard_counts_on() {
     every_combination(Kind::Write);
 }
+
+/// A re-entry made after the first guard's lease ran out in Redis finds the
+/// lock free and takes it — its own lease from then on. Releasing the first
+/// guard first must not free it under the re-entered one (it counted one
+/// hold in Redis for two guards and deleted the lock: found by the protocol
+/// simulator, `tests/simulation.rs`). Plain and fenced.
+#[test]
+fn a_reentry_after_the_first_lease_ran_out_survives_the_first_guards_release() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    for (name, fenced) in [("late:plain", false), ("late:fenced", true)] {
+        let with = |lease: Duration| {
+            let o = LockOptions::new().lease(lease);
+            if fenced {
+                o.fenced()
+            } else {
+                o
+            }
+        };
+        let first = client
+            .lock_with(name, with(Duration::from_millis(300)))
+            .unwrap();
+        // The first guard's explicit lease runs out in Redis (3x over).
+        assert!(support::eventually(Duration::from_secs(5), || {
+            !con.exists::<_, bool>(name).unwrap()
+        }));
+        thread::sleep(Duration::from_millis(600));
+        assert!(!first.is_held());
+        let second = client.lock_with(name, with(LONG)).unwrap();
+        assert!(second.is_held());
+        drop(first);
+        let ttl: i64 = con.pttl(name).unwrap();
+        assert!(
+            ttl > 5_000,
+            "{name}: the re-entered guard counts on {:?} more, Redis keeps {ttl} ms",
+            second.remaining()
+        );
+        assert!(second.is_held());
+        second.unlock().unwrap();
+        assert!(!con.exists::<_, bool>(name).unwrap(), "{name}: left behind");
+    }
+}

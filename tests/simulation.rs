@@ -353,17 +353,18 @@ fn fresh_seed() -> u64 {
 /// at once by their own lease views, fencing tokens grow, Redis keeps every
 /// view, a free lock with a waiter is taken, nothing is left once all
 /// leases ran out — with calls held up now and then, often, and with
-/// re-entered guards: on the 40 fixed seeds only, until the open defect
-/// below is fixed (a re-entry landing late — a clock jump while it is in
-/// flight is enough — can meet it on a fresh seed).
+/// re-entered guards (a re-entry landing after the first guard's lease ran
+/// out freed the lock under itself before it counted the earlier guards:
+/// defect 3 of docs/verification.md, found here).
 #[test]
 fn the_plain_lock_keeps_its_promises_under_faults() {
-    let fixed: Vec<u64> = (1..=40).collect();
-    for (cfg, seeds) in [
-        (profile(3, false), seeds()),
-        (profile(15, false), seeds()),
-        (profile(0, true), fixed),
+    for cfg in [
+        profile(3, false),
+        profile(15, false),
+        profile(0, true),
+        profile(15, true),
     ] {
+        let seeds = seeds();
         let explored = sim::plain::explore(seeds.iter().copied(), &cfg, &sim::plain::shipped())
             .unwrap_or_else(|e| panic!("{e}"));
         println!("plain lock, {cfg:?}: {explored:?}");
@@ -374,19 +375,6 @@ fn the_plain_lock_keeps_its_promises_under_faults() {
             "{explored:?}"
         );
     }
-}
-
-/// An open defect the simulator found (docs/verification.md): a re-entry
-/// held up on the network until the first guard's lease ran out in Redis
-/// takes the free lock as a first hold (count 1) while the client counts
-/// two guards; the first guard's release then deletes the lock under the
-/// re-entered guard, which counts on its own lease. Pinned here so that
-/// its fix flips this test (then: `profile(15, true)` above).
-#[test]
-fn open_defect_a_late_reentry_then_the_first_guards_release_frees_the_lock() {
-    let e = sim::plain::explore(1..=100, &profile(15, true), &sim::plain::shipped())
-        .expect_err("fixed? then move profile(15, true) into the test above");
-    assert!(e.contains("counts on"), "{e}");
 }
 
 /// The simulator can fail: each known-bad change to a script or a client
@@ -429,6 +417,13 @@ fn known_bad_scripts_fail_the_simulation() {
             "        redis.call('pexpire', KEYS[1], ARGV[1])\n",
             true,
         ),
+        (
+            "a late re-entry counting one hold for the owner's guards",
+            "plain acquire",
+            "redis.call('hset', KEYS[1], ARGV[2], alive + 1)",
+            "redis.call('hset', KEYS[1], ARGV[2], 1)",
+            true,
+        ),
     ];
     for (what, script, from, to, reentry) in mutations {
         let mut scripts = sim::plain::shipped();
@@ -438,11 +433,7 @@ fn known_bad_scripts_fail_the_simulation() {
             "{what}: the script no longer has {from:?}"
         );
         *source = source.replace(from, to);
-        let cfg = if *reentry {
-            profile(0, true)
-        } else {
-            profile(15, false)
-        };
+        let cfg = profile(15, *reentry);
         let found = sim::plain::explore(1..=100, &cfg, &scripts);
         assert!(found.is_err(), "{what}: the simulation did not notice");
         println!("{what}: {}", found.unwrap_err().lines().next().unwrap());

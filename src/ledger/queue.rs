@@ -65,14 +65,13 @@ impl Ledger {
             let (count, fence) = entry.held(owner).map_or((0, None), |h| (h.count, h.fence));
             let Some(slot) = entry.line.as_mut() else {
                 entry.line = Some(Slot::new(owner));
-                return Enter::Turn(Turn::new(self, key, 0, count == 0, false));
+                return Enter::Turn(Turn::new(self, key, 0, count, false));
             };
             if slot.active == owner && !matches!(slot.phase, Phase::Releasing | Phase::Handing) {
                 // Reentrant, or our own guard is being released elsewhere.
-                let fresh = count == 0;
                 slot.phase = Phase::Attempting;
-                let mut turn = Turn::new(self, key, slot.epoch, fresh, true);
-                turn.fence = if fresh { None } else { fence };
+                let mut turn = Turn::new(self, key, slot.epoch, count, true);
+                turn.fence = if count == 0 { None } else { fence };
                 return Enter::Turn(turn);
             }
             if slot.queue.is_empty()
@@ -83,7 +82,7 @@ impl Ledger {
                 // explicit lease, a lost one): nobody queues behind it —
                 // take the slot over now; Redis decides.
                 let epoch = slot.take_over(&mut entry.holds, owner);
-                return Enter::Turn(Turn::new(self, key, epoch, true, true));
+                return Enter::Turn(Turn::new(self, key, epoch, 0, true));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Enter::TimedOut;
@@ -136,7 +135,7 @@ impl Ledger {
             match woke.flatten() {
                 Some(WaitState::Granted(at, fence)) => break Enter::Granted(at, fence),
                 Some(WaitState::Promoted(epoch, yield_to)) => {
-                    let mut turn = Turn::new(self, key, epoch, true, true);
+                    let mut turn = Turn::new(self, key, epoch, 0, true);
                     turn.yield_to = yield_to;
                     break Enter::Turn(turn);
                 }
@@ -167,7 +166,7 @@ impl Ledger {
                 }
                 // Popped meanwhile: the releaser's outcome decides.
             } else if let Some(epoch) = self.take_over(key, waiter) {
-                break Enter::Turn(Turn::new(self, key, epoch, true, true));
+                break Enter::Turn(Turn::new(self, key, epoch, 0, true));
             }
         };
         queued.done = true;
@@ -200,7 +199,7 @@ impl Ledger {
             WaitState::Promoted(epoch, _) => {
                 drop(state);
                 drop(keys);
-                drop(Turn::new(self, key, epoch, true, true));
+                drop(Turn::new(self, key, epoch, 0, true));
                 None
             }
             WaitState::Queued | WaitState::Abandoned => None,
@@ -394,9 +393,10 @@ pub(crate) struct Turn<'a> {
     key: String,
     /// The slot's epoch when this turn began.
     epoch: u64,
-    /// No guard of this owner is alive here: a hold Redis still shows for it
-    /// is stale (a lost lease, an unconfirmed handoff) and counts as one hold.
-    pub(crate) fresh: bool,
+    /// Guards of this owner alive here; with none, a hold Redis still shows
+    /// for it is stale (a lost lease, an unconfirmed handoff) and counts as
+    /// one hold.
+    pub(crate) alive: u32,
     sub: Option<Subscription>,
     /// The slot may keep a subscription we have not taken yet.
     slot_sub: bool,
@@ -409,12 +409,12 @@ pub(crate) struct Turn<'a> {
 }
 
 impl<'a> Turn<'a> {
-    fn new(locks: &'a Ledger, key: &str, epoch: u64, fresh: bool, slot_sub: bool) -> Self {
+    fn new(locks: &'a Ledger, key: &str, epoch: u64, alive: u32, slot_sub: bool) -> Self {
         Turn {
             locks,
             key: key.to_owned(),
             epoch,
-            fresh,
+            alive,
             sub: None,
             slot_sub,
             yield_to: None,

@@ -111,7 +111,7 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 fn release_hands_over_to_the_first_queued_thread() {
     let locks = Ledger::default();
     let turn = turn(&locks, "a");
-    assert!(turn.fresh);
+    assert_eq!(turn.alive, 0);
     let a = hold(turn, Duration::from_secs(30));
     std::thread::scope(|s| {
         let b = s.spawn(|| matches!(enter(&locks, "b"), Enter::Granted(..)));
@@ -138,7 +138,7 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let t1 = turn(&locks, "a");
     let t1 = hold(t1, Duration::from_secs(30));
     let t2 = turn(&locks, "a");
-    assert!(!t2.fresh, "a hold of this owner is alive");
+    assert_eq!(t2.alive, 1, "a hold of this owner is alive");
     let t2 = hold(t2, Duration::from_secs(10));
     let inner = locks.release("k", "a", 0, &t2.state, false);
     assert!(!inner.removed.last && inner.successor().is_none());
@@ -165,7 +165,7 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
         // … while b, first in the queue, sees a's lease run out.
         let b = s.spawn(|| match enter(&locks, "b") {
             Enter::Turn(turn) => {
-                assert!(turn.fresh);
+                assert_eq!(turn.alive, 0);
                 std::mem::forget(turn); // b keeps its turn for the checks below
                 true
             }
@@ -197,7 +197,7 @@ fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
         // … so the owner's new lock does not race it at Redis: it queues.
         let again = s.spawn(|| match enter(&locks, "a") {
             Enter::Turn(turn) => {
-                let fresh = turn.fresh;
+                let fresh = turn.alive == 0;
                 drop(turn);
                 Some(fresh)
             }

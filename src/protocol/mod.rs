@@ -45,9 +45,10 @@ pub(crate) struct Request<'a> {
     /// The client's owner id (`<uuid>:<n>`), not the hash field.
     pub(crate) owner: &'a str,
     pub(crate) lease: Duration,
-    /// Plain: no guard of this owner is alive in its client, so a count Redis
-    /// still shows for it is stale (see `plain::ACQUIRE`).
-    pub(crate) fresh: bool,
+    /// Plain: how many guards of this owner are alive in its client (0: a
+    /// first hold — a count Redis still shows for it is stale; see
+    /// `plain::ACQUIRE`).
+    pub(crate) alive: u32,
     /// Plain and fair: whether (and how) to deal in fencing tokens.
     pub(crate) fence: Fence,
     /// Plain: the waiter's place in the line of waiting clients (see
@@ -55,6 +56,13 @@ pub(crate) struct Request<'a> {
     /// fair: the mark of its queue entry. `None` for a single try (plain:
     /// no place; fair: no grant).
     pub(crate) place: Option<&'a str>,
+}
+
+impl Request<'_> {
+    /// A first hold: no guard of the owner is alive in its client.
+    pub(crate) fn fresh(&self) -> bool {
+        self.alive == 0
+    }
 }
 
 /// What an acquire attempt found, for every kind.

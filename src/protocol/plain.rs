@@ -155,16 +155,18 @@ pub(crate) use granted_fn;
 
 /// The acquire logic both acquire scripts share, around `$then` (what to
 /// return once the hold is taken). KEYS: lock, line, the line's places, the
-/// yield marker (, token counter). ARGV: lease, owner, fresh, place (,
+/// yield marker (, token counter). ARGV: lease, owner, alive, place (,
 /// mint).
 ///
 /// Free, or already ours → one more hold and the lease `ARGV[1]` (a
 /// re-entry only lengthens the lease: the owner's other guards count on
 /// theirs);
-/// `ARGV[3] == "1"` (no guard of this owner is alive in its client) makes it
-/// the first hold whatever count Redis still shows for the owner — a stale
-/// count from a lost lease, an unconfirmed handoff or a grant nobody heard
-/// must not outlive it. Our place in the line (`ARGV[4]`, see
+/// `ARGV[3]` is how many guards of this owner are alive in its client: `0`
+/// makes it the first hold whatever count Redis still shows for the owner
+/// — a stale count from a lost lease, an unconfirmed handoff or a grant
+/// nobody heard must not outlive it; a re-entry that finds the lock free
+/// (the earlier holds ran out in Redis) counts those guards again, so their
+/// releases count down to this hold instead of freeing the lock under it. Our place in the line (`ARGV[4]`, see
 /// `protocol::place_of`), if first, goes. But a free lock is not taken while
 /// another live place is first in line (it is that waiter's turn: wait until
 /// its place would expire) or while the lock is left to other libraries'
@@ -255,8 +257,9 @@ if not free then
     end
 end
 if mine then
-    if free or ARGV[3] == '1' then
-        redis.call('hset', KEYS[1], ARGV[2], 1)
+    local alive = tonumber(ARGV[3])
+    if free or alive == 0 then
+        redis.call('hset', KEYS[1], ARGV[2], alive + 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
     else
         -- A re-entry: the owner's other guards count on their own leases,
@@ -518,7 +521,7 @@ impl PlainScripts {
                 fenced.then(|| token_key(key)),
                 millis(req.lease),
                 req.owner,
-                req.fresh,
+                req.alive,
                 req.place.unwrap_or(""),
                 fenced.then_some(req.fence == Fence::Mint),
             ),

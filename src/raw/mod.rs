@@ -246,7 +246,7 @@ impl Raw {
     /// is larger.
     ///
     /// An attempt that went out and was not answered may have run: when it
-    /// asked for a first hold (`req.fresh`), what it may have taken is
+    /// asked for a first hold (`req.fresh()`), what it may have taken is
     /// undone once Redis answers (see [`orphaned`](Self::orphaned)); a
     /// reentrant one keeps the owner's real hold (its stale count goes with
     /// the last release). One that never went out (a refused connect) did
@@ -267,7 +267,7 @@ impl Raw {
         // What a lost reply may have left.
         let lost = || Orphan::lost(req.kind, req.key, req.owner, req.lease, req.place, sent_at);
         let forsaken = || self.forsaken(lost(), Undoing::Acquire);
-        let forsaken = req.fresh.then_some(&forsaken as MakeForsaken<'_>);
+        let forsaken = req.fresh().then_some(&forsaken as MakeForsaken<'_>);
         let kind = req.kind;
         let read = move |r: Reply| Ok((Scripts::acquire_reply(kind, r.value)?, r.acked));
         let (answer, sent) = self
@@ -275,7 +275,7 @@ impl Raw {
             .call(park, req.key, bound, call, read, forsaken)
             .await;
         let (answer, acked) = match answer {
-            Err(e) if req.fresh && sent && e.is_unanswered() => {
+            Err(e) if req.fresh() && sent && e.is_unanswered() => {
                 self.orphaned(lost());
                 return Err(e);
             }
@@ -283,7 +283,7 @@ impl Raw {
         };
         if let Some(e) = self.unreplicated(name, acked) {
             let bound = self.give_back();
-            self.undo_detached(park, req.kind, req.key, req.owner, req.fresh, bound);
+            self.undo_detached(park, req.kind, req.key, req.owner, req.fresh(), bound);
             return Err(e);
         }
         Ok(answer)
@@ -361,7 +361,7 @@ impl Raw {
             key,
             owner,
             lease,
-            fresh: true,
+            alive: 0,
             fence: Fence::None,
             place: None,
         };

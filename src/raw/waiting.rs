@@ -170,9 +170,9 @@ pub(crate) struct Waiting<'a> {
     lease: Duration,
     /// Asked for a fencing token.
     fenced: bool,
-    /// No guard of this owner is alive in the client: a count Redis still
-    /// shows for it is stale.
-    fresh: bool,
+    /// Guards of this owner alive in the client (0: a count Redis still
+    /// shows for it is stale).
+    alive: u32,
     fence: Fence,
     /// Plain, fair: this wait's place in the line of waiting clients (the
     /// mark of its fair queue entry).
@@ -228,11 +228,10 @@ impl Raw {
             self.owner()
         };
         // Plain: set from the in-process queue's turn.
-        let fresh = self
+        let alive = self
             .ledger
             .holds(&key, &protocol::hold_field(want.kind, &owner))
-            .0
-            == 0;
+            .0;
         Ok(Waiting {
             raw: self,
             name,
@@ -241,7 +240,7 @@ impl Raw {
             owner,
             lease: want.lease.unwrap_or(self.watchdog_lease),
             fenced: want.fenced,
-            fresh,
+            alive,
             fence: if want.fenced {
                 Fence::Mint
             } else {
@@ -345,7 +344,7 @@ impl<'a> Waiting<'a> {
     }
 
     /// The turn of the in-process queue decides: whether the owner has
-    /// guards alive here (`fresh`) and the token of its holds. A waiter
+    /// guards alive here (`alive`) and the token of its holds. A waiter
     /// takes a place in the line of waiting clients; a single try (a
     /// `deadline` passed) leaves none. Already subscribed (`subscribed`: a
     /// busy name), the first attempt takes it; otherwise the attempt after
@@ -357,7 +356,7 @@ impl<'a> Waiting<'a> {
         subscribed: bool,
         deadline: Option<Instant>,
     ) {
-        self.fresh = turn.fresh;
+        self.alive = turn.alive;
         self.fence = match (self.fenced, turn.fence) {
             (false, _) => Fence::None,
             (true, Some(_)) => Fence::Keep,
@@ -540,7 +539,7 @@ impl Waiting<'_> {
     /// answers (and before this owner's next acquire of the key) — or the
     /// place expires by itself first.
     fn giving_back(&self, leave: bool) -> impl FnOnce() + Send + 'static {
-        let (raw, kind, fresh) = (Arc::clone(self.raw), self.kind, self.fresh);
+        let (raw, kind, fresh) = (Arc::clone(self.raw), self.kind, self.alive == 0);
         let (key, owner) = (self.key.clone(), self.owner.clone());
         let (place, lease) = (self.place.clone(), self.lease);
         move || {
@@ -569,7 +568,7 @@ impl Waiting<'_> {
             key: &self.key,
             owner: &self.owner,
             lease: self.lease,
-            fresh: self.fresh,
+            alive: self.alive,
             fence: self.fence,
             place: self.place.as_deref(),
         }

@@ -514,16 +514,17 @@ impl Sim {
         let lease = cl.lease.to_string();
         let owner = cl.owner.clone();
         let (name, keys, argv): (&str, Vec<&str>, Vec<String>) = match op {
-            // A first hold of a fenced lock mints a token (`Fence::Mint`).
+            // A first hold (no guard alive: `0`); a fenced one mints a
+            // token (`Fence::Mint`).
             Op::Acquire { place } if cl.fenced => (
                 "plain fenced acquire",
                 vec![KEY, LINE, PLACES, YIELD, TOKENS],
-                vec![lease, owner, "1".into(), place.clone(), "1".into()],
+                vec![lease, owner, "0".into(), place.clone(), "1".into()],
             ),
             Op::Acquire { place } => (
                 "plain acquire",
                 vec![KEY, LINE, PLACES, YIELD],
-                vec![lease, owner, "1".into(), place.clone()],
+                vec![lease, owner, "0".into(), place.clone()],
             ),
             Op::Reenter { lease } if cl.fenced => (
                 "plain fenced acquire",
@@ -531,7 +532,7 @@ impl Sim {
                 vec![
                     lease.to_string(),
                     owner,
-                    "0".into(),
+                    "1".into(), // the first guard is alive
                     String::new(),
                     "0".into(),
                 ],
@@ -539,7 +540,7 @@ impl Sim {
             Op::Reenter { lease } => (
                 "plain acquire",
                 vec![KEY, LINE, PLACES, YIELD],
-                vec![lease.to_string(), owner, "0".into(), String::new()],
+                vec![lease.to_string(), owner, "1".into(), String::new()],
             ),
             Op::Unhold { keep } => (
                 "plain release",
