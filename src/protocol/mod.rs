@@ -329,11 +329,21 @@ pub(crate) struct Scripts {
 /// by name: what the protocol simulator (`tests/sim`) runs.
 #[cfg(feature = "simulation")]
 pub fn simulated() -> Vec<(&'static str, &'static str)> {
-    let scripts = Scripts::of(PubSub::Classic);
-    let mut all = scripts.plain.sources();
-    all.extend(scripts.semaphore.sources());
-    all.push(("renew", renew::RENEW));
-    all
+    let (p, s) = (
+        &Scripts::of(PubSub::Classic).plain,
+        &Scripts::of(PubSub::Classic).semaphore,
+    );
+    vec![
+        ("plain acquire", &p.acquire.source),
+        ("plain fenced acquire", &p.acquire_fenced.source),
+        ("plain release", &p.release.source),
+        ("plain leave", &p.leave.source),
+        ("semaphore acquire", &s.acquire.source),
+        ("semaphore release", &s.release.source),
+        ("semaphore leave", &s.leave.source),
+        ("semaphore set permits", &s.set_permits.source),
+        ("renew", renew::RENEW),
+    ]
 }
 
 impl Scripts {

@@ -475,10 +475,10 @@ pub(crate) enum Fence {
 
 /// The plain lock's scripts, hashed once per client.
 pub(crate) struct PlainScripts {
-    acquire: Lua,
-    acquire_fenced: Lua,
-    release: Lua,
-    leave: Lua,
+    pub(super) acquire: Lua,
+    pub(super) acquire_fenced: Lua,
+    pub(super) release: Lua,
+    pub(super) leave: Lua,
 }
 
 impl PlainScripts {
@@ -489,17 +489,6 @@ impl PlainScripts {
             release: pubsub.lua(RELEASE),
             leave: pubsub.lua(LEAVE),
         }
-    }
-
-    /// The scripts as sent, by name (the protocol simulator runs them).
-    #[cfg(feature = "simulation")]
-    pub(crate) fn sources(&'static self) -> Vec<(&'static str, &'static str)> {
-        vec![
-            ("plain acquire", &self.acquire.source),
-            ("plain fenced acquire", &self.acquire_fenced.source),
-            ("plain release", &self.release.source),
-            ("plain leave", &self.leave.source),
-        ]
     }
 
     /// One acquire as a call (one `EVALSHA`; `SCRIPT LOAD` and a retry only

@@ -43,10 +43,8 @@ pub(crate) struct PermitWaiting<'a> {
     watchdog: bool,
     /// This wait's place in line, once it waits.
     place: Option<String>,
-    /// Attempts sent with the current place, and whether one after the
-    /// first found it new again: grants naming it are then taken by an
-    /// attempt (as `raw::waiting`'s, for the same reason — a grant delayed
-    /// past our next confirmation; the protocol simulator found both).
+    /// Attempts sent with the current place, and whether a later one found
+    /// it new again (see `raw::waiting`'s `stale_grants`).
     sent_with_place: u32,
     stale_grants: bool,
     /// Whether the wait may take a place (not a single try).

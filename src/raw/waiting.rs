@@ -181,12 +181,10 @@ pub(crate) struct Waiting<'a> {
     join: bool,
     /// Plain: attempts sent with the current place.
     sent_with_place: u32,
-    /// Plain: an attempt after the first found our place new again — it had
-    /// been granted (or dropped as dead) since, so a grant naming it may
-    /// predate our last attempt and the lease counted from that attempt: an
-    /// attempt takes any grant from then on. (A grant delayed past a later
-    /// confirmation made two holders; the protocol simulator found it:
-    /// `tests/simulation.rs`.)
+    /// Plain: a later attempt found our place new again (granted or dropped
+    /// since): a grant naming it may predate our last attempt, so attempts
+    /// take grants from then on (a delayed grant made two holders: found by
+    /// the protocol simulator, docs/verification.md).
     stale_grants: bool,
     /// The watchdog renews the lease (no explicit lease).
     watchdog: bool,

@@ -119,13 +119,13 @@ pub(crate) struct State {
 
 /// The semaphore's scripts, hashed once per client.
 pub(crate) struct SemaphoreScripts {
-    acquire: Lua,
-    release: Lua,
-    leave: Lua,
-    set_permits: Lua,
-    add_permits: Lua,
-    available: Lua,
-    inspect: Lua,
+    pub(super) acquire: Lua,
+    pub(super) release: Lua,
+    pub(super) leave: Lua,
+    pub(super) set_permits: Lua,
+    pub(super) add_permits: Lua,
+    pub(super) available: Lua,
+    pub(super) inspect: Lua,
 }
 
 /// The semaphore's five keys, as every script takes them.
@@ -144,17 +144,6 @@ impl SemaphoreScripts {
             available: pubsub.lua(AVAILABLE),
             inspect: PubSub::Classic.lua(INSPECT),
         }
-    }
-
-    /// The scripts as sent, by name (the protocol simulator runs them).
-    #[cfg(feature = "simulation")]
-    pub(crate) fn sources(&'static self) -> Vec<(&'static str, &'static str)> {
-        vec![
-            ("semaphore acquire", &self.acquire.source),
-            ("semaphore release", &self.release.source),
-            ("semaphore leave", &self.leave.source),
-            ("semaphore set permits", &self.set_permits.source),
-        ]
     }
 
     /// One attempt to take `permits` permits with ids `ids` for `lease`, as
