@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A long run of the protocol simulator (docs/verification.md): the plain
-# lock's and the semaphore's fault profiles on many fresh seeds, in a
+# and fair locks' and the semaphore's fault profiles on many fresh seeds, in a
 # release build, then the steps, scripts and faults explored. A failure
 # prints its seed and the end of its trace; LEASEHOLD_SIM_FROM=<seed>
 # LEASEHOLD_SIM_SEEDS=1 replays it.
@@ -21,6 +21,7 @@ export LEASEHOLD_SIM_FROM=${LEASEHOLD_SIM_FROM:-$(date +%s%N)}
 echo "simulating $seeds seeds per profile from seed $LEASEHOLD_SIM_FROM..."
 start=$(date +%s)
 cargo test --release -q -p leasehold-tests --test simulation -- --nocapture --test-threads 2 \
-    the_plain_lock_keeps_its_promises_under_faults the_semaphore_keeps_its_promises_under_faults \
-    2>&1 | grep -E "^(plain lock|semaphore)|panicked|seed|test result" 
+    the_plain_lock_keeps_its_promises_under_faults the_fair_lock_keeps_its_promises_under_faults \
+    the_semaphore_keeps_its_promises_under_faults \
+    2>&1 | grep -E "^(plain lock|fair lock|semaphore)|panicked|seed|test result" 
 echo "done in $(( $(date +%s) - start )) s"

@@ -510,3 +510,38 @@ fn a_directly_granted_hold_leaves_no_mark_once_released() {
     let marks: Vec<String> = con.hkeys("leasehold_fair:{granted}").unwrap();
     assert!(marks.is_empty(), "marks left: {marks:?}");
 }
+
+/// A waiter that died in the queue while nobody came by after it (its
+/// holder gone too) does not leave the queue and its timeouts in Redis for
+/// good: they expire with the last place's timeout (Redisson's 5-minute
+/// step per place, chained; a leasehold place is dropped sooner, by the
+/// next script that comes by). Before, neither key had an expiry (found by
+/// the protocol simulator: `tests/simulation.rs`, the fair lock's profiles).
+#[test]
+fn a_queue_whose_waiters_all_died_does_not_stay_for_good() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let (tx, _got) = std::sync::mpsc::channel();
+    let mut waiter = FairProcess::start(&server.url(), "xdead", &tx);
+    let g = holder.fair_lock("xdead").unwrap();
+    waiter.send("take w");
+    assert!(eventually(Duration::from_secs(5), || queue(
+        &mut con, "xdead"
+    )
+    .len()
+        == 1));
+    drop(waiter); // SIGKILL
+    for key in [
+        "redisson_lock_queue:{xdead}",
+        "redisson_lock_timeout:{xdead}",
+    ] {
+        let ttl: i64 = con.pttl(key).unwrap();
+        assert!(
+            ttl > 0 && ttl <= 2 * 300_000 + 30_000,
+            "{key}: PTTL {ttl} (-1: kept for good)"
+        );
+    }
+    // The holder dies too: its guard is forgotten, the lease runs out.
+    std::mem::forget(g);
+}

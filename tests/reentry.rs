@@ -289,15 +289,22 @@ fn a_write_reentry_never_cuts_a_lease_a_guard_counts_on() {
 /// lock free and takes it — its own lease from then on. Releasing the first
 /// guard first must not free it under the re-entered one (it counted one
 /// hold in Redis for two guards and deleted the lock: found by the protocol
-/// simulator, `tests/simulation.rs`). Plain and fenced.
+/// simulator, `tests/simulation.rs`). Plain, fenced, fair (the fair lock's
+/// found by its own simulation after the plain lock's fix).
 #[test]
 fn a_reentry_after_the_first_lease_ran_out_survives_the_first_guards_release() {
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
     let mut con = server.connection();
-    for (name, fenced) in [("late:plain", false), ("late:fenced", true)] {
+    for (name, fair, fenced) in [
+        ("late:plain", false, false),
+        ("late:fenced", false, true),
+        ("late:fair", true, false),
+        ("late:fair:fenced", true, true),
+    ] {
         let with = |lease: Duration| {
             let o = LockOptions::new().lease(lease);
+            let o = if fair { o.fair() } else { o };
             if fenced {
                 o.fenced()
             } else {

@@ -309,6 +309,7 @@ fn dump(run: &mut dyn FnMut(&[Vec<u8>]) -> Reply, t: &Reply, key: &str) -> Reply
 /// now and then when `reentry`.
 fn profile(delay: u64, reentry: bool) -> sim::plain::Config {
     sim::plain::Config {
+        lock: sim::plain::Lock::Plain,
         clients: 4,
         steps: 4_000,
         faults: sim::plain::Faults {
@@ -377,6 +378,33 @@ fn the_plain_lock_keeps_its_promises_under_faults() {
     }
 }
 
+/// The fair lock's, under the same faults: one holder, tokens grow, Redis
+/// keeps every view, a free lock with a waiter is taken, nothing is left
+/// once every lease and place ran out.
+#[test]
+fn the_fair_lock_keeps_its_promises_under_faults() {
+    for cfg in [
+        profile(3, false),
+        profile(15, false),
+        profile(0, true),
+        profile(15, true),
+    ] {
+        let cfg = sim::plain::Config {
+            lock: sim::plain::Lock::Fair,
+            ..cfg
+        };
+        let seeds = seeds();
+        let explored = sim::plain::explore(seeds.iter().copied(), &cfg, &sim::plain::shipped())
+            .unwrap_or_else(|e| panic!("{e}"));
+        println!("fair lock, {cfg:?}: {explored:?}");
+        let n = seeds.len() as u64;
+        assert!(
+            explored.acquired > 5 * n && 2 * explored.grants > n,
+            "{explored:?}"
+        );
+    }
+}
+
 /// The simulator can fail: each known-bad change to a script or a client
 /// step breaks an invariant on some seed.
 #[test]
@@ -424,6 +452,27 @@ fn known_bad_scripts_fail_the_simulation() {
             "redis.call('hset', KEYS[1], ARGV[2], 1)",
             true,
         ),
+        (
+            "a fair acquire that ignores the queue order",
+            "fair acquire",
+            "redis.call('exists', KEYS[1]) == 0 and ((not first) or first == ARGV[2])",
+            "redis.call('exists', KEYS[1]) == 0",
+            false,
+        ),
+        (
+            "a fair place taken again without its flag",
+            "fair acquire",
+            "local joined = new and ARGV[4] ~= ''",
+            "local joined = false",
+            false,
+        ),
+        (
+            "a late fair re-entry counting one hold for the owner's guards",
+            "fair acquire",
+            "redis.call('hset', KEYS[1], ARGV[2], guards + 1)",
+            "redis.call('hset', KEYS[1], ARGV[2], 1)",
+            true,
+        ),
     ];
     for (what, script, from, to, reentry) in mutations {
         let mut scripts = sim::plain::shipped();
@@ -433,7 +482,14 @@ fn known_bad_scripts_fail_the_simulation() {
             "{what}: the script no longer has {from:?}"
         );
         *source = source.replace(from, to);
-        let cfg = profile(15, *reentry);
+        let lock = match script.starts_with("fair") {
+            true => sim::plain::Lock::Fair,
+            false => sim::plain::Lock::Plain,
+        };
+        let cfg = sim::plain::Config {
+            lock,
+            ..profile(15, *reentry)
+        };
         let found = sim::plain::explore(1..=100, &cfg, &scripts);
         assert!(found.is_err(), "{what}: the simulation did not notice");
         println!("{what}: {}", found.unwrap_err().lines().next().unwrap());
@@ -474,8 +530,13 @@ fn known_bad_scripts_fail_the_simulation() {
         "a semaphore trusting stale grants: {}",
         e.lines().next().unwrap()
     );
+    let fair_stale = sim::plain::Config {
+        lock: sim::plain::Lock::Fair,
+        ..stale.clone()
+    };
     for (what, cfg) in [
         ("trusting stale grants", stale),
+        ("trusting stale fair grants", fair_stale),
         ("keeping the released guard's lease", keep),
     ] {
         let e = sim::plain::explore(1..=100, &cfg, &sim::plain::shipped()).expect_err(what);

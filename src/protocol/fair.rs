@@ -93,19 +93,26 @@ end
 
 /// Acquire: KEYS lock, queue, timeouts, leasehold marks (, token counter);
 /// ARGV lease, owner, queue lease (the waiter's own: at most
-/// [`QUEUE_LEASE`], at most its lease), place (`''`: a single try).
-/// Ours already → one more hold (the lease only lengthened: the owner's other
-/// guards count on theirs), nil — or, when the lock was granted to this
-/// wait's place (the mark says `<place>!`), the first hold: a grant whose
-/// message was lost or that must be taken as asked. Free and (no queue or we
-/// are first) → ours, out of the queue, nil. Otherwise take our place at the end of
+/// [`QUEUE_LEASE`], at most its lease), place (`''`: a single try), alive
+/// (how many guards of the owner are alive in its client, as the plain
+/// lock's `ARGV[3]`). Ours already → one more hold (the lease only
+/// lengthened: the owner's other guards count on theirs), nil — or the
+/// first hold when no guard is alive (a count Redis still shows is stale)
+/// or the lock was granted to this wait's place (the mark says
+/// `<place>!`): a grant whose message was lost or that must be taken as
+/// asked. Free and (no queue or we are first) → ours, out of the queue,
+/// nil; a re-entry that finds the lock free (the earlier holds ran out in
+/// Redis) counts the guards alive again, so their releases count down to
+/// it instead of freeing the lock under it. Otherwise take our place at the end of
 /// the queue (timeout chained after the last, as Redisson's) or keep it,
 /// mark it leasehold's with its place (`-` for a single try) so a release
 /// may grant it the lock directly, and confirm it: the mark names until
 /// when it lives (now + the queue lease). Return how long to wait: the holder's PTTL, or when the
 /// lock is free but another waiter is first, until that waiter's place
 /// would be dropped (at most the queue lease); -1 when the holder has no
-/// expiry.
+/// expiry — as `{'j', ms}` when a waiter's place was new (its first
+/// attempt, or the place was granted or dropped since its last: a grant
+/// naming it may then predate this attempt; see `raw::waiting`).
 ///
 /// A key that is not a lock (an application's hash or string; see
 /// `admin::shape_fn!`) → `{'n', <its shape>}`, nothing changed.
@@ -114,8 +121,9 @@ end
 /// reentrant one `{-1}` (it keeps the token of the outer hold).
 pub(super) const ACQUIRE: &str = r#"
 purge(KEYS[4])
+local guards = tonumber(ARGV[5])
 local function first_hold()
-    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('hset', KEYS[1], ARGV[2], guards + 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     if KEYS[5] then
         return {mint(KEYS[5])}
@@ -127,7 +135,7 @@ if type(ours) == 'table' then
     return not_a_lock(KEYS[1])
 end
 if ours == 1 then
-    if ARGV[4] ~= '' and redis.call('hget', KEYS[4], ARGV[2]) == ARGV[4] .. '!' then
+    if guards == 0 or ARGV[4] ~= '' and redis.call('hget', KEYS[4], ARGV[2]) == ARGV[4] .. '!' then
         redis.call('hdel', KEYS[4], ARGV[2])
         return first_hold()
     end
@@ -154,7 +162,18 @@ for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
         return not_a_lock(KEYS[1])
     end
 end
-if redis.call('zscore', KEYS[3], ARGV[2]) == false then
+-- A place taken again (granted, or dropped as dead, since this waiter's
+-- last attempt) answers `{'j', ms}`: a grant naming it may predate this
+-- attempt (the plain lock's `j`, `plain::ACQUIRE`'s `waiting`).
+local new = redis.call('zscore', KEYS[3], ARGV[2]) == false
+local joined = new and ARGV[4] ~= ''
+local function waiting(ms)
+    if joined then
+        return {'j', ms}
+    end
+    return ms
+end
+if new then
     local fresh = now + math.max(redis.call('pttl', KEYS[1]), 0)
         + WAIT * (redis.call('llen', KEYS[2]) + 1)
     local last = redis.call('lindex', KEYS[2], -1)
@@ -174,6 +193,13 @@ if mark == '' then
 end
 redis.call('hset', KEYS[4], ARGV[2], mark .. ' ' .. (now + tonumber(ARGV[3])))
 redis.call('pexpire', KEYS[4], 60000)
+-- The queue and its timeouts live as long as their last place could
+-- (Redisson's places last until their timeout): a waiter that died is not
+-- left queued for good when nobody comes by after it.
+local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')[2]
+local life = math.max(tonumber(last) - now, tonumber(ARGV[3])) + 1
+redis.call('pexpire', KEYS[2], life)
+redis.call('pexpire', KEYS[3], life)
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
     first = redis.call('lindex', KEYS[2], 0)
@@ -183,9 +209,9 @@ if ttl == -2 then
     else
         left = tonumber(redis.call('zscore', KEYS[3], first) or now) - now
     end
-    return math.max(math.min(left, tonumber(ARGV[3])), 0)
+    return waiting(math.max(math.min(left, tonumber(ARGV[3])), 0))
 end
-return ttl
+return waiting(ttl)
 "#;
 
 /// Release: KEYS lock, queue, timeouts, channel, leasehold marks, token
@@ -254,9 +280,9 @@ return redis.call('hexists', KEYS[1], ARGV[2])
 
 /// The fair lock's scripts.
 pub(crate) struct FairScripts {
-    acquire: Lua,
-    release: Lua,
-    cancel: Lua,
+    pub(super) acquire: Lua,
+    pub(super) release: Lua,
+    pub(super) cancel: Lua,
 }
 
 impl FairScripts {
@@ -295,6 +321,7 @@ impl FairScripts {
                 req.owner,
                 millis(place),
                 req.place.unwrap_or(""),
+                req.alive,
             ),
         )
     }

@@ -45,8 +45,8 @@ pub(crate) struct Request<'a> {
     /// The client's owner id (`<uuid>:<n>`), not the hash field.
     pub(crate) owner: &'a str,
     pub(crate) lease: Duration,
-    /// Plain: how many guards of this owner are alive in its client (0: a
-    /// first hold — a count Redis still shows for it is stale; see
+    /// Plain, fair: how many guards of this owner are alive in its client
+    /// (0: a first hold — a count Redis still shows for it is stale; see
     /// `plain::ACQUIRE`).
     pub(crate) alive: u32,
     /// Plain and fair: whether (and how) to deal in fencing tokens.
@@ -79,8 +79,9 @@ pub(crate) enum Attempt {
     Wait {
         hint: Option<Duration>,
         foreign: bool,
-        /// Plain: the waiter's place was new in the line (the reply's `j`
-        /// flag; why it matters: `waiting` in `plain::ACQUIRE`).
+        /// Plain, fair: the waiter's place was new in the line or queue
+        /// (the reply's `j` flag; why it matters: `waiting` in
+        /// `plain::ACQUIRE`).
         joined: bool,
     },
     /// Read/write: the owner reads and asked to write, which would wait for
@@ -329,15 +330,16 @@ pub(crate) struct Scripts {
 /// by name: what the protocol simulator (`tests/sim`) runs.
 #[cfg(feature = "simulation")]
 pub fn simulated() -> Vec<(&'static str, &'static str)> {
-    let (p, s) = (
-        &Scripts::of(PubSub::Classic).plain,
-        &Scripts::of(PubSub::Classic).semaphore,
-    );
+    let all = Scripts::of(PubSub::Classic);
+    let (p, f, s) = (&all.plain, &all.fair, &all.semaphore);
     vec![
         ("plain acquire", &p.acquire.source),
         ("plain fenced acquire", &p.acquire_fenced.source),
         ("plain release", &p.release.source),
         ("plain leave", &p.leave.source),
+        ("fair acquire", &f.acquire.source),
+        ("fair release", &f.release.source),
+        ("fair cancel", &f.cancel.source),
         ("semaphore acquire", &s.acquire.source),
         ("semaphore release", &s.release.source),
         ("semaphore leave", &s.leave.source),
@@ -386,8 +388,8 @@ impl Scripts {
     /// What the reply to an [`acquire_call`](Self::acquire_call) of `kind`
     /// says. Taken: nil, or a token (`{token}`; `{-1}`, a fenced re-entry,
     /// keeps the outer hold's). Held elsewhere: the holder's PTTL (-1: no
-    /// expiry), or (plain) `{flags, PTTL}`: `f` when the holder is another
-    /// library's, `j` when the waiter's place was new in the line.
+    /// expiry), or (plain, fair) `{flags, PTTL}`: `f` when the holder is
+    /// another library's (plain), `j` when the waiter's place was new.
     /// -3: a write attempt of a reader (an upgrade).
     pub(crate) fn acquire_reply(kind: Kind, reply: Value) -> RedisResult<Attempt> {
         if let Some(what) = admin::shape_after_marker(&reply) {

@@ -1,24 +1,28 @@
-//! The plain lock under simulation: model clients that follow the protocol
-//! as `docs/wire.md` and the raw layer describe it — acquire with a place
-//! in the line (`<owner>#<n>@<grant ms>/<place ms>`), confirm the place
-//! every third of its lease, take a grant from the client's grant channel
-//! (held from the send time of the last attempt that confirmed the place,
-//! for the grant's lease), renew a watchdog lease every third of it,
-//! release (owner-checked, the owner's last hold), and undo a call whose
-//! reply was lost (leave the place, release) before the owner's next
-//! acquire — against the exact scripts the library sends, over the model
-//! Redis, with a seeded schedule of faults: requests and replies delayed
-//! and reordered between clients, replies lost, grant messages delayed or
-//! lost, clients paused past their lease (their clock stops, Redis's runs)
-//! and crashed.
+//! The exclusive locks under simulation — the plain lock and (`Lock::Fair`)
+//! the fair lock: model clients that follow the protocol as `docs/wire.md`
+//! and the raw layer describe it — acquire with a place in the line or
+//! queue (`<owner>#<n>@<grant ms>/<place ms>`), confirm the place every
+//! third of its lease, take a grant from the client's channel (held from
+//! the send time of the last attempt that confirmed the place, for the
+//! grant's lease, unless a confirmation found the place new again), renew a
+//! watchdog lease every third of it, re-enter with a second guard, release
+//! (owner-checked, the owner's last hold), and undo a call whose reply was
+//! lost (leave the place, release) before the owner's next acquire —
+//! against the exact scripts the library sends, over the model Redis, with
+//! a seeded schedule of faults: requests and replies delayed and reordered
+//! between clients, replies lost, grant messages delayed or lost, clients
+//! paused past their lease (their clock stops, Redis's runs) and crashed,
+//! Redis's clock stepping back.
 //!
-//! Checked after every step: at most one client whose own lease view is
-//! unexpired, and Redis keeps each such client's hold at least as long as
-//! its view says; a free lock with a live waiter is taken within a bound of
-//! virtual time; and after every client has gone and the leases ran out,
-//! nothing of the lock is left in Redis.
+//! Here: the clients, the schedule and the calls; `replies`: what a client
+//! does with what comes back; `fair`: the fair lock's calls and its arrival
+//! order; `checks`: the invariants after every step and the wind-down.
 
 use std::collections::HashMap;
+
+mod checks;
+mod fair;
+mod replies;
 
 use super::lua::Engine;
 use super::store::{Reply, Store};
@@ -42,8 +46,32 @@ const YIELD: &str = "leasehold_line:{job}:yield";
 const CHANNEL: &str = "redisson_lock__channel:{job}";
 const TOKENS: &str = "redisson_lock_token:{job}";
 const GRANT_PREFIX: &str = "leasehold_grant:{job}:";
-const PLACE_LEASE: u64 = 3000;
 const GRANT_LEASE: u64 = 3000;
+// The fair lock's (Redisson's layout, and leasehold's marks of its places).
+const QUEUE: &str = "redisson_lock_queue:{job}";
+const TIMEOUTS: &str = "redisson_lock_timeout:{job}";
+const MARKS: &str = "leasehold_fair:{job}";
+
+/// Which exclusive lock the clients take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Lock {
+    /// The line of waiting clients, grants on each client's grant channel.
+    Plain,
+    /// Redisson's fair queue with leasehold's marks, grants on each
+    /// waiter's own channel.
+    Fair,
+}
+
+impl Lock {
+    /// How long a place lives unconfirmed, at most (`plain::PLACE_LEASE`,
+    /// `fair::QUEUE_LEASE`).
+    fn place_lease(self) -> u64 {
+        match self {
+            Lock::Plain => 3000,
+            Lock::Fair => 5000,
+        }
+    }
+}
 
 /// How much goes wrong, in percent of the chances it gets.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +91,7 @@ pub struct Faults {
 
 #[derive(Clone, Debug)]
 pub struct Config {
+    pub lock: Lock,
     pub clients: usize,
     pub steps: usize,
     pub faults: Faults,
@@ -364,7 +393,7 @@ impl Sim {
                 cl.sent_with_place = 0;
                 cl.stale_grants = false;
                 let grant = cl.lease.min(GRANT_LEASE);
-                let place = cl.lease.clamp(300, PLACE_LEASE);
+                let place = cl.lease.clamp(300, self.cfg.lock.place_lease());
                 let f = if cl.fenced { "f" } else { "" };
                 Op::Acquire {
                     place: format!("{}#{}@{grant}/{place}{f}", cl.owner, cl.places),
@@ -513,6 +542,9 @@ impl Sim {
         let cl = &self.clients[c];
         let lease = cl.lease.to_string();
         let owner = cl.owner.clone();
+        if self.cfg.lock == Lock::Fair {
+            return self.run_fair(c, op);
+        }
         let (name, keys, argv): (&str, Vec<&str>, Vec<String>) = match op {
             // A first hold (no guard alive: `0`); a fenced one mints a
             // token (`Fence::Mint`).
@@ -559,6 +591,10 @@ impl Sim {
                 vec![place.clone(), owner],
             ),
         };
+        self.eval(name, &keys, &argv)
+    }
+
+    fn eval(&mut self, name: &str, keys: &[&str], argv: &[String]) -> Result<Reply, String> {
         let source = self.scripts.get(name).ok_or(format!("no script {name}"))?;
         let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
         let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
@@ -577,367 +613,22 @@ impl Sim {
         for (channel, payload) in published {
             let channel = String::from_utf8_lossy(&channel).into_owned();
             let payload = String::from_utf8_lossy(&payload).into_owned();
-            if let Some(id) = channel.strip_prefix(GRANT_PREFIX) {
-                if let Some(c) = self.clients.iter().position(|cl| cl.id == id) {
+            let to = |cl: &Client| match self.cfg.lock {
+                Lock::Plain => channel.strip_prefix(GRANT_PREFIX) == Some(&cl.id),
+                Lock::Fair => {
+                    channel
+                        .strip_prefix(CHANNEL)
+                        .and_then(|c| c.strip_prefix(':'))
+                        == Some(&cl.owner)
+                }
+            };
+            {
+                if let Some(c) = self.clients.iter().position(to) {
                     self.explored.grants += 1;
                     self.travel(Transit::Message { client: c, payload });
                 }
             }
         }
-    }
-
-    /// A reply that never came: what the call may have done is undone
-    /// before the owner acquires again.
-    fn lost(&mut self, c: usize, op: Op) {
-        let cl = &mut self.clients[c];
-        match op {
-            Op::Acquire { place } => {
-                cl.unsettled = Some(place);
-                cl.state = State::Idle;
-            }
-            // Sent again until answered: it must reach Redis.
-            Op::Release | Op::Leave { .. } => {
-                let op = op.clone();
-                self.send(c, op);
-            }
-            // The next renewal (a third of the lease later) tries again.
-            Op::Renew => {}
-            // A re-entry that may have counted one more hold in Redis, a
-            // guard's release that may not have counted one less: the
-            // owner's last release drops its field whatever the count.
-            Op::Reenter { .. } | Op::Unhold { .. } => {}
-        }
-    }
-
-    fn answer(&mut self, c: usize, op: Op, sent_at: u64, reply: Reply) -> Result<(), String> {
-        let now = self.now();
-        let cl = &mut self.clients[c];
-        match op {
-            Op::Acquire { place } => match reply {
-                Reply::Array(ref items) if matches!(items.as_slice(), [Reply::Int(_)]) => {
-                    let Reply::Int(token) = items[0] else {
-                        unreachable!()
-                    };
-                    let until = sent_at + cl.lease - 1;
-                    if until <= now {
-                        cl.state = State::Idle;
-                        cl.unsettled = Some(place);
-                        return Ok(());
-                    }
-                    cl.token = Some(token as u64);
-                    self.hold(c, until)?;
-                }
-                Reply::Nil => {
-                    let until = sent_at + cl.lease - 1;
-                    if until <= now {
-                        // Arrived after its lease could have run out: undo.
-                        cl.state = State::Idle;
-                        cl.unsettled = Some(place);
-                        return Ok(());
-                    }
-                    self.hold(c, until)?;
-                }
-                Reply::Int(_) | Reply::Array(_) => {
-                    let (ms, flags) = match reply {
-                        Reply::Int(ms) => (ms, String::new()),
-                        Reply::Array(items) => match items.as_slice() {
-                            [Reply::Bulk(f), Reply::Int(ms)] => {
-                                (*ms, String::from_utf8_lossy(f).into_owned())
-                            }
-                            other => return Err(format!("c{c}: acquire answered {other:?}")),
-                        },
-                        _ => unreachable!(),
-                    };
-                    // Sent with the place: `sent_with_place` counts this one.
-                    if flags.contains('j') && cl.sent_with_place > 1 && !self.cfg.trust_stale_grants
-                    {
-                        cl.stale_grants = true;
-                    }
-                    cl.confirmed_at = sent_at;
-                    let third = cl.lease.clamp(300, PLACE_LEASE) / 3;
-                    let wait = if ms < 0 {
-                        third
-                    } else {
-                        (ms as u64).clamp(1, third)
-                    };
-                    cl.state = State::Waiting {
-                        place,
-                        confirm_at: now + wait,
-                    };
-                    self.take_grants(c)?;
-                }
-                other => return Err(format!("c{c}: acquire answered {other:?}")),
-            },
-            Op::Renew => {
-                if let State::Holding {
-                    until, release_at, ..
-                } = cl.state
-                {
-                    if reply == Reply::Int(1) {
-                        let until = until.max(sent_at + cl.lease - 1);
-                        cl.state = State::Holding {
-                            until,
-                            renew_at: now + cl.lease / 3,
-                            release_at,
-                        };
-                    } else {
-                        // Lost: the guard is told; its drop releases.
-                        cl.state = State::Holding {
-                            until: now,
-                            renew_at: u64::MAX,
-                            release_at: now,
-                        };
-                    }
-                }
-            }
-            Op::Release | Op::Unhold { .. } => {
-                if matches!(op, Op::Release) {
-                    cl.state = State::Idle;
-                }
-            }
-            Op::Reenter { lease } => {
-                let held = matches!(&reply, Reply::Nil)
-                    || matches!(&reply, Reply::Array(items) if matches!(items.as_slice(), [Reply::Int(_)]));
-                if !held {
-                    return Ok(()); // held elsewhere: our first guard's lease is gone
-                }
-                let until = sent_at + lease - 1;
-                let outer = match cl.state {
-                    State::Holding { until, .. } => until,
-                    _ => 0,
-                };
-                if until <= now {
-                    // Too late to count on: dropped at once (the first
-                    // guard keeps what it counts on).
-                    let keep = format!(">{}", keep_ms(outer.saturating_sub(now)));
-                    self.send(c, Op::Unhold { keep });
-                    return Ok(());
-                }
-                let cs = 1 + self.rng.below(2 * lease);
-                self.clients[c].inner = Some(Inner {
-                    until,
-                    release_at: now + cs,
-                });
-                self.note(format!("c{c} re-entered until {until}"));
-            }
-            Op::Leave { .. } => {
-                // A grant that came meanwhile is released.
-                if reply == Reply::Int(1) {
-                    cl.state = State::Holding {
-                        until: 0,
-                        renew_at: u64::MAX,
-                        release_at: 0,
-                    };
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn hold(&mut self, c: usize, until: u64) -> Result<(), String> {
-        let now = self.now();
-        let cl = &mut self.clients[c];
-        if cl.fenced {
-            let token = cl
-                .token
-                .ok_or(format!("c{c} holds a fenced lock without a token"))?;
-            if token <= self.last_token {
-                return Err(format!(
-                    "c{c}'s token {token} does not exceed the last holder's {}",
-                    self.last_token
-                ));
-            }
-            self.last_token = token;
-        }
-        let cl = &mut self.clients[c];
-        let cs = 1 + self.rng.below(2 * cl.lease);
-        cl.state = State::Holding {
-            until,
-            renew_at: now + (until - now) / 3,
-            release_at: now + cs,
-        };
-        cl.acquired += 1;
-        self.explored.acquired += 1;
-        self.note(format!("c{c} holds until {until}"));
-        Ok(())
-    }
-
-    /// The grants client `c` received, looked at as the wait loop does
-    /// once no attempt is in flight: one naming our place is held at once
-    /// — counted from the send time of the attempt that left us waiting,
-    /// for the grant's lease — if less than half of that lease is gone.
-    fn take_grants(&mut self, c: usize) -> Result<(), String> {
-        let now = self.now();
-        let cl = &mut self.clients[c];
-        let State::Waiting { place, .. } = &cl.state else {
-            return Ok(());
-        };
-        if cl.inflight.is_some() {
-            return Ok(());
-        }
-        let place = place.clone();
-        let grants = std::mem::take(&mut cl.grants);
-        for grant in grants {
-            let (named, token) = match grant.split_once(' ') {
-                Some((named, token)) => (named, token.parse::<u64>().ok()),
-                None => (grant.as_str(), None),
-            };
-            if named != place {
-                continue; // not ours: `0` (try again), another wait's
-            }
-            let lease = cl.lease.min(GRANT_LEASE);
-            let direct = !cl.stale_grants && (token.is_some() || !cl.fenced);
-            if !direct || now - cl.confirmed_at >= lease / 2 {
-                // Too much of it gone to trust, or it must be taken as
-                // asked: the attempt decides.
-                cl.state = State::Waiting {
-                    place,
-                    confirm_at: now,
-                };
-                return Ok(());
-            }
-            cl.token = token;
-            let until = cl.confirmed_at + lease - 1;
-            self.note(format!("c{c} granted"));
-            return self.hold(c, until);
-        }
-        Ok(())
-    }
-
-    /// The invariants, now.
-    fn check(&mut self) -> Result<(), String> {
-        let now = self.now();
-        // Every guard's view: the first, and a re-entered one.
-        let views = |c: usize| -> Vec<u64> {
-            let cl = &self.clients[c];
-            let mut v = Vec::new();
-            if let State::Holding { until, .. } = cl.state {
-                v.push(until);
-                v.extend(cl.inner.map(|i| i.until));
-            }
-            v.retain(|&u| u > now);
-            v
-        };
-        let holders: Vec<usize> = (0..self.clients.len())
-            .filter(|&c| !views(c).is_empty())
-            .collect();
-        if holders.len() > 1 {
-            return Err(format!("two holders at once: {holders:?}"));
-        }
-        for &c in &holders {
-            let until = views(c).into_iter().max().unwrap_or(now);
-            let owner = self.clients[c].owner.clone();
-            let mut store = self.engine.store.borrow_mut();
-            let ours =
-                store.call(&[b"hexists".to_vec(), KEY.into(), owner.into_bytes()]) == Reply::Int(1);
-            let pttl = match store.call(&[b"pttl".to_vec(), KEY.into()]) {
-                Reply::Int(n) => n,
-                _ => -2,
-            };
-            if !ours || (pttl >= 0 && (pttl as u64) < until - now) {
-                return Err(format!(
-                    "c{c} counts on {} ms more, Redis keeps {pttl} ms (ours: {ours})",
-                    until - now
-                ));
-            }
-        }
-        // Liveness: a free lock with a live, unpaused waiter is taken
-        // within two place leases (a dead place first in line costs one)
-        // and the longest lease (a grantee that died holds its grant).
-        // (A waiter cut off — paused, or its call held up on the network —
-        // is not counted.)
-        let held_up = |c: usize| {
-            self.transit.iter().any(|(due, t)| {
-                *due > now
-                    && match t {
-                        Transit::Request { client, .. } | Transit::Reply { client, .. } => {
-                            *client == c
-                        }
-                        Transit::Message { .. } => false,
-                    }
-            })
-        };
-        let waiting = (0..self.clients.len()).any(|c| {
-            let cl = &self.clients[c];
-            matches!(cl.state, State::Waiting { .. }) && cl.paused_until <= now && !held_up(c)
-        });
-        let free = self
-            .engine
-            .store
-            .borrow_mut()
-            .entry(KEY.as_bytes())
-            .is_none();
-        if waiting && free {
-            let since = *self.free_since.get_or_insert(now);
-            if now - since > 3 * PLACE_LEASE + 10_000 {
-                return Err(format!(
-                    "the lock has been free for {} ms while clients wait",
-                    now - since
-                ));
-            }
-        } else {
-            self.free_since = None;
-        }
-        Ok(())
-    }
-
-    /// Every client stops acquiring: what is in flight lands, holders
-    /// release, waiters leave; then the leases run out and nothing of the
-    /// lock may be left.
-    fn wind_down(&mut self) -> Result<(), String> {
-        for _ in 0..100_000 {
-            let busy = self.clients.iter().any(|cl| {
-                !matches!(cl.state, State::Crashed)
-                    && (cl.inflight.is_some()
-                        || cl.unsettled.is_some()
-                        || matches!(cl.state, State::Holding { .. } | State::Waiting { .. }))
-            });
-            if !busy && self.transit.is_empty() {
-                break;
-            }
-            self.advance(10);
-            let now = self.now();
-            if let Some(i) = self.transit.iter().position(|(due, _)| *due <= now) {
-                let (_, t) = self.transit.swap_remove(i);
-                self.deliver(t, false)?;
-            }
-            let now = self.now();
-            for c in 0..self.clients.len() {
-                let cl = &self.clients[c];
-                if cl.inflight.is_some() || cl.paused_until > now {
-                    continue;
-                }
-                match cl.state.clone() {
-                    State::Waiting { place, .. } => {
-                        self.clients[c].state = State::Idle;
-                        self.send(c, Op::Leave { place });
-                    }
-                    State::Holding { .. } => self.send_release(c),
-                    State::Idle if cl.unsettled.is_some() => self.act(c)?,
-                    _ => {}
-                }
-            }
-            self.check()?;
-        }
-        self.advance(60_000);
-        // The fencing counter stays on purpose: tokens keep growing across
-        // holds (`mint`); nothing else may.
-        let left: Vec<_> = self
-            .engine
-            .store
-            .borrow_mut()
-            .dump()
-            .into_iter()
-            .filter(|(k, _)| k != TOKENS.as_bytes())
-            .collect();
-        if !left.is_empty() {
-            let keys: Vec<String> = left
-                .iter()
-                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
-                .collect();
-            return Err(format!("left in Redis after every lease ran out: {keys:?}"));
-        }
-        Ok(())
     }
 
     /// The guard is dropped: out of the critical section, the release on
@@ -959,8 +650,17 @@ pub fn explore(
     for seed in seeds {
         let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
         if let Err(e) = sim.run() {
-            let tail = sim.trace[sim.trace.len().saturating_sub(25)..].join("\n");
-            return Err(format!("seed {seed}: {e}\n(replay: the same seed)\n{tail}"));
+            let tail = sim.trace[sim.trace.len().saturating_sub(
+                std::env::var("SIM_TAIL")
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(25),
+            )..]
+                .join("\n");
+            return Err(format!(
+                "seed {seed} ({:?} lock): {e}\n(replay: the same seed)\n{tail}",
+                cfg.lock
+            ));
         }
         let e = &sim.explored;
         total.steps += e.steps;

@@ -1,0 +1,149 @@
+//! The invariants of the exclusive-lock simulation, checked after every
+//! step, and the wind-down at the end of a run: every client stops, what is
+//! in flight lands, and nothing of the lock may be left once the leases ran
+//! out.
+
+use super::*;
+
+impl Sim {
+    /// The invariants, now.
+    pub(super) fn check(&mut self) -> Result<(), String> {
+        let now = self.now();
+        // Every guard's view: the first, and a re-entered one.
+        let views = |c: usize| -> Vec<u64> {
+            let cl = &self.clients[c];
+            let mut v = Vec::new();
+            if let State::Holding { until, .. } = cl.state {
+                v.push(until);
+                v.extend(cl.inner.map(|i| i.until));
+            }
+            v.retain(|&u| u > now);
+            v
+        };
+        let holders: Vec<usize> = (0..self.clients.len())
+            .filter(|&c| !views(c).is_empty())
+            .collect();
+        if holders.len() > 1 {
+            return Err(format!("two holders at once: {holders:?}"));
+        }
+        for &c in &holders {
+            let until = views(c).into_iter().max().unwrap_or(now);
+            let owner = self.clients[c].owner.clone();
+            let mut store = self.engine.store.borrow_mut();
+            let ours =
+                store.call(&[b"hexists".to_vec(), KEY.into(), owner.into_bytes()]) == Reply::Int(1);
+            let pttl = match store.call(&[b"pttl".to_vec(), KEY.into()]) {
+                Reply::Int(n) => n,
+                _ => -2,
+            };
+            if !ours || (pttl >= 0 && (pttl as u64) < until - now) {
+                return Err(format!(
+                    "c{c} counts on {} ms more, Redis keeps {pttl} ms (ours: {ours})",
+                    until - now
+                ));
+            }
+        }
+        // Liveness: a free lock with a live, unpaused waiter is taken
+        // within two place leases (a dead place first in line costs one)
+        // and the longest lease (a grantee that died holds its grant).
+        // (A waiter cut off — paused, or its call held up on the network —
+        // is not counted.)
+        let held_up = |c: usize| {
+            self.transit.iter().any(|(due, t)| {
+                *due > now
+                    && match t {
+                        Transit::Request { client, .. } | Transit::Reply { client, .. } => {
+                            *client == c
+                        }
+                        Transit::Message { .. } => false,
+                    }
+            })
+        };
+        let waiting = (0..self.clients.len()).any(|c| {
+            let cl = &self.clients[c];
+            matches!(cl.state, State::Waiting { .. }) && cl.paused_until <= now && !held_up(c)
+        });
+        let free = self
+            .engine
+            .store
+            .borrow_mut()
+            .entry(KEY.as_bytes())
+            .is_none();
+        if waiting && free {
+            let since = *self.free_since.get_or_insert(now);
+            if now - since > 3 * self.cfg.lock.place_lease() + 10_000 {
+                return Err(format!(
+                    "the lock has been free for {} ms while clients wait",
+                    now - since
+                ));
+            }
+        } else {
+            self.free_since = None;
+        }
+        Ok(())
+    }
+
+    /// Every client stops acquiring: what is in flight lands, holders
+    /// release, waiters leave; then the leases run out and nothing of the
+    /// lock may be left.
+    pub(super) fn wind_down(&mut self) -> Result<(), String> {
+        for _ in 0..100_000 {
+            let busy = self.clients.iter().any(|cl| {
+                !matches!(cl.state, State::Crashed)
+                    && (cl.inflight.is_some()
+                        || cl.unsettled.is_some()
+                        || matches!(cl.state, State::Holding { .. } | State::Waiting { .. }))
+            });
+            if !busy && self.transit.is_empty() {
+                break;
+            }
+            self.advance(10);
+            let now = self.now();
+            if let Some(i) = self.transit.iter().position(|(due, _)| *due <= now) {
+                let (_, t) = self.transit.swap_remove(i);
+                self.deliver(t, false)?;
+            }
+            let now = self.now();
+            for c in 0..self.clients.len() {
+                let cl = &self.clients[c];
+                if cl.inflight.is_some() || cl.paused_until > now {
+                    continue;
+                }
+                match cl.state.clone() {
+                    State::Waiting { place, .. } => {
+                        self.clients[c].state = State::Idle;
+                        self.send(c, Op::Leave { place });
+                    }
+                    State::Holding { .. } => self.send_release(c),
+                    State::Idle if cl.unsettled.is_some() => self.act(c)?,
+                    _ => {}
+                }
+            }
+            self.check()?;
+        }
+        // The marks live a minute; the fair queue's places up to
+        // Redisson's step (5 minutes) each, chained.
+        self.advance(match self.cfg.lock {
+            Lock::Plain => 60_000,
+            Lock::Fair => 300_000 * (self.clients.len() as u64 + 2),
+        });
+        // The fencing counter stays on purpose: tokens keep growing across
+        // holds (`mint`); nothing else may.
+        let left: Vec<_> = self
+            .engine
+            .store
+            .borrow_mut()
+            .dump()
+            .into_iter()
+            .filter(|(k, _)| k != TOKENS.as_bytes())
+            .collect();
+        if !left.is_empty() {
+            let keys: Vec<String> = left
+                .iter()
+                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            return Err(format!("left in Redis after every lease ran out: {keys:?}"));
+        }
+        Ok(())
+    }
+}
