@@ -327,6 +327,16 @@ fn profile(delay: u64, reentry: bool) -> sim::plain::Config {
     }
 }
 
+/// The semaphore's fault profile: calls held up `delay` % of the time.
+fn semaphore_profile(delay: u64) -> sim::semaphore::Config {
+    sim::semaphore::Config {
+        clients: 4,
+        steps: 4_000,
+        faults: profile(delay, false).faults,
+        trust_stale_grants: false,
+    }
+}
+
 /// The seeds of a run: 40 fixed and a fresh one — or, for a long run
 /// (`scripts/simulate.sh`), `LEASEHOLD_SIM_SEEDS` fresh ones from
 /// `LEASEHOLD_SIM_FROM` (printed on failure: a seed replays its run).
@@ -514,10 +524,8 @@ fn known_bad_scripts_fail_the_simulation() {
     let e = sim::semaphore::explore(
         1..=100,
         &sim::semaphore::Config {
-            clients: 4,
-            steps: 4_000,
-            faults: profile(15, false).faults,
             trust_stale_grants: true,
+            ..semaphore_profile(15)
         },
         &sim::plain::shipped(),
     )
@@ -528,6 +536,27 @@ fn known_bad_scripts_fail_the_simulation() {
     );
     println!(
         "a semaphore trusting stale grants: {}",
+        e.lines().next().unwrap()
+    );
+    // A semaphore that counts a released permit twice: a release sent again
+    // (its reply lost) or of a permit already taken back gives it back
+    // again.
+    let mut scripts = sim::plain::shipped();
+    let release = scripts.get_mut("semaphore release").unwrap();
+    let from = "    local score = redis.call('zscore', T, id)\n";
+    assert!(release.contains(from), "the release no longer has {from:?}");
+    *release = release.replace(
+        from,
+        "    local score = redis.call('zscore', T, id) or '0'\n",
+    );
+    let e = sim::semaphore::explore(1..=100, &semaphore_profile(15), &scripts)
+        .expect_err("a semaphore counting a released permit twice: not noticed");
+    assert!(
+        e.contains("permits counted on") || e.contains("the counter ends at"),
+        "{e}"
+    );
+    println!(
+        "a semaphore counting a released permit twice: {}",
         e.lines().next().unwrap()
     );
     let fair_stale = sim::plain::Config {
@@ -745,12 +774,7 @@ fn the_shipped_scripts_answer_on_the_model_as_on_a_real_server() {
 #[test]
 fn the_semaphore_keeps_its_promises_under_faults() {
     for delay in [3, 15] {
-        let cfg = sim::semaphore::Config {
-            clients: 4,
-            steps: 4_000,
-            faults: profile(delay, false).faults,
-            trust_stale_grants: false,
-        };
+        let cfg = semaphore_profile(delay);
         let (acquired, grants) = sim::semaphore::explore(seeds(), &cfg, &sim::plain::shipped())
             .unwrap_or_else(|e| panic!("{e}"));
         println!("semaphore, calls held up {delay} %: {acquired} acquisitions, {grants} grants");
