@@ -8,6 +8,15 @@ pub mod lua;
 pub mod plain;
 pub mod semaphore;
 pub mod store;
+pub mod world;
+
+/// How many lines of a failing run's trace to show: `SIM_TAIL`, or 25.
+pub fn tail_lines() -> usize {
+    std::env::var("SIM_TAIL")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(25)
+}
 
 /// A small seeded random source (splitmix64): the same seed, the same run.
 #[derive(Clone, Debug)]

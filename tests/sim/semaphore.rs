@@ -13,10 +13,8 @@
 //! counted permit at least as long as its view; at the end, nothing but the
 //! counter is left.
 
-use super::lua::Engine;
-use super::plain::{Faults, Scripts};
-use super::store::{Reply, Store};
-use super::Rng;
+use super::store::Reply;
+use super::world::{self, Faults, Model, Scripts, Transit, World};
 
 const N: &str = "sem";
 const T: &str = "{sem}:timeout";
@@ -40,7 +38,7 @@ pub struct Config {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Op {
+pub enum Op {
     Acquire { place: String },
     Renew,
     Release,
@@ -81,42 +79,30 @@ struct Client {
     stale_grants: bool,
 }
 
-enum Transit {
-    Request {
-        client: usize,
-        op: Op,
-        ids: Vec<u8>,
-    },
-    Reply {
-        client: usize,
-        op: Op,
-        sent_at: u64,
-        reply: Reply,
-    },
-    Message {
-        client: usize,
-        payload: String,
-    },
+/// A request: the operation, and the permits' ids it names (16 bytes
+/// each).
+#[derive(Clone)]
+pub struct Call {
+    op: Op,
+    ids: Vec<u8>,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.op.fmt(f)
+    }
 }
 
 pub struct Sim {
-    rng: Rng,
     cfg: Config,
-    scripts: Scripts,
-    engine: Engine,
     clients: Vec<Client>,
-    transit: Vec<(u64, Transit)>,
-    real: u64,
-    pub acquired: u64,
-    pub grants: u64,
-    pub trace: Vec<String>,
+    pub w: World<Call>,
 }
 
 impl Sim {
     pub fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
-        let mut rng = Rng::new(seed);
-        let mut store = Store::default();
-        store.now_us = 1_700_000_000_000_000 + rng.below(1_000_000_000);
+        let mut w = World::new(seed, cfg.faults, scripts);
+        let rng = &mut w.rng;
         let clients = (0..cfg.clients)
             .map(|i| {
                 let id = format!("0000000{i}-0000-8000-8000-00000000000{i}");
@@ -138,96 +124,22 @@ impl Sim {
                 }
             })
             .collect();
-        let mut sim = Sim {
-            rng,
-            cfg,
-            scripts,
-            engine: Engine::new(store),
-            clients,
-            transit: Vec::new(),
-            real: 0,
-            acquired: 0,
-            grants: 0,
-            trace: Vec::new(),
-        };
-        let set = sim.scripts["semaphore set permits"].clone();
         let total = PERMITS.to_string();
-        let r = sim.engine.eval(&set, &keys(), &[total.as_bytes(), b"0"]);
-        assert_eq!(r, Reply::Int(1), "set permits");
-        sim
-    }
-
-    fn now(&self) -> u64 {
-        self.real
-    }
-
-    fn advance(&mut self, ms: u64) {
-        self.real += ms;
-        self.engine.store.borrow_mut().advance(ms);
-    }
-
-    fn note(&mut self, what: String) {
-        let line = format!("{:>7} {what}", self.now());
-        self.trace.push(line);
+        let r = w.eval("semaphore set permits", &KEYS, &[total.as_bytes(), b"0"]);
+        assert_eq!(r, Ok(Reply::Int(1)), "set permits");
+        Sim { cfg, clients, w }
     }
 
     pub fn run(&mut self) -> Result<(), String> {
         for _ in 0..self.cfg.steps {
-            self.step()?;
+            world::step(self, true)?;
             self.check()?;
         }
         self.wind_down()
     }
 
-    fn step(&mut self) -> Result<(), String> {
-        let f = self.cfg.faults;
-        match self.rng.below(100) {
-            0 if self.rng.chance(f.clock_back) => {
-                let back = self.rng.below(2_000) * 1000;
-                self.engine.store.borrow_mut().now_us -= back;
-                self.note(format!("redis's clock steps back {} ms", back / 1000));
-            }
-            0..=24 => {
-                let ms = if self.rng.chance(5) {
-                    self.rng.below(4000)
-                } else {
-                    self.rng.below(60)
-                };
-                self.advance(ms);
-            }
-            25..=54 => {
-                let c = self.rng.below(self.clients.len() as u64) as usize;
-                self.act(c, true)?;
-            }
-            55..=94 => {
-                let now = self.now();
-                let due: Vec<usize> = (0..self.transit.len())
-                    .filter(|&i| self.transit[i].0 <= now)
-                    .collect();
-                if !due.is_empty() {
-                    let i = due[self.rng.below(due.len() as u64) as usize];
-                    let (_, t) = self.transit.swap_remove(i);
-                    self.deliver(t, true)?;
-                }
-            }
-            95..=97 if self.rng.chance(f.pause) => {
-                let c = self.rng.below(self.clients.len() as u64) as usize;
-                let ms = self.rng.below(3 * self.clients[c].lease);
-                self.clients[c].paused_until = self.now() + ms;
-                self.note(format!("c{c} paused {ms} ms"));
-            }
-            98..=99 if self.rng.chance(f.crash) => {
-                let c = self.rng.below(self.clients.len() as u64) as usize;
-                self.clients[c].state = State::Crashed;
-                self.note(format!("c{c} crashed"));
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
     fn act(&mut self, c: usize, acquire: bool) -> Result<(), String> {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &self.clients[c];
         if cl.inflight.is_some() || cl.paused_until > now || matches!(cl.state, State::Crashed) {
             return Ok(());
@@ -239,10 +151,10 @@ impl Sim {
                 Op::Leave { place }
             }
             State::Idle => {
-                if !acquire || !self.rng.chance(40) {
+                if !acquire || !self.w.rng.chance(40) {
                     return Ok(());
                 }
-                let k = 1 + self.rng.below(PERMITS);
+                let k = 1 + self.w.rng.below(PERMITS);
                 let cl = &mut self.clients[c];
                 cl.acquisitions += 1;
                 cl.k = k;
@@ -271,20 +183,8 @@ impl Sim {
         Ok(())
     }
 
-    fn travel(&mut self, t: Transit) {
-        let mut due = self.now();
-        if self.rng.chance(self.cfg.faults.delay) {
-            due += if self.rng.chance(50) {
-                self.rng.below(1_000)
-            } else {
-                self.rng.below(20_000)
-            };
-        }
-        self.transit.push((due, t));
-    }
-
     fn send(&mut self, c: usize, op: Op) {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &mut self.clients[c];
         if matches!(op, Op::Acquire { .. }) {
             cl.grants.clear();
@@ -292,74 +192,9 @@ impl Sim {
         }
         cl.inflight = Some((op.clone(), now));
         let ids = cl.ids.clone();
-        self.note(format!("c{c} sends {op:?}"));
-        self.travel(Transit::Request { client: c, op, ids });
-    }
-
-    fn deliver(&mut self, t: Transit, faults: bool) -> Result<(), String> {
-        match t {
-            Transit::Request { client, op, ids } => {
-                let reply = self.run_script(client, &op, &ids)?;
-                let sent_at = self.clients[client].inflight.as_ref().map_or(0, |i| i.1);
-                self.note(format!("redis ran c{client} {op:?} → {reply:?}"));
-                self.publish();
-                self.travel(Transit::Reply {
-                    client,
-                    op,
-                    sent_at,
-                    reply,
-                });
-            }
-            Transit::Reply {
-                client,
-                op,
-                sent_at,
-                reply,
-            } => {
-                if matches!(self.clients[client].state, State::Crashed) {
-                    return Ok(());
-                }
-                if self.clients[client].paused_until > self.now() {
-                    self.travel(Transit::Reply {
-                        client,
-                        op,
-                        sent_at,
-                        reply,
-                    });
-                    return Ok(());
-                }
-                self.clients[client].inflight = None;
-                if faults && self.rng.chance(self.cfg.faults.lost_reply) {
-                    self.note(format!("c{client} lost the reply to {op:?}"));
-                    let cl = &mut self.clients[client];
-                    match op {
-                        Op::Acquire { place } => {
-                            cl.unsettled = Some((place, cl.ids.clone()));
-                            cl.state = State::Idle;
-                        }
-                        Op::Release | Op::Leave { .. } => self.send(client, op),
-                        Op::Renew => {}
-                    }
-                    return Ok(());
-                }
-                self.answer(client, op, sent_at, reply)?;
-            }
-            Transit::Message { client, payload } => {
-                if matches!(self.clients[client].state, State::Crashed) {
-                    return Ok(());
-                }
-                if self.clients[client].paused_until > self.now() {
-                    self.travel(Transit::Message { client, payload });
-                    return Ok(());
-                }
-                if faults && self.rng.chance(self.cfg.faults.lost_message) {
-                    return Ok(());
-                }
-                self.clients[client].grants.push(payload);
-                self.take_grants(client);
-            }
-        }
-        Ok(())
+        self.w.note(format!("c{c} sends {op:?}"));
+        let req = Call { op, ids };
+        self.w.travel(Transit::Request { client: c, req });
     }
 
     fn run_script(&mut self, c: usize, op: &Op, ids: &[u8]) -> Result<Reply, String> {
@@ -385,35 +220,13 @@ impl Sim {
                 vec![lease.into_bytes(), ids.to_vec(), b"p".to_vec()],
             ),
         };
-        let source = self.scripts.get(name).ok_or(format!("no script {name}"))?;
         let argv: Vec<&[u8]> = argv.iter().map(|a| &a[..]).collect();
-        let reply = if name == "renew" {
-            self.engine.eval(source, &[T.as_bytes()], &argv)
-        } else {
-            self.engine.eval(source, &keys(), &argv)
-        };
-        if let Reply::Error(e) = &reply {
-            return Err(format!("{name} failed: {e}"));
-        }
-        Ok(reply)
-    }
-
-    fn publish(&mut self) {
-        let published = std::mem::take(&mut self.engine.store.borrow_mut().published);
-        for (channel, payload) in published {
-            let channel = String::from_utf8_lossy(&channel).into_owned();
-            if let Some(id) = channel.strip_prefix(GRANT_PREFIX) {
-                if let Some(c) = self.clients.iter().position(|cl| cl.id == id) {
-                    self.grants += 1;
-                    let payload = String::from_utf8_lossy(&payload).into_owned();
-                    self.travel(Transit::Message { client: c, payload });
-                }
-            }
-        }
+        let keys: &[&str] = if name == "renew" { &[T] } else { &KEYS };
+        self.w.eval(name, keys, &argv)
     }
 
     fn answer(&mut self, c: usize, op: Op, sent_at: u64, reply: Reply) -> Result<(), String> {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &mut self.clients[c];
         let items = match &reply {
             Reply::Array(items) => items.clone(),
@@ -478,23 +291,23 @@ impl Sim {
     }
 
     fn hold(&mut self, c: usize, until: u64) {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &mut self.clients[c];
-        let cs = 1 + self.rng.below(2 * cl.lease);
+        let cs = 1 + self.w.rng.below(2 * cl.lease);
         cl.state = State::Holding {
             until,
             renew_at: now + (until - now) / 3,
             release_at: now + cs,
         };
-        self.acquired += 1;
-        self.note(format!(
+        self.w.explored.acquired += 1;
+        self.w.note(format!(
             "c{c} holds {} permits until {until}",
             self.clients[c].k
         ));
     }
 
     fn take_grants(&mut self, c: usize) {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &mut self.clients[c];
         let State::Waiting { place, .. } = &cl.state else {
             return;
@@ -514,14 +327,14 @@ impl Sim {
                 return;
             }
             let until = cl.confirmed_at + lease - 1;
-            self.note(format!("c{c} granted"));
+            self.w.note(format!("c{c} granted"));
             self.hold(c, until);
         }
     }
 
     fn check(&mut self) -> Result<(), String> {
-        let now = self.now();
-        let server_now = self.engine.store.borrow().now_ms();
+        let now = self.w.now();
+        let server_now = self.w.engine.store.borrow().now_ms();
         let mut counted = 0;
         for c in 0..self.clients.len() {
             let cl = &self.clients[c];
@@ -533,7 +346,7 @@ impl Sim {
             }
             counted += cl.k;
             for id in cl.ids.chunks(16) {
-                let score = self.engine.store.borrow_mut().call(&[
+                let score = self.w.engine.store.borrow_mut().call(&[
                     b"zscore".to_vec(),
                     T.into(),
                     id.to_vec(),
@@ -568,15 +381,11 @@ impl Sim {
                         || cl.unsettled.is_some()
                         || matches!(cl.state, State::Holding { .. } | State::Waiting { .. }))
             });
-            if !busy && self.transit.is_empty() {
+            if !busy && self.w.transit.is_empty() {
                 break;
             }
-            self.advance(10);
-            let now = self.now();
-            if let Some(i) = self.transit.iter().position(|(due, _)| *due <= now) {
-                let (_, t) = self.transit.swap_remove(i);
-                self.deliver(t, false)?;
-            }
+            world::tick(self)?;
+            let now = self.w.now();
             for c in 0..self.clients.len() {
                 let cl = &self.clients[c];
                 if cl.inflight.is_some() || cl.paused_until > now {
@@ -597,28 +406,15 @@ impl Sim {
             }
             self.check()?;
         }
-        self.advance(60_000);
+        self.w.advance(60_000);
         // One more script (a release of nothing) takes expired permits back,
         // as any script does; then only the counter may be left.
-        let release = self.scripts["semaphore release"].clone();
-        self.engine.eval(&release, &keys(), &[b""]);
-        let left: Vec<String> = self
-            .engine
-            .store
-            .borrow_mut()
-            .dump()
-            .into_iter()
-            .map(|(k, _)| String::from_utf8_lossy(&k).into_owned())
-            .filter(|k| k != N)
-            .collect();
+        self.w.eval("semaphore release", &KEYS, &[b""])?;
+        let left = self.w.left(&[N]);
         if !left.is_empty() {
             return Err(format!("left in Redis after every lease ran out: {left:?}"));
         }
-        let avail = self
-            .engine
-            .store
-            .borrow_mut()
-            .call(&[b"get".to_vec(), N.into()]);
+        let avail = self.w.redis(&[b"get", N.as_bytes()]);
         if avail != Reply::Bulk(PERMITS.to_string().into_bytes()) {
             return Err(format!("the counter ends at {avail:?}, not {PERMITS}"));
         }
@@ -626,14 +422,82 @@ impl Sim {
     }
 }
 
-fn keys() -> [&'static [u8]; 5] {
-    [
-        N.as_bytes(),
-        T.as_bytes(),
-        C.as_bytes(),
-        L.as_bytes(),
-        P.as_bytes(),
-    ]
+const KEYS: [&str; 5] = [N, T, C, L, P];
+
+impl Model for Sim {
+    type Req = Call;
+
+    fn world(&mut self) -> &mut World<Call> {
+        &mut self.w
+    }
+
+    fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    fn lease(&self, c: usize) -> u64 {
+        self.clients[c].lease
+    }
+
+    fn crashed(&self, c: usize) -> bool {
+        matches!(self.clients[c].state, State::Crashed)
+    }
+
+    fn crash(&mut self, c: usize) {
+        self.clients[c].state = State::Crashed;
+    }
+
+    fn paused_until(&self, c: usize) -> u64 {
+        self.clients[c].paused_until
+    }
+
+    fn pause(&mut self, c: usize, until: u64) {
+        self.clients[c].paused_until = until;
+    }
+
+    fn act(&mut self, c: usize) -> Result<(), String> {
+        Sim::act(self, c, true)
+    }
+
+    fn run(&mut self, c: usize, req: &Call) -> Result<Reply, String> {
+        self.run_script(c, &req.op, &req.ids)
+    }
+
+    fn sent_at(&self, c: usize) -> u64 {
+        self.clients[c].inflight.as_ref().map_or(0, |i| i.1)
+    }
+
+    fn replied(&mut self, c: usize) {
+        self.clients[c].inflight = None;
+    }
+
+    fn lost(&mut self, c: usize, req: Call) {
+        let cl = &mut self.clients[c];
+        match req.op {
+            Op::Acquire { place } => {
+                cl.unsettled = Some((place, cl.ids.clone()));
+                cl.state = State::Idle;
+            }
+            Op::Release | Op::Leave { .. } => self.send(c, req.op),
+            Op::Renew => {}
+        }
+    }
+
+    fn answer(&mut self, c: usize, req: Call, sent_at: u64, reply: Reply) -> Result<(), String> {
+        Sim::answer(self, c, req.op, sent_at, reply)
+    }
+
+    fn message(&mut self, c: usize, payload: String) -> Result<(), String> {
+        self.clients[c].grants.push(payload);
+        self.take_grants(c);
+        Ok(())
+    }
+
+    /// A grant goes to the client whose channel it names.
+    fn subscriber(&self, channel: &str) -> Option<usize> {
+        let id = channel.strip_prefix(GRANT_PREFIX)?;
+        self.clients.iter().position(|cl| cl.id == id)
+    }
 }
 
 /// Runs `seeds`; the first failure with its seed and the end of its trace.
@@ -646,11 +510,11 @@ pub fn explore(
     for seed in seeds {
         let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
         if let Err(e) = sim.run() {
-            let tail = sim.trace[sim.trace.len().saturating_sub(25)..].join("\n");
+            let tail = sim.w.tail(super::tail_lines());
             return Err(format!("seed {seed}: {e}\n(replay: the same seed)\n{tail}"));
         }
-        acquired += sim.acquired;
-        grants += sim.grants;
+        acquired += sim.w.explored.acquired;
+        grants += sim.w.explored.grants;
     }
     Ok((acquired, grants))
 }

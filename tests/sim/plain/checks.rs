@@ -8,7 +8,7 @@ use super::*;
 impl Sim {
     /// The invariants, now.
     pub(super) fn check(&mut self) -> Result<(), String> {
-        let now = self.now();
+        let now = self.w.now();
         // Every guard's view: the first, and a re-entered one.
         let views = |c: usize| -> Vec<u64> {
             let cl = &self.clients[c];
@@ -29,7 +29,7 @@ impl Sim {
         for &c in &holders {
             let until = views(c).into_iter().max().unwrap_or(now);
             let owner = self.clients[c].owner.clone();
-            let mut store = self.engine.store.borrow_mut();
+            let mut store = self.w.engine.store.borrow_mut();
             let ours =
                 store.call(&[b"hexists".to_vec(), KEY.into(), owner.into_bytes()]) == Reply::Int(1);
             let pttl = match store.call(&[b"pttl".to_vec(), KEY.into()]) {
@@ -48,27 +48,13 @@ impl Sim {
         // and the longest lease (a grantee that died holds its grant).
         // (A waiter cut off — paused, or its call held up on the network —
         // is not counted.)
-        let held_up = |c: usize| {
-            self.transit.iter().any(|(due, t)| {
-                *due > now
-                    && match t {
-                        Transit::Request { client, .. } | Transit::Reply { client, .. } => {
-                            *client == c
-                        }
-                        Transit::Message { .. } => false,
-                    }
-            })
-        };
         let waiting = (0..self.clients.len()).any(|c| {
             let cl = &self.clients[c];
-            matches!(cl.state, State::Waiting { .. }) && cl.paused_until <= now && !held_up(c)
+            matches!(cl.state, State::Waiting { .. })
+                && cl.paused_until <= now
+                && !self.w.held_up(c)
         });
-        let free = self
-            .engine
-            .store
-            .borrow_mut()
-            .entry(KEY.as_bytes())
-            .is_none();
+        let free = !self.w.exists(KEY);
         if waiting && free {
             let since = *self.free_since.get_or_insert(now);
             if now - since > 3 * self.cfg.lock.place_lease() + 10_000 {
@@ -94,16 +80,11 @@ impl Sim {
                         || cl.unsettled.is_some()
                         || matches!(cl.state, State::Holding { .. } | State::Waiting { .. }))
             });
-            if !busy && self.transit.is_empty() {
+            if !busy && self.w.transit.is_empty() {
                 break;
             }
-            self.advance(10);
-            let now = self.now();
-            if let Some(i) = self.transit.iter().position(|(due, _)| *due <= now) {
-                let (_, t) = self.transit.swap_remove(i);
-                self.deliver(t, false)?;
-            }
-            let now = self.now();
+            world::tick(self)?;
+            let now = self.w.now();
             for c in 0..self.clients.len() {
                 let cl = &self.clients[c];
                 if cl.inflight.is_some() || cl.paused_until > now {
@@ -123,13 +104,14 @@ impl Sim {
         }
         // The marks live a minute; the fair queue's places up to
         // Redisson's step (5 minutes) each, chained.
-        self.advance(match self.cfg.lock {
+        self.w.advance(match self.cfg.lock {
             Lock::Plain => 60_000,
             Lock::Fair => 300_000 * (self.clients.len() as u64 + 2),
         });
         // The fencing counter stays on purpose: tokens keep growing across
         // holds (`mint`); nothing else may.
         let left: Vec<_> = self
+            .w
             .engine
             .store
             .borrow_mut()

@@ -52,6 +52,7 @@ impl Sim {
         // waiter's live place is first in the queue. (Claiming a grant is
         // not taking: the lock was set to the claimant.)
         let free = self
+            .w
             .engine
             .store
             .borrow_mut()
@@ -71,7 +72,7 @@ impl Sim {
     /// The owner whose place is first in the fair queue, if that place is
     /// alive (its mark names a time still to come on Redis's clock).
     fn live_first(&mut self) -> Option<String> {
-        let mut store = self.engine.store.borrow_mut();
+        let mut store = self.w.engine.store.borrow_mut();
         let now = store.now_us / 1000;
         let Reply::Bulk(first) = store.call(&[b"lindex".to_vec(), QUEUE.into(), b"0".to_vec()])
         else {

@@ -18,26 +18,13 @@
 //! does with what comes back; `fair`: the fair lock's calls and its arrival
 //! order; `checks`: the invariants after every step and the wind-down.
 
-use std::collections::HashMap;
-
 mod checks;
 mod fair;
 mod replies;
 
-use super::lua::Engine;
-use super::store::{Reply, Store};
-use super::Rng;
-
-/// The scripts a run uses, by name (the library's, or mutated copies).
-pub type Scripts = HashMap<&'static str, String>;
-
-/// The library's scripts as it sends them.
-pub fn shipped() -> Scripts {
-    leasehold::scripts::all()
-        .into_iter()
-        .map(|(name, source)| (name, source.to_owned()))
-        .collect()
-}
+use super::store::Reply;
+use super::world::{self, Model, Transit, World};
+pub use super::world::{shipped, Explored, Faults, Scripts};
 
 const KEY: &str = "job";
 const LINE: &str = "leasehold_line:{job}";
@@ -73,22 +60,6 @@ impl Lock {
     }
 }
 
-/// How much goes wrong, in percent of the chances it gets.
-#[derive(Clone, Copy, Debug)]
-pub struct Faults {
-    /// Redis's clock steps back up to 2 s (NTP, a failover to a node whose
-    /// clock is behind): leases in Redis last longer, tokens floored by the
-    /// clock must still grow.
-    pub clock_back: u64,
-    /// A request, reply or message held up on the network for up to twice
-    /// the longest lease.
-    pub delay: u64,
-    pub lost_reply: u64,
-    pub lost_message: u64,
-    pub pause: u64,
-    pub crash: u64,
-}
-
 #[derive(Clone, Debug)]
 pub struct Config {
     pub lock: Lock,
@@ -110,7 +81,7 @@ pub struct Config {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Op {
+pub enum Op {
     Acquire {
         place: String,
     },
@@ -191,64 +162,20 @@ struct Client {
     stale_grants: bool,
 }
 
-/// Something on its way: a request to Redis, a reply to a client, a
-/// message to a subscriber.
-enum Transit {
-    Request {
-        client: usize,
-        op: Op,
-    },
-    Reply {
-        client: usize,
-        op: Op,
-        sent_at: u64,
-        reply: Reply,
-    },
-    Message {
-        client: usize,
-        payload: String,
-    },
-}
-
-/// What a run explored.
-#[derive(Debug, Default, Clone)]
-pub struct Explored {
-    pub steps: u64,
-    pub clock_jumps: u64,
-    pub delays: u64,
-    pub scripts: u64,
-    pub acquired: u64,
-    pub grants: u64,
-    pub lost_replies: u64,
-    pub lost_messages: u64,
-    pub pauses: u64,
-    pub crashes: u64,
-}
-
 pub struct Sim {
-    rng: Rng,
     cfg: Config,
-    scripts: Scripts,
-    engine: Engine,
     clients: Vec<Client>,
-    /// What is on its way, and the virtual ms before which it cannot
-    /// arrive.
-    transit: Vec<(u64, Transit)>,
     /// Since when the lock has been free while a live, unpaused client waits.
     free_since: Option<u64>,
     /// The last fencing token a holder counted on: each next one is larger.
     last_token: u64,
-    /// The clients' clock (see [`Sim::now`]).
-    real: u64,
-    pub explored: Explored,
-    pub trace: Vec<String>,
+    pub w: World<Op>,
 }
 
 impl Sim {
     pub fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
-        let mut rng = Rng::new(seed);
-        let mut store = Store::default();
-        store.now_us = 1_700_000_000_000_000 + rng.below(1_000_000_000);
+        let mut w = World::new(seed, cfg.faults, scripts);
+        let rng = &mut w.rng;
         let clients = (0..cfg.clients)
             .map(|i| {
                 // A leasehold client id: a UUID of version 8 (the 15th
@@ -277,102 +204,27 @@ impl Sim {
             })
             .collect();
         Sim {
-            rng,
             cfg,
-            scripts,
-            engine: Engine::new(store),
             clients,
-            transit: Vec::new(),
             free_since: None,
             last_token: 0,
-            real: 0,
-            explored: Explored::default(),
-            trace: Vec::new(),
+            w,
         }
-    }
-
-    /// The clients' clock (ms; monotonic, as `Instant` is). Redis's clock
-    /// runs with it, but may jump back (a fault).
-    fn now(&self) -> u64 {
-        self.real
-    }
-
-    fn advance(&mut self, ms: u64) {
-        self.real += ms;
-        self.engine.store.borrow_mut().advance(ms);
-    }
-
-    fn note(&mut self, what: String) {
-        let line = format!("{:>7} {what}", self.now() % 10_000_000);
-        self.trace.push(line);
     }
 
     /// Runs the schedule, then lets every client go and the leases run
     /// out; the first broken invariant, with the trace.
     pub fn run(&mut self) -> Result<(), String> {
         for _ in 0..self.cfg.steps {
-            self.step(true)?;
+            world::step(self, true)?;
             self.check()?;
         }
         self.wind_down()
     }
 
-    fn step(&mut self, faults: bool) -> Result<(), String> {
-        self.explored.steps += 1;
-        let f = self.cfg.faults;
-        match self.rng.below(100) {
-            0 if faults && self.rng.chance(f.clock_back) => {
-                let back = self.rng.below(2_000) * 1000;
-                self.engine.store.borrow_mut().now_us -= back;
-                self.explored.clock_jumps += 1;
-                self.note(format!("redis's clock steps back {} ms", back / 1000));
-            }
-            0..=24 => {
-                let ms = if self.rng.chance(5) {
-                    self.rng.below(4000)
-                } else {
-                    self.rng.below(60)
-                };
-                self.advance(ms);
-            }
-            25..=54 => {
-                let c = self.rng.below(self.clients.len() as u64) as usize;
-                self.act(c)?;
-            }
-            55..=94 => {
-                let now = self.now();
-                let due: Vec<usize> = (0..self.transit.len())
-                    .filter(|&i| self.transit[i].0 <= now)
-                    .collect();
-                if !due.is_empty() {
-                    let i = due[self.rng.below(due.len() as u64) as usize];
-                    let (_, t) = self.transit.swap_remove(i);
-                    self.deliver(t, faults)?;
-                }
-            }
-            95..=97 if faults && f.pause > 0 && self.rng.chance(f.pause) => {
-                let c = self.rng.below(self.clients.len() as u64) as usize;
-                let ms = self.rng.below(3 * self.clients[c].lease);
-                self.clients[c].paused_until = self.now() + ms;
-                self.explored.pauses += 1;
-                self.note(format!("c{c} paused {ms} ms"));
-            }
-            98..=99 if faults && f.crash > 0 && self.rng.chance(f.crash) => {
-                let c = self.rng.below(self.clients.len() as u64) as usize;
-                if !matches!(self.clients[c].state, State::Crashed) {
-                    self.clients[c].state = State::Crashed;
-                    self.explored.crashes += 1;
-                    self.note(format!("c{c} crashed"));
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
     /// Client `c` does what is due.
     fn act(&mut self, c: usize) -> Result<(), String> {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &self.clients[c];
         if cl.inflight.is_some() || cl.paused_until > now || matches!(cl.state, State::Crashed) {
             return Ok(());
@@ -385,7 +237,7 @@ impl Sim {
                 Op::Leave { place }
             }
             State::Idle => {
-                if !self.rng.chance(40) {
+                if !self.w.rng.chance(40) {
                     return Ok(());
                 }
                 let cl = &mut self.clients[c];
@@ -434,10 +286,13 @@ impl Sim {
                 return Ok(());
             }
             State::Holding { until, .. }
-                if self.cfg.reentry && cl.inner.is_none() && until > now && self.rng.chance(10) =>
+                if self.cfg.reentry
+                    && cl.inner.is_none()
+                    && until > now
+                    && self.w.rng.chance(10) =>
             {
                 Op::Reenter {
-                    lease: *self.rng.pick(&[500, 2_000, 15_000]),
+                    lease: *self.w.rng.pick(&[500, 2_000, 15_000]),
                 }
             }
             State::Holding { renew_at, .. } if now >= renew_at => Op::Renew,
@@ -447,98 +302,20 @@ impl Sim {
         Ok(())
     }
 
-    /// Puts `t` on its way: at once, or (a fault) held up a while.
-    fn travel(&mut self, t: Transit) {
-        let mut due = self.now();
-        if self.rng.chance(self.cfg.faults.delay) {
-            due += if self.rng.chance(50) {
-                self.rng.below(1_000)
-            } else {
-                self.rng.below(20_000)
-            };
-            self.explored.delays += 1;
-        }
-        self.transit.push((due, t));
-    }
-
     fn send(&mut self, c: usize, op: Op) {
-        let now = self.now();
+        let now = self.w.now();
         if matches!(op, Op::Acquire { .. }) {
             let cl = &mut self.clients[c];
             cl.grants.clear();
             cl.sent_with_place += 1;
         }
-        self.note(format!("c{c} sends {op:?}"));
+        self.w.note(format!("c{c} sends {op:?}"));
         self.clients[c].inflight = Some((op.clone(), now));
-        self.travel(Transit::Request { client: c, op });
-    }
-
-    fn deliver(&mut self, t: Transit, faults: bool) -> Result<(), String> {
-        match t {
-            Transit::Request { client, op } => {
-                let reply = self.run_script(client, &op)?;
-                let sent_at = self.clients[client].inflight.as_ref().map_or(0, |i| i.1);
-                self.note(format!("redis ran c{client} {op:?} → {reply:?}"));
-                self.publish();
-                self.travel(Transit::Reply {
-                    client,
-                    op,
-                    sent_at,
-                    reply,
-                });
-            }
-            Transit::Reply {
-                client,
-                op,
-                sent_at,
-                reply,
-            } => {
-                let cl = &self.clients[client];
-                if matches!(cl.state, State::Crashed) {
-                    return Ok(());
-                }
-                if cl.paused_until > self.now() {
-                    self.travel(Transit::Reply {
-                        client,
-                        op,
-                        sent_at,
-                        reply,
-                    });
-                    return Ok(());
-                }
-                self.clients[client].inflight = None;
-                if faults && self.rng.chance(self.cfg.faults.lost_reply) {
-                    self.explored.lost_replies += 1;
-                    self.note(format!("c{client} lost the reply to {op:?}"));
-                    self.lost(client, op);
-                    return Ok(());
-                }
-                self.answer(client, op, sent_at, reply)?;
-            }
-            Transit::Message { client, payload } => {
-                let cl = &self.clients[client];
-                if matches!(cl.state, State::Crashed) {
-                    return Ok(());
-                }
-                if cl.paused_until > self.now() {
-                    self.travel(Transit::Message { client, payload });
-                    return Ok(());
-                }
-                if faults && self.rng.chance(self.cfg.faults.lost_message) {
-                    self.explored.lost_messages += 1;
-                    self.note(format!("c{client} lost the message {payload}"));
-                    return Ok(());
-                }
-                self.clients[client].grants.push(payload);
-                self.take_grants(client)?;
-            }
-        }
-        Ok(())
+        self.w.travel(Transit::Request { client: c, req: op });
     }
 
     /// The script of `op` for client `c`, run at Redis.
     fn run_script(&mut self, c: usize, op: &Op) -> Result<Reply, String> {
-        self.explored.scripts += 1;
         let cl = &self.clients[c];
         let lease = cl.lease.to_string();
         let owner = cl.owner.clone();
@@ -595,40 +372,8 @@ impl Sim {
     }
 
     fn eval(&mut self, name: &str, keys: &[&str], argv: &[String]) -> Result<Reply, String> {
-        let source = self.scripts.get(name).ok_or(format!("no script {name}"))?;
-        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
         let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        let reply = self.engine.eval(source, &keys, &argv);
-        if let Reply::Error(e) = &reply {
-            return Err(format!("{name} failed: {e}"));
-        }
-        Ok(reply)
-    }
-
-    /// What the scripts published goes to its subscribers: a grant to the
-    /// client whose channel it names (every waiting client listens on its
-    /// own); the unlock message to nobody (no other library here).
-    fn publish(&mut self) {
-        let published = std::mem::take(&mut self.engine.store.borrow_mut().published);
-        for (channel, payload) in published {
-            let channel = String::from_utf8_lossy(&channel).into_owned();
-            let payload = String::from_utf8_lossy(&payload).into_owned();
-            let to = |cl: &Client| match self.cfg.lock {
-                Lock::Plain => channel.strip_prefix(GRANT_PREFIX) == Some(&cl.id),
-                Lock::Fair => {
-                    channel
-                        .strip_prefix(CHANNEL)
-                        .and_then(|c| c.strip_prefix(':'))
-                        == Some(&cl.owner)
-                }
-            };
-            {
-                if let Some(c) = self.clients.iter().position(to) {
-                    self.explored.grants += 1;
-                    self.travel(Transit::Message { client: c, payload });
-                }
-            }
-        }
+        self.w.eval(name, keys, &argv)
     }
 
     /// The guard is dropped: out of the critical section, the release on
@@ -636,6 +381,82 @@ impl Sim {
     fn send_release(&mut self, c: usize) {
         self.clients[c].state = State::Idle;
         self.send(c, Op::Release);
+    }
+}
+
+impl Model for Sim {
+    type Req = Op;
+
+    fn world(&mut self) -> &mut World<Op> {
+        &mut self.w
+    }
+
+    fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    fn lease(&self, c: usize) -> u64 {
+        self.clients[c].lease
+    }
+
+    fn crashed(&self, c: usize) -> bool {
+        matches!(self.clients[c].state, State::Crashed)
+    }
+
+    fn crash(&mut self, c: usize) {
+        self.clients[c].state = State::Crashed;
+    }
+
+    fn paused_until(&self, c: usize) -> u64 {
+        self.clients[c].paused_until
+    }
+
+    fn pause(&mut self, c: usize, until: u64) {
+        self.clients[c].paused_until = until;
+    }
+
+    fn act(&mut self, c: usize) -> Result<(), String> {
+        Sim::act(self, c)
+    }
+
+    fn run(&mut self, c: usize, op: &Op) -> Result<Reply, String> {
+        self.run_script(c, op)
+    }
+
+    fn sent_at(&self, c: usize) -> u64 {
+        self.clients[c].inflight.as_ref().map_or(0, |i| i.1)
+    }
+
+    fn replied(&mut self, c: usize) {
+        self.clients[c].inflight = None;
+    }
+
+    fn lost(&mut self, c: usize, op: Op) {
+        Sim::lost(self, c, op)
+    }
+
+    fn answer(&mut self, c: usize, op: Op, sent_at: u64, reply: Reply) -> Result<(), String> {
+        Sim::answer(self, c, op, sent_at, reply)
+    }
+
+    fn message(&mut self, c: usize, payload: String) -> Result<(), String> {
+        self.clients[c].grants.push(payload);
+        self.take_grants(c)
+    }
+
+    /// A grant goes to the client whose channel it names (every waiting
+    /// client listens on its own); the unlock message to nobody (no other
+    /// library here).
+    fn subscriber(&self, channel: &str) -> Option<usize> {
+        self.clients.iter().position(|cl| match self.cfg.lock {
+            Lock::Plain => channel.strip_prefix(GRANT_PREFIX) == Some(&cl.id),
+            Lock::Fair => {
+                channel
+                    .strip_prefix(CHANNEL)
+                    .and_then(|c| c.strip_prefix(':'))
+                    == Some(&cl.owner)
+            }
+        })
     }
 }
 
@@ -650,29 +471,13 @@ pub fn explore(
     for seed in seeds {
         let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
         if let Err(e) = sim.run() {
-            let tail = sim.trace[sim.trace.len().saturating_sub(
-                std::env::var("SIM_TAIL")
-                    .ok()
-                    .and_then(|t| t.parse().ok())
-                    .unwrap_or(25),
-            )..]
-                .join("\n");
+            let tail = sim.w.tail(super::tail_lines());
             return Err(format!(
                 "seed {seed} ({:?} lock): {e}\n(replay: the same seed)\n{tail}",
                 cfg.lock
             ));
         }
-        let e = &sim.explored;
-        total.steps += e.steps;
-        total.clock_jumps += e.clock_jumps;
-        total.delays += e.delays;
-        total.scripts += e.scripts;
-        total.acquired += e.acquired;
-        total.grants += e.grants;
-        total.lost_replies += e.lost_replies;
-        total.lost_messages += e.lost_messages;
-        total.pauses += e.pauses;
-        total.crashes += e.crashes;
+        total.add(&sim.w.explored);
     }
     Ok(total)
 }

@@ -36,7 +36,7 @@ impl Sim {
         sent_at: u64,
         reply: Reply,
     ) -> Result<(), String> {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &mut self.clients[c];
         match op {
             Op::Acquire { place } => match reply {
@@ -139,12 +139,12 @@ impl Sim {
                     self.send(c, Op::Unhold { keep });
                     return Ok(());
                 }
-                let cs = 1 + self.rng.below(2 * lease);
+                let cs = 1 + self.w.rng.below(2 * lease);
                 self.clients[c].inner = Some(Inner {
                     until,
                     release_at: now + cs,
                 });
-                self.note(format!("c{c} re-entered until {until}"));
+                self.w.note(format!("c{c} re-entered until {until}"));
             }
             Op::Leave { .. } => {
                 // A grant that came meanwhile is released.
@@ -161,7 +161,7 @@ impl Sim {
     }
 
     pub(super) fn hold(&mut self, c: usize, until: u64) -> Result<(), String> {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &mut self.clients[c];
         if cl.fenced {
             let token = cl
@@ -176,15 +176,15 @@ impl Sim {
             self.last_token = token;
         }
         let cl = &mut self.clients[c];
-        let cs = 1 + self.rng.below(2 * cl.lease);
+        let cs = 1 + self.w.rng.below(2 * cl.lease);
         cl.state = State::Holding {
             until,
             renew_at: now + (until - now) / 3,
             release_at: now + cs,
         };
         cl.acquired += 1;
-        self.explored.acquired += 1;
-        self.note(format!("c{c} holds until {until}"));
+        self.w.explored.acquired += 1;
+        self.w.note(format!("c{c} holds until {until}"));
         Ok(())
     }
 
@@ -193,7 +193,7 @@ impl Sim {
     /// — counted from the send time of the attempt that left us waiting,
     /// for the grant's lease — if less than half of that lease is gone.
     pub(super) fn take_grants(&mut self, c: usize) -> Result<(), String> {
-        let now = self.now();
+        let now = self.w.now();
         let cl = &mut self.clients[c];
         let State::Waiting { place, .. } = &cl.state else {
             return Ok(());
@@ -230,7 +230,7 @@ impl Sim {
             }
             cl.token = token;
             let until = cl.confirmed_at + lease - 1;
-            self.note(format!("c{c} granted"));
+            self.w.note(format!("c{c} granted"));
             return self.hold(c, until);
         }
         Ok(())

@@ -1,0 +1,399 @@
+//! What every simulation shares: the seeded schedule of steps and faults,
+//! the model Redis with its Lua engine and the scripts it runs, the
+//! clients' clock, the network (requests, replies and messages on their
+//! way, held up, reordered between clients, lost), what a run explored and
+//! its trace. A simulation ([`Model`]) brings its clients: what each does
+//! when it acts, which script a request runs, what it makes of a reply, a
+//! lost reply and a message.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+
+use super::lua::Engine;
+use super::store::{Reply, Store};
+use super::Rng;
+
+/// The scripts a run uses, by name (the library's, or mutated copies).
+pub type Scripts = HashMap<&'static str, String>;
+
+/// The library's scripts as it sends them.
+pub fn shipped() -> Scripts {
+    leasehold::scripts::all()
+        .into_iter()
+        .map(|(name, source)| (name, source.to_owned()))
+        .collect()
+}
+
+/// How much goes wrong, in percent of the chances it gets.
+#[derive(Clone, Copy, Debug)]
+pub struct Faults {
+    /// Redis's clock steps back up to 2 s (NTP, a failover to a node whose
+    /// clock is behind): leases in Redis last longer, tokens floored by the
+    /// clock must still grow.
+    pub clock_back: u64,
+    /// A request, reply or message held up on the network for up to twice
+    /// the longest lease.
+    pub delay: u64,
+    pub lost_reply: u64,
+    pub lost_message: u64,
+    pub pause: u64,
+    pub crash: u64,
+}
+
+/// What a run explored.
+#[derive(Debug, Default, Clone)]
+pub struct Explored {
+    pub steps: u64,
+    pub clock_jumps: u64,
+    pub delays: u64,
+    pub scripts: u64,
+    pub acquired: u64,
+    pub grants: u64,
+    pub lost_replies: u64,
+    pub lost_messages: u64,
+    pub pauses: u64,
+    pub crashes: u64,
+}
+
+impl Explored {
+    /// `other`'s counts added to these.
+    pub fn add(&mut self, o: &Explored) {
+        self.steps += o.steps;
+        self.clock_jumps += o.clock_jumps;
+        self.delays += o.delays;
+        self.scripts += o.scripts;
+        self.acquired += o.acquired;
+        self.grants += o.grants;
+        self.lost_replies += o.lost_replies;
+        self.lost_messages += o.lost_messages;
+        self.pauses += o.pauses;
+        self.crashes += o.crashes;
+    }
+}
+
+/// Something on its way: a request to Redis, a reply to a client, a
+/// message to a subscriber.
+pub enum Transit<R> {
+    Request {
+        client: usize,
+        req: R,
+    },
+    Reply {
+        client: usize,
+        req: R,
+        sent_at: u64,
+        reply: Reply,
+    },
+    Message {
+        client: usize,
+        payload: String,
+    },
+}
+
+pub struct World<R> {
+    pub rng: Rng,
+    pub faults: Faults,
+    scripts: Scripts,
+    pub engine: Engine,
+    /// The clients' clock (see [`World::now`]).
+    real: u64,
+    /// What is on its way, and the virtual ms before which it cannot
+    /// arrive.
+    pub transit: Vec<(u64, Transit<R>)>,
+    pub explored: Explored,
+    pub trace: Vec<String>,
+}
+
+impl<R: Clone + Debug> World<R> {
+    pub fn new(seed: u64, faults: Faults, scripts: Scripts) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut store = Store::default();
+        store.now_us = 1_700_000_000_000_000 + rng.below(1_000_000_000);
+        World {
+            rng,
+            faults,
+            scripts,
+            engine: Engine::new(store),
+            real: 0,
+            transit: Vec::new(),
+            explored: Explored::default(),
+            trace: Vec::new(),
+        }
+    }
+
+    /// The clients' clock (ms; monotonic, as `Instant` is). Redis's clock
+    /// runs with it, but may jump back (a fault).
+    pub fn now(&self) -> u64 {
+        self.real
+    }
+
+    pub fn advance(&mut self, ms: u64) {
+        self.real += ms;
+        self.engine.store.borrow_mut().advance(ms);
+    }
+
+    pub fn note(&mut self, what: String) {
+        let line = format!("{:>7} {what}", self.now() % 10_000_000);
+        self.trace.push(line);
+    }
+
+    /// The last `n` lines of the trace.
+    pub fn tail(&self, n: usize) -> String {
+        self.trace[self.trace.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Puts `t` on its way: at once, or (a fault) held up a while.
+    pub fn travel(&mut self, t: Transit<R>) {
+        let mut due = self.now();
+        if self.rng.chance(self.faults.delay) {
+            due += if self.rng.chance(50) {
+                self.rng.below(1_000)
+            } else {
+                self.rng.below(20_000)
+            };
+            self.explored.delays += 1;
+        }
+        self.transit.push((due, t));
+    }
+
+    /// Whether a request or reply of client `c` is held up on the network
+    /// (the client is cut off: it cannot be expected to make progress).
+    pub fn held_up(&self, c: usize) -> bool {
+        let now = self.now();
+        self.transit.iter().any(|(due, t)| {
+            *due > now
+                && match t {
+                    Transit::Request { client, .. } | Transit::Reply { client, .. } => *client == c,
+                    Transit::Message { .. } => false,
+                }
+        })
+    }
+
+    /// Script `name` run at Redis; an error reply fails the simulation.
+    pub fn eval(&mut self, name: &str, keys: &[&str], argv: &[&[u8]]) -> Result<Reply, String> {
+        self.explored.scripts += 1;
+        let source = self.scripts.get(name).ok_or(format!("no script {name}"))?;
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let reply = self.engine.eval(source, &keys, argv);
+        if let Reply::Error(e) = &reply {
+            return Err(format!("{name} failed: {e}"));
+        }
+        Ok(reply)
+    }
+
+    /// A command on the model Redis, as the checks look at it.
+    pub fn redis(&mut self, args: &[&[u8]]) -> Reply {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        self.engine.store.borrow_mut().call(&args)
+    }
+
+    /// Whether `key` exists.
+    pub fn exists(&mut self, key: &str) -> bool {
+        self.engine
+            .store
+            .borrow_mut()
+            .entry(key.as_bytes())
+            .is_some()
+    }
+
+    /// The keys left in Redis but `kept`.
+    pub fn left(&mut self, kept: &[&str]) -> Vec<String> {
+        self.engine
+            .store
+            .borrow_mut()
+            .dump()
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k).into_owned())
+            .filter(|k| !kept.contains(&k.as_str()))
+            .collect()
+    }
+}
+
+/// A simulation's clients, as the world drives them.
+pub trait Model {
+    /// A request as it travels: what the client asked for.
+    type Req: Clone + Debug;
+    fn world(&mut self) -> &mut World<Self::Req>;
+    fn clients(&self) -> usize;
+    /// The client's lease (a pause lasts up to three of them).
+    fn lease(&self, c: usize) -> u64;
+    fn crashed(&self, c: usize) -> bool;
+    fn crash(&mut self, c: usize);
+    fn paused_until(&self, c: usize) -> u64;
+    fn pause(&mut self, c: usize, until: u64);
+    /// Client `c` does what is due (nothing while a call is in flight,
+    /// paused or crashed).
+    fn act(&mut self, c: usize) -> Result<(), String>;
+    /// The script of `req` of client `c`, run at Redis.
+    fn run(&mut self, c: usize, req: &Self::Req) -> Result<Reply, String>;
+    /// When client `c` sent the request in flight.
+    fn sent_at(&self, c: usize) -> u64;
+    /// Client `c` has its reply (or knows it lost it): nothing in flight.
+    fn replied(&mut self, c: usize);
+    /// A reply that never came.
+    fn lost(&mut self, c: usize, req: Self::Req);
+    fn answer(
+        &mut self,
+        c: usize,
+        req: Self::Req,
+        sent_at: u64,
+        reply: Reply,
+    ) -> Result<(), String>;
+    fn message(&mut self, c: usize, payload: String) -> Result<(), String>;
+    /// The client listening on `channel`, if any.
+    fn subscriber(&self, channel: &str) -> Option<usize>;
+}
+
+/// One step of the schedule: the clock advances, a client acts, something
+/// on its way arrives — or (with `faults`) Redis's clock steps back, a
+/// client pauses or crashes.
+pub fn step<M: Model>(m: &mut M, faults: bool) -> Result<(), String> {
+    let clients = m.clients() as u64;
+    let w = m.world();
+    w.explored.steps += 1;
+    let f = w.faults;
+    match w.rng.below(100) {
+        0 if faults && w.rng.chance(f.clock_back) => {
+            let back = w.rng.below(2_000) * 1000;
+            w.engine.store.borrow_mut().now_us -= back;
+            w.explored.clock_jumps += 1;
+            w.note(format!("redis's clock steps back {} ms", back / 1000));
+        }
+        0..=24 => {
+            let ms = if w.rng.chance(5) {
+                w.rng.below(4000)
+            } else {
+                w.rng.below(60)
+            };
+            w.advance(ms);
+        }
+        25..=54 => {
+            let c = w.rng.below(clients) as usize;
+            m.act(c)?;
+        }
+        55..=94 => {
+            let now = w.now();
+            let due: Vec<usize> = (0..w.transit.len())
+                .filter(|&i| w.transit[i].0 <= now)
+                .collect();
+            if !due.is_empty() {
+                let i = due[w.rng.below(due.len() as u64) as usize];
+                let (_, t) = w.transit.swap_remove(i);
+                deliver(m, t, faults)?;
+            }
+        }
+        95..=97 if faults && f.pause > 0 && w.rng.chance(f.pause) => {
+            let c = w.rng.below(clients) as usize;
+            let lease = m.lease(c);
+            let w = m.world();
+            let ms = w.rng.below(3 * lease);
+            let until = w.now() + ms;
+            w.explored.pauses += 1;
+            w.note(format!("c{c} paused {ms} ms"));
+            m.pause(c, until);
+        }
+        98..=99 if faults && f.crash > 0 && w.rng.chance(f.crash) => {
+            let c = w.rng.below(clients) as usize;
+            if !m.crashed(c) {
+                m.crash(c);
+                let w = m.world();
+                w.explored.crashes += 1;
+                w.note(format!("c{c} crashed"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `t` arrives: a request runs its script at Redis (and what the script
+/// published goes out), a reply or message reaches its client — unless the
+/// client crashed, is paused (it waits), or (with `faults`) it is lost.
+pub fn deliver<M: Model>(m: &mut M, t: Transit<M::Req>, faults: bool) -> Result<(), String> {
+    match t {
+        Transit::Request { client, req } => {
+            let reply = m.run(client, &req)?;
+            let sent_at = m.sent_at(client);
+            m.world()
+                .note(format!("redis ran c{client} {req:?} → {reply:?}"));
+            publish(m);
+            m.world().travel(Transit::Reply {
+                client,
+                req,
+                sent_at,
+                reply,
+            });
+        }
+        Transit::Reply {
+            client,
+            req,
+            sent_at,
+            reply,
+        } => {
+            if m.crashed(client) {
+                return Ok(());
+            }
+            if m.paused_until(client) > m.world().now() {
+                m.world().travel(Transit::Reply {
+                    client,
+                    req,
+                    sent_at,
+                    reply,
+                });
+                return Ok(());
+            }
+            m.replied(client);
+            let w = m.world();
+            if faults && w.rng.chance(w.faults.lost_reply) {
+                w.explored.lost_replies += 1;
+                w.note(format!("c{client} lost the reply to {req:?}"));
+                m.lost(client, req);
+                return Ok(());
+            }
+            m.answer(client, req, sent_at, reply)?;
+        }
+        Transit::Message { client, payload } => {
+            if m.crashed(client) {
+                return Ok(());
+            }
+            if m.paused_until(client) > m.world().now() {
+                m.world().travel(Transit::Message { client, payload });
+                return Ok(());
+            }
+            let w = m.world();
+            if faults && w.rng.chance(w.faults.lost_message) {
+                w.explored.lost_messages += 1;
+                w.note(format!("c{client} lost the message {payload}"));
+                return Ok(());
+            }
+            m.message(client, payload)?;
+        }
+    }
+    Ok(())
+}
+
+/// What the scripts published goes to its subscribers.
+fn publish<M: Model>(m: &mut M) {
+    let published = std::mem::take(&mut m.world().engine.store.borrow_mut().published);
+    for (channel, payload) in published {
+        let channel = String::from_utf8_lossy(&channel).into_owned();
+        if let Some(c) = m.subscriber(&channel) {
+            let payload = String::from_utf8_lossy(&payload).into_owned();
+            let w = m.world();
+            w.explored.grants += 1;
+            w.travel(Transit::Message { client: c, payload });
+        }
+    }
+}
+
+/// The wind-down's tick: 10 ms pass and one thing due arrives (no faults).
+pub fn tick<M: Model>(m: &mut M) -> Result<(), String> {
+    let w = m.world();
+    w.advance(10);
+    let now = w.now();
+    if let Some(i) = w.transit.iter().position(|(due, _)| *due <= now) {
+        let (_, t) = w.transit.swap_remove(i);
+        deliver(m, t, false)?;
+    }
+    Ok(())
+}
