@@ -415,6 +415,31 @@ fn the_fair_lock_keeps_its_promises_under_faults() {
     }
 }
 
+/// The read/write lock's, under the same faults: a writer alone, Redis
+/// keeps every view, writers first, a free lock with a waiter is taken,
+/// nothing is left.
+#[test]
+fn the_read_write_lock_keeps_its_promises_under_faults() {
+    for delay in [3, 15] {
+        let cfg = rw_profile(delay);
+        let seeds = seeds();
+        let explored = sim::rwlock::explore(seeds.iter().copied(), &cfg, &sim::plain::shipped())
+            .unwrap_or_else(|e| panic!("{e}"));
+        println!("read/write lock, calls held up {delay} %: {explored:?}");
+        let n = seeds.len() as u64;
+        assert!(explored.acquired > 5 * n, "{explored:?}");
+    }
+}
+
+/// The read/write lock's fault profile: calls held up `delay` % of the time.
+fn rw_profile(delay: u64) -> sim::rwlock::Config {
+    sim::rwlock::Config {
+        clients: 4,
+        steps: 4_000,
+        faults: profile(delay, false).faults,
+    }
+}
+
 /// The simulator can fail: each known-bad change to a script or a client
 /// step breaks an invariant on some seed.
 #[test]
@@ -483,6 +508,27 @@ fn known_bad_scripts_fail_the_simulation() {
             "redis.call('hset', KEYS[1], ARGV[2], 1)",
             true,
         ),
+        (
+            "a write acquire that ignores the readers",
+            "write acquire",
+            "if mode == false then",
+            "if mode ~= 'write' then",
+            false,
+        ),
+        (
+            "a reader that ignores the waiting writers",
+            "read acquire",
+            "    if first[1] then",
+            "    if false then",
+            false,
+        ),
+        (
+            "a read release that frees the lock under another reader",
+            "read release",
+            "    if longest > 0 then",
+            "    if longest > 1e15 then",
+            false,
+        ),
     ];
     for (what, script, from, to, reentry) in mutations {
         let mut scripts = sim::plain::shipped();
@@ -492,6 +538,12 @@ fn known_bad_scripts_fail_the_simulation() {
             "{what}: the script no longer has {from:?}"
         );
         *source = source.replace(from, to);
+        if script.starts_with("read") || script.starts_with("write") {
+            let found = sim::rwlock::explore(1..=100, &rw_profile(15), &scripts);
+            assert!(found.is_err(), "{what}: the simulation did not notice");
+            println!("{what}: {}", found.unwrap_err().lines().next().unwrap());
+            continue;
+        }
         let lock = match script.starts_with("fair") {
             true => sim::plain::Lock::Fair,
             false => sim::plain::Lock::Plain,

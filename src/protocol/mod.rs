@@ -331,7 +331,7 @@ pub(crate) struct Scripts {
 #[cfg(feature = "simulation")]
 pub fn simulated() -> Vec<(&'static str, &'static str)> {
     let all = Scripts::of(PubSub::Classic);
-    let (p, f, s) = (&all.plain, &all.fair, &all.semaphore);
+    let (p, f, rw, s) = (&all.plain, &all.fair, &all.rw, &all.semaphore);
     vec![
         ("plain acquire", &p.acquire.source),
         ("plain fenced acquire", &p.acquire_fenced.source),
@@ -340,6 +340,11 @@ pub fn simulated() -> Vec<(&'static str, &'static str)> {
         ("fair acquire", &f.acquire.source),
         ("fair release", &f.release.source),
         ("fair cancel", &f.cancel.source),
+        ("read acquire", &rw.read_acquire.source),
+        ("write acquire", &rw.write_acquire.source),
+        ("read release", &rw.read_release.source),
+        ("write release", &rw.write_release.source),
+        ("cancel writer", &rw.cancel_writer.source),
         ("semaphore acquire", &s.acquire.source),
         ("semaphore release", &s.release.source),
         ("semaphore leave", &s.leave.source),

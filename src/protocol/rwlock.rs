@@ -247,11 +247,11 @@ return 1
 
 /// The read/write lock's scripts.
 pub(crate) struct RwScripts {
-    read_acquire: Lua,
-    write_acquire: Lua,
-    read_release: Lua,
-    write_release: Lua,
-    cancel_writer: Lua,
+    pub(super) read_acquire: Lua,
+    pub(super) write_acquire: Lua,
+    pub(super) read_release: Lua,
+    pub(super) write_release: Lua,
+    pub(super) cancel_writer: Lua,
 }
 
 impl RwScripts {

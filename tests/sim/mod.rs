@@ -6,6 +6,7 @@
 
 pub mod lua;
 pub mod plain;
+pub mod rwlock;
 pub mod semaphore;
 pub mod store;
 pub mod world;

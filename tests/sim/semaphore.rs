@@ -494,9 +494,13 @@ impl Model for Sim {
     }
 
     /// A grant goes to the client whose channel it names.
-    fn subscriber(&self, channel: &str) -> Option<usize> {
-        let id = channel.strip_prefix(GRANT_PREFIX)?;
-        self.clients.iter().position(|cl| cl.id == id)
+    fn subscribers(&self, channel: &str) -> Vec<usize> {
+        let id = channel.strip_prefix(GRANT_PREFIX);
+        let to = self
+            .clients
+            .iter()
+            .position(|cl| Some(cl.id.as_str()) == id);
+        to.into_iter().collect()
     }
 }
 

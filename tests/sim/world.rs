@@ -240,8 +240,8 @@ pub trait Model {
         reply: Reply,
     ) -> Result<(), String>;
     fn message(&mut self, c: usize, payload: String) -> Result<(), String>;
-    /// The client listening on `channel`, if any.
-    fn subscriber(&self, channel: &str) -> Option<usize>;
+    /// The clients listening on `channel`.
+    fn subscribers(&self, channel: &str) -> Vec<usize>;
 }
 
 /// One step of the schedule: the clock advances, a client acts, something
@@ -377,7 +377,7 @@ fn publish<M: Model>(m: &mut M) {
     let published = std::mem::take(&mut m.world().engine.store.borrow_mut().published);
     for (channel, payload) in published {
         let channel = String::from_utf8_lossy(&channel).into_owned();
-        if let Some(c) = m.subscriber(&channel) {
+        for c in m.subscribers(&channel) {
             let payload = String::from_utf8_lossy(&payload).into_owned();
             let w = m.world();
             w.explored.grants += 1;

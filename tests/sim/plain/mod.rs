@@ -447,8 +447,8 @@ impl Model for Sim {
     /// A grant goes to the client whose channel it names (every waiting
     /// client listens on its own); the unlock message to nobody (no other
     /// library here).
-    fn subscriber(&self, channel: &str) -> Option<usize> {
-        self.clients.iter().position(|cl| match self.cfg.lock {
+    fn subscribers(&self, channel: &str) -> Vec<usize> {
+        let to = self.clients.iter().position(|cl| match self.cfg.lock {
             Lock::Plain => channel.strip_prefix(GRANT_PREFIX) == Some(&cl.id),
             Lock::Fair => {
                 channel
@@ -456,7 +456,8 @@ impl Model for Sim {
                     .and_then(|c| c.strip_prefix(':'))
                     == Some(&cl.owner)
             }
-        })
+        });
+        to.into_iter().collect()
     }
 }
 
