@@ -541,7 +541,7 @@ fn known_bad_scripts_fail_the_simulation() {
         if script.starts_with("read") || script.starts_with("write") {
             let found = sim::rwlock::explore(1..=100, &rw_profile(15), &scripts);
             assert!(found.is_err(), "{what}: the simulation did not notice");
-            println!("{what}: {}", found.unwrap_err().lines().next().unwrap());
+            println!("{what}: {}", found_so(&found.unwrap_err()));
             continue;
         }
         let lock = match script.starts_with("fair") {
@@ -554,7 +554,7 @@ fn known_bad_scripts_fail_the_simulation() {
         };
         let found = sim::plain::explore(1..=100, &cfg, &scripts);
         assert!(found.is_err(), "{what}: the simulation did not notice");
-        println!("{what}: {}", found.unwrap_err().lines().next().unwrap());
+        println!("{what}: {}", found_so(&found.unwrap_err()));
     }
     // Client steps. The defect the simulator found in the shipped
     // protocol: a grant delayed past the waiter's next confirmation (which
@@ -588,7 +588,7 @@ fn known_bad_scripts_fail_the_simulation() {
     );
     println!(
         "a semaphore trusting stale grants: {}",
-        e.lines().next().unwrap()
+        found_so(&e)
     );
     // A semaphore that counts a released permit twice: a release sent again
     // (its reply lost) or of a permit already taken back gives it back
@@ -609,7 +609,7 @@ fn known_bad_scripts_fail_the_simulation() {
     );
     println!(
         "a semaphore counting a released permit twice: {}",
-        e.lines().next().unwrap()
+        found_so(&e)
     );
     let fair_stale = sim::plain::Config {
         lock: sim::plain::Lock::Fair,
@@ -625,7 +625,7 @@ fn known_bad_scripts_fail_the_simulation() {
             e.contains("two holders") || e.contains("counts on"),
             "{what}: {e}"
         );
-        println!("{what}: {}", e.lines().next().unwrap());
+        println!("{what}: {}", found_so(&e));
     }
 }
 
@@ -833,4 +833,15 @@ fn the_semaphore_keeps_its_promises_under_faults() {
         let n = seeds().len() as u64;
         assert!(acquired > 5 * n && 2 * grants > n, "{acquired} {grants}");
     }
+}
+
+/// A failure in one line: the broken invariant and the shortest run the
+/// shrinker found breaking it (its configuration, its trace's length).
+fn found_so(e: &str) -> String {
+    let first = e.lines().next().unwrap_or("");
+    let short = e
+        .lines()
+        .find(|l| l.starts_with("shortest run found"))
+        .unwrap_or("(not shrunk)");
+    format!("{first}\n    {short}")
 }

@@ -523,20 +523,26 @@ impl Model for Sim {
     }
 }
 
-/// Runs `seeds`; the first failure with its seed and the end of its trace.
+impl world::Knobs for Config {
+    fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults) {
+        (&mut self.steps, &mut self.clients, &mut self.faults)
+    }
+}
+
+/// Runs `seeds`; the first failure with its seed, the end of its trace and
+/// the shortest run found failing so.
 pub fn explore(
     seeds: impl IntoIterator<Item = u64>,
     cfg: &Config,
     scripts: &Scripts,
 ) -> Result<world::Explored, String> {
-    let mut total = world::Explored::default();
-    for seed in seeds {
+    world::explore(seeds, cfg, |seed, cfg| {
         let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
-        if let Err(e) = sim.run() {
-            let tail = sim.w.tail(super::tail_lines());
-            return Err(format!("seed {seed}: {e}\n(replay: the same seed)\n{tail}"));
+        let result = sim.run();
+        world::Run {
+            result,
+            explored: sim.w.explored,
+            trace: sim.w.trace,
         }
-        total.add(&sim.w.explored);
-    }
-    Ok(total)
+    })
 }

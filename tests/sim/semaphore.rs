@@ -504,21 +504,27 @@ impl Model for Sim {
     }
 }
 
-/// Runs `seeds`; the first failure with its seed and the end of its trace.
+impl world::Knobs for Config {
+    fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults) {
+        (&mut self.steps, &mut self.clients, &mut self.faults)
+    }
+}
+
+/// Runs `seeds`; the first failure with its seed, the end of its trace and
+/// the shortest run found failing so. The acquisitions and grants.
 pub fn explore(
     seeds: impl IntoIterator<Item = u64>,
     cfg: &Config,
     scripts: &Scripts,
 ) -> Result<(u64, u64), String> {
-    let (mut acquired, mut grants) = (0, 0);
-    for seed in seeds {
+    let e = world::explore(seeds, cfg, |seed, cfg| {
         let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
-        if let Err(e) = sim.run() {
-            let tail = sim.w.tail(super::tail_lines());
-            return Err(format!("seed {seed}: {e}\n(replay: the same seed)\n{tail}"));
+        let result = sim.run();
+        world::Run {
+            result,
+            explored: sim.w.explored,
+            trace: sim.w.trace,
         }
-        acquired += sim.w.explored.acquired;
-        grants += sim.w.explored.grants;
-    }
-    Ok((acquired, grants))
+    })?;
+    Ok((e.acquired, e.grants))
 }

@@ -397,3 +397,128 @@ pub fn tick<M: Model>(m: &mut M) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// What the shrinker may turn down in a simulation's configuration: the
+/// steps of the schedule, the clients, the faults.
+pub trait Knobs: Clone + Debug {
+    fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults);
+}
+
+/// One run: how it ended, what it explored, its trace.
+pub struct Run {
+    pub result: Result<(), String>,
+    pub explored: Explored,
+    pub trace: Vec<String>,
+}
+
+/// Runs `seeds` with `cfg` (`run` one of them); the first failure with its
+/// seed, the end of its trace, and the shortest run found that fails the
+/// same way ([`shrink`]) with its whole trace.
+pub fn explore<C: Knobs>(
+    seeds: impl IntoIterator<Item = u64>,
+    cfg: &C,
+    run: impl Fn(u64, &C) -> Run,
+) -> Result<Explored, String> {
+    let mut total = Explored::default();
+    for seed in seeds {
+        let r = run(seed, cfg);
+        if let Err(e) = r.result {
+            let n = super::tail_lines();
+            let tail = r.trace[r.trace.len().saturating_sub(n)..].join("\n");
+            let (small, trace) = shrink(seed, cfg, &e, &run);
+            return Err(format!(
+                "seed {seed}: {e}\n(replay: the same seed; the end of its trace)\n{tail}\n\
+                 shortest run found failing so, {} lines: {small:?}\n{}",
+                trace.len(),
+                trace[trace.len().saturating_sub(4 * n)..].join("\n"),
+            ));
+        }
+        total.add(&r.explored);
+    }
+    Ok(total)
+}
+
+/// The same failure, digits aside ("c2 counts on 2999 ms more" is "c0
+/// counts on 40 ms more").
+fn shape(e: &str) -> String {
+    let first = e.lines().next().unwrap_or("");
+    first.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
+/// Shrinks a failing run of `seed`: fewer steps (the schedule is the same
+/// up to where it stops, so a failure at step k needs k steps), then each
+/// fault turned off, then fewer clients, then fewer steps again — keeping
+/// each change that still fails the same way. Bounded: at most 60 runs.
+/// The smallest configuration found and its trace.
+pub fn shrink<C: Knobs>(
+    seed: u64,
+    cfg: &C,
+    err: &str,
+    run: &impl Fn(u64, &C) -> Run,
+) -> (C, Vec<String>) {
+    let want = shape(err);
+    let mut budget = 60;
+    let mut fails = |c: &C| -> Option<Vec<String>> {
+        if budget == 0 {
+            return None;
+        }
+        budget -= 1;
+        let r = run(seed, c);
+        match r.result {
+            Err(e) if shape(&e) == want => Some(r.trace),
+            _ => None,
+        }
+    };
+    let mut best = cfg.clone();
+    let mut trace = fails(&best).unwrap_or_default();
+    let fewer_steps = |best: &mut C,
+                       trace: &mut Vec<String>,
+                       fails: &mut dyn FnMut(&C) -> Option<Vec<String>>| {
+        let (mut lo, mut hi) = (1, *best.knobs().0);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let mut c = best.clone();
+            *c.knobs().0 = mid;
+            match fails(&c) {
+                Some(t) => {
+                    hi = mid;
+                    *best = c;
+                    *trace = t;
+                }
+                None => lo = mid + 1,
+            }
+        }
+    };
+    fewer_steps(&mut best, &mut trace, &mut fails);
+    for i in 0..6 {
+        let mut c = best.clone();
+        let f = c.knobs().2;
+        let knob = [
+            &mut f.clock_back,
+            &mut f.delay,
+            &mut f.lost_reply,
+            &mut f.lost_message,
+            &mut f.pause,
+            &mut f.crash,
+        ];
+        if *knob[i] == 0 {
+            continue;
+        }
+        *knob[i] = 0;
+        if let Some(t) = fails(&c) {
+            best = c;
+            trace = t;
+        }
+    }
+    for n in 1..*best.clone().knobs().1 {
+        let mut c = best.clone();
+        *c.knobs().1 = n;
+        if let Some(t) = fails(&c) {
+            best = c;
+            trace = t;
+            break;
+        }
+    }
+    fewer_steps(&mut best, &mut trace, &mut fails);
+    (best, trace)
+}
