@@ -324,6 +324,7 @@ fn profile(delay: u64, reentry: bool) -> sim::plain::Config {
         fenced: true,
         reentry,
         keep_released_lease: false,
+        redisson: 0,
     }
 }
 
@@ -385,6 +386,26 @@ fn the_plain_lock_keeps_its_promises_under_faults() {
             explored.acquired > 5 * n && 2 * explored.grants > n,
             "{explored:?}"
         );
+    }
+}
+
+/// The plain lock's, with Redisson's clients beside leasehold's (one and
+/// two of four), under the same faults: one holder of either library, Redis
+/// keeps every view, a free lock with a waiter of either library is taken,
+/// nothing is left.
+#[test]
+fn the_plain_lock_keeps_its_promises_beside_redissons_clients() {
+    for (delay, redisson) in [(3, 1), (15, 2)] {
+        let cfg = sim::plain::Config {
+            redisson,
+            ..profile(delay, false)
+        };
+        let seeds = seeds();
+        let explored = sim::plain::explore(seeds.iter().copied(), &cfg, &sim::plain::shipped())
+            .unwrap_or_else(|e| panic!("{e}"));
+        println!("plain lock beside Redisson's clients, {cfg:?}: {explored:?}");
+        let n = seeds.len() as u64;
+        assert!(explored.acquired > 5 * n, "{explored:?}");
     }
 }
 
@@ -586,10 +607,7 @@ fn known_bad_scripts_fail_the_simulation() {
         e.contains("counts on permit") || e.contains("permits counted on"),
         "{e}"
     );
-    println!(
-        "a semaphore trusting stale grants: {}",
-        found_so(&e)
-    );
+    println!("a semaphore trusting stale grants: {}", found_so(&e));
     // A semaphore that counts a released permit twice: a release sent again
     // (its reply lost) or of a permit already taken back gives it back
     // again.

@@ -92,8 +92,11 @@ impl Sim {
                 }
                 match cl.state.clone() {
                     State::Waiting { place, .. } => {
+                        // Redisson's waiter has no place to leave.
                         self.clients[c].state = State::Idle;
-                        self.send(c, Op::Leave { place });
+                        if !self.clients[c].redisson {
+                            self.send(c, Op::Leave { place });
+                        }
                     }
                     State::Holding { .. } => self.send_release(c),
                     State::Idle if cl.unsettled.is_some() => self.act(c)?,

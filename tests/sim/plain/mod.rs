@@ -20,6 +20,7 @@
 
 mod checks;
 mod fair;
+mod redisson;
 mod replies;
 
 use super::store::Reply;
@@ -74,6 +75,9 @@ pub struct Config {
     pub fenced: bool,
     /// Holders re-enter now and then with an explicit lease.
     pub reentry: bool,
+    /// How many of the clients (the last ones) are Redisson's (plain lock:
+    /// its `RLock` scripts, waiting on the unlock channel).
+    pub redisson: usize,
     /// A client-step mutation: a guard's release sets the lease it had
     /// itself (Redisson's, and the defect of the "Promises broken" issue),
     /// not what the remaining guard counts on.
@@ -130,6 +134,13 @@ enum State {
 }
 
 struct Client {
+    /// A Redisson client (`redisson`).
+    redisson: bool,
+    /// Leasehold's: its last attempt found another library's holder, so it
+    /// hears the unlock channel too.
+    foreign: bool,
+    /// Redisson's unlocks so far (each has a request id of its own).
+    unlocks: u64,
     id: String,
     owner: String,
     lease: u64,
@@ -173,17 +184,28 @@ pub struct Sim {
 }
 
 impl Sim {
-    pub fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
+    pub fn new(seed: u64, cfg: Config, mut scripts: Scripts) -> Sim {
+        if cfg.redisson > 0 {
+            redisson::add_scripts(&mut scripts);
+        }
         let mut w = World::new(seed, cfg.faults, scripts);
         let rng = &mut w.rng;
         let clients = (0..cfg.clients)
             .map(|i| {
                 // A leasehold client id: a UUID of version 8 (the 15th
                 // character), as `names::new_client_id` makes them.
-                let id = format!("0000000{i}-0000-8000-8000-00000000000{i}");
+                let redisson = i + cfg.redisson >= cfg.clients;
+                let id = match redisson {
+                    false => format!("0000000{i}-0000-8000-8000-00000000000{i}"),
+                    // Redisson's: a UUID of version 4.
+                    true => format!("0a0b0c0d-1111-4222-8333-00000000000{i}"),
+                };
                 let lease = *rng.pick(&[900, 3000, 10_000]);
-                let fenced = cfg.fenced && rng.chance(50);
+                let fenced = cfg.fenced && rng.chance(50) && !redisson;
                 Client {
+                    redisson,
+                    foreign: false,
+                    unlocks: 0,
                     fenced,
                     token: None,
                     inner: None,
@@ -232,8 +254,14 @@ impl Sim {
         let op = match cl.state.clone() {
             State::Idle if cl.unsettled.is_some() => {
                 // The undo of a lost reply comes before any acquire: leave
-                // the place, then release (both owner-checked).
+                // the place, then release (both owner-checked; Redisson's
+                // has no place).
+                let redisson = cl.redisson;
                 let place = self.clients[c].unsettled.take().unwrap();
+                if redisson {
+                    self.send_release(c);
+                    return Ok(());
+                }
                 Op::Leave { place }
             }
             State::Idle => {
@@ -244,6 +272,12 @@ impl Sim {
                 cl.places += 1;
                 cl.sent_with_place = 0;
                 cl.stale_grants = false;
+                cl.foreign = false;
+                if cl.redisson {
+                    let place = String::new();
+                    self.send(c, Op::Acquire { place });
+                    return Ok(());
+                }
                 let grant = cl.lease.min(GRANT_LEASE);
                 let place = cl.lease.clamp(300, self.cfg.lock.place_lease());
                 let f = if cl.fenced { "f" } else { "" };
@@ -287,6 +321,7 @@ impl Sim {
             }
             State::Holding { until, .. }
                 if self.cfg.reentry
+                    && !cl.redisson
                     && cl.inner.is_none()
                     && until > now
                     && self.w.rng.chance(10) =>
@@ -316,6 +351,10 @@ impl Sim {
 
     /// The script of `op` for client `c`, run at Redis.
     fn run_script(&mut self, c: usize, op: &Op) -> Result<Reply, String> {
+        self.declare_unlock_listeners();
+        if self.clients[c].redisson {
+            return self.run_redisson(c, op);
+        }
         let cl = &self.clients[c];
         let lease = cl.lease.to_string();
         let owner = cl.owner.clone();
@@ -448,6 +487,9 @@ impl Model for Sim {
     /// client listens on its own); the unlock message to nobody (no other
     /// library here).
     fn subscribers(&self, channel: &str) -> Vec<usize> {
+        if self.cfg.lock == Lock::Plain && channel == CHANNEL {
+            return self.unlock_listeners();
+        }
         let to = self.clients.iter().position(|cl| match self.cfg.lock {
             Lock::Plain => channel.strip_prefix(GRANT_PREFIX) == Some(&cl.id),
             Lock::Fair => {

@@ -80,7 +80,14 @@ impl Sim {
                         cl.stale_grants = true;
                     }
                     cl.confirmed_at = sent_at;
-                    let third = cl.lease.clamp(300, self.cfg.lock.place_lease()) / 3;
+                    cl.foreign = flags.contains('f');
+                    // A place is confirmed every third of its lease; a
+                    // Redisson client waits for the holder's PTTL (its
+                    // lease when none is known) or a message.
+                    let third = match cl.redisson {
+                        false => cl.lease.clamp(300, self.cfg.lock.place_lease()) / 3,
+                        true => cl.lease.max(ms.max(1) as u64),
+                    };
                     let wait = if ms < 0 {
                         third
                     } else {
