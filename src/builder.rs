@@ -132,6 +132,10 @@ impl LockClientBuilder {
         /// connection. Fewer acknowledgements → the hold is undone
         /// (owner-checked) and the call fails with [`Error::NotReplicated`]; it
         /// is not retried, since a replica that is down stays down for a while.
+        /// Each batch of lease renewals ends with the same `WAIT`: a renewal
+        /// too few replicas acknowledged does not lengthen the lease a guard
+        /// counts on (it is retried; the lease is reported lost when it
+        /// cannot be confirmed in time).
         ///
         /// This narrows, not closes, the window in which a failover loses a lock
         /// (replication stays asynchronous: an acknowledged write can still be
@@ -374,7 +378,7 @@ impl LockClientBuilder {
             let registration =
                 Registration::new(&self.key_prefix, &id, self.client_name.as_deref());
             Renewer::start(
-                Batches::new(connector, router, socket),
+                Batches::new(connector, router, socket).acknowledged(self.replicas),
                 self.watchdog_lease / 30,
                 socket,
                 registration,

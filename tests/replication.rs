@@ -83,6 +83,46 @@ fn acknowledged_acquires_hold_and_a_silent_replica_leaves_no_lock() {
     assert!(client.lock("repl:c").is_ok(), "works again once it is back");
 }
 
+/// A renewal the replica did not acknowledge does not lengthen the guard's
+/// lease: the replica (the next primary, after a failover) still has the
+/// expiry of the last acknowledged write, and the guard must not count on
+/// more. Found by the protocol simulator (`tests/simulation.rs`, failovers
+/// with replica acknowledgement): a renewal right before a failover left
+/// its holder counting on a lease the new primary did not keep. Before the
+/// fix the guard counted on a full lease from the last renewal (about 2.5
+/// s here, the replica stopped for 2.5 s); now each renewal batch ends with
+/// `WAIT`, and without the acknowledgement its renewals count for nothing.
+#[test]
+fn a_renewal_the_replica_did_not_acknowledge_does_not_lengthen_the_lease() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let client = LockClient::builder(&primary.url())
+        .replicas(1, Duration::from_millis(300))
+        .socket_timeout(Duration::from_millis(600))
+        .watchdog_lease(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let g = client.lock("repl:renew").unwrap();
+    let taken = Instant::now();
+    replica.signal("STOP");
+    // Renewals at about 1 s and 2 s reach the primary, not the replica.
+    thread::sleep(Duration::from_millis(2500));
+    let counted = g.valid_until().map(|u| u.saturating_duration_since(taken));
+    replica.signal("CONT");
+    assert!(
+        counted.is_none_or(|c| c <= Duration::from_millis(3100)),
+        "the guard counts on {counted:?} from the acquire; the replica keeps 3 s"
+    );
+    // Acknowledged again, renewals lengthen it again (or it was lost, and
+    // says so).
+    drop(g);
+    let g = client.lock("repl:renew").unwrap();
+    thread::sleep(Duration::from_millis(1500));
+    assert!(g.is_held());
+    let left = g.remaining();
+    assert!(left > Duration::from_millis(1600), "renewed: {left:?} left");
+}
+
 #[test]
 fn threads_of_one_client_do_not_hand_over_without_acknowledgement() {
     let primary = RedisServer::start();

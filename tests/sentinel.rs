@@ -37,7 +37,11 @@ fn master_port(sentinel: &RedisServer) -> u16 {
 
 #[test]
 fn the_client_follows_a_failover_and_reports_what_it_lost() {
-    let primary = RedisServer::start_with_password(PRIMARY_PASSWORD);
+    // Both passwords, as a managed primary has them: demoted, it
+    // authenticates to the new primary and replicates again, so the
+    // acknowledged hold's renewals are acknowledged again there.
+    let pw = PRIMARY_PASSWORD;
+    let primary = RedisServer::start_with(&["--requirepass", pw, "--masterauth", pw], Some(pw));
     let replica = RedisServer::start_replica_of(&primary);
     let sentinels: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_sentinel_with_password(&primary, MASTER, Some("s3ntinel")))
@@ -61,8 +65,10 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
         })
     }));
     // The doomed hold's client renews every second (its loss shows soon);
-    // the acknowledged hold's lease (15 s) outlasts the switch, as a
-    // default 30 s lease would.
+    // the acknowledged hold's lease (the default 30 s) outlasts the switch:
+    // its renewals count only once acknowledged, and the new primary has
+    // no replica until the Sentinels demote the old one (about 10 s here)
+    // and it has synced.
     let build = |replicated: bool| {
         let mut b = LockClient::sentinel_builder(&urls, MASTER)
             .sentinel_primary_auth(None, PRIMARY_PASSWORD)
@@ -73,7 +79,7 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
         if replicated {
             b = b
                 .replicas(1, Duration::from_millis(500))
-                .watchdog_lease(Duration::from_secs(15));
+                .watchdog_lease(Duration::from_secs(30));
         }
         b.build().unwrap()
     };
@@ -171,7 +177,8 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
         .expect("the lost signal for the hold the new primary never had");
     assert!(!doomed.is_held(), "{why:?}");
     assert!(matches!(doomed.unlock(), Err(Error::NotHeld { .. })));
-    // … and the acknowledged hold lives on, renewed on the new primary.
+    // … and the acknowledged hold lives on, renewed on the new primary
+    // (each renewal acknowledged by the old primary, its replica now).
     thread::sleep(Duration::from_secs(2));
     assert!(kept.is_held());
     let mut on_new_primary = in_db(&replica);

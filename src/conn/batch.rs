@@ -1,7 +1,8 @@
 //! Batches for a thread of its own (the renewal thread): its own
 //! connections (one per server or cluster node, never waiting behind busy
 //! pooled ones), one pipelined round trip per node for a batch of commands
-//! each for a key, cluster redirects followed (once).
+//! each for a key, cluster redirects followed (once), and with replica
+//! acknowledgement a `WAIT` ending each pipeline.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
@@ -26,6 +27,10 @@ pub(crate) struct Batches {
     cons: HashMap<Option<Arc<str>>, Wire>,
     /// Connect and reply timeout of the node connections.
     io_timeout: Duration,
+    /// Replica acknowledgement: `WAIT <replicas> <timeout>` ends each
+    /// pipeline, and a batch too few replicas acknowledged answers with an
+    /// error to retry (its writes may not survive a failover).
+    ack: Option<(u32, Duration)>,
 }
 
 /// What one batch did: each command's answer (in order), and the round
@@ -42,7 +47,15 @@ impl Batches {
             router,
             cons: HashMap::new(),
             io_timeout: io,
+            ack: None,
         }
+    }
+
+    /// Every batch acknowledged by `replicas` replicas within `timeout`
+    /// (below the I/O timeout), when asked.
+    pub(crate) fn acknowledged(mut self, replicas: Option<(u32, Duration)>) -> Self {
+        self.ack = replicas;
+        self
     }
 
     /// Sends `commands` — each `(key, command)` — in one pipelined round
@@ -107,9 +120,25 @@ impl Batches {
             }
             pipe.add_command(commands[i].1.clone());
         }
+        if let Some((replicas, timeout)) = self.ack {
+            pipe.cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout.as_millis() as u64);
+        }
         sent.round_trips += 1;
         let e = match self.query(node, pipe.ignore_errors()) {
-            Ok(answers) if answers.len() == which.len() => {
+            Ok(mut answers) if answers.len() == which.len() + usize::from(self.ack.is_some()) => {
+                let unacknowledged = self.ack.and_then(|(wanted, timeout)| {
+                    let acked = match answers.pop() {
+                        Some(Ok(Value::Int(n))) => n,
+                        _ => 0,
+                    };
+                    (acked < i64::from(wanted)).then(|| {
+                        no_ack(format!(
+                            "only {acked} of {wanted} replicas acknowledged the batch within {timeout:?}"
+                        ))
+                    })
+                });
                 let mut redirected = Vec::new();
                 let mut dropped = false;
                 for (&i, answer) in which.iter().zip(answers) {
@@ -133,7 +162,10 @@ impl Batches {
                             dropped = true;
                         }
                     }
-                    sent.answers[i] = answer;
+                    sent.answers[i] = match (&unacknowledged, answer) {
+                        (Some(e), Ok(_)) => Err(e.clone()),
+                        (_, answer) => answer,
+                    };
                 }
                 return redirected;
             }
@@ -188,4 +220,10 @@ impl Batches {
         }
         result
     }
+}
+
+/// A batch whose writes too few replicas acknowledged: not an answer about
+/// the keys (retry it).
+fn no_ack(message: String) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, message))
 }
