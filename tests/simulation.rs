@@ -319,12 +319,15 @@ fn profile(delay: u64, reentry: bool) -> sim::plain::Config {
             lost_message: 10,
             pause: 30,
             crash: 3,
+            failover: 0,
         },
         trust_stale_grants: false,
         fenced: true,
         reentry,
         keep_released_lease: false,
         redisson: 0,
+        replicas: false,
+        unacknowledged_renewals: false,
     }
 }
 
@@ -407,6 +410,45 @@ fn the_plain_lock_keeps_its_promises_beside_redissons_clients() {
         let n = seeds.len() as u64;
         assert!(explored.acquired > 5 * n, "{explored:?}");
     }
+}
+
+/// Failovers to a replica that missed the last writes: without replica
+/// acknowledgement a hold (or its renewal) can be lost while its holder
+/// counts on it — what docs/design.md's failover analysis says; with it
+/// (`WAIT` after every acquire), every hold is on the replica before its
+/// holder hears of it.
+#[test]
+fn failovers_lose_holds_only_without_replica_acknowledgement() {
+    let failing = sim::plain::Config {
+        faults: sim::plain::Faults {
+            failover: 60,
+            ..profile(3, false).faults
+        },
+        ..profile(3, false)
+    };
+    let e = sim::plain::explore(seeds(), &failing, &sim::plain::shipped())
+        .expect_err("failovers without replica acknowledgement: nothing lost");
+    assert!(e.contains("counts on") || e.contains("two holders"), "{e}");
+    println!("without replica acknowledgement: {}", found_so(&e));
+    let acknowledged = sim::plain::Config {
+        replicas: true,
+        ..failing
+    };
+    let explored = sim::plain::explore(seeds(), &acknowledged, &sim::plain::shipped())
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("with replica acknowledgement: {explored:?}");
+    assert!(explored.failovers > 20, "{explored:?}");
+    // The rule before the simulator found it: renewals not acknowledged —
+    // a failover right after one leaves its holder counting on a lease the
+    // new primary does not keep.
+    let renewals = sim::plain::Config {
+        unacknowledged_renewals: true,
+        ..acknowledged
+    };
+    let e = sim::plain::explore(1..=100, &renewals, &sim::plain::shipped())
+        .expect_err("unacknowledged renewals: nothing lost");
+    assert!(e.contains("counts on"), "{e}");
+    println!("renewals not acknowledged: {}", found_so(&e));
 }
 
 /// The fair lock's, under the same faults: one holder, tokens grow, Redis

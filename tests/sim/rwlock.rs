@@ -425,7 +425,7 @@ impl Sim {
             }
             self.check()?;
         }
-        self.w.advance(60_000);
+        self.w.advance(60_000 + self.w.stepped_back_ms);
         let left = self.w.left(&[]);
         if !left.is_empty() {
             return Err(format!("left in Redis after every lease ran out: {left:?}"));

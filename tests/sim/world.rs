@@ -38,6 +38,11 @@ pub struct Faults {
     pub lost_message: u64,
     pub pause: u64,
     pub crash: u64,
+    /// The primary fails over to its replica, which has the writes up to
+    /// its last catch-up (replication is asynchronous: it catches up about
+    /// every other step, and at once when a client waits for it with
+    /// `WAIT`): what the primary wrote since is lost.
+    pub failover: u64,
 }
 
 /// What a run explored.
@@ -53,6 +58,7 @@ pub struct Explored {
     pub lost_messages: u64,
     pub pauses: u64,
     pub crashes: u64,
+    pub failovers: u64,
 }
 
 impl Explored {
@@ -68,6 +74,7 @@ impl Explored {
         self.lost_messages += o.lost_messages;
         self.pauses += o.pauses;
         self.crashes += o.crashes;
+        self.failovers += o.failovers;
     }
 }
 
@@ -102,6 +109,11 @@ pub struct World<R> {
     pub transit: Vec<(u64, Transit<R>)>,
     pub explored: Explored,
     pub trace: Vec<String>,
+    /// The replica's copy of the data (with failovers on).
+    replica: Store,
+    /// How far Redis's clock stepped back in all (the wind-down lets that
+    /// much more time pass: an expiry set before a step back comes later).
+    pub stepped_back_ms: u64,
 }
 
 impl<R: Clone + Debug> World<R> {
@@ -113,6 +125,8 @@ impl<R: Clone + Debug> World<R> {
             rng,
             faults,
             scripts,
+            replica: store.clone(),
+            stepped_back_ms: 0,
             engine: Engine::new(store),
             real: 0,
             transit: Vec::new(),
@@ -154,6 +168,26 @@ impl<R: Clone + Debug> World<R> {
             self.explored.delays += 1;
         }
         self.transit.push((due, t));
+    }
+
+    /// The replica catches up with the primary (a `WAIT` that the replica
+    /// acknowledged: the writes so far are on it).
+    pub fn replicate(&mut self) {
+        self.replica = self.engine.store.borrow().clone();
+        self.replica.published.clear();
+    }
+
+    /// The replica becomes the primary: the writes it had not received are
+    /// lost (its clock, subscribers and what is in flight are the same).
+    fn failover(&mut self) {
+        let mut store = self.engine.store.borrow_mut();
+        let (now_us, subscribers) = (store.now_us, store.subscribers.clone());
+        *store = self.replica.clone();
+        store.now_us = now_us;
+        store.subscribers = subscribers;
+        drop(store);
+        self.explored.failovers += 1;
+        self.note("failover: the replica is the primary".to_owned());
     }
 
     /// Whether a request or reply of client `c` is held up on the network
@@ -252,13 +286,18 @@ pub fn step<M: Model>(m: &mut M, faults: bool) -> Result<(), String> {
     let w = m.world();
     w.explored.steps += 1;
     let f = w.faults;
+    if f.failover > 0 && w.rng.chance(50) {
+        w.replicate();
+    }
     match w.rng.below(100) {
         0 if faults && w.rng.chance(f.clock_back) => {
             let back = w.rng.below(2_000) * 1000;
             w.engine.store.borrow_mut().now_us -= back;
+            w.stepped_back_ms += back / 1000;
             w.explored.clock_jumps += 1;
             w.note(format!("redis's clock steps back {} ms", back / 1000));
         }
+        1 if faults && f.failover > 0 && w.rng.chance(f.failover) => w.failover(),
         0..=24 => {
             let ms = if w.rng.chance(5) {
                 w.rng.below(4000)

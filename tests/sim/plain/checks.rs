@@ -107,10 +107,12 @@ impl Sim {
         }
         // The marks live a minute; the fair queue's places up to
         // Redisson's step (5 minutes) each, chained.
-        self.w.advance(match self.cfg.lock {
-            Lock::Plain => 60_000,
-            Lock::Fair => 300_000 * (self.clients.len() as u64 + 2),
-        });
+        self.w.advance(
+            match self.cfg.lock {
+                Lock::Plain => 60_000,
+                Lock::Fair => 300_000 * (self.clients.len() as u64 + 2),
+            } + self.w.stepped_back_ms,
+        );
         // The fencing counter stays on purpose: tokens keep growing across
         // holds (`mint`); nothing else may.
         let left: Vec<_> = self

@@ -78,6 +78,13 @@ pub struct Config {
     /// How many of the clients (the last ones) are Redisson's (plain lock:
     /// its `RLock` scripts, waiting on the unlock channel).
     pub redisson: usize,
+    /// Leasehold's clients wait for the replica to acknowledge every
+    /// acquire (`replicas(1, ..)`: `WAIT` after the acquire script), and so
+    /// take grants by an attempt.
+    pub replicas: bool,
+    /// A client-step mutation: renewals are not acknowledged by the replica
+    /// (the rule before the simulator found a renewal lost by a failover).
+    pub unacknowledged_renewals: bool,
     /// A client-step mutation: a guard's release sets the lease it had
     /// itself (Redisson's, and the defect of the "Promises broken" issue),
     /// not what the remaining guard counts on.
@@ -458,8 +465,21 @@ impl Model for Sim {
         Sim::act(self, c)
     }
 
+    /// With replica acknowledgement, `WAIT` follows an acquire that took
+    /// the hold and ends every renewal batch: the replica has the hold, and
+    /// the lease its holder counts on, when the client hears of it.
     fn run(&mut self, c: usize, op: &Op) -> Result<Reply, String> {
-        self.run_script(c, op)
+        let reply = self.run_script(c, op)?;
+        let took = reply == Reply::Nil || matches!(&reply, Reply::Array(t) if t.len() == 1);
+        let written = match op {
+            Op::Acquire { .. } | Op::Reenter { .. } => took,
+            Op::Renew => reply == Reply::Int(1) && !self.cfg.unacknowledged_renewals,
+            _ => false,
+        };
+        if self.cfg.replicas && !self.clients[c].redisson && written {
+            self.w.replicate();
+        }
+        Ok(reply)
     }
 
     fn sent_at(&self, c: usize) -> u64 {

@@ -225,7 +225,7 @@ impl Sim {
                 continue;
             }
             let lease = cl.lease.min(GRANT_LEASE);
-            let direct = !cl.stale_grants && (token.is_some() || !cl.fenced);
+            let direct = !cl.stale_grants && !self.cfg.replicas && (token.is_some() || !cl.fenced);
             if !direct || now - cl.confirmed_at >= lease / 2 {
                 // Too much of it gone to trust, or it must be taken as
                 // asked: the attempt decides.
