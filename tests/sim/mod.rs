@@ -4,12 +4,21 @@
 //! run replays from its seed.
 #![allow(dead_code)]
 
+#[cfg(test)]
+mod differential;
 pub mod lua;
 pub mod plain;
 pub mod rwlock;
 pub mod semaphore;
 pub mod store;
 pub mod world;
+
+/// A seed of its own for each run (printed on failure: it replays the run).
+pub fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
 
 /// How many lines of a failing run's trace to show: `SIM_TAIL`, or 25.
 pub fn tail_lines() -> usize {

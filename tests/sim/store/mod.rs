@@ -2,7 +2,7 @@
 //! scripts call, over a virtual clock. Each command keeps Redis's semantics
 //! where the scripts can tell (replies, types, `WRONGTYPE`, a key that
 //! expired is gone, an emptied hash/list/sorted set is deleted, a
-//! non-positive `PEXPIRE` deletes); `tests/simulation.rs` checks it against
+//! non-positive `PEXPIRE` deletes); `sim::differential` checks it against
 //! a real `redis-server` on random command sequences (the differential
 //! test). The commands, by type:
 //!
@@ -139,7 +139,19 @@ pub struct Store {
     pub subscribers: HashMap<Vec<u8>, i64>,
 }
 
+mod collections;
+
 type R = Result<Reply, String>;
+
+/// At least `min` arguments for command `name`, or Redis's error.
+fn need(name: &str, a: &[Vec<u8>], min: usize) -> Result<(), String> {
+    if a.len() < min {
+        return Err(format!(
+            "ERR wrong number of arguments for '{name}' command"
+        ));
+    }
+    Ok(())
+}
 
 fn int(arg: &[u8]) -> Result<i64, String> {
     std::str::from_utf8(arg)
@@ -177,53 +189,6 @@ pub fn score_text(v: f64) -> String {
             format!("{v:e}")
         }
     }
-}
-
-/// A score bound of `ZRANGEBYSCORE`/`ZREMRANGEBYSCORE`: value, exclusive.
-fn bound(arg: &[u8]) -> Result<(f64, bool), String> {
-    match arg.strip_prefix(b"(") {
-        Some(rest) => Ok((float(rest, NOT_FLOAT)?, true)),
-        None => Ok((float(arg, NOT_FLOAT)?, false)),
-    }
-}
-
-fn in_range(v: f64, min: (f64, bool), max: (f64, bool)) -> bool {
-    let above = if min.1 { v > min.0 } else { v >= min.0 };
-    let below = if max.1 { v < max.0 } else { v <= max.0 };
-    above && below
-}
-
-/// Redis's rank range: negative from the end, clamped.
-fn ranks(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let start = if start < 0 {
-        (len + start).max(0)
-    } else {
-        start
-    };
-    let stop = if stop < 0 {
-        len + stop
-    } else {
-        stop.min(len - 1)
-    };
-    (start <= stop && start < len).then_some((start as usize, stop as usize))
-}
-
-fn sorted(z: &BTreeMap<Vec<u8>, f64>) -> Vec<(&Vec<u8>, f64)> {
-    let mut v: Vec<_> = z.iter().map(|(m, s)| (m, *s)).collect();
-    v.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
-    v
-}
-
-fn with_scores(items: &[(&Vec<u8>, f64)], scores: bool) -> Reply {
-    let mut out = Vec::new();
-    for (m, s) in items {
-        out.push(Reply::bulk(m));
-        if scores {
-            out.push(Reply::bulk(score_text(*s)));
-        }
-    }
-    Reply::Array(out)
 }
 
 fn hash(v: &mut Val) -> Option<&mut Fields> {
@@ -361,15 +326,7 @@ impl Store {
         };
         let name = lower(name);
         let a = &args[1..];
-        let arity = |min: usize| {
-            if a.len() < min {
-                Err(format!(
-                    "ERR wrong number of arguments for '{name}' command"
-                ))
-            } else {
-                Ok(())
-            }
-        };
+        let arity = |min: usize| need(&name, a, min);
         match name.as_str() {
             "del" => {
                 arity(1)?;
@@ -502,179 +459,11 @@ impl Store {
                     ),
                 })
             }
-            "lindex" => {
-                arity(2)?;
-                let Some(l) = self.typed(&a[0], list)? else {
-                    return Ok(Reply::Nil);
-                };
-                let i = int(&a[1])?;
-                let i = if i < 0 { l.len() as i64 + i } else { i };
-                Ok(Reply::opt(usize::try_from(i).ok().and_then(|i| l.get(i))))
+            "lindex" | "lpop" | "lpush" | "rpush" | "lrem" | "lrange" | "llen" => {
+                self.list_command(&name, a)
             }
-            "lpop" => {
-                arity(1)?;
-                if a.len() > 1 {
-                    return Err("ERR LPOP with a count is not modelled".into());
-                }
-                let Some(l) = self.typed(&a[0], list)? else {
-                    return Ok(Reply::Nil);
-                };
-                let v = l.pop_front();
-                self.drop_empty(&a[0]);
-                Ok(v.map_or(Reply::Nil, Reply::Bulk))
-            }
-            "lpush" | "rpush" => {
-                arity(2)?;
-                let l = self.typed_or(&a[0], Val::List(VecDeque::new()), list)?;
-                for v in &a[1..] {
-                    if name == "lpush" {
-                        l.push_front(v.clone());
-                    } else {
-                        l.push_back(v.clone());
-                    }
-                }
-                Ok(Reply::Int(l.len() as i64))
-            }
-            "lrem" => {
-                arity(3)?;
-                let count = int(&a[1])?;
-                let Some(l) = self.typed(&a[0], list)? else {
-                    return Ok(Reply::Int(0));
-                };
-                let limit = if count == 0 {
-                    usize::MAX
-                } else {
-                    count.unsigned_abs() as usize
-                };
-                let mut removed = 0;
-                let items: Vec<_> = l.drain(..).collect();
-                let mut keep: VecDeque<Vec<u8>> = VecDeque::new();
-                if count >= 0 {
-                    for v in items {
-                        if removed < limit && v == a[2] {
-                            removed += 1;
-                        } else {
-                            keep.push_back(v);
-                        }
-                    }
-                } else {
-                    for v in items.into_iter().rev() {
-                        if removed < limit && v == a[2] {
-                            removed += 1;
-                        } else {
-                            keep.push_front(v);
-                        }
-                    }
-                }
-                *l = keep;
-                self.drop_empty(&a[0]);
-                Ok(Reply::Int(removed as i64))
-            }
-            "lrange" => {
-                arity(3)?;
-                let (start, stop) = (int(&a[1])?, int(&a[2])?);
-                let Some(l) = self.typed(&a[0], list)? else {
-                    return Ok(Reply::Array(vec![]));
-                };
-                Ok(Reply::Array(match ranks(start, stop, l.len()) {
-                    Some((s, e)) => l.range(s..=e).map(Reply::bulk).collect(),
-                    None => vec![],
-                }))
-            }
-            "llen" => {
-                arity(1)?;
-                Ok(Reply::Int(
-                    self.typed(&a[0], list)?.map_or(0, |l| l.len() as i64),
-                ))
-            }
-            "zadd" => self.zadd(a),
-            "zrem" => {
-                arity(2)?;
-                let Some(z) = self.typed(&a[0], zset)? else {
-                    return Ok(Reply::Int(0));
-                };
-                let n = a[1..].iter().filter(|m| z.remove(*m).is_some()).count();
-                self.drop_empty(&a[0]);
-                Ok(Reply::Int(n as i64))
-            }
-            "zscore" => {
-                arity(2)?;
-                let s = self.typed(&a[0], zset)?.and_then(|z| z.get(&a[1]).copied());
-                Ok(s.map_or(Reply::Nil, |s| Reply::bulk(score_text(s))))
-            }
-            "zcard" => {
-                arity(1)?;
-                Ok(Reply::Int(
-                    self.typed(&a[0], zset)?.map_or(0, |z| z.len() as i64),
-                ))
-            }
-            "zrange" => {
-                arity(3)?;
-                let (start, stop) = (int(&a[1])?, int(&a[2])?);
-                let scores = match a.get(3).map(|o| lower(o)) {
-                    None => false,
-                    Some(o) if o == "withscores" && a.len() == 4 => true,
-                    Some(_) => return Err(SYNTAX.into()),
-                };
-                let Some(z) = self.typed(&a[0], zset)? else {
-                    return Ok(Reply::Array(vec![]));
-                };
-                let items = sorted(z);
-                Ok(match ranks(start, stop, items.len()) {
-                    Some((s, e)) => with_scores(&items[s..=e], scores),
-                    None => Reply::Array(vec![]),
-                })
-            }
-            "zrangebyscore" | "zremrangebyscore" => {
-                arity(3)?;
-                let (min, max) = (bound(&a[1])?, bound(&a[2])?);
-                let mut scores = false;
-                let mut limit: Option<(i64, i64)> = None;
-                let mut i = 3;
-                while i < a.len() {
-                    match lower(&a[i]).as_str() {
-                        "withscores" if name == "zrangebyscore" => scores = true,
-                        "limit" if name == "zrangebyscore" && i + 2 < a.len() => {
-                            limit = Some((int(&a[i + 1])?, int(&a[i + 2])?));
-                            i += 2;
-                        }
-                        _ => return Err(SYNTAX.into()),
-                    }
-                    i += 1;
-                }
-                let Some(z) = self.typed(&a[0], zset)? else {
-                    return Ok(if name == "zrangebyscore" {
-                        Reply::Array(vec![])
-                    } else {
-                        Reply::Int(0)
-                    });
-                };
-                let items: Vec<_> = sorted(z)
-                    .into_iter()
-                    .filter(|(_, s)| in_range(*s, min, max))
-                    .collect();
-                if name == "zremrangebyscore" {
-                    let gone: Vec<Vec<u8>> = items.iter().map(|(m, _)| (*m).clone()).collect();
-                    for m in &gone {
-                        z.remove(m);
-                    }
-                    self.drop_empty(&a[0]);
-                    return Ok(Reply::Int(gone.len() as i64));
-                }
-                let items = match limit {
-                    None => items,
-                    Some((off, _)) if off < 0 => vec![],
-                    Some((off, count)) => {
-                        let it = items.into_iter().skip(off as usize);
-                        if count < 0 {
-                            it.collect()
-                        } else {
-                            it.take(count as usize).collect()
-                        }
-                    }
-                };
-                Ok(with_scores(&items, scores))
-            }
+            "zadd" | "zrem" | "zscore" | "zcard" | "zrange" | "zrangebyscore"
+            | "zremrangebyscore" => self.zset_command(&name, a),
             "time" => Ok(Reply::Array(vec![
                 Reply::bulk((self.now_us / 1_000_000).to_string()),
                 Reply::bulk((self.now_us % 1_000_000).to_string()),
@@ -758,52 +547,5 @@ impl Store {
             },
         );
         Ok(Reply::Status("OK".into()))
-    }
-
-    fn zadd(&mut self, a: &[Vec<u8>]) -> R {
-        if a.len() < 3 {
-            return Err("ERR wrong number of arguments for 'zadd' command".into());
-        }
-        let (mut nx, mut xx, mut i) = (false, false, 1);
-        loop {
-            match lower(&a[i]).as_str() {
-                "nx" => nx = true,
-                "xx" => xx = true,
-                _ => break,
-            }
-            i += 1;
-            if i >= a.len() {
-                return Err(SYNTAX.into());
-            }
-        }
-        if nx && xx {
-            return Err("ERR XX and NX options at the same time are not compatible".into());
-        }
-        let pairs = &a[i..];
-        if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
-            return Err(SYNTAX.into());
-        }
-        let mut parsed = Vec::new();
-        for p in pairs.chunks(2) {
-            parsed.push((
-                float(&p[0], "ERR value is not a valid float")?,
-                p[1].clone(),
-            ));
-        }
-        if xx && self.typed(&a[0], zset)?.is_none() {
-            return Ok(Reply::Int(0));
-        }
-        let z = self.typed_or(&a[0], Val::ZSet(BTreeMap::new()), zset)?;
-        let mut added = 0;
-        for (score, member) in parsed {
-            let present = z.contains_key(&member);
-            if (nx && present) || (xx && !present) {
-                continue;
-            }
-            added += i64::from(!present);
-            z.insert(member, score);
-        }
-        self.drop_empty(&a[0]);
-        Ok(Reply::Int(added))
     }
 }
