@@ -8,6 +8,7 @@
 mod differential;
 pub mod lua;
 pub mod plain;
+pub mod redlock;
 pub mod rwlock;
 pub mod semaphore;
 pub mod store;

@@ -179,7 +179,7 @@ impl<R: Clone + Debug> World<R> {
 
     /// The replica becomes the primary: the writes it had not received are
     /// lost (its clock, subscribers and what is in flight are the same).
-    fn failover(&mut self) {
+    pub fn failover(&mut self) {
         let mut store = self.engine.store.borrow_mut();
         let (now_us, subscribers) = (store.now_us, store.subscribers.clone());
         *store = self.replica.clone();
@@ -213,6 +213,11 @@ impl<R: Clone + Debug> World<R> {
             return Err(format!("{name} failed: {e}"));
         }
         Ok(reply)
+    }
+
+    /// The source of script `name` (to run on another server's engine).
+    pub fn script(&self, name: &str) -> Result<String, String> {
+        self.scripts.get(name).cloned().ok_or(format!("no script {name}"))
     }
 
     /// A command on the model Redis, as the checks look at it.
@@ -276,6 +281,11 @@ pub trait Model {
     fn message(&mut self, c: usize, payload: String) -> Result<(), String>;
     /// The clients listening on `channel`.
     fn subscribers(&self, channel: &str) -> Vec<usize>;
+    /// The `failover` fault: the primary fails over to its replica (a
+    /// simulation of several servers may restart one instead).
+    fn failover(&mut self) {
+        self.world().failover();
+    }
 }
 
 /// One step of the schedule: the clock advances, a client acts, something
@@ -297,7 +307,7 @@ pub fn step<M: Model>(m: &mut M, faults: bool) -> Result<(), String> {
             w.explored.clock_jumps += 1;
             w.note(format!("redis's clock steps back {} ms", back / 1000));
         }
-        1 if faults && f.failover > 0 && w.rng.chance(f.failover) => w.failover(),
+        1 if faults && f.failover > 0 && w.rng.chance(f.failover) => m.failover(),
         0..=24 => {
             let ms = if w.rng.chance(5) {
                 w.rng.below(4000)
