@@ -171,6 +171,21 @@ fn the_fair_lock_keeps_its_promises_under_faults() {
             "{explored:?}"
         );
     }
+    // Beside Redisson's fair clients (one and two of four) in one queue.
+    for (delay, redisson) in [(3, 1), (15, 2)] {
+        let cfg = sim::plain::Config {
+            lock: sim::plain::Lock::Fair,
+            redisson,
+            ..profile(delay, false)
+        };
+        let seeds = seeds();
+        let explored = sim::plain::explore(seeds.iter().copied(), &cfg, &sim::plain::shipped())
+            .unwrap_or_else(|e| panic!("{e}"));
+        println!("fair lock beside Redisson's clients, {cfg:?}: {explored:?}");
+        // Fewer holds: a Redisson waiter first in line whose wake-up was
+        // lost sleeps until its own wait runs out (up to 300 s).
+        assert!(explored.acquired > 2 * seeds.len() as u64, "{explored:?}");
+    }
 }
 
 /// The read/write lock's, under the same faults: a writer alone, Redis
@@ -414,7 +429,10 @@ fn known_bad_scripts_fail_the_simulation() {
     )
     .expect_err("a Redlock round without its give-back: not noticed");
     assert!(e.contains("failed round"), "{e}");
-    println!("a failed Redlock round whose give-back is skipped: {}", found_so(&e));
+    println!(
+        "a failed Redlock round whose give-back is skipped: {}",
+        found_so(&e)
+    );
     for (what, cfg) in [
         ("trusting stale grants", stale),
         ("trusting stale fair grants", fair_stale),

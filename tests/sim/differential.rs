@@ -54,7 +54,7 @@ fn command(rng: &mut Rng) -> Vec<Vec<u8>> {
     let i = *rng.pick(INDEXES);
     let s = *rng.pick(SCORES);
     let ttl = *rng.pick(TTLS);
-    let args: Vec<&str> = match rng.below(34) {
+    let args: Vec<&str> = match rng.below(35) {
         0 => vec!["del", k, *rng.pick(KEYS)],
         1 => vec!["exists", k, *rng.pick(KEYS), k],
         2 => vec!["type", k],
@@ -123,6 +123,7 @@ fn command(rng: &mut Rng) -> Vec<Vec<u8>> {
             ],
         },
         32 => vec!["zremrangebyscore", k, *rng.pick(BOUNDS), *rng.pick(BOUNDS)],
+        33 => vec!["zincrby", k, *rng.pick(SCORES), f],
         _ => vec!["zcard", k],
     };
     args.into_iter().map(|a| a.as_bytes().to_vec()).collect()

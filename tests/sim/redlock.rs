@@ -226,7 +226,8 @@ impl Sim {
                         release_at: now + cs,
                     };
                     self.w.explored.acquired += 1;
-                    self.w.note(format!("c{c} holds until {}", started + validity));
+                    self.w
+                        .note(format!("c{c} holds until {}", started + validity));
                     return;
                 }
                 // No majority: give back what we got, try again later.
@@ -263,12 +264,20 @@ impl Sim {
         if self.down(req.node) {
             return Ok(Reply::Error("ERR connection refused (restarting)".into()));
         }
-        let c = self.clients.iter().position(|cl| req.owner.starts_with(&cl.id));
+        let c = self
+            .clients
+            .iter()
+            .position(|cl| req.owner.starts_with(&cl.id));
         let lease = c.map_or(1000, |c| self.clients[c].lease).to_string();
         let (name, keys, argv): (&str, Vec<&str>, Vec<&str>) = match req.op {
             Op::Acquire => (
                 "plain acquire",
-                vec![KEY, "leasehold_line:{job}", "leasehold_line:{job}:places", "leasehold_line:{job}:yield"],
+                vec![
+                    KEY,
+                    "leasehold_line:{job}",
+                    "leasehold_line:{job}:places",
+                    "leasehold_line:{job}:yield",
+                ],
                 vec![&lease, &req.owner, "0", ""],
             ),
             Op::Release => (
@@ -307,10 +316,7 @@ impl Sim {
         match req.op {
             Op::Acquire => {
                 let held = reply == Reply::Nil;
-                if let State::Round {
-                    owner, answers, ..
-                } = &mut cl.state
-                {
+                if let State::Round { owner, answers, .. } = &mut cl.state {
                     if *owner == req.owner && now <= req.sent_at + NODE_TIMEOUT {
                         answers[req.node] = Some(held);
                         return;
@@ -349,7 +355,8 @@ impl Sim {
                 // empty only after the longest lease).
                 let store = &self.node(i).engine.store;
                 let mut store = store.borrow_mut();
-                let ours = store.call(&[b"hexists".to_vec(), KEY.into(), owner.clone().into_bytes()]);
+                let ours =
+                    store.call(&[b"hexists".to_vec(), KEY.into(), owner.clone().into_bytes()]);
                 let pttl = match store.call(&[b"pttl".to_vec(), KEY.into()]) {
                     Reply::Int(n) => n,
                     _ => -2,
@@ -512,7 +519,8 @@ impl Model for Sim {
         }
         self.nodes[i].down_until = now + DOWN;
         self.w.explored.failovers += 1;
-        self.w.note(format!("n{i} restarts (down {DOWN} ms, back empty)"));
+        self.w
+            .note(format!("n{i} restarts (down {DOWN} ms, back empty)"));
     }
 }
 

@@ -104,6 +104,9 @@ pub struct World<R> {
     pub engine: Engine,
     /// The clients' clock (see [`World::now`]).
     real: u64,
+    /// The servers' clock when the clients' read 0 (ms): a client that
+    /// sends its wall clock (Redisson's fair lock) sends this plus `now`.
+    pub start_ms: u64,
     /// What is on its way, and the virtual ms before which it cannot
     /// arrive.
     pub transit: Vec<(u64, Transit<R>)>,
@@ -125,6 +128,7 @@ impl<R: Clone + Debug> World<R> {
             rng,
             faults,
             scripts,
+            start_ms: store.now_us / 1000,
             replica: store.clone(),
             stepped_back_ms: 0,
             engine: Engine::new(store),
@@ -217,7 +221,10 @@ impl<R: Clone + Debug> World<R> {
 
     /// The source of script `name` (to run on another server's engine).
     pub fn script(&self, name: &str) -> Result<String, String> {
-        self.scripts.get(name).cloned().ok_or(format!("no script {name}"))
+        self.scripts
+            .get(name)
+            .cloned()
+            .ok_or(format!("no script {name}"))
     }
 
     /// A command on the model Redis, as the checks look at it.

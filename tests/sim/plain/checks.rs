@@ -54,7 +54,7 @@ impl Sim {
                 && cl.paused_until <= now
                 && !self.w.held_up(c)
         });
-        let free = !self.w.exists(KEY);
+        let free = !self.w.exists(KEY) && !self.redisson_first();
         if waiting && free {
             let since = *self.free_since.get_or_insert(now);
             if now - since > 3 * self.cfg.lock.place_lease() + 10_000 {

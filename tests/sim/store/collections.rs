@@ -1,5 +1,6 @@
 //! The model's lists and sorted sets: `LINDEX`, `LPOP`, `LPUSH`, `RPUSH`,
-//! `LREM`, `LRANGE`, `LLEN`; `ZADD` (`NX`/`XX`), `ZREM`, `ZSCORE`, `ZCARD`,
+//! `LREM`, `LRANGE`, `LLEN`; `ZADD` (`NX`/`XX`), `ZINCRBY` (Redisson's fair
+//! acquire), `ZREM`, `ZSCORE`, `ZCARD`,
 //! `ZRANGE` (by rank, `WITHSCORES`), `ZRANGEBYSCORE` (`(`, `-inf`/`+inf`,
 //! `WITHSCORES`, `LIMIT`), `ZREMRANGEBYSCORE` — with Redis's replies and
 //! edges (see the opening comment of `store`).
@@ -150,6 +151,20 @@ impl Store {
         let arity = |min: usize| need(name, a, min);
         match name {
             "zadd" => self.zadd(a),
+            "zincrby" => {
+                if a.len() != 3 {
+                    return Err("ERR wrong number of arguments for 'zincrby' command".into());
+                }
+                let by = float(&a[1], "ERR value is not a valid float")?;
+                let z = self.typed_or(&a[0], Val::ZSet(BTreeMap::new()), zset)?;
+                let score = z.get(&a[2]).copied().unwrap_or(0.0) + by;
+                if score.is_nan() {
+                    self.drop_empty(&a[0]);
+                    return Err("ERR resulting score is not a number (NaN)".into());
+                }
+                z.insert(a[2].clone(), score);
+                Ok(Reply::bulk(score_text(score)))
+            }
             "zrem" => {
                 arity(2)?;
                 let Some(z) = self.typed(&a[0], zset)? else {

@@ -14,7 +14,7 @@
 //!   `HKEYS`, `HLEN`, `HGETALL`;
 //! - lists: `LINDEX`, `LPOP` (no count), `LPUSH`, `RPUSH`, `LREM`,
 //!   `LRANGE`, `LLEN`;
-//! - sorted sets: `ZADD` (`NX`/`XX`), `ZREM`, `ZSCORE`, `ZRANGE` (by rank,
+//! - sorted sets: `ZADD` (`NX`/`XX`), `ZINCRBY`, `ZREM`, `ZSCORE`, `ZRANGE` (by rank,
 //!   `WITHSCORES`), `ZRANGEBYSCORE` (`(`, `-inf`/`+inf`, `WITHSCORES`,
 //!   `LIMIT`), `ZREMRANGEBYSCORE`, `ZCARD`;
 //! - server: `TIME` (the virtual clock), `PUBLISH`/`SPUBLISH` (recorded; the
@@ -462,7 +462,7 @@ impl Store {
             "lindex" | "lpop" | "lpush" | "rpush" | "lrem" | "lrange" | "llen" => {
                 self.list_command(&name, a)
             }
-            "zadd" | "zrem" | "zscore" | "zcard" | "zrange" | "zrangebyscore"
+            "zadd" | "zincrby" | "zrem" | "zscore" | "zcard" | "zrange" | "zrangebyscore"
             | "zremrangebyscore" => self.zset_command(&name, a),
             "time" => Ok(Reply::Array(vec![
                 Reply::bulk((self.now_us / 1_000_000).to_string()),
