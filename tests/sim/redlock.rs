@@ -146,14 +146,6 @@ impl Sim {
         }
     }
 
-    pub fn run(&mut self) -> Result<(), String> {
-        for _ in 0..self.cfg.steps {
-            world::step(self, true)?;
-            self.check()?;
-        }
-        self.wind_down()
-    }
-
     /// Node `i`'s clock brought to now (it runs with the clients' from its
     /// own start), and its data dropped if it is back from a restart.
     fn node(&mut self, i: usize) -> &mut Node {
@@ -524,6 +516,26 @@ impl Model for Sim {
     }
 }
 
+impl world::Simulation for Sim {
+    type Config = Config;
+
+    fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
+        Sim::new(seed, cfg, scripts)
+    }
+
+    fn steps(&self) -> usize {
+        self.cfg.steps
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        Sim::check(self)
+    }
+
+    fn wind_down(&mut self) -> Result<(), String> {
+        Sim::wind_down(self)
+    }
+}
+
 impl world::Knobs for Config {
     fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults) {
         (&mut self.steps, &mut self.clients, &mut self.faults)
@@ -537,13 +549,5 @@ pub fn explore(
     cfg: &Config,
     scripts: &Scripts,
 ) -> Result<Explored, String> {
-    world::explore(seeds, cfg, |seed, cfg| {
-        let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
-        let result = sim.run();
-        world::Run {
-            result,
-            explored: sim.w.explored,
-            trace: sim.w.trace,
-        }
-    })
+    world::explore_with::<Sim>(seeds, cfg, scripts)
 }

@@ -130,14 +130,6 @@ impl Sim {
         Sim { cfg, clients, w }
     }
 
-    pub fn run(&mut self) -> Result<(), String> {
-        for _ in 0..self.cfg.steps {
-            world::step(self, true)?;
-            self.check()?;
-        }
-        self.wind_down()
-    }
-
     fn act(&mut self, c: usize, acquire: bool) -> Result<(), String> {
         let now = self.w.now();
         let cl = &self.clients[c];
@@ -504,6 +496,26 @@ impl Model for Sim {
     }
 }
 
+impl world::Simulation for Sim {
+    type Config = Config;
+
+    fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
+        Sim::new(seed, cfg, scripts)
+    }
+
+    fn steps(&self) -> usize {
+        self.cfg.steps
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        Sim::check(self)
+    }
+
+    fn wind_down(&mut self) -> Result<(), String> {
+        Sim::wind_down(self)
+    }
+}
+
 impl world::Knobs for Config {
     fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults) {
         (&mut self.steps, &mut self.clients, &mut self.faults)
@@ -517,14 +529,6 @@ pub fn explore(
     cfg: &Config,
     scripts: &Scripts,
 ) -> Result<(u64, u64), String> {
-    let e = world::explore(seeds, cfg, |seed, cfg| {
-        let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
-        let result = sim.run();
-        world::Run {
-            result,
-            explored: sim.w.explored,
-            trace: sim.w.trace,
-        }
-    })?;
+    let e = world::explore_with::<Sim>(seeds, cfg, scripts)?;
     Ok((e.acquired, e.grants))
 }

@@ -460,6 +460,46 @@ pub trait Knobs: Clone + Debug {
     fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults);
 }
 
+/// A simulation a seed and a configuration make: its invariants (checked
+/// after every step) and its wind-down (every client stops, what is in
+/// flight lands, the leases run out: what may be left).
+pub trait Simulation: Model + Sized {
+    type Config: Knobs;
+    fn new(seed: u64, cfg: Self::Config, scripts: Scripts) -> Self;
+    fn steps(&self) -> usize;
+    fn check(&mut self) -> Result<(), String>;
+    fn wind_down(&mut self) -> Result<(), String>;
+}
+
+/// Runs `sim`'s schedule, its invariants checked after every step, then
+/// its wind-down; the first broken invariant.
+pub fn run<S: Simulation>(sim: &mut S) -> Result<(), String> {
+    for _ in 0..sim.steps() {
+        step(sim, true)?;
+        sim.check()?;
+    }
+    sim.wind_down()
+}
+
+/// Runs `seeds` of simulation `S` with `cfg` on `scripts` (see
+/// [`explore`]).
+pub fn explore_with<S: Simulation>(
+    seeds: impl IntoIterator<Item = u64>,
+    cfg: &S::Config,
+    scripts: &Scripts,
+) -> Result<Explored, String> {
+    explore(seeds, cfg, |seed, cfg| {
+        let mut sim = S::new(seed, cfg.clone(), scripts.clone());
+        let result = run(&mut sim);
+        let w = sim.world();
+        Run {
+            result,
+            explored: w.explored.clone(),
+            trace: std::mem::take(&mut w.trace),
+        }
+    })
+}
+
 /// One run: how it ended, what it explored, its trace.
 pub struct Run {
     pub result: Result<(), String>,

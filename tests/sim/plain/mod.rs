@@ -241,16 +241,6 @@ impl Sim {
         }
     }
 
-    /// Runs the schedule, then lets every client go and the leases run
-    /// out; the first broken invariant, with the trace.
-    pub fn run(&mut self) -> Result<(), String> {
-        for _ in 0..self.cfg.steps {
-            world::step(self, true)?;
-            self.check()?;
-        }
-        self.wind_down()
-    }
-
     /// Client `c` does what is due.
     fn act(&mut self, c: usize) -> Result<(), String> {
         let now = self.w.now();
@@ -523,6 +513,26 @@ impl Model for Sim {
     }
 }
 
+impl world::Simulation for Sim {
+    type Config = Config;
+
+    fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
+        Sim::new(seed, cfg, scripts)
+    }
+
+    fn steps(&self) -> usize {
+        self.cfg.steps
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        Sim::check(self)
+    }
+
+    fn wind_down(&mut self) -> Result<(), String> {
+        Sim::wind_down(self)
+    }
+}
+
 impl world::Knobs for Config {
     fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults) {
         (&mut self.steps, &mut self.clients, &mut self.faults)
@@ -536,14 +546,5 @@ pub fn explore(
     cfg: &Config,
     scripts: &Scripts,
 ) -> Result<Explored, String> {
-    world::explore(seeds, cfg, |seed, cfg| {
-        let mut sim = Sim::new(seed, cfg.clone(), scripts.clone());
-        let result = sim.run();
-        world::Run {
-            result,
-            explored: sim.w.explored,
-            trace: sim.w.trace,
-        }
-    })
-    .map_err(|e| format!("{:?} lock, {e}", cfg.lock))
+    world::explore_with::<Sim>(seeds, cfg, scripts).map_err(|e| format!("{:?} lock, {e}", cfg.lock))
 }
