@@ -417,35 +417,7 @@ impl Sim {
 const KEYS: [&str; 5] = [N, T, C, L, P];
 
 impl Model for Sim {
-    type Req = Call;
-
-    fn world(&mut self) -> &mut World<Call> {
-        &mut self.w
-    }
-
-    fn clients(&self) -> usize {
-        self.clients.len()
-    }
-
-    fn lease(&self, c: usize) -> u64 {
-        self.clients[c].lease
-    }
-
-    fn crashed(&self, c: usize) -> bool {
-        matches!(self.clients[c].state, State::Crashed)
-    }
-
-    fn crash(&mut self, c: usize) {
-        self.clients[c].state = State::Crashed;
-    }
-
-    fn paused_until(&self, c: usize) -> u64 {
-        self.clients[c].paused_until
-    }
-
-    fn pause(&mut self, c: usize, until: u64) {
-        self.clients[c].paused_until = until;
-    }
+    world::one_call_clients!(Call);
 
     fn act(&mut self, c: usize) -> Result<(), String> {
         Sim::act(self, c, true)
@@ -453,14 +425,6 @@ impl Model for Sim {
 
     fn run(&mut self, c: usize, req: &Call) -> Result<Reply, String> {
         self.run_script(c, &req.op, &req.ids)
-    }
-
-    fn sent_at(&self, c: usize) -> u64 {
-        self.clients[c].inflight.as_ref().map_or(0, |i| i.1)
-    }
-
-    fn replied(&mut self, c: usize) {
-        self.clients[c].inflight = None;
     }
 
     fn lost(&mut self, c: usize, req: Call) {

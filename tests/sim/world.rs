@@ -295,6 +295,53 @@ pub trait Model {
     }
 }
 
+/// The parts of [`Model`] that a simulation whose clients each have a
+/// `lease`, a `paused_until`, a `state` with `State::Crashed` and one call
+/// in flight (`inflight`: the call and when it was sent) writes the same
+/// way; its `Req` is `$req`.
+macro_rules! one_call_clients {
+    ($req:ty) => {
+        type Req = $req;
+
+        fn world(&mut self) -> &mut World<$req> {
+            &mut self.w
+        }
+
+        fn clients(&self) -> usize {
+            self.clients.len()
+        }
+
+        fn lease(&self, c: usize) -> u64 {
+            self.clients[c].lease
+        }
+
+        fn crashed(&self, c: usize) -> bool {
+            matches!(self.clients[c].state, State::Crashed)
+        }
+
+        fn crash(&mut self, c: usize) {
+            self.clients[c].state = State::Crashed;
+        }
+
+        fn paused_until(&self, c: usize) -> u64 {
+            self.clients[c].paused_until
+        }
+
+        fn pause(&mut self, c: usize, until: u64) {
+            self.clients[c].paused_until = until;
+        }
+
+        fn sent_at(&self, c: usize) -> u64 {
+            self.clients[c].inflight.as_ref().map_or(0, |i| i.1)
+        }
+
+        fn replied(&mut self, c: usize) {
+            self.clients[c].inflight = None;
+        }
+    };
+}
+pub(crate) use one_call_clients;
+
 /// One step of the schedule: the clock advances, a client acts, something
 /// on its way arrives — or (with `faults`) Redis's clock steps back, a
 /// client pauses or crashes.
