@@ -454,6 +454,21 @@ impl Model for Sim {
         cl.failed.clear();
     }
 
+    fn phase(&self, c: usize) -> u64 {
+        let cl = &self.clients[c];
+        let round = match &cl.state {
+            State::Round { answers, .. } => answers.iter().filter(|a| a.is_some()).count(),
+            _ => 0,
+        };
+        let kind = match cl.state {
+            State::Idle { .. } => 0,
+            State::Round { .. } => 1,
+            State::Holding { .. } => 2,
+            State::Crashed => 3,
+        };
+        (kind << 8) | ((round as u64) << 4) | cl.calls.len().min(15) as u64
+    }
+
     fn paused_until(&self, c: usize) -> u64 {
         self.clients[c].paused_until
     }

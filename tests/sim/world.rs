@@ -6,11 +6,12 @@
 //! when it acts, which script a request runs, what it makes of a reply, a
 //! lost reply and a message.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::lua::Engine;
-use super::store::{Reply, Store};
+use super::store::{Reply, Store, Val};
 use super::Rng;
 
 /// The scripts a run uses, by name (the library's, or mutated copies).
@@ -59,6 +60,10 @@ pub struct Explored {
     pub pauses: u64,
     pub crashes: u64,
     pub failovers: u64,
+    /// Distinct states seen after a step (see [`World::see`]): what is in
+    /// Redis, abstracted from clocks, tokens and which client is which
+    /// number, and each client's phase.
+    pub states: u64,
 }
 
 impl Explored {
@@ -114,6 +119,8 @@ pub struct World<R> {
     pub trace: Vec<String>,
     /// The replica's copy of the data (with failovers on).
     replica: Store,
+    /// The abstract states seen (see [`World::see`]).
+    pub states: HashSet<u64>,
     /// How far Redis's clock stepped back in all (the wind-down lets that
     /// much more time pass: an expiry set before a step back comes later).
     pub stepped_back_ms: u64,
@@ -131,6 +138,7 @@ impl<R: Clone + Debug> World<R> {
             start_ms: store.now_us / 1000,
             replica: store.clone(),
             stepped_back_ms: 0,
+            states: HashSet::new(),
             engine: Engine::new(store),
             real: 0,
             transit: Vec::new(),
@@ -172,6 +180,50 @@ impl<R: Clone + Debug> World<R> {
             self.explored.delays += 1;
         }
         self.transit.push((due, t));
+    }
+
+    /// Records the state after a step: every key of the model Redis (its
+    /// name, type and size; a hash's fields, a list's items, a short
+    /// string's value — digits dropped, so clients, places and times are
+    /// not told apart; a count of 0–99 kept) and the clients' `phases`.
+    /// Keys and fields in no order (their hashes summed): cheap enough for
+    /// every step.
+    pub fn see(&mut self, phases: &[u64]) {
+        // FNV-1a: cheap enough per byte in a debug build.
+        fn one(parts: &[&[u8]]) -> u64 {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in parts {
+                let short = b.len() <= 2;
+                for &c in b
+                    .iter()
+                    .filter(|c| short || !c.is_ascii_digit())
+                    .chain(&[0xff])
+                {
+                    h = (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+            h
+        }
+        let mut sum = {
+            let mut h = DefaultHasher::new();
+            phases.hash(&mut h);
+            h.finish()
+        };
+        for (key, entry) in self.engine.store.borrow_mut().live() {
+            let content = match &entry.val {
+                Val::Str(v) => one(&[v]),
+                Val::Hash(f) => f
+                    .iter()
+                    .fold(1, |acc: u64, (k, v)| acc.wrapping_add(one(&[k, v]))),
+                Val::List(l) => {
+                    let items: Vec<&[u8]> = l.iter().map(|i| &i[..]).collect();
+                    one(&items).wrapping_add(2)
+                }
+                Val::ZSet(z) => (z.len() as u64).wrapping_add(3),
+            };
+            sum = sum.wrapping_add(one(&[key]).wrapping_mul(31).wrapping_add(content));
+        }
+        self.states.insert(sum);
     }
 
     /// The replica catches up with the primary (a `WAIT` that the replica
@@ -264,6 +316,8 @@ pub trait Model {
     /// The client's lease (a pause lasts up to three of them).
     fn lease(&self, c: usize) -> u64;
     fn crashed(&self, c: usize) -> bool;
+    /// Client `c`'s phase, as [`World::see`] tells states apart.
+    fn phase(&self, c: usize) -> u64;
     fn crash(&mut self, c: usize);
     fn paused_until(&self, c: usize) -> u64;
     fn pause(&mut self, c: usize, until: u64);
@@ -321,6 +375,14 @@ macro_rules! one_call_clients {
 
         fn crash(&mut self, c: usize) {
             self.clients[c].state = State::Crashed;
+        }
+
+        fn phase(&self, c: usize) -> u64 {
+            let cl = &self.clients[c];
+            let mut h = std::hash::DefaultHasher::new();
+            std::hash::Hash::hash(&std::mem::discriminant(&cl.state), &mut h);
+            std::hash::Hash::hash(&cl.inflight.is_some(), &mut h);
+            std::hash::Hasher::finish(&h)
         }
 
         fn paused_until(&self, c: usize) -> u64 {
@@ -524,6 +586,8 @@ pub fn run<S: Simulation>(sim: &mut S) -> Result<(), String> {
     for _ in 0..sim.steps() {
         step(sim, true)?;
         sim.check()?;
+        let phases: Vec<u64> = (0..sim.clients()).map(|c| sim.phase(c)).collect();
+        sim.world().see(&phases);
     }
     sim.wind_down()
 }
@@ -542,15 +606,18 @@ pub fn explore_with<S: Simulation>(
         Run {
             result,
             explored: w.explored.clone(),
+            states: std::mem::take(&mut w.states),
             trace: std::mem::take(&mut w.trace),
         }
     })
 }
 
-/// One run: how it ended, what it explored, its trace.
+/// One run: how it ended, what it explored (and the states it saw), its
+/// trace.
 pub struct Run {
     pub result: Result<(), String>,
     pub explored: Explored,
+    pub states: HashSet<u64>,
     pub trace: Vec<String>,
 }
 
@@ -563,8 +630,10 @@ pub fn explore<C: Knobs>(
     run: impl Fn(u64, &C) -> Run,
 ) -> Result<Explored, String> {
     let mut total = Explored::default();
+    let mut states = HashSet::new();
     for seed in seeds {
         let r = run(seed, cfg);
+        states.extend(r.states);
         if let Err(e) = r.result {
             let n = super::tail_lines();
             let tail = r.trace[r.trace.len().saturating_sub(n)..].join("\n");
@@ -578,6 +647,7 @@ pub fn explore<C: Knobs>(
         }
         total.add(&r.explored);
     }
+    total.states = states.len() as u64;
     Ok(total)
 }
 

@@ -246,6 +246,12 @@ impl Store {
         v
     }
 
+    /// Every live key and its entry, as they are (no copies, in no order).
+    pub fn live(&mut self) -> impl Iterator<Item = (&Vec<u8>, &Entry)> {
+        self.expire_all();
+        self.keys.iter()
+    }
+
     /// The entry of `key`, if live.
     pub fn entry(&mut self, key: &[u8]) -> Option<&Entry> {
         self.expire(key);
