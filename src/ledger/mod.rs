@@ -22,14 +22,13 @@ mod slot;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
-
 use crate::protocol::Keep;
 use crate::renewal::LeaseState;
+use crate::sync::atomic::AtomicU64;
+use crate::sync::Mutex;
 
 pub(crate) use handover::{Handover, Outcome, YIELD_WAIT};
 pub(crate) use queue::{Enter, Turn, Undo};

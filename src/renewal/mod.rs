@@ -25,13 +25,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use parking_lot::Mutex;
 
 pub use lease::LeaseLost;
 pub(crate) use lease::{LeaseState, Quorum};
 
 use crate::conn::Batches;
 use crate::stats::Counters;
+use crate::sync::Mutex;
 use wheel::{Wheel, TICK};
 use worker::{Entry, Worker};
 

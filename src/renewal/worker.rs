@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, Receiver};
-use parking_lot::Mutex;
 
 use super::lease::{LeaseLost, LeaseState};
 use super::registration::{Activity, Registration};
@@ -19,6 +18,7 @@ use crate::conn::Batches;
 use crate::error::Retry;
 use crate::protocol::{renew, READ_KEEPALIVE};
 use crate::stats::Counters;
+use crate::sync::Mutex;
 
 pub(super) struct Entry {
     pub(super) key: Arc<str>,
