@@ -16,6 +16,8 @@
 //! nothing), and the new hold is the field's first again.
 
 mod handover;
+#[cfg(all(test, loom))]
+mod loom;
 mod queue;
 mod slot;
 #[cfg(test)]
