@@ -38,6 +38,17 @@ cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls,cli,tokio,leasehold-tests/peers -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
+stage "the in-process machinery under loom (src/{ledger,park,renewal}/loom.rs: every interleaving with at most 3 preemptions; docs/verification.md, the last section)"
+# The library's unit tests built with --cfg loom, in a target dir of their
+# own (the cfg changes every crate's build), without the tokio feature
+# (tokio reads cfg(loom) and then wants loom itself). Built for time: no
+# debug info, loom's scheduler optimised (the models run 3x faster), the
+# rest not (a release build takes twice as long to build as all of this).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
+    CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 \
+    cargo test -p leasehold --lib \
+    --config 'profile.test.package.loom.opt-level=3' \
+    --config 'profile.test.package.generator.opt-level=3' loom
 stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, and beside them the server matrix"
 # They mostly wait (for failovers, for leases, for stopped processes), so
 # they share the time: the soak, the stall and Sentinel tests (kept out of

@@ -3,7 +3,9 @@
 // file's opening comment says what it owns. The user's documentation
 // follows (`//!`).
 //
-//   bottom     error/    the one Error and its messages; classify: how a redis
+//   bottom     sync      the machinery's Mutex, Condvar and atomics: parking_lot's
+//                        and std's, or loom's under `cfg(loom)` (the models)
+//              error/    the one Error and its messages; classify: how a redis
 //                        error becomes one, and the one classification (Retry)
 //              options   LockOptions, Kind, name/lease checks, deadlines
 //              names     keys and channels of Redisson's layouts; short ids
@@ -178,6 +180,7 @@ mod renewal;
 mod semaphore;
 mod shared;
 mod stats;
+mod sync;
 mod task;
 #[cfg(feature = "tls")]
 mod tls;

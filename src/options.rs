@@ -1,13 +1,13 @@
 //! Per-lock options, the lock kinds, and the input checks and deadline
 //! arithmetic that `LockClient` and `Redlock` share (one wording, one limit).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::Mutex;
 
 /// The longest lock name accepted, in bytes. Redis would take longer keys,
 /// but every lock command carries the name (twice on release, as key and

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 /// Each top-level module's layer; a module may use its own layer's peers
 /// only where named in `PEERS`, and any lower layer.
 const LAYERS: &[(&str, u32)] = &[
+    ("sync", 0),
     ("error", 0),
     ("options", 0),
     ("names", 0),
@@ -47,6 +48,9 @@ const PEERS: &[(&str, &str)] = &[
     ("park", "error"),
     // A wait parks until its deadline or its `Cancel`.
     ("park", "options"),
+    // The machinery's primitives, loom's under `cfg(loom)`.
+    ("options", "sync"),
+    ("park", "sync"),
     ("ledger", "notify"),
     ("ledger", "renewal"),
     ("acquire", "guard"),

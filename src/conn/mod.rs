@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::IntoConnectionInfo;
 
-pub(crate) use batch::{Batches, Connector};
+pub(crate) use batch::{Batches, Connector, Sent};
 pub(crate) use cluster::Router;
 pub(crate) use pool::{NodePool, Pooled};
 pub(crate) use stream::TlsConfig;

@@ -16,20 +16,21 @@
 //! nothing), and the new hold is the field's first again.
 
 mod handover;
+#[cfg(all(test, loom))]
+mod loom;
 mod queue;
 mod slot;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
-
 use crate::protocol::Keep;
 use crate::renewal::LeaseState;
+use crate::sync::atomic::AtomicU64;
+use crate::sync::Mutex;
 
 pub(crate) use handover::{Handover, Outcome, YIELD_WAIT};
 pub(crate) use queue::{Enter, Turn, Undo};

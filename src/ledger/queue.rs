@@ -68,7 +68,10 @@ impl Ledger {
                 return Enter::Turn(Turn::new(self, key, 0, count, false));
             };
             if slot.active == owner && !matches!(slot.phase, Phase::Releasing | Phase::Handing) {
-                // Reentrant, or our own guard is being released elsewhere.
+                // Reentrant, or our own guard is being released elsewhere
+                // (not the last: a last one's `Releasing` queues us). A
+                // release of the owner's begun while this turn is on is
+                // not supported: see `ledger/loom.rs`, the ignored model.
                 slot.phase = Phase::Attempting;
                 let mut turn = Turn::new(self, key, slot.epoch, count, true);
                 turn.fence = if count == 0 { None } else { fence };

@@ -4,15 +4,14 @@
 //! releases (`handover`) both move it only through the methods here.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
 
 use super::{Entry, Held};
 use crate::notify::Subscription;
 use crate::park::Signal;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Mutex;
 
 /// What the active owner is doing with Redis right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

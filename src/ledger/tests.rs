@@ -1,6 +1,7 @@
 //! The ledger without Redis: counting holds (reentrancy, generations,
 //! tokens, the shared renewed lease) and the plain lock's in-process queue.
-//! Compiled only under #[cfg(test)] (see `ledger/mod.rs`).
+//! Compiled only under #[cfg(test)] (see `ledger/mod.rs`); its seams drive
+//! the loom models too (`ledger/loom.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use crate::park::{block_on, Park};
 
 /// `owner`'s wait for a turn on "k" (see `Ledger::enter`), as `park` says,
 /// until `deadline`, cancelled by `cancel`; `forsaken` makes its undo.
-fn entering<'a: 'b, 'b>(
+pub(super) fn entering<'a: 'b, 'b>(
     locks: &'a Ledger,
     park: Park,
     owner: &'b str,
@@ -25,7 +26,7 @@ fn entering<'a: 'b, 'b>(
 
 /// A thread's turn in the queue for `owner` on "k", waiting until
 /// `deadline`, cancelled by `cancel`.
-fn enter_until<'a>(
+pub(super) fn enter_until<'a>(
     locks: &'a Ledger,
     owner: &str,
     deadline: Option<Instant>,
@@ -47,14 +48,14 @@ fn enter<'a>(locks: &'a Ledger, owner: &str) -> Enter<'a> {
 }
 
 /// `owner`'s turn on "k", at once (a free slot, or a reentry: not queued).
-fn turn<'a>(locks: &'a Ledger, owner: &str) -> Turn<'a> {
+pub(super) fn turn<'a>(locks: &'a Ledger, owner: &str) -> Turn<'a> {
     match enter(locks, owner) {
         Enter::Turn(turn) => turn,
         _ => panic!("{owner}'s turn is not at once"),
     }
 }
 
-fn lease(valid_for: Duration) -> Arc<LeaseState> {
+pub(super) fn lease(valid_for: Duration) -> Arc<LeaseState> {
     LeaseState::new(Instant::now() + valid_for)
 }
 
@@ -63,7 +64,7 @@ fn queued(locks: &Ledger) -> u64 {
 }
 
 /// An explicit lease of `valid_for`, taken now: the hold as a turn records it.
-fn hold(turn: Turn<'_>, valid_for: Duration) -> Added {
+pub(super) fn hold(turn: Turn<'_>, valid_for: Duration) -> Added {
     turn.acquired(NewHold {
         renewed: false,
         until: Instant::now() + valid_for,

@@ -49,8 +49,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
 mod book;
 mod reader;
 mod subscription;
@@ -58,6 +56,7 @@ use crate::conn::stream::Stream;
 use crate::conn::{Router, Target, TlsConfig};
 use crate::park::Park;
 use crate::protocol::PubSub;
+use crate::sync::{Condvar, Mutex};
 use book::{toggle, toggle_unlock, Channel, State};
 use redis::ConnectionInfo;
 pub(crate) use subscription::Subscription;

@@ -11,6 +11,8 @@
 //!
 //! Runtime-agnostic: nothing here needs or starts an executor.
 
+#[cfg(all(test, loom))]
+mod loom;
 mod pending;
 mod signal;
 mod timer;
@@ -23,7 +25,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 pub(crate) use pending::Pending;
 pub(crate) use signal::Signal;

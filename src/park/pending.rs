@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::{Park, Signal};
 

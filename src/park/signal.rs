@@ -6,7 +6,7 @@ use std::future::poll_fn;
 use std::task::{Poll, Waker};
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 use super::{next_id, Park, Sleep};
 

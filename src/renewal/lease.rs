@@ -2,7 +2,7 @@
 //! is held, until when it is known to be ours, and the lost signal; and the
 //! quorum that turns node leases into one Redlock hold.
 
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU64};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 const REDIS_CLOCK_STEP: Duration = Duration::from_millis(1);
 
 use crossbeam_channel::{Receiver, Sender};
-use parking_lot::Mutex;
 
 pub use crate::error::LeaseLost;
 use crate::park::{Park, Signal};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::Mutex;
 
 /// The state one lease shares between its guards and the renewal thread.
 pub(crate) struct LeaseState {

@@ -9,12 +9,15 @@
 //!
 //! Parts: `lease` (shared state, the lost signal), `wheel` (the timer the
 //! thread parks on in `select!`), `worker` (the thread), `registration`
-//! (who the client is); this file is the client's side (the queue of new
-//! leases to the thread). The thread holds no `Arc` to the client: it exits
-//! when the client's internals (kept alive by every clone and guard) are
-//! dropped and the control channel disconnects.
+//! (who the client is), `loom` (models of a lease's registration and
+//! cancel); this file is the client's side (the queue of new leases to the
+//! thread). The thread holds no `Arc` to the client: it exits when the
+//! client's internals (kept alive by every clone and guard) are dropped
+//! and the control channel disconnects.
 
 mod lease;
+#[cfg(all(test, loom))]
+mod loom;
 pub(crate) mod registration;
 mod wheel;
 mod worker;
@@ -25,15 +28,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use parking_lot::Mutex;
 
 pub use lease::LeaseLost;
 pub(crate) use lease::{LeaseState, Quorum};
 
 use crate::conn::Batches;
 use crate::stats::Counters;
+use crate::sync::Mutex;
 use wheel::{Wheel, TICK};
-use worker::{Entry, Worker};
+use worker::{Entry, RoundTrips, Worker};
 
 /// Most renewals in one pipelined round trip.
 pub(crate) const CHUNK: usize = 1_000;
@@ -91,6 +94,21 @@ impl Renewer {
         io_budget: Duration,
         registration: registration::Registration,
     ) -> std::io::Result<Self> {
+        let (renewer, mut worker) = Self::new(batches, coalesce, io_budget, registration);
+        std::thread::Builder::new()
+            .name("leasehold-renew".into())
+            .spawn(move || worker.run())?;
+        Ok(renewer)
+    }
+
+    /// The client's side and the thread's, not started (see
+    /// [`start`](Self::start); the loom models drive the thread's steps).
+    fn new<B: RoundTrips>(
+        batches: B,
+        coalesce: Duration,
+        io_budget: Duration,
+        registration: registration::Registration,
+    ) -> (Self, Worker<B>) {
         let (wake, rx) = crossbeam_channel::unbounded();
         let renewer = Renewer {
             wake,
@@ -99,7 +117,7 @@ impl Renewer {
             counters: Arc::default(),
             activity: Arc::new(registration::Activity::new()),
         };
-        let mut worker = Worker {
+        let worker = Worker {
             rx,
             pending: Arc::clone(&renewer.pending),
             batches,
@@ -113,10 +131,7 @@ impl Renewer {
             registration,
             activity: Arc::clone(&renewer.activity),
         };
-        std::thread::Builder::new()
-            .name("leasehold-renew".into())
-            .spawn(move || worker.run())?;
-        Ok(renewer)
+        (renewer, worker)
     }
 
     /// A lock was taken at `now` with `lease`: keeps the client's

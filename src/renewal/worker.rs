@@ -1,7 +1,8 @@
 //! The renewal thread: takes new leases from the queue into the wheel, and
 //! at each due slot renews every due lease in one batch (per chunk, per
 //! node: `conn::Batches` sends it and follows redirects), marking lost what
-//! Redis says is not ours or what could not be renewed in time.
+//! Redis says is not ours or what could not be renewed in time. Its round
+//! trips go through [`RoundTrips`]: Redis, or a loom model's stand-in.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -9,16 +10,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, Receiver};
-use parking_lot::Mutex;
 
 use super::lease::{LeaseLost, LeaseState};
 use super::registration::{Activity, Registration};
 use super::wheel::{Wheel, TICK};
 use super::{Pending, CHUNK};
-use crate::conn::Batches;
+use crate::conn::{Batches, Sent};
 use crate::error::Retry;
 use crate::protocol::{renew, READ_KEEPALIVE};
 use crate::stats::Counters;
+use crate::sync::Mutex;
 
 pub(super) struct Entry {
     pub(super) key: Arc<str>,
@@ -48,11 +49,30 @@ impl Entry {
     }
 }
 
-pub(super) struct Worker {
+/// Where the thread's round trips go: Redis, through its own connections
+/// ([`Batches`]) — or a loom model's stand-in (`renewal/loom.rs`).
+pub(super) trait RoundTrips {
+    /// Renewals in one batch per node, `head` first (see [`Batches::send`]).
+    fn send(&mut self, head: &redis::Cmd, commands: &[(&str, redis::Cmd)]) -> Sent;
+    /// One pipeline to `key`'s node (see [`Batches::pipeline`]).
+    fn pipeline(&mut self, key: &str, pipe: &redis::Pipeline) -> redis::RedisResult<()>;
+}
+
+impl RoundTrips for Batches {
+    fn send(&mut self, head: &redis::Cmd, commands: &[(&str, redis::Cmd)]) -> Sent {
+        Batches::send(self, head, commands)
+    }
+
+    fn pipeline(&mut self, key: &str, pipe: &redis::Pipeline) -> redis::RedisResult<()> {
+        Batches::pipeline(self, key, pipe)
+    }
+}
+
+pub(super) struct Worker<B = Batches> {
     pub(super) rx: Receiver<()>,
     pub(super) pending: Arc<Pending>,
     /// The thread's own connections (one per cluster node).
-    pub(super) batches: Batches,
+    pub(super) batches: B,
     pub(super) coalesce: Duration,
     /// A round trip's worst case (twice the socket timeout) plus a tick.
     pub(super) io_budget: Duration,
@@ -66,7 +86,7 @@ pub(super) struct Worker {
     pub(super) activity: Arc<Activity>,
 }
 
-impl Worker {
+impl<B: RoundTrips> Worker<B> {
     pub(super) fn run(&mut self) {
         loop {
             self.take_pending();
@@ -111,7 +131,7 @@ impl Worker {
     }
 
     /// Moves queued leases into the wheel, skipping those already unlocked.
-    fn take_pending(&mut self) {
+    pub(super) fn take_pending(&mut self) {
         let queued = std::mem::take(&mut *self.pending.queue.lock());
         for entry in queued.into_iter().filter(|e| !e.state.is_cancelled()) {
             self.next_id += 1;
@@ -140,7 +160,7 @@ impl Worker {
     }
 
     /// Renews one chunk in one batch and acts on each answer.
-    fn renew(&mut self, ids: &[u64]) {
+    pub(super) fn renew(&mut self, ids: &[u64]) {
         let gate = Arc::clone(&self.gate);
         let _sending = gate.lock();
         let now = Instant::now();
