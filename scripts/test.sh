@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole check: formatting, import cycles, clippy (default features and
 # `tls`+`cli`+`tokio`), unit + integration + doc tests (each test starts its
-# own redis-servers — single nodes, replicas, Sentinels, clusters), the
-# failover soak, and beside it the server matrix (Valkey 8.1, Redis 6.2).
+# own redis-servers — single nodes, replicas, Sentinels, clusters; the
+# protocol simulator among them), the failover soak, and beside it the
+# server matrix (Valkey 8.1, Redis 6.2) and the loom models of the
+# in-process machinery.
 # With the features on (`tls`: rediss://, tested against a TLS-only
 # redis-server with certificates made by openssl at test time; `tokio`: the
 # async face's round trips on the runtime's reactor) the unit tests, the TLS
@@ -38,22 +40,25 @@ cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls,cli,tokio,leasehold-tests/peers -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
-stage "the in-process machinery under loom (src/{ledger,park,renewal}/loom.rs: every interleaving with at most 3 preemptions; docs/verification.md, the last section)"
-# The library's unit tests built with --cfg loom, in a target dir of their
-# own (the cfg changes every crate's build), without the tokio feature
-# (tokio reads cfg(loom) and then wants loom itself). Built for time: no
-# debug info, loom's scheduler optimised (the models run 3x faster), the
-# rest not (a release build takes twice as long to build as all of this).
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
-    CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 \
-    cargo test -p leasehold --lib \
-    --config 'profile.test.package.loom.opt-level=3' \
-    --config 'profile.test.package.generator.opt-level=3' loom
-stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, and beside them the server matrix"
+stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, and beside them the server matrix and the in-process machinery under loom"
 # They mostly wait (for failovers, for leases, for stopped processes), so
 # they share the time: the soak, the stall and Sentinel tests (kept out of
-# the plain `cargo test` for this), and the matrix's two servers, at once.
+# the plain `cargo test` for this), the matrix's two servers, and (niced,
+# so the waiting tests keep their timing) the loom models — the library's
+# unit tests built with --cfg loom (src/{ledger,park,renewal}/loom.rs:
+# every interleaving with at most 3 preemptions; docs/verification.md, the
+# last section), in a target dir of their own (the cfg changes every
+# crate's build), without the tokio feature (tokio reads cfg(loom) and then
+# wants loom itself), built for time: no debug info, loom's scheduler
+# optimised (the models run 3x faster), the rest not (a release build takes
+# twice as long to build as all of this).
 logs=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-test.XXXXXX")
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
+    CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 \
+    nice -n 10 cargo test -p leasehold --lib \
+    --config 'profile.test.package.loom.opt-level=3' \
+    --config 'profile.test.package.generator.opt-level=3' loom >"$logs/loom.log" 2>&1 &
+loom=$!
 cargo test --test failover_soak --test stalls --test sentinel --no-run --quiet
 cargo test --test failover_soak -- --nocapture >"$logs/soak.log" 2>&1 &
 soak=$!
@@ -82,6 +87,13 @@ if wait "$soak"; then
 else
     cat "$logs/soak.log" >&2
     echo "the failover soak failed" >&2
+    failed=1
+fi
+if wait "$loom"; then
+    grep -E '^test result:' "$logs/loom.log" | sed 's/^/loom models: /'
+else
+    cat "$logs/loom.log" >&2
+    echo "the loom models failed" >&2
     failed=1
 fi
 rm -rf "$logs"
