@@ -195,11 +195,15 @@ redis.call('hset', KEYS[4], ARGV[2], mark .. ' ' .. (now + tonumber(ARGV[3])))
 redis.call('pexpire', KEYS[4], 60000)
 -- The queue and its timeouts live as long as their last place could
 -- (Redisson's places last until their timeout): a waiter that died is not
--- left queued for good when nobody comes by after it.
-local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')[2]
-local life = math.max(tonumber(last) - now, tonumber(ARGV[3])) + 1
-redis.call('pexpire', KEYS[2], life)
-redis.call('pexpire', KEYS[3], life)
+-- left queued for good when nobody comes by after it. Set again only when
+-- less than a place lease is left (or none was set: a new queue, or one
+-- Redisson's waiter made), so a confirmation costs one PTTL.
+if redis.call('pttl', KEYS[2]) < tonumber(ARGV[3]) then
+    local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')[2]
+    local life = math.max(tonumber(last) - now, tonumber(ARGV[3])) + 1
+    redis.call('pexpire', KEYS[2], life)
+    redis.call('pexpire', KEYS[3], life)
+end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
     first = redis.call('lindex', KEYS[2], 0)
