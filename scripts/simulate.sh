@@ -2,10 +2,10 @@
 # A long run of the protocol simulator (docs/verification.md): the plain
 # (also beside Redisson's clients, and through failovers with replica
 # acknowledgement), fair and read/write locks', the semaphore's and
-# Redlock's fault profiles on many fresh seeds, in a release build, then the steps, scripts and faults
-# explored. A failure prints its seed, the end of its trace and the
-# shortest run found failing so; LEASEHOLD_SIM_FROM=<seed>
-# LEASEHOLD_SIM_SEEDS=1 replays it.
+# Redlock's fault profiles on many fresh seeds, in a release build, then
+# per profile the steps, distinct states, scripts and faults explored. A
+# failure prints its seed, the end of its trace and the shortest run found
+# failing so; LEASEHOLD_SIM_FROM=<seed> LEASEHOLD_SIM_SEEDS=1 replays it.
 #
 #   scripts/simulate.sh            10,000 seeds per profile: 40 million steps
 #                                  each, a few minutes
