@@ -39,6 +39,20 @@ fn who(info: &LockInfo) -> (Vec<String>, Vec<(String, WaitQueue)>) {
     (holders, waiters)
 }
 
+/// `inspect` of `name` once every holder and waiter it lists is named: a
+/// client's registration is written by its renewal thread, a moment after
+/// the attempt that made it a waiter (never on the lock path), so it is
+/// waited for here (at most 5 s).
+fn inspect_named(client: &LockClient, name: &str) -> LockInfo {
+    let mut info = client.inspect(name).unwrap();
+    eventually(Duration::from_secs(5), || {
+        info = client.inspect(name).unwrap();
+        let (holders, waiters) = who(&info);
+        !holders.iter().chain(waiters.iter().map(|w| &w.0)).any(|n| n == "?")
+    });
+    info
+}
+
 /// Starts `n` threads of `client` waiting for `name` with `options`, once
 /// each is parked; they take it, and give it back, when it is freed.
 fn wait_for(
@@ -70,7 +84,7 @@ fn inspect_names_the_holders_and_waiters_of_every_kind_and_their_clients() {
     let g1 = a.lock("insp:plain").unwrap();
     let g2 = a.lock("insp:plain").unwrap();
     let waiter = wait_for(&b, "insp:plain", LockOptions::new());
-    let info = a.inspect("insp:plain").unwrap();
+    let info = inspect_named(&a, "insp:plain");
     assert_eq!(info.kind, LockKind::Exclusive);
     assert_eq!(info.key, "ops:insp:plain");
     assert_eq!(info.holders.len(), 1, "{info:?}");
@@ -94,7 +108,7 @@ fn inspect_names_the_holders_and_waiters_of_every_kind_and_their_clients() {
     let g = a.fair_lock("insp:fair").unwrap();
     let w1 = wait_for(&b, "insp:fair", LockOptions::new().fair());
     let w2 = wait_for(&c, "insp:fair", LockOptions::new().fair());
-    let info = a.inspect("insp:fair").unwrap();
+    let info = inspect_named(&a, "insp:fair");
     assert_eq!(who(&info).0, ["worker-a"]);
     assert_eq!(
         who(&info).1,
@@ -111,7 +125,7 @@ fn inspect_names_the_holders_and_waiters_of_every_kind_and_their_clients() {
     let r1 = a.read_lock("insp:rw").unwrap();
     let r2 = b.read_lock("insp:rw").unwrap();
     let writer = wait_for(&c, "insp:rw", LockOptions::new().write());
-    let info = a.inspect("insp:rw").unwrap();
+    let info = inspect_named(&a, "insp:rw");
     assert_eq!(info.kind, LockKind::ReadWrite);
     assert_eq!(who(&info).0, ["worker-a", "worker-b"]);
     assert!(info
@@ -124,7 +138,7 @@ fn inspect_names_the_holders_and_waiters_of_every_kind_and_their_clients() {
 
     // A writer.
     let w = b.write_lock("insp:rw").unwrap();
-    let info = a.inspect("insp:rw").unwrap();
+    let info = inspect_named(&a, "insp:rw");
     assert_eq!(who(&info).0, ["worker-b"]);
     assert_eq!(info.holders[0].mode, HoldMode::Write);
     drop(w);
@@ -133,7 +147,7 @@ fn inspect_names_the_holders_and_waiters_of_every_kind_and_their_clients() {
     let f = c
         .lock_with("insp:fenced", LockOptions::new().fenced())
         .unwrap();
-    let info = a.inspect("insp:fenced").unwrap();
+    let info = inspect_named(&a, "insp:fenced");
     assert_eq!(info.fence, f.fence());
     assert_eq!(who(&info).0, ["worker-c"]);
     drop(f);
