@@ -334,3 +334,55 @@ fn a_reentry_after_the_first_lease_ran_out_survives_the_first_guards_release() {
         assert!(!con.exists::<_, bool>(name).unwrap(), "{name}: left behind");
     }
 }
+
+/// A re-entry that has to wait (the first guard's explicit lease ran out
+/// in Redis and another client took the lock) and is then granted the lock
+/// directly by that client's release counts the owner's guards alive too:
+/// the first guard's release must not free it under the re-entered one. A
+/// grant sets one hold; it is taken by an attempt that counts the guards
+/// (found by a review of the simulator's fix for the late re-entry).
+/// Plain and fair.
+#[test]
+fn a_reentry_granted_after_a_wait_survives_the_first_guards_release() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    for (name, fair) in [("granted:plain", false), ("granted:fair", true)] {
+        let with = |lease: Option<Duration>| {
+            let o = LockOptions::new();
+            let o = if fair { o.fair() } else { o };
+            match lease {
+                Some(lease) => o.lease(lease),
+                None => o,
+            }
+        };
+        let first = client
+            .lock_with(name, with(Some(Duration::from_millis(300))))
+            .unwrap();
+        assert!(support::eventually(Duration::from_secs(5), || {
+            !con.exists::<_, bool>(name).unwrap()
+        }));
+        let (held, taken) = std::sync::mpsc::channel();
+        let (other, opts) = (other.clone(), with(Some(LONG)));
+        let releaser = thread::spawn(move || {
+            let theirs = other.lock_with(name, opts).unwrap();
+            held.send(()).unwrap();
+            thread::sleep(Duration::from_millis(500));
+            theirs.unlock().unwrap();
+        });
+        taken.recv().unwrap();
+        // Waits for the other client's release, which grants it to us.
+        let second = client.lock_with(name, with(None)).unwrap();
+        releaser.join().unwrap();
+        drop(first);
+        let ttl: i64 = con.pttl(name).unwrap();
+        assert!(
+            ttl > 1_000 && second.is_held(),
+            "{name}: the re-entered guard counts on {:?}, Redis keeps {ttl} ms",
+            second.remaining()
+        );
+        second.unlock().unwrap();
+        assert!(!con.exists::<_, bool>(name).unwrap(), "{name}: left behind");
+    }
+}

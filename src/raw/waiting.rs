@@ -490,7 +490,9 @@ impl LockKind for Waiting<'_> {
     /// lease (renewal lengthens it) and the token minted for it — unless the
     /// hold must be taken as asked by an attempt: an explicit lease (its own
     /// length), a fenced hold the grant brought no token for, replica
-    /// acknowledgement (`WAIT` after the acquire).
+    /// acknowledgement (`WAIT` after the acquire), or a re-entry (guards of
+    /// the owner alive here: a grant sets one hold, the attempt counts them
+    /// all, so their releases count down to this one).
     fn granted(&mut self, grant: &[u8]) -> Option<Granted<Option<u64>>> {
         let (place, token) = protocol::parse_grant(grant)?;
         if Some(place) != self.place.as_deref() {
@@ -498,6 +500,7 @@ impl LockKind for Waiting<'_> {
         }
         let fenced = self.fenced;
         let direct = self.watchdog
+            && self.alive == 0
             && !self.stale_grants
             && self.raw.replicas.is_none()
             && (token.is_some() || !fenced);
