@@ -48,7 +48,10 @@ fn inspect_named(client: &LockClient, name: &str) -> LockInfo {
     eventually(Duration::from_secs(5), || {
         info = client.inspect(name).unwrap();
         let (holders, waiters) = who(&info);
-        !holders.iter().chain(waiters.iter().map(|w| &w.0)).any(|n| n == "?")
+        !holders
+            .iter()
+            .chain(waiters.iter().map(|w| &w.0))
+            .any(|n| n == "?")
     });
     info
 }
