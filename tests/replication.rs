@@ -123,6 +123,30 @@ fn a_renewal_the_replica_did_not_acknowledge_does_not_lengthen_the_lease() {
     assert!(left > Duration::from_millis(1600), "renewed: {left:?} left");
 }
 
+/// A renewal that finds the lease gone is reported at once as not ours,
+/// even when the replicas do not acknowledge the batch: it wrote nothing
+/// that needed them (before, the failed `WAIT` turned it into a retry and
+/// the loss showed only as "unreachable" near the lease's end).
+#[test]
+fn a_lease_found_gone_is_reported_at_once_while_the_replica_is_silent() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let client = LockClient::builder(&primary.url())
+        .replicas(1, Duration::from_millis(300))
+        .socket_timeout(Duration::from_millis(600))
+        .watchdog_lease(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let g = client.lock("repl:gone").unwrap();
+    let lost = g.lost();
+    replica.signal("STOP");
+    let _: () = primary.connection().del("repl:gone").unwrap();
+    // The next renewal (within a third of the lease) finds it gone.
+    let why = lost.recv_timeout(Duration::from_secs(4));
+    replica.signal("CONT");
+    assert_eq!(why.ok(), Some(leasehold::LeaseLost::NotOurs));
+}
+
 #[test]
 fn threads_of_one_client_do_not_hand_over_without_acknowledgement() {
     let primary = RedisServer::start();

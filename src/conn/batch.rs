@@ -37,6 +37,11 @@ pub(crate) struct Batches {
 /// trips it took.
 pub(crate) struct Sent {
     pub(crate) answers: Vec<RedisResult<Value>>,
+    /// With replica acknowledgement: for each command whose pipeline too
+    /// few replicas acknowledged, the error saying so — what it wrote may
+    /// not survive a failover (the caller decides whether it wrote
+    /// anything: a renewal that found the lease gone wrote nothing).
+    pub(crate) unacknowledged: Vec<Option<redis::RedisError>>,
     pub(crate) round_trips: u64,
 }
 
@@ -52,7 +57,8 @@ impl Batches {
     }
 
     /// Every batch acknowledged by `replicas` replicas within `timeout`
-    /// (below the I/O timeout), when asked.
+    /// (below the I/O timeout), when asked: a pipeline too few acknowledged
+    /// marks its commands [`Sent::unacknowledged`].
     pub(crate) fn acknowledged(mut self, replicas: Option<(u32, Duration)>) -> Self {
         self.ack = replicas;
         self
@@ -68,6 +74,7 @@ impl Batches {
     pub(crate) fn send(&mut self, head: &Cmd, commands: &[(&str, Cmd)]) -> Sent {
         let mut sent = Sent {
             answers: (0..commands.len()).map(|_| Ok(Value::Nil)).collect(),
+            unacknowledged: vec![None; commands.len()],
             round_trips: 0,
         };
         let Some(router) = self.router.clone() else {
@@ -121,9 +128,9 @@ impl Batches {
             pipe.add_command(commands[i].1.clone());
         }
         if let Some((replicas, timeout)) = self.ack {
-            pipe.cmd("WAIT")
-                .arg(replicas)
-                .arg(timeout.as_millis() as u64);
+            // At least 1 ms: `WAIT n 0` would block for good.
+            let ms = timeout.as_millis().max(1) as u64;
+            pipe.cmd("WAIT").arg(replicas).arg(ms);
         }
         sent.round_trips += 1;
         let e = match self.query(node, pipe.ignore_errors()) {
@@ -162,10 +169,8 @@ impl Batches {
                             dropped = true;
                         }
                     }
-                    sent.answers[i] = match (&unacknowledged, answer) {
-                        (Some(e), Ok(_)) => Err(e.clone()),
-                        (_, answer) => answer,
-                    };
+                    sent.unacknowledged[i] = unacknowledged.clone();
+                    sent.answers[i] = answer;
                 }
                 return redirected;
             }

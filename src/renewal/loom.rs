@@ -43,6 +43,7 @@ impl RoundTrips for Answers {
         let answer = || Ok(Value::Int(i64::from(self.ours)));
         Sent {
             answers: commands.iter().map(|_| answer()).collect(),
+            unacknowledged: vec![None; commands.len()],
             round_trips: 1,
         }
     }

@@ -194,16 +194,23 @@ impl<B: RoundTrips> Worker<B> {
             .fetch_add(sent.round_trips, Ordering::Relaxed);
         let mut again = Vec::new();
         let mut failure = None;
-        for (id, answer) in live.into_iter().zip(sent.answers) {
-            match answer {
-                Ok(v) => self.settle(id, renew::renewed(&v), sent_at),
-                // Not an answer about the lease (Redis unreachable, a
-                // replica after a failover, loading, a slot moving): retry.
-                Err(e) if Retry::of(&e) != Retry::No => {
+        let answers = sent.answers.into_iter().zip(sent.unacknowledged);
+        for (id, (answer, unacknowledged)) in live.into_iter().zip(answers) {
+            match (answer, unacknowledged) {
+                // Lengthened on the primary, not on enough replicas: it
+                // counts for nothing until acknowledged (retried).
+                (Ok(v), Some(e)) if renew::renewed(&v) => {
                     failure.get_or_insert(e);
                     again.push(id);
                 }
-                Err(_) => self.settle(id, false, sent_at),
+                (Ok(v), _) => self.settle(id, renew::renewed(&v), sent_at),
+                // Not an answer about the lease (Redis unreachable, a
+                // replica after a failover, loading, a slot moving): retry.
+                (Err(e), _) if Retry::of(&e) != Retry::No => {
+                    failure.get_or_insert(e);
+                    again.push(id);
+                }
+                (Err(_), _) => self.settle(id, false, sent_at),
             }
         }
         if let Some(e) = failure {
