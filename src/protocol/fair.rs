@@ -89,6 +89,21 @@ local function purge(marks)
         redis.call('hdel', marks, first)
     end
 end
+-- The queue and its timeouts expire a step after their last place's
+-- timeout (at least `floor` ms from now), set again whenever less than a
+-- step is left: a queue whose waiters all died goes by itself, and a place
+-- Redisson's waiter takes after ours is still covered (it chains a step
+-- after the last). One PTTL when nothing is due.
+local function queue_lives(floor)
+    if redis.call('pttl', KEYS[2]) < WAIT then
+        local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')[2]
+        if last then
+            local life = math.max(tonumber(last) - now, floor) + WAIT
+            redis.call('pexpire', KEYS[2], life)
+            redis.call('pexpire', KEYS[3], life)
+        end
+    end
+end
 "#;
 
 /// Acquire: KEYS lock, queue, timeouts, leasehold marks (, token counter);
@@ -193,17 +208,7 @@ if mark == '' then
 end
 redis.call('hset', KEYS[4], ARGV[2], mark .. ' ' .. (now + tonumber(ARGV[3])))
 redis.call('pexpire', KEYS[4], 60000)
--- The queue and its timeouts live as long as their last place could
--- (Redisson's places last until their timeout): a waiter that died is not
--- left queued for good when nobody comes by after it. Set again only when
--- less than a place lease is left (or none was set: a new queue, or one
--- Redisson's waiter made), so a confirmation costs one PTTL.
-if redis.call('pttl', KEYS[2]) < tonumber(ARGV[3]) then
-    local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')[2]
-    local life = math.max(tonumber(last) - now, tonumber(ARGV[3])) + 1
-    redis.call('pexpire', KEYS[2], life)
-    redis.call('pexpire', KEYS[3], life)
-end
+queue_lives(tonumber(ARGV[3]))
 local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 then
     first = redis.call('lindex', KEYS[2], 0)
@@ -244,6 +249,7 @@ redis.call('hdel', KEYS[5], ARGV[3])
 purge(KEYS[5])
 local next = redis.call('lindex', KEYS[2], 0)
 if next then
+    queue_lives(0)
     local place = string.match(redis.call('hget', KEYS[5], next) or '', '^(%S+) %d+$')
     if place and place ~= '-' then
         redis.call('hset', KEYS[1], next, 1)

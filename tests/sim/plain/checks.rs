@@ -106,11 +106,12 @@ impl Sim {
             self.check()?;
         }
         // The marks live a minute; the fair queue's places up to
-        // Redisson's step (5 minutes) each, chained.
+        // Redisson's step (5 minutes) each, chained, and the queue a step
+        // after its last.
         self.w.advance(
             match self.cfg.lock {
                 Lock::Plain => 60_000,
-                Lock::Fair => 300_000 * (self.clients.len() as u64 + 2),
+                Lock::Fair => 300_000 * (self.clients.len() as u64 + 3),
             } + self.w.stepped_back_ms,
         );
         // The fencing counter stays on purpose: tokens keep growing across
