@@ -362,10 +362,14 @@ fn a_runtime_in_steady_use_keeps_its_connection_among_short_lived_ones() {
             client.lock(&name).await.unwrap().unlock().await.unwrap();
         });
     }
-    // The short-lived runtimes' 100, the check's own 1.
+    // The short-lived runtimes' 100, the check's own 1. Evicted
+    // oldest-made first, the runtime in steady use would make one every 16
+    // short-lived runtimes (6 here); on a loaded machine a connect slower
+    // than its wait may send one call to the I/O threads' pool, which can
+    // open one more (seen once in a loaded run): at most 2.
     let main_made = connections_received(&mut server.connection()) - before - 100 - 1;
     assert!(
-        main_made == 0,
+        main_made <= 2,
         "the runtime in steady use made {main_made} new connections in 100 pairs"
     );
 }
