@@ -33,7 +33,9 @@ mod modelled {
     #[derive(Default)]
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
-    /// A held lock; `None` only inside [`Condvar::wait`].
+    /// A held lock; `None` only inside [`Condvar::wait`], which puts it
+    /// back before it returns — so the `expect("held")`s below cannot fail
+    /// (and this module exists only in the loom models' test build).
     pub(crate) struct MutexGuard<'a, T>(Option<loom::sync::MutexGuard<'a, T>>);
 
     impl<T> Mutex<T> {

@@ -531,31 +531,7 @@ impl Model for Sim {
     }
 }
 
-impl world::Simulation for Sim {
-    type Config = Config;
-
-    fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
-        Sim::new(seed, cfg, scripts)
-    }
-
-    fn steps(&self) -> usize {
-        self.cfg.steps
-    }
-
-    fn check(&mut self) -> Result<(), String> {
-        Sim::check(self)
-    }
-
-    fn wind_down(&mut self) -> Result<(), String> {
-        Sim::wind_down(self)
-    }
-}
-
-impl world::Knobs for Config {
-    fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults) {
-        (&mut self.steps, &mut self.clients, &mut self.faults)
-    }
-}
+world::simulation!();
 
 /// Runs `seeds`; the first failure with its seed, the end of its trace and
 /// the shortest run found failing so.

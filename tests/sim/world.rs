@@ -404,6 +404,40 @@ macro_rules! one_call_clients {
 }
 pub(crate) use one_call_clients;
 
+/// [`Simulation`] and [`Knobs`] for a simulation's `Sim` and its `Config`
+/// (with `steps`, `clients` and `faults`), over `Sim`'s own `new`, `check`
+/// and `wind_down`: written alike by every simulation.
+macro_rules! simulation {
+    () => {
+        impl world::Simulation for Sim {
+            type Config = Config;
+
+            fn new(seed: u64, cfg: Config, scripts: Scripts) -> Sim {
+                Sim::new(seed, cfg, scripts)
+            }
+
+            fn steps(&self) -> usize {
+                self.cfg.steps
+            }
+
+            fn check(&mut self) -> Result<(), String> {
+                Sim::check(self)
+            }
+
+            fn wind_down(&mut self) -> Result<(), String> {
+                Sim::wind_down(self)
+            }
+        }
+
+        impl world::Knobs for Config {
+            fn knobs(&mut self) -> (&mut usize, &mut usize, &mut Faults) {
+                (&mut self.steps, &mut self.clients, &mut self.faults)
+            }
+        }
+    };
+}
+pub(crate) use simulation;
+
 /// One step of the schedule: the clock advances, a client acts, something
 /// on its way arrives — or (with `faults`) Redis's clock steps back, a
 /// client pauses or crashes.
