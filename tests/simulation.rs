@@ -282,14 +282,14 @@ fn known_bad_scripts_fail_the_simulation() {
         (
             "a re-entry that cuts the first guard's lease short",
             "plain acquire",
-            "        ttl_at_least(KEYS[1], ARGV[1])\n",
-            "        redis.call('pexpire', KEYS[1], ARGV[1])\n",
+            "    ttl_at_least(KEYS[1], ARGV[1])\n    counted = true",
+            "    redis.call('pexpire', KEYS[1], ARGV[1])\n    counted = true",
             true,
         ),
         (
             "a late re-entry counting one hold for the owner's guards",
             "plain acquire",
-            "redis.call('hset', KEYS[1], ARGV[2], alive + 1)",
+            "redis.call('hset', KEYS[1], ARGV[2], tonumber(ARGV[3]) + 1)",
             "redis.call('hset', KEYS[1], ARGV[2], 1)",
             true,
         ),

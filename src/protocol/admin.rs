@@ -27,9 +27,9 @@ use crate::names::{channel_name, line_key, queue_key, rw_channel};
 macro_rules! shape_fn {
     () => {
         r#"
-local owner_id = '^' .. string.rep('%x', 8) .. '%-' .. string.rep('%x', 4) .. '%-'
-    .. string.rep('%x', 4) .. '%-' .. string.rep('%x', 4) .. '%-'
-    .. string.rep('%x', 12) .. ':'
+-- A UUID and a colon, written out: built with `string.rep` it cost every
+-- acquire about 0.5 µs of Redis's time on each call, used or not.
+local owner_id = '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x:'
 local function lock_owner(f)
     return string.match(f, owner_id .. '%d+$') or string.match(f, owner_id .. '%d+:write$')
         or string.match(f, owner_id .. 'redlock%-%d+$')
