@@ -84,22 +84,15 @@ pub(super) struct Worker<B = Batches> {
     /// The client's registration, written while it is active.
     pub(super) registration: Registration,
     pub(super) activity: Arc<Activity>,
+    /// When the last lease the thread took would have been due, unlocked
+    /// or not (see [`arm`](Self::arm)).
+    pub(super) lull: Option<Instant>,
 }
 
 impl<B: RoundTrips> Worker<B> {
     pub(super) fn run(&mut self) {
         loop {
-            self.take_pending();
-            let next = self.wheel.next_due();
-            *self.pending.armed_until.lock() = next;
-            // Disarmed first, then look once more: a lease queued after
-            // this look sees `None` and wakes us.
-            if next.is_none() && !self.pending.queue.lock().is_empty() {
-                continue;
-            }
-            // The registration's next write, while the client is active.
-            let register = self.activity.due(Instant::now(), !self.entries.is_empty());
-            let timer = match next.into_iter().chain(register).min() {
+            let timer = match self.arm(Instant::now()) {
                 Some(at) => after(at.saturating_duration_since(Instant::now())),
                 None => never(),
             };
@@ -110,6 +103,33 @@ impl<B: RoundTrips> Worker<B> {
                 recv(timer) -> _ => self.tick(),
             }
             self.register();
+        }
+    }
+
+    /// Takes the queued leases and says when the thread's timer is to fire
+    /// next (`None`: never), publishing it first for `Renewer::enqueue`,
+    /// which wakes the thread only for a lease due sooner.
+    pub(super) fn arm(&mut self, now: Instant) -> Option<Instant> {
+        loop {
+            self.take_pending();
+            // Till the last lease taken would have been due, the timer
+            // stays armed even when every lease was unlocked before the
+            // thread met it: a loop of lock + unlock pairs then wakes the
+            // thread once a period, not once a pair.
+            let lull = self.lull.filter(|&at| at > now);
+            let next = match (self.wheel.next_due(), lull) {
+                (Some(due), Some(lull)) => Some(due.min(lull)),
+                (due, lull) => due.or(lull),
+            };
+            *self.pending.armed_until.lock() = next;
+            // Disarmed first, then look once more: a lease queued after
+            // this look sees `None` and wakes us.
+            if next.is_none() && !self.pending.queue.lock().is_empty() {
+                continue;
+            }
+            // The registration's next write, while the client is active.
+            let register = self.activity.due(now, !self.entries.is_empty());
+            return next.into_iter().chain(register).min();
         }
     }
 
@@ -133,6 +153,7 @@ impl<B: RoundTrips> Worker<B> {
     /// Moves queued leases into the wheel, skipping those already unlocked.
     pub(super) fn take_pending(&mut self) {
         let queued = std::mem::take(&mut *self.pending.queue.lock());
+        self.lull = self.lull.max(queued.iter().map(|e| e.due).max());
         for entry in queued.into_iter().filter(|e| !e.state.is_cancelled()) {
             self.next_id += 1;
             self.wheel.insert(self.next_id, entry.due);
