@@ -158,7 +158,7 @@ async fn in_turn<'a>(
         let key = &waiting.key;
         shared
             .notifier()
-            .resume_line_on(key, || crate::names::channel_name(key))
+            .resume_line_on(key, || crate::names::channel_name(key).to_string())
     });
     if let Some(yield_to) = turn.yield_to.take() {
         yield_first(waiting, env, &mut sub, yield_to, deadline).await;

@@ -229,7 +229,7 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
     raw.lock_shape(key)?;
     // The queues waiters stand in: how each is listed, in reply order.
     let queues: [(WaitQueue, &str, String); 3] = [
-        (WaitQueue::Line, "LRANGE", line_key(key)),
+        (WaitQueue::Line, "LRANGE", line_key(key).to_string()),
         (WaitQueue::Fair, "LRANGE", queue_key(key)),
         (WaitQueue::Writers, "ZRANGE", writers_key(key)),
     ];

@@ -7,6 +7,8 @@
 //! lock key's Redis Cluster slot — as Redisson's `prefixName`/`suffixName`
 //! make them.
 
+use std::fmt;
+
 /// A companion name of a lock key, as Redisson's `prefixName` makes it:
 /// `<prefix>:{<key>}`, or `<prefix>:<key>` when the key has braces of its
 /// own, so that its own hash tag decides the slot of both.
@@ -39,15 +41,52 @@ pub(crate) fn push_tagged(s: &mut String, key: &str) {
     }
 }
 
+/// A companion name of a lock key as [`prefix_name`] makes it, with a
+/// suffix — written where it goes (a command's argument: no `String` of its
+/// own; the lock path names five of them per call) or made a `String`
+/// (`to_string`). The names of the plain lock's path are these.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Companion<'k> {
+    prefix: &'static str,
+    key: &'k str,
+    suffix: &'static str,
+}
+
+impl fmt::Display for Companion<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.prefix)?;
+        if self.key.contains('{') {
+            write!(f, ":{}", self.key)?;
+        } else {
+            write!(f, ":{{{}}}", self.key)?;
+        }
+        f.write_str(self.suffix)
+    }
+}
+
+impl redis::ToRedisArgs for Companion<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self);
+    }
+}
+
 /// The unlock channel of a lock key (Redisson's `redisson_lock__channel:{name}`).
-pub(crate) fn channel_name(key: &str) -> String {
-    prefix_name("redisson_lock__channel", key)
+pub(crate) fn channel_name(key: &str) -> Companion<'_> {
+    Companion {
+        prefix: "redisson_lock__channel",
+        key,
+        suffix: "",
+    }
 }
 
 /// The fencing-token counter of a lock key (Redisson's
 /// `redisson_lock_token:{name}`).
-pub(crate) fn token_key(key: &str) -> String {
-    prefix_name("redisson_lock_token", key)
+pub(crate) fn token_key(key: &str) -> Companion<'_> {
+    Companion {
+        prefix: "redisson_lock_token",
+        key,
+        suffix: "",
+    }
 }
 
 /// The queue list of a fair lock key.
@@ -94,21 +133,30 @@ pub(crate) fn write_field(owner: &str) -> String {
 
 /// The line of waiting leasehold clients of a plain lock key (a list of
 /// places, one per waiting client, oldest first): `leasehold_line:{<key>}`.
-pub(crate) fn line_key(key: &str) -> String {
-    prefix_name("leasehold_line", key)
+pub(crate) fn line_key(key: &str) -> Companion<'_> {
+    line_named(key, "")
 }
 
 /// Until when each place of the line lives: a hash `<line>:places`, place →
 /// ms by the server's clock (same hash tag as the line, so the same cluster
 /// slot; its waiter confirms it).
-pub(crate) fn line_places_key(key: &str) -> String {
-    format!("{}:places", line_key(key))
+pub(crate) fn line_places_key(key: &str) -> Companion<'_> {
+    line_named(key, ":places")
 }
 
 /// The run of direct grants made while other libraries' waiters were
 /// subscribed, or `y` while the lock is left to them: `<line>:yield`.
-pub(crate) fn line_yield_key(key: &str) -> String {
-    format!("{}:yield", line_key(key))
+pub(crate) fn line_yield_key(key: &str) -> Companion<'_> {
+    line_named(key, ":yield")
+}
+
+/// The line of a lock key, and its companions (`suffix`).
+fn line_named<'k>(key: &'k str, suffix: &'static str) -> Companion<'k> {
+    Companion {
+        prefix: "leasehold_line",
+        key,
+        suffix,
+    }
 }
 
 /// The start of every grant channel of a plain lock key,
@@ -306,16 +354,19 @@ mod tests {
     #[test]
     fn plain_and_fenced_names_are_redissons() {
         assert_eq!(
-            channel_name("order:pay"),
+            channel_name("order:pay").to_string(),
             "redisson_lock__channel:{order:pay}"
         );
-        assert_eq!(token_key("order:pay"), "redisson_lock_token:{order:pay}");
+        assert_eq!(
+            token_key("order:pay").to_string(),
+            "redisson_lock_token:{order:pay}"
+        );
         // A name with its own hash tag keeps it (Redisson's prefixName).
         assert_eq!(
-            channel_name("{user:7}:cart"),
+            channel_name("{user:7}:cart").to_string(),
             "redisson_lock__channel:{user:7}:cart"
         );
-        assert_eq!(token_key("a{t}b"), "redisson_lock_token:a{t}b");
+        assert_eq!(token_key("a{t}b").to_string(), "redisson_lock_token:a{t}b");
         assert_eq!(queue_key("q"), "redisson_lock_queue:{q}");
         assert_eq!(timeout_key("q"), "redisson_lock_timeout:{q}");
         assert_eq!(waiter_channel("q", "u:1"), "redisson_lock__channel:{q}:u:1");
@@ -337,8 +388,11 @@ mod tests {
 
     #[test]
     fn line_names_share_the_lock_keys_slot() {
-        assert_eq!(line_key("job"), "leasehold_line:{job}");
-        assert_eq!(line_yield_key("a{t}b"), "leasehold_line:a{t}b:yield");
+        assert_eq!(line_key("job").to_string(), "leasehold_line:{job}");
+        assert_eq!(
+            line_yield_key("a{t}b").to_string(),
+            "leasehold_line:a{t}b:yield"
+        );
         assert_eq!(grant_channel("job", "9f1c"), "leasehold_grant:{job}:9f1c");
     }
 
@@ -382,11 +436,11 @@ mod tests {
             let key = format!("{prefix}{name}");
             let keys = [
                 key.clone(),
-                token_key(&key),
-                channel_name(&key),
-                line_key(&key),
-                line_places_key(&key),
-                line_yield_key(&key),
+                token_key(&key).to_string(),
+                channel_name(&key).to_string(),
+                line_key(&key).to_string(),
+                line_places_key(&key).to_string(),
+                line_yield_key(&key).to_string(),
                 queue_key(&key),
                 timeout_key(&key),
                 fair_marks_key(&key),
@@ -406,7 +460,7 @@ mod tests {
                 assert!(covered('~', k), "key {k:?} not covered by {rules:?}");
             }
             for c in [
-                channel_name(&key),
+                channel_name(&key).to_string(),
                 waiter_channel(&key, "u:1"),
                 grant_channel(&key, "9f1c"),
                 rw_channel(&key),
@@ -418,7 +472,7 @@ mod tests {
             // And nothing outside the prefix.
             if !prefix.is_empty() {
                 assert!(!covered('~', "other:x"));
-                assert!(!covered('~', &channel_name("other:x")));
+                assert!(!covered('~', &channel_name("other:x").to_string()));
             }
         }
     }

@@ -5,7 +5,13 @@
 //! `unlock`: `SET NX PX`, then a compare-and-delete script, on the `redis`
 //! crate's multiplexed connection) beside leasehold's async pair and its
 //! blocking pair, in alternating blocks on one server, each with what
-//! Redis spent on it (`INFO cpu`) — where the time of a pair goes.
+//! Redis spent on it (`INFO cpu`) — where the time of a pair goes. And
+//! the ceiling of any client that keeps Redisson's layout (a hash with a
+//! hold count, a line of waiters beside it, the unlock message): the least
+//! two scripts of that layout can do uncontended (`EXISTS` + `HSET` +
+//! `PEXPIRE`; `HDEL` + `LPOP` + `PUBLISH`), sent as rslock sends (the
+//! `redis` crate's multiplexed connection, same runtime) — against
+//! rslock's `SET NX PX`, a native command.
 
 use std::time::{Duration, Instant};
 
@@ -21,12 +27,34 @@ pub(crate) struct Side {
 
 pub(crate) struct Peer {
     pub(crate) rslock: Side,
+    pub(crate) layout: Side,
     pub(crate) lh_async: Side,
     pub(crate) lh_blocking: Side,
     /// Medians of the per-block ratios to rslock's rate.
     pub(crate) async_ratio: f64,
     pub(crate) blocking_ratio: f64,
+    pub(crate) layout_ratio: f64,
 }
+
+/// The least a lock in Redisson's layout can send: acquire when neither
+/// the lock nor a line exists, release and tell whoever listens.
+const LAYOUT_ACQUIRE: &str = r#"
+if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+return redis.call('pttl', KEYS[1])
+"#;
+const LAYOUT_RELEASE: &str = r#"
+if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
+    return nil
+end
+if not redis.call('lpop', KEYS[2]) then
+    redis.call('publish', KEYS[3], '0')
+end
+return 1
+"#;
 
 /// R1: blocks of 1,000 pairs of each, in turn, for `secs` (5 rounds at
 /// least).
@@ -38,6 +66,18 @@ pub(crate) fn r1(url: &str, secs: f64) -> Peer {
     let manager = rslock::LockManager::new(vec![url.to_owned()]);
     let client = LockClient::new(url).unwrap();
     let tasks = client.to_async();
+    let mut layout = rt
+        .block_on(
+            redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection(),
+        )
+        .unwrap();
+    let (acquire, release) = (
+        redis::Script::new(LAYOUT_ACQUIRE),
+        redis::Script::new(LAYOUT_RELEASE),
+    );
+    let owner = "00000000-0000-4000-8000-000000000000:1";
     const BLOCK: usize = 1_000;
     const TTL: Duration = Duration::from_secs(30);
     // Each block: pairs/s and Redis's CPU per pair.
@@ -50,7 +90,7 @@ pub(crate) fn r1(url: &str, secs: f64) -> Peer {
         let rate = BLOCK as f64 / t.elapsed().as_secs_f64();
         (rate, (redis_cpu_us(url) - cpu) / BLOCK as f64)
     };
-    let mut rounds: Vec<[(f64, f64); 3]> = Vec::new();
+    let mut rounds: Vec<[(f64, f64); 4]> = Vec::new();
     let until = Instant::now() + Duration::from_secs_f64(secs);
     while rounds.len() < 5 || Instant::now() < until {
         let peer = block(&mut || {
@@ -66,7 +106,20 @@ pub(crate) fn r1(url: &str, secs: f64) -> Peer {
             })
         });
         let blocking = block(&mut || client.lock("r1-blocking").unwrap().unlock().unwrap());
-        rounds.push([peer, asynch, blocking]);
+        let floor = block(&mut || {
+            rt.block_on(async {
+                let (key, line, channel) = ("r1-layout", "r1-layout:line", "r1-layout:channel");
+                let mut call = acquire.key(key);
+                call.key(line).arg(30_000).arg(owner);
+                let held: Option<i64> = call.invoke_async(&mut layout).await.unwrap();
+                assert!(held.is_none(), "the layout's floor: the key was free");
+                let mut call = release.key(key);
+                call.key(line).key(channel).arg(owner);
+                let freed: i64 = call.invoke_async(&mut layout).await.unwrap();
+                assert_eq!(freed, 1);
+            })
+        });
+        rounds.push([peer, asynch, blocking, floor]);
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -80,7 +133,9 @@ pub(crate) fn r1(url: &str, secs: f64) -> Peer {
     Peer {
         async_ratio: ratio(1),
         blocking_ratio: ratio(2),
+        layout_ratio: ratio(3),
         rslock: side(0),
+        layout: side(3),
         lh_async: side(1),
         lh_blocking: side(2),
     }
@@ -115,6 +170,14 @@ pub(crate) fn rows(p: &Peer) -> Vec<Row> {
             cpu(&p.rslock),
             format!("{} ({})", cpu(&p.lh_async), cpu(&p.lh_blocking)),
             format!("{:.2}", p.lh_async.redis_us / p.rslock.redis_us),
+            "",
+            None,
+        ),
+        (
+            "R1 ceiling of Redisson's layout: its least scripts on rslock's connection (floor: rslock's pair; Redis CPU µs per pair in brackets)".into(),
+            format!("{:.0} ({})", p.rslock.rate, cpu(&p.rslock)),
+            format!("{:.0} ({})", p.layout.rate, cpu(&p.layout)),
+            format!("{:.2}", p.layout_ratio),
             "",
             None,
         ),

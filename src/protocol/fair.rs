@@ -362,7 +362,7 @@ fn five_keys(key: &str) -> (&str, String, String, String, String) {
         key,
         queue_key(key),
         timeout_key(key),
-        channel_name(key),
+        channel_name(key).to_string(),
         fair_marks_key(key),
     )
 }

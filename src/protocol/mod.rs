@@ -214,7 +214,7 @@ pub(crate) fn owner_of_field(kind: Kind, field: &str) -> &str {
 /// lock's unlock channel, or (fair) the waiter's own.
 pub(crate) fn wait_channel(kind: Kind, key: &str, owner: &str) -> String {
     match kind {
-        Kind::Plain => channel_name(key),
+        Kind::Plain => channel_name(key).to_string(),
         Kind::Fair => waiter_channel(key, owner),
         Kind::Read | Kind::Write => rw_channel(key),
     }
@@ -557,10 +557,13 @@ pub(crate) struct Lua {
 impl Lua {
     /// `EVALSHA <hash> <numkeys> <keys…> <args…>` of this script, the first
     /// `numkeys` of `keys_and_args` its keys: built in one buffer (the
-    /// crate's `ScriptInvocation` copies every argument twice).
+    /// crate's `ScriptInvocation` copies every argument twice), sized for
+    /// the lock path's calls at once (grown as it is filled, it cost a
+    /// dozen reallocations a pair).
     fn cmd(&self, numkeys: usize, keys_and_args: impl ToRedisArgs) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash())
+        let mut cmd = Cmd::with_capacity(16, 512);
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
             .arg(numkeys)
             .arg(keys_and_args);
         cmd

@@ -604,8 +604,11 @@ mod tests {
         assert_eq!(grant_lease_ms!(), millis(GRANT_LEASE).to_string());
         for key in ["job", "a{t}b", "{user:7}:cart", "x:y"] {
             // `companion(prefix)`: prefix .. string.sub(channel, 23)
-            let tail = &channel_name(key)[22..];
-            assert_eq!(format!("redisson_lock_token{tail}"), token_key(key));
+            let tail = &channel_name(key).to_string()[22..];
+            assert_eq!(
+                format!("redisson_lock_token{tail}"),
+                token_key(key).to_string()
+            );
             assert_eq!(format!("leasehold_grant{tail}:"), grant_prefix(key));
         }
     }
