@@ -42,7 +42,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::runtime::{Handle, Id};
 
-use super::reply::reply_len;
+use super::reply::{reply_len, simple};
 use super::transport::{Forsaken, MakeForsaken, Outcome};
 use super::wire::hello;
 use crate::park::Sleep;
@@ -324,7 +324,8 @@ impl Con {
     async fn recv(&mut self) -> RedisResult<Value> {
         loop {
             if let Some(len) = reply_len(&self.read, 0) {
-                let value = redis::parse_redis_value(&self.read[..len]);
+                let reply = &self.read[..len];
+                let value = simple(reply).map_or_else(|| redis::parse_redis_value(reply), Ok);
                 self.read.drain(..len);
                 return value.map_err(|e| crate::error::not_redis(&e));
             }
