@@ -57,6 +57,8 @@
 //              semaphore/ Semaphore, PermitGuard: leased permits over the raw
 //                        layer's permits and the one wait loop
 //              inspect   LockClient::inspect and list: holders, waiters, clients
+//              testing   TestServer: a throwaway redis-server for a test (feature
+//                        `testing`; the project's own tests stand on it)
 //   binary     bin/      the operators' `leasehold` CLI (feature `cli`), the
 //                        public API only
 
@@ -182,6 +184,9 @@ mod shared;
 mod stats;
 mod sync;
 mod task;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
 mod wait;

@@ -18,6 +18,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("names", 0),
     ("stats", 0),
     ("tls", 0),
+    // The throwaway server of a test (feature `testing`): std and redis only.
+    ("testing", 0),
     ("park", 0),
     ("protocol", 1),
     ("conn", 2),

@@ -9,16 +9,20 @@
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+use leasehold::testing::TestServer;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
 
-/// A `redis-server` process owned by the test.
+/// A `redis-server` process owned by the test: the library's own
+/// [`TestServer`] (feature `testing`), with the settings it was started
+/// with (to start it again changed) and what the tests ask of it.
 pub struct RedisServer {
-    pub(super) child: Child,
+    pub(super) server: TestServer,
     pub(super) port: u16,
     pub(super) dir: PathBuf,
     pub(super) password: Option<String>,
@@ -121,6 +125,9 @@ impl RedisServer {
         self.restart();
     }
 
+    /// A server on `port`, its files in `dir` (which it keeps), with
+    /// `extra` settings; `password` and `tls_ca` say how to reach it. An
+    /// error says "Address already in use" when the port was taken.
     pub(super) fn spawn(
         port: u16,
         dir: PathBuf,
@@ -128,88 +135,42 @@ impl RedisServer {
         password: Option<String>,
         tls_ca: Option<Vec<u8>>,
     ) -> Result<Self, String> {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {dir:?}: {e}"))?;
-        let log = dir.join("redis.log");
-        // A setting the server refuses is said on stderr, before the log.
-        let stderr = std::fs::File::create(dir.join("stderr.log"))
-            .map_err(|e| format!("cannot create stderr.log in {dir:?}: {e}"))?;
-        let bin = server_bin();
-        let child = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--logfile")
-            .arg(&log)
-            .args(&extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn();
-        let child = match child {
-            Ok(c) => c,
+        let mut builder = TestServer::builder()
+            .port(port)
+            .dir(&dir)
+            .binary(server_bin())
+            .args(extra.iter().cloned());
+        if let Some(pw) = &password {
+            builder = builder.password(pw);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(ca) = &tls_ca {
+            builder = builder.tls_ca(ca.clone());
+        }
+        let server = match builder.start() {
+            Ok(server) => server,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-                "`{bin}` was not found: the tests start their own Redis. Install it with \
-                 `apt-get update && apt-get install -y redis-server` (as root), or run \
-                 scripts/test.sh, which does that for you"
+                "{e}. The tests start their own Redis: run scripts/test.sh, which installs it \
+                 (`apt-get update && apt-get install -y redis-server` as root)"
             ),
-            Err(e) => panic!("cannot start `{bin}`: {e}"),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(format!("Address already in use: {e}"))
+            }
+            Err(e) => return Err(e.to_string()),
         };
-        let mut server = RedisServer {
-            child,
+        Ok(RedisServer {
+            server,
             port,
             dir,
             password,
             extra,
             tls_ca,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Some(_)) = server.child.try_wait() {
-                return Err(server.log());
-            }
-            if let Ok(mut con) = server.try_connection() {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    // The server that answers must be ours: another test
-                    // process may have been given the same free port at
-                    // the same moment, and then ours cannot bind it (its
-                    // exit may come after this PING).
-                    let info: String = redis::cmd("INFO")
-                        .arg("server")
-                        .query(&mut con)
-                        .unwrap_or_default();
-                    let pid = format!("process_id:{}", server.child.id());
-                    if info.lines().any(|l| l.trim() == pid) {
-                        return Ok(server);
-                    }
-                    let _ = server.child.kill();
-                    let _ = server.child.wait();
-                    return Err(format!(
-                        "Address already in use: port {port} answers for another server"
-                    ));
-                }
-            }
-            if Instant::now() > deadline {
-                let log = server.log();
-                panic!(
-                    "redis-server on port {port} did not answer PING within 10 s; its log:\n{log}"
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        })
     }
 
     /// `redis://127.0.0.1:<port>/`, with the password when there is one.
     pub fn url(&self) -> String {
-        let scheme = if self.tls_ca.is_some() {
-            "rediss"
-        } else {
-            "redis"
-        };
-        match &self.password {
-            Some(p) => format!("{scheme}://:{p}@127.0.0.1:{}/", self.port),
-            None => format!("{scheme}://127.0.0.1:{}/", self.port),
-        }
+        self.server.url()
     }
 
     /// The URL without credentials.
@@ -222,7 +183,7 @@ impl RedisServer {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.server.pid()
     }
 
     pub(super) fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
@@ -274,19 +235,12 @@ impl RedisServer {
 
     /// Kills the server now and waits for it to exit.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.kill();
     }
 
     /// The server's log, and what it wrote to stderr (a refused setting).
     pub fn log(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
-        let stderr = std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default();
-        if stderr.trim().is_empty() {
-            log
-        } else {
-            format!("{log}\n[stderr]\n{stderr}")
-        }
+        self.server.log()
     }
 
     /// How many clients listen on `channel` on this node: sharded

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::eventually;
 use super::server::{free_port, server_bin, server_dir, RedisServer};
 use super::tls::TlsFiles;
+use leasehold::testing::TestServer;
 
 impl RedisServer {
     /// A one-node Redis Cluster serving every slot: `CLUSTER KEYSLOT` works,
@@ -114,36 +115,36 @@ impl RedisServer {
                 ),
             )
             .unwrap();
-            let bin = server_bin();
-            let child = Command::new(&bin)
-                .arg(&conf)
-                .arg("--sentinel")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start `{bin} --sentinel`: {e}"));
-            let mut sentinel = RedisServer {
-                child,
-                port,
-                dir,
-                password: password.map(str::to_owned),
-                extra: Vec::new(),
-                tls_ca: tls.as_ref().map(|t| t.ca.clone()),
-            };
-            let up = eventually(Duration::from_secs(10), || {
-                sentinel
-                    .try_connection()
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                    .is_ok()
-            });
-            if up {
-                return sentinel;
+            let mut builder = TestServer::builder()
+                .port(port)
+                .dir(&dir)
+                .binary(server_bin())
+                .config_file(&conf)
+                .arg("--sentinel");
+            if let Some(t) = &tls {
+                builder = builder.args(t.server_args(port));
+                #[cfg(feature = "tls")]
+                {
+                    builder = builder.tls_ca(t.ca.clone());
+                }
             }
-            if !sentinel.log().contains("Address already in use") {
-                panic!("redis sentinel did not start; its log:\n{}", sentinel.log());
+            if let Some(pw) = password {
+                builder = builder.password(pw);
             }
-            sentinel.kill();
+            match builder.start() {
+                Ok(server) => {
+                    return RedisServer {
+                        server,
+                        port,
+                        dir,
+                        password: password.map(str::to_owned),
+                        extra: Vec::new(),
+                        tls_ca: tls.as_ref().map(|t| t.ca.clone()),
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) => panic!("redis sentinel did not start: {e}"),
+            }
         }
         panic!("redis sentinel found no free port after 5 tries");
     }
