@@ -43,7 +43,8 @@ fn a_password_is_required_and_carried_in_the_url() {
     let mut con = redis::Client::open(bare).unwrap().get_connection().unwrap();
     let refused = redis::cmd("PING").query::<String>(&mut con).unwrap_err();
     assert!(refused.to_string().contains("NOAUTH"), "{refused}");
-    LockClient::new(&redis.url()).unwrap().lock("x").unwrap();
+    let guard = LockClient::new(&redis.url()).unwrap().lock("x").unwrap();
+    assert!(guard.is_held());
 }
 
 #[test]
