@@ -339,7 +339,7 @@ impl LockClientBuilder {
                 (None, None) => Target::Fixed(redis::Client::open(info.clone()).map_err(|e| {
                     Error::InvalidUrl {
                         reason: format!("cannot use {:?}", redact(&self.url)),
-                        source: Some(e),
+                        source: Some(e.into()),
                     }
                 })?),
                 (Some((urls, master)), None) => {

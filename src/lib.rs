@@ -204,7 +204,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use error::{Error, Result};
+pub use error::{Error, RedisCause, Result};
 pub use fenced::FencedStore;
 pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
 pub use inspect::{ClientInfo, HoldMode, Holder, LockInfo, LockKind, WaitQueue, Waiter};

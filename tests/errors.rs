@@ -75,6 +75,15 @@ fn each_failure_reads_once_with_its_causes_and_timeouts_name_their_length() {
         text.contains("300ms") && text.contains("socket timeout"),
         "{text}"
     );
+    // The cause is leasehold's own type (a `redis` major release is not
+    // one of leasehold's), with what the socket said below it.
+    let Error::TimedOut { source, .. } = &e else {
+        unreachable!()
+    };
+    let cause: &leasehold::RedisCause = source;
+    let below = std::error::Error::source(&e).unwrap();
+    assert!(below.downcast_ref::<leasehold::RedisCause>().is_some());
+    assert_eq!(below.to_string(), cause.to_string());
     assert!(e.is_timeout() && e.is_connection(), "{e:?}");
 
     // A refused connection: nothing listens on the port.

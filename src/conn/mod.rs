@@ -42,7 +42,7 @@ use crate::error::{redact, Error, Result, Retry};
 pub(crate) fn parse(url: &str, what: &str) -> Result<redis::ConnectionInfo> {
     url.into_connection_info().map_err(|e| Error::InvalidUrl {
         reason: format!("cannot parse {what}{:?}", redact(url)),
-        source: Some(e),
+        source: Some(e.into()),
     })
 }
 

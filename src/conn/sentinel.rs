@@ -53,7 +53,7 @@ pub(crate) fn client(
         .collect::<Result<Vec<_>>>()?;
     let bad = |e: redis::RedisError| Error::InvalidUrl {
         reason: format!("cannot use the Sentinel URLs {:?}", redact(&urls.join(" "))),
-        source: Some(e),
+        source: Some(e.into()),
     };
     #[cfg(not(feature = "tls"))]
     let _ = (root_cert, tls); // no TLS without the feature (refused before)

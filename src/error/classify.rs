@@ -14,26 +14,35 @@ impl From<redis::RedisError> for Error {
         // first failing command, as a single command's error would be.
         let (err, addr) = (first_of_pipeline(err), String::new());
         if is_auth_failure(&err) {
-            Error::Auth { addr, source: err }
+            Error::Auth {
+                addr,
+                source: err.into(),
+            }
         } else if has_code(&err, "NOPERM") || is_script_acl_refusal(&err) {
             Error::NoPermission {
                 rules: "the rules LockClient::acl_rules() lists".into(),
-                source: err,
+                source: err.into(),
             }
         } else if has_code(&err, "READONLY") {
-            Error::ReadOnlyReplica { source: err }
+            Error::ReadOnlyReplica { source: err.into() }
         } else if has_code(&err, "OOM") {
-            Error::OutOfMemory { source: err }
+            Error::OutOfMemory { source: err.into() }
         } else if is_not_redis(&err) {
-            Error::NotRedis { addr, source: err }
+            Error::NotRedis {
+                addr,
+                source: err.into(),
+            }
         } else if err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
         {
-            Error::Connection { addr, source: err }
+            Error::Connection {
+                addr,
+                source: err.into(),
+            }
         } else {
-            Error::Redis { source: err }
+            Error::Redis { source: err.into() }
         }
     }
 }

@@ -17,7 +17,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Each message says what went wrong and what to do about it; the underlying
 /// `redis` or I/O error, where there is one, is kept as [`source()`] and not
-/// repeated in the message, so a printed chain shows every cause once. The
+/// repeated in the message, so a printed chain shows every cause once. A
+/// `redis` error is kept as a [`RedisCause`], leasehold's own type: no
+/// variant has a field of the `redis` crate's. The
 /// `Debug` form is the message followed by its causes
 /// (`fn main() -> Result<(), Box<dyn std::error::Error>>` prints that).
 /// Callers usually decide with the predicates ([`is_not_held`],
@@ -44,7 +46,7 @@ pub enum Error {
         reason: String,
         /// The parse error from the `redis` crate, if it found one.
         #[source]
-        source: Option<redis::RedisError>,
+        source: Option<RedisCause>,
     },
 
     /// The lock was not held by this guard when it tried to release it.
@@ -203,7 +205,7 @@ pub enum Error {
         key: String,
         /// The server's error.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// An operator's call (`inspect`, `is_locked`, `force_unlock`) found
@@ -248,7 +250,7 @@ pub enum Error {
         addr: String,
         /// The server's error.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// The Redis user may not run the commands a lock needs (`NOPERM`).
@@ -259,7 +261,7 @@ pub enum Error {
         rules: String,
         /// The server's error.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// The server is a read-only replica (`READONLY`).
@@ -267,7 +269,7 @@ pub enum Error {
     ReadOnlyReplica {
         /// The server's error.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// Redis is at `maxmemory` and refuses writes (`OOM`).
@@ -275,7 +277,7 @@ pub enum Error {
     OutOfMemory {
         /// The server's error.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// No connection could be had from the pool in time.
@@ -303,7 +305,7 @@ pub enum Error {
         by_deadline: bool,
         /// The I/O error from the `redis` crate.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// Connecting to Redis, or talking to it, failed.
@@ -314,7 +316,7 @@ pub enum Error {
         addr: String,
         /// The I/O error from the `redis` crate.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// The server answered with something that is not Redis's protocol:
@@ -326,7 +328,7 @@ pub enum Error {
         addr: String,
         /// The parse error from the `redis` crate.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 
     /// A background thread (renewal) could not be started.
@@ -342,13 +344,45 @@ pub enum Error {
     Redis {
         /// The error from the `redis` crate.
         #[source]
-        source: redis::RedisError,
+        source: RedisCause,
     },
 }
 
+/// The cause under an [`enum@Error`] that came from the `redis` crate: its
+/// message, and its own causes (`source()`: an I/O error, …) — kept behind
+/// a type of leasehold's, so a major release of `redis` is not a major
+/// release of leasehold. Decide with [`Error`]'s predicates
+/// ([`is_timeout`](Error::is_timeout), [`is_auth`](Error::is_auth), …); print
+/// it, or walk the chain, for what the server or the socket said.
+pub struct RedisCause(pub(crate) redis::RedisError);
+
+impl fmt::Display for RedisCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for RedisCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for RedisCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl From<redis::RedisError> for RedisCause {
+    fn from(e: redis::RedisError) -> Self {
+        RedisCause(e)
+    }
+}
+
 /// What Redis said of our credentials ([`Error::Auth`]).
-fn auth_what(source: &redis::RedisError) -> &'static str {
-    if classify::is_missing_password(source) {
+fn auth_what(source: &RedisCause) -> &'static str {
+    if classify::is_missing_password(&source.0) {
         "requires a password and none was given"
     } else {
         "rejected the credentials"

@@ -54,7 +54,7 @@ impl Error {
             | Error::Pool { .. }
             | Error::LeaseExpiredOnArrival { .. }
             | Error::WaitTimedOut { .. } => true,
-            Error::Connection { source, .. } | Error::Redis { source } => source.is_timeout(),
+            Error::Connection { source, .. } | Error::Redis { source } => source.0.is_timeout(),
             Error::Unavailable { source, .. } | Error::ReleasePending { source, .. } => {
                 source.is_timeout()
             }
@@ -125,7 +125,7 @@ impl Error {
             Error::Connection { source, .. }
             | Error::TimedOut { source, .. }
             | Error::Redis { source }
-            | Error::ReadOnlyReplica { source } => Retry::of(source),
+            | Error::ReadOnlyReplica { source } => Retry::of(&source.0),
             _ => Retry::No,
         }
     }
@@ -136,7 +136,7 @@ impl Error {
     pub(crate) fn is_unanswered(&self) -> bool {
         match self {
             Error::TimedOut { .. } => true,
-            Error::Connection { source, .. } => !source.is_connection_refusal(),
+            Error::Connection { source, .. } => !source.0.is_connection_refusal(),
             _ => false,
         }
     }
@@ -162,7 +162,7 @@ impl Error {
     pub(crate) fn at(self, addr: &str, waited: Option<(std::time::Duration, bool)>) -> Self {
         let mut e = match (self, waited) {
             (Error::Connection { addr, source }, Some((timeout, by_deadline)))
-                if source.is_timeout() =>
+                if source.0.is_timeout() =>
             {
                 Error::TimedOut {
                     addr,
@@ -205,7 +205,7 @@ impl Error {
         if is_wrongtype(&err) {
             return Error::WrongType {
                 key: key.to_owned(),
-                source: err,
+                source: err.into(),
             };
         }
         Error::from(err)

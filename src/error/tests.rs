@@ -24,7 +24,7 @@ fn a_timeout_at_the_deadline_does_not_advise_a_longer_socket_timeout() {
         addr: "127.0.0.1:1".into(),
         timeout: std::time::Duration::from_millis(300),
         by_deadline: false,
-        source: io,
+        source: io.into(),
     };
     assert!(by_socket
         .to_string()

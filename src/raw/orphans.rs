@@ -240,10 +240,10 @@ fn still_undoing() -> Error {
         addr: String::new(),
         timeout: Duration::ZERO,
         by_deadline: true,
-        source: std::io::Error::new(
+        source: redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             "an earlier lost reply of this owner is still being undone",
-        )
+        ))
         .into(),
     }
 }

@@ -172,7 +172,7 @@ fn out_of_time() -> Error {
         addr: String::new(),
         timeout: Duration::ZERO,
         by_deadline: true,
-        source: redis::RedisError::from(e),
+        source: redis::RedisError::from(e).into(),
     }
 }
 
