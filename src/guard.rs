@@ -7,18 +7,15 @@
 //! background where it must not block.
 
 use std::fmt;
-use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
-
-use crossbeam_channel::Receiver;
 
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::park::{block_on, on_executor, Park};
 use crate::raw::{Hold, Raw};
-use crate::renewal::{LeaseLost, LeaseState};
+use crate::renewal::{LeaseState, LeaseWatch};
 
 /// The owner of a [`LockGuard`] from [`lock`](crate::LockClient::lock) and
 /// the other `lock*`/`try_*` calls: the thread that took it, which may
@@ -169,10 +166,9 @@ impl<O> LockGuard<O> {
         })
     }
 
-    /// A channel that receives one [`LeaseLost`] when the watchdog finds this
-    /// lease lost — so a long job can stop without polling, e.g. in a
-    /// `crossbeam_channel::select!` beside its work. Guards of one reentrant
-    /// hold share the channel (one message in all). Explicit leases are not
+    /// The lease-lost signal of this hold (see [`LeaseWatch`]): checked,
+    /// waited for by a thread or a task, or selected beside other events,
+    /// so a long job can stop without polling. Explicit leases are not
     /// watched: they simply expire (see [`is_held`](Self::is_held)). Here
     /// beside a timer, with the `crossbeam_channel` crate that leasehold
     /// re-exports (no dependency of your own needed):
@@ -183,7 +179,7 @@ impl<O> LockGuard<O> {
     ///
     /// fn rotate(client: &leasehold::LockClient) -> leasehold::Result<()> {
     ///     let guard = client.lock("keys:rotate")?;
-    ///     let lost = guard.lost();
+    ///     let lost = guard.lost().receiver();
     ///     let step = tick(Duration::from_millis(100));
     ///     for n in 0..10 {
     ///         select! {
@@ -197,7 +193,7 @@ impl<O> LockGuard<O> {
     ///     guard.unlock()
     /// }
     /// ```
-    pub fn lost(&self) -> Receiver<LeaseLost> {
+    pub fn lost(&self) -> LeaseWatch {
         self.held.lost()
     }
 
@@ -313,13 +309,8 @@ impl<H: Releasable> Held<H> {
         self.state.is_held().then(|| self.state.valid_until())
     }
 
-    pub(crate) fn lost(&self) -> Receiver<LeaseLost> {
-        self.state.lost_receiver()
-    }
-
-    /// The loss as a future for a task: why, or `None` once released first.
-    pub(crate) fn lost_wait(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
-        LeaseState::lost_of(Some(Arc::clone(&self.state)))
+    pub(crate) fn lost(&self) -> LeaseWatch {
+        LeaseWatch::of([Arc::clone(&self.state)])
     }
 
     /// The checked release, where `park`'s caller waits (a task: dropped

@@ -211,7 +211,7 @@ pub use inspect::{ClientInfo, HoldMode, Holder, LockInfo, LockKind, WaitQueue, W
 pub use multi::MultiLockGuard;
 pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
-pub use renewal::LeaseLost;
+pub use renewal::{LeaseLost, LeaseWatch, UntilLost};
 pub use semaphore::{PermitGuard, PermitInfo, Semaphore, SemaphoreInfo, SemaphoreWaiter};
 pub use stats::{Stats, WAIT_BUCKETS_MS};
 pub use task::{

@@ -14,7 +14,7 @@ use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::OwnedLockGuard;
 use crate::options::{check_name, deadline_after, LockOptions};
-use crate::renewal::LeaseLost;
+use crate::renewal::LeaseWatch;
 
 /// The holds of several names, taken together by
 /// [`LockClient::lock_all`]; dropping it releases every one.
@@ -46,10 +46,10 @@ impl MultiLockGuard {
         self.guards.iter().all(OwnedLockGuard::is_held)
     }
 
-    /// Why the first lease found lost was lost, if one was (the watchdog's
-    /// verdict; never touches the network).
-    pub fn lost(&self) -> Option<LeaseLost> {
-        self.guards.iter().find_map(|g| g.lost().try_recv().ok())
+    /// The lease-lost signal of every hold (see [`LeaseWatch`]): lost when
+    /// any of them is.
+    pub fn lost(&self) -> LeaseWatch {
+        LeaseWatch::all(self.guards.iter().map(OwnedLockGuard::lost))
     }
 
     /// Releases every hold (in the reverse order), checking each was still

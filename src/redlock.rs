@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::client::{or_timed_out, LockClient};
@@ -37,7 +36,7 @@ use crate::names::short_id;
 use crate::options::{check_lease, check_name, deadline_after, deadline_min, LockOptions};
 use crate::park::{block_on, blocking_wait_allowed, on_executor, Park};
 use crate::raw::Hold;
-use crate::renewal::{LeaseLost, LeaseState, Quorum};
+use crate::renewal::{LeaseState, LeaseWatch, Quorum};
 
 /// A lock over several independent Redis masters (Redlock).
 ///
@@ -460,10 +459,11 @@ impl RedlockGuard {
         alive >= self.redlock.majority()
     }
 
-    /// A channel that receives one [`LeaseLost`] when fewer than a majority
-    /// of the nodes still renew this hold (watchdog leases only).
-    pub fn lost(&self) -> Receiver<LeaseLost> {
-        self.state.lost_receiver()
+    /// The lease-lost signal of this hold (see [`LeaseWatch`]): lost when
+    /// fewer than a majority of the nodes still renew it (watchdog leases
+    /// only).
+    pub fn lost(&self) -> LeaseWatch {
+        LeaseWatch::of([Arc::clone(&self.state)])
     }
 
     /// The lock name as given.

@@ -148,7 +148,7 @@ fn a_reshard_of_the_slot_of_a_held_lock_keeps_the_holder_and_the_waiter() {
     let holder = client(&cluster, Duration::from_millis(1_500));
     let waiter_client = client(&cluster, Duration::from_secs(30));
     let g = holder.lock(&name).unwrap();
-    let lost = g.lost();
+    let lost = g.lost().receiver();
     let waiter = {
         let (c, name) = (waiter_client.clone(), name.clone());
         thread::spawn(move || {
@@ -362,7 +362,7 @@ fn a_primary_failover_reports_lost_leases_and_new_locks_work() {
     // gets it (an asynchronous write lost in the failover).
     cluster.nodes[replica].signal("STOP");
     let doomed = plain.lock(&doomed_name).unwrap();
-    let doomed_lost = doomed.lost();
+    let doomed_lost = doomed.lost().receiver();
     cluster.nodes[victim].signal("KILL");
     cluster.nodes[replica].signal("CONT");
     // The replica takes over the slots (node timeout 1 s + election).

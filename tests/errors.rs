@@ -260,7 +260,7 @@ fn an_unlock_after_a_lease_lost_to_an_outage_says_why() {
         .build()
         .unwrap();
     let guard = client.lock("errors:lost").unwrap();
-    let lost = guard.lost();
+    let lost = guard.lost().receiver();
     proxy.set(Fault::Blackhole);
     let why = lost.recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(why, leasehold::LeaseLost::Unreachable);

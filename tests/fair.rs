@@ -232,7 +232,7 @@ fn fair_holds_are_reentrant_renewed_and_report_loss() {
     // to spare).
     thread::sleep(Duration::from_millis(2_000));
     assert!(outer.is_held(), "renewed past its 1.5 s lease");
-    let lost = outer.lost();
+    let lost = outer.lost().receiver();
     let _: () = server.connection().del("fair:r").unwrap();
     assert!(lost.recv_timeout(Duration::from_secs(3)).is_ok());
     assert!(outer.unlock().unwrap_err().is_not_held());

@@ -137,7 +137,7 @@ fn redis_restarted_empty_while_locks_are_held_and_waiters_park() {
         .lock_with("job:restart", LockOptions::new().fenced())
         .unwrap();
     let first_token = held.fence().unwrap();
-    let lost = held.lost();
+    let lost = held.lost().receiver();
     // The waiter rides the outage out for its connect timeout: 30 s, far
     // past the kill, probe and restart below (a fraction of a second; a few
     // on a loaded machine, where the default 5 s could run out first).

@@ -74,7 +74,7 @@ fn a_bounded_lock_all_that_cannot_get_one_name_returns_in_time_holding_none() {
     drop(held);
     let all = mine.lock_all(&["b", "a", "c", "a"]).unwrap();
     assert_eq!(all.names().collect::<Vec<_>>(), ["a", "b", "c"]);
-    assert!(all.is_held() && all.lost().is_none());
+    assert!(all.is_held() && all.lost().check().is_none());
     assert!(other.try_lock("b").unwrap().is_none());
     drop(all);
     assert!(other.try_lock("b").unwrap().is_some());

@@ -27,7 +27,7 @@ fn blackholed_renewal_reports_the_lease_lost_before_redis_expires_it() {
         .build()
         .unwrap();
     let guard = client.lock("net:renew").unwrap();
-    let lost = guard.lost();
+    let lost = guard.lost().receiver();
     // Let one renewal through, then cut the client off.
     assert!(eventually(Duration::from_secs(5), || client
         .stats()

@@ -270,7 +270,7 @@ fn a_node_restarted_empty_during_a_hold_costs_the_hold_only_with_a_majority() {
     let redlock = nodes.redlock(Duration::from_secs(2));
     let other = nodes.redlock(Duration::from_secs(2));
     let g = redlock.lock("rl:restart").unwrap();
-    let lost = g.lost();
+    let lost = g.lost().receiver();
     nodes.servers[0].restart();
     // The restarted node forgot the hold; its renewal says so. Four of five
     // still have it: the hold stands, and nobody else can take it.
@@ -303,7 +303,7 @@ fn holds_are_renewed_on_every_node_and_lost_when_a_majority_is_cut_off() {
         let ttl: i64 = s.connection().pttl("rl:renew").unwrap();
         assert!(ttl > 0, "renewed on every node: {ttl}");
     }
-    let lost = g.lost();
+    let lost = g.lost().receiver();
     nodes.set(&[1, 3, 4], Fault::Blackhole);
     let why = lost
         .recv_timeout(Duration::from_secs(5))

@@ -88,7 +88,7 @@ fn deleted_key_is_reported_lost_within_one_period() {
     let other = LockClient::new(&server.url()).unwrap();
     let mut con = server.connection();
     let guard = client.lock("stolen").unwrap();
-    let lost = guard.lost();
+    let lost = guard.lost().receiver();
     let _: () = con.del("stolen").unwrap();
     let deleted = Instant::now();
     let why = lost
@@ -164,7 +164,7 @@ fn short_pause_keeps_the_lease_and_a_dead_server_loses_it() {
     let client = client_with_lease(&server, 3_000);
     let mut con = server.connection();
     let guard = client.lock("paused").unwrap();
-    let lost = guard.lost();
+    let lost = guard.lost().receiver();
     let _: () = redis::cmd("DEBUG")
         .arg("SLEEP")
         .arg("0.4")

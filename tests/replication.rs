@@ -138,7 +138,7 @@ fn a_lease_found_gone_is_reported_at_once_while_the_replica_is_silent() {
         .build()
         .unwrap();
     let g = client.lock("repl:gone").unwrap();
-    let lost = g.lost();
+    let lost = g.lost().receiver();
     replica.signal("STOP");
     let _: () = primary.connection().del("repl:gone").unwrap();
     // The next renewal (within a third of the lease) finds it gone.

@@ -397,7 +397,7 @@ fn read_and_write_holds_are_renewed_and_report_loss() {
     }
     let ttl: i64 = con.pttl("rw:renew:w").unwrap();
     assert!(ttl > 0);
-    let (lost_r, lost_w) = (r1.lost(), w.lost());
+    let (lost_r, lost_w) = (r1.lost().receiver(), w.lost().receiver());
     let _: () = con.del(&["rw:renew:r", "rw:renew:w"]).unwrap();
     // Found at the next renewal (within 500 ms).
     assert!(lost_r.recv_timeout(Duration::from_secs(5)).is_ok());

@@ -149,7 +149,7 @@ fn a_holder_working_three_leases_keeps_its_permit() {
     let sem = client.semaphore("slow");
     sem.set_permits(1).unwrap();
     let permit = sem.acquire().unwrap();
-    let lost = permit.lost();
+    let lost = permit.lost().receiver();
     let other = LockClient::new(&server.url()).unwrap();
     let other = other.semaphore("slow");
     for _ in 0..6 {
@@ -182,8 +182,8 @@ fn a_permit_removed_by_hand_is_reported_by_lost() {
     let mut con = server.connection();
     let removed: i64 = con.zrem("{hand}:timeout", raw).unwrap();
     assert_eq!(removed, 1);
-    let why = permit.lost().recv_timeout(Duration::from_secs(2));
-    assert!(why.is_ok(), "lost() said nothing: {why:?}");
+    let why = permit.lost().wait_timeout(Duration::from_secs(2));
+    assert!(why.is_some(), "lost() said nothing: {why:?}");
     assert!(!permit.is_held());
     let e = permit.release().unwrap_err();
     assert!(e.is_not_held(), "{e:?}");
@@ -693,7 +693,7 @@ fn an_async_permits_lost_future_ends_at_release_or_loss() {
         let sem = client.semaphore("al");
         sem.set_permits(1).await.unwrap();
         let p = sem.acquire().await.unwrap();
-        let lost = tokio::spawn(p.lost());
+        let lost = tokio::spawn(p.lost().until_lost());
         p.release().await.unwrap();
         let ended = tokio::time::timeout(Duration::from_secs(2), lost).await;
         assert!(matches!(ended, Ok(Ok(None))), "{ended:?}");
@@ -705,7 +705,7 @@ fn an_async_permits_lost_future_ends_at_release_or_loss() {
         .to_async();
     rt.block_on(async {
         let p = short.semaphore("al").acquire().await.unwrap();
-        let lost = tokio::spawn(p.lost());
+        let lost = tokio::spawn(p.lost().until_lost());
         let mut con = server.connection();
         let _: i64 = con.del("{al}:timeout").unwrap();
         let ended = tokio::time::timeout(Duration::from_secs(2), lost).await;

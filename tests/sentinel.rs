@@ -99,7 +99,7 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
     // Not on the replica (we delete it there, as an asynchronous
     // replication that lost the write would): lost in the failover.
     let doomed = plain.lock("s:lost").unwrap();
-    let doomed_lost = doomed.lost();
+    let doomed_lost = doomed.lost().receiver();
     let mut on_replica = in_db(&replica);
     assert!(eventually(Duration::from_secs(5), || on_replica
         .exists::<_, bool>("s:lost")

@@ -549,7 +549,7 @@ fn every_kind_lost_and_the_operators_calls_from_async_code() {
         assert!(held.unlock().await.unwrap_err().is_not_held());
         // A watcher spawned on a hold that is then released ends with None.
         let g = client.lock("k:watched").await.unwrap();
-        let watcher = tokio::spawn(g.lost());
+        let watcher = tokio::spawn(g.lost().until_lost());
         g.unlock().await.unwrap();
         let ended = tokio::time::timeout(Duration::from_secs(2), watcher).await;
         assert!(matches!(ended, Ok(Ok(None))), "{ended:?}");

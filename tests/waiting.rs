@@ -368,7 +368,7 @@ fn force_unlock_frees_every_kind_wakes_its_waiter_and_the_holder_learns_it() {
             "{name}: nothing to free"
         );
         let guard = holder.lock_with(name, options).unwrap();
-        let lost = guard.lost();
+        let lost = guard.lost().receiver();
         assert!(operator.is_locked(name).unwrap(), "{name}");
         let parked = waiter.stats().waiters_parked;
         let got = {

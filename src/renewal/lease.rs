@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// ends that much sooner than its request's send time and the lease.
 const REDIS_CLOCK_STEP: Duration = Duration::from_millis(1);
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 
 pub use crate::error::LeaseLost;
 use crate::park::{Park, Signal};
@@ -74,7 +74,10 @@ struct LostSignal {
     why: Option<LeaseLost>,
     /// The hold's last guard released it: nothing more to watch.
     released: bool,
-    channel: Option<(Sender<LeaseLost>, Receiver<LeaseLost>)>,
+    /// The channels of `LeaseWatch::receiver` (each made only when asked
+    /// for: most guards never are): told the reason once, dropped at the
+    /// release.
+    senders: Vec<Sender<LeaseLost>>,
 }
 
 impl LeaseState {
@@ -129,39 +132,40 @@ impl LeaseState {
             .flatten()
     }
 
-    /// The one channel of this lease; it receives the reason once, also
-    /// when the lease was lost before the channel was asked for.
-    pub(crate) fn lost_receiver(&self) -> Receiver<LeaseLost> {
+    /// `tx` is told the reason once the lease is lost (at once if it was),
+    /// and dropped at the release (if it was, at once).
+    pub(super) fn tell(&self, tx: &Sender<LeaseLost>) {
         let mut signal = self.signal.lock();
-        let why = signal.why.clone();
-        let (_, rx) = signal.channel.get_or_insert_with(|| {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let _ = why.map(|why| tx.try_send(why));
-            (tx, rx)
-        });
-        rx.clone()
+        match (&signal.why, signal.released) {
+            (Some(why), _) => {
+                let _ = tx.try_send(why.clone());
+            }
+            (None, true) => {}
+            (None, false) => signal.senders.push(tx.clone()),
+        }
     }
 
-    /// A `'static` future of an async guard's `lost()`: parks the task
-    /// until the lease of `state` (`None`: released already) is lost (why),
-    /// or its hold was released (`None`). An explicit lease is never lost
-    /// this way: it runs out.
-    pub(crate) async fn lost_of(state: Option<Arc<LeaseState>>) -> Option<LeaseLost> {
-        let state = state?;
-        state
-            .wake
-            .wait(Park::Task, &state.signal, None, |s| match &s.why {
+    /// Waits (a thread blocks, a task parks) until the lease is lost
+    /// (`Some(Some(why))`), its hold was released (`Some(None)`), or
+    /// `until` passed (`None`).
+    pub(super) async fn lost_until(
+        &self,
+        park: Park,
+        until: Option<Instant>,
+    ) -> Option<Option<LeaseLost>> {
+        self.wake
+            .wait(park, &self.signal, until, |s| match &s.why {
                 Some(why) => Some(Some(why.clone())),
                 None => s.released.then_some(None),
             })
             .await
-            .flatten()
     }
 
     /// The hold's last guard released it: tasks waiting for a loss stop.
     pub(crate) fn released(&self) {
         let mut signal = self.signal.lock();
         signal.released = true;
+        signal.senders.clear();
         self.wake.notify_all();
     }
 
@@ -174,7 +178,7 @@ impl LeaseState {
         }
         lost_count.fetch_add(1, Ordering::Relaxed);
         let mut signal = self.signal.lock();
-        if let Some((tx, _)) = &signal.channel {
+        for tx in signal.senders.drain(..) {
             let _ = tx.try_send(why.clone());
         }
         signal.why = Some(why.clone());
@@ -184,37 +188,5 @@ impl LeaseState {
             quorum.node_lost(why);
         }
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn lost_channel_made_late_still_gets_the_reason_once() {
-        let early = LeaseState::new(Instant::now() + Duration::from_secs(1));
-        let count = AtomicU64::new(0);
-        let rx = early.lost_receiver();
-        assert!(rx.try_recv().is_err());
-        assert!(early.mark_lost(LeaseLost::NotOurs, &count));
-        assert!(
-            !early.mark_lost(LeaseLost::Unreachable, &count),
-            "marked once"
-        );
-        assert_eq!(count.load(Ordering::Relaxed), 1);
-        assert_eq!(rx.try_recv(), Ok(LeaseLost::NotOurs));
-        assert!(
-            early.lost_receiver().try_recv().is_err(),
-            "one message in all"
-        );
-
-        let late = LeaseState::new(Instant::now() + Duration::from_secs(1));
-        assert!(late.mark_lost(LeaseLost::Unreachable, &count));
-        let (a, b) = (late.lost_receiver(), late.lost_receiver());
-        assert_eq!(a.try_recv(), Ok(LeaseLost::Unreachable));
-        assert!(b.try_recv().is_err(), "shared channel, one message");
-        assert!(!late.is_held());
     }
 }

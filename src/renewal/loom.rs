@@ -123,7 +123,7 @@ fn a_lost_lease_wakes_the_task_waiting_for_it() {
         let (renewer, worker, dropped, _) = renewer(false);
         let state = register(&renewer);
         let thread = renewing(worker);
-        let why = block_on(LeaseState::lost_of(Some(Arc::clone(&state))));
+        let why = block_on(super::LeaseWatch::of([Arc::clone(&state)]).until_lost());
         assert_eq!(why, Some(LeaseLost::NotOurs));
         drop_guard(&renewer, &state, &dropped);
         let worker = thread.join().unwrap();

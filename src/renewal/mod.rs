@@ -19,6 +19,7 @@ mod lease;
 #[cfg(all(test, loom))]
 mod loom;
 pub(crate) mod registration;
+mod watch;
 mod wheel;
 mod worker;
 
@@ -31,6 +32,7 @@ use crossbeam_channel::Sender;
 
 pub use lease::LeaseLost;
 pub(crate) use lease::{LeaseState, Quorum};
+pub use watch::{LeaseWatch, UntilLost};
 
 use crate::conn::Batches;
 use crate::stats::Counters;

@@ -6,15 +6,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
-
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::guard::{Held, Releasable};
 use crate::names::hex;
 use crate::park::{block_on, Park};
 use crate::raw::{PermitHold, Raw};
-use crate::renewal::LeaseLost;
+use crate::renewal::LeaseWatch;
 
 /// Permits of a [`Semaphore`](crate::Semaphore), held until dropped or
 /// [`release`](Self::release)d.
@@ -63,10 +61,10 @@ impl PermitGuard {
         self.held.valid_until()
     }
 
-    /// A channel that receives why, once, when the renewal thread finds
-    /// the permits taken back (see [`LockGuard::lost`](crate::LockGuard::lost)).
-    /// An explicit lease is not watched.
-    pub fn lost(&self) -> Receiver<LeaseLost> {
+    /// The lease-lost signal of the permits (see [`LeaseWatch`]): lost when
+    /// the renewal thread finds them taken back. An explicit lease is not
+    /// watched.
+    pub fn lost(&self) -> LeaseWatch {
         self.held.lost()
     }
 

@@ -2,13 +2,12 @@
 //! (`Send`, not reentrant) whose drop hands the release to an I/O thread
 //! (never blocking the task) and whose `unlock().await` is the checked one.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::guard::OwnedLockGuard;
 use crate::park::Park;
-use crate::renewal::LeaseLost;
+use crate::renewal::LeaseWatch;
 
 /// One hold of a distributed lock taken by an async task; dropping it
 /// releases the hold in the background.
@@ -69,26 +68,26 @@ impl AsyncLockGuard {
         self.guard.lease()
     }
 
-    /// A future that completes with why once the watchdog finds this
-    /// lease lost — for a `select!` beside the work — or with `None` once
-    /// the guard released the lock first. It borrows nothing (`'static`,
-    /// `Send`): it may be spawned. An explicit lease is not watched: the
-    /// future then completes only at the release (see
+    /// The lease-lost signal of this hold (see [`LeaseWatch`]): a task
+    /// awaits it — why, once the watchdog finds the lease
+    /// lost, or `None` once the guard released the lock first; a future
+    /// that borrows nothing (`'static`, `Send`), for a `select!` beside the
+    /// work. An explicit lease is not watched (see
     /// [`is_held`](Self::is_held)).
     ///
     /// ```no_run
     /// # async fn work() {}
     /// # async fn run(client: leasehold::AsyncLockClient) -> Result<(), leasehold::Error> {
     /// let guard = client.lock("rotate:keys").await?;
-    /// let lost = guard.lost();
+    /// let lost = guard.lost().until_lost();
     /// # let select = |a, b| async { let _ = (a, b); };
     /// // e.g. tokio::select! { why = lost => ..., () = work() => ... }
     /// select(lost, work()).await;
     /// guard.unlock().await
     /// # }
     /// ```
-    pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
-        self.guard.held.lost_wait()
+    pub fn lost(&self) -> LeaseWatch {
+        self.guard.held.lost()
     }
 
     /// Releases this hold, checking that it was still ours; the round trip

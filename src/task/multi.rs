@@ -9,6 +9,7 @@ use super::{AsyncLockClient, AsyncLockGuard};
 use crate::error::Result;
 use crate::multi::{canonical, timed_out};
 use crate::options::{deadline_after, LockOptions};
+use crate::renewal::LeaseWatch;
 
 /// The holds of several names taken together by a task
 /// ([`AsyncLockClient::lock_all`]); dropping it releases every one in the
@@ -28,6 +29,12 @@ impl AsyncMultiLockGuard {
     /// The guard of each name, in the order they were taken.
     pub fn guards(&self) -> &[AsyncLockGuard] {
         &self.guards
+    }
+
+    /// The lease-lost signal of every hold (see [`LeaseWatch`]; a task
+    /// awaits it): lost when any of them is.
+    pub fn lost(&self) -> LeaseWatch {
+        LeaseWatch::all(self.guards.iter().map(AsyncLockGuard::lost))
     }
 
     /// Whether every lease is still ours, as far as this client knows.

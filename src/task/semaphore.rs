@@ -14,7 +14,7 @@ use crate::guard::DropOn;
 use crate::options::{deadline_after, LockOptions};
 use crate::park::Park;
 use crate::raw::Want;
-use crate::renewal::LeaseLost;
+use crate::renewal::LeaseWatch;
 use crate::semaphore::{PermitGuard, Semaphore, SemaphoreInfo};
 
 /// A [`Semaphore`] for async code: waiting parks the task, not a thread.
@@ -197,11 +197,11 @@ impl AsyncPermitGuard {
         self.guard.is_held()
     }
 
-    /// A future that completes with why once the renewal thread finds the
-    /// permits taken back, or with `None` once they were given back first
-    /// (`'static`, `Send`: it may be spawned).
-    pub fn lost(&self) -> impl Future<Output = Option<LeaseLost>> + Send + 'static {
-        self.guard.held.lost_wait()
+    /// The lease-lost signal of the permits (see [`LeaseWatch`]; a task
+    /// awaits it): lost when the renewal thread finds
+    /// them taken back.
+    pub fn lost(&self) -> LeaseWatch {
+        self.guard.held.lost()
     }
 
     /// Gives the permits back, checking that they were still ours, the way

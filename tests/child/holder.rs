@@ -121,7 +121,7 @@ fn run(args: Vec<String>) {
     let guard = client
         .lock_with(name, LockOptions::new().fenced())
         .expect("lock");
-    let lost = guard.lost();
+    let lost = guard.lost().receiver();
     let mut con = redis::Client::open(url.as_str())
         .and_then(|c| c.get_connection())
         .expect("connection");
@@ -544,7 +544,7 @@ fn soak(args: &[String]) {
                 std::thread::sleep(Duration::from_millis(30));
                 let last = store.write(&mut con, token, "exit").unwrap_or(false);
                 let exit = micros();
-                let lost = !guard.is_held() || guard.lost().try_recv().is_ok();
+                let lost = !guard.is_held() || guard.lost().check().is_some();
                 let unlocked = guard.unlock();
                 let lost = lost || unlocked.as_ref().is_err_and(|e| e.is_not_held());
                 push(
