@@ -257,6 +257,37 @@ impl LockClient {
         self.take_waiting(name, options)
     }
 
+    /// One attempt at an owned hold of `name` (see
+    /// [`lock_owned`](Self::lock_owned)): `None` when it is held elsewhere.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_owned(&self, name: &str) -> Result<Option<OwnedLockGuard>> {
+        self.take(name, LockOptions::new(), Some(Instant::now()))
+    }
+
+    /// An owned hold of `name`, waiting up to `wait`: `None` when the wait
+    /// ran out.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_owned_for(&self, name: &str, wait: Duration) -> Result<Option<OwnedLockGuard>> {
+        self.take(name, LockOptions::new(), Some(deadline_after(wait)))
+    }
+
+    /// An owned hold of `name`, waiting until `deadline`: `None` when it
+    /// passed.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_owned_until(
+        &self,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<Option<OwnedLockGuard>> {
+        self.take(name, LockOptions::new(), Some(deadline))
+    }
+
     /// Like [`lock_owned_with`](Self::lock_owned_with) but returns `None`
     /// when the wait runs out; without [`LockOptions::wait`] it makes one
     /// attempt.
@@ -270,110 +301,6 @@ impl LockClient {
     ) -> Result<Option<OwnedLockGuard>> {
         let deadline = deadline_after(options.wait_value().unwrap_or_default());
         self.take(name, options, Some(deadline))
-    }
-
-    /// Takes the fair lock `name`: waits in line behind everyone — in this
-    /// process or any other — who asked before (see [`LockOptions::fair`]).
-    /// A release grants the lock to the next leasehold waiter in the queue
-    /// directly; Redisson's waiters in the same queue are woken with
-    /// Redisson's message instead.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn fair_lock(&self, name: &str) -> Result<LockGuard> {
-        self.lock_with(name, LockOptions::new().fair())
-    }
-
-    /// Like [`fair_lock`](Self::fair_lock), giving up after `wait` (and
-    /// leaving the line at once): `None` when the wait ran out.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_fair_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
-        self.try_lock_with(name, LockOptions::new().fair().wait(wait))
-    }
-
-    /// Takes the read side of the read/write lock `name`: any number of
-    /// threads and processes may read at once; it waits while someone writes
-    /// — and while a writer waits, so that readers cannot starve writers
-    /// (a thread that already reads, or writes, re-enters at once). The
-    /// guard is renewed by the watchdog and reports a lost lease like any
-    /// other; dropping it releases this read hold. A writer may also read
-    /// (and keep reading after it stops writing); a reader asking to write is
-    /// refused ([`Error::UpgradeWouldDeadlock`]) instead of hanging.
-    ///
-    /// The layout is Redisson's `RReadWriteLock` (see
-    /// [`write_lock`](Self::write_lock)), so Java services using Redisson
-    /// share the lock.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), leasehold::Error> {
-    /// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
-    /// {
-    ///     let _r1 = client.read_lock("catalog")?;
-    ///     let _r2 = client.read_lock("catalog")?; // readers share
-    /// }
-    /// let w = client.write_lock("catalog")?;       // alone
-    /// let r = client.read_lock("catalog")?;        // a writer may also read
-    /// drop(w);                                     // … and keeps reading
-    /// # drop(r);
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn read_lock(&self, name: &str) -> Result<LockGuard> {
-        self.lock_with(name, LockOptions::new().read())
-    }
-
-    /// Takes the write side of the read/write lock `name`: waits until no
-    /// one else reads or writes, alone then. While it waits, new readers
-    /// wait behind it (readers holding already finish first). Reentrant;
-    /// the writer may also take the read lock (a downgrade: release the
-    /// write guard and keep reading). The reverse — taking the write lock
-    /// while this thread holds the read lock — would wait for itself, and
-    /// is refused with [`Error::UpgradeWouldDeadlock`].
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock), plus [`Error::UpgradeWouldDeadlock`].
-    pub fn write_lock(&self, name: &str) -> Result<LockGuard> {
-        self.lock_with(name, LockOptions::new().write())
-    }
-
-    /// One attempt at the read side of `name`: `None` when someone writes
-    /// or a writer waits.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_read_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.try_lock_with(name, LockOptions::new().read())
-    }
-
-    /// One attempt at the write side of `name`: `None` when anyone else
-    /// reads or writes.
-    ///
-    /// # Errors
-    /// As [`write_lock`](Self::write_lock).
-    pub fn try_write_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.try_lock_with(name, LockOptions::new().write())
-    }
-
-    /// Like [`read_lock`](Self::read_lock), giving up after `wait`: `None`
-    /// when the wait ran out.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_read_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
-        self.try_lock_with(name, LockOptions::new().read().wait(wait))
-    }
-
-    /// Like [`write_lock`](Self::write_lock), giving up after `wait` (and
-    /// leaving the waiting writers at once): `None` when the wait ran out.
-    ///
-    /// # Errors
-    /// As [`write_lock`](Self::write_lock).
-    pub fn try_write_lock_for(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
-        self.try_lock_with(name, LockOptions::new().write().wait(wait))
     }
 
     /// What Redis knows of lock `name` now, for people on call: its kind,

@@ -46,6 +46,7 @@
 //              guard     LockGuard, OwnedLockGuard; Held, what every guard
 //                        does alike over a raw hold (checked release, drop)
 //              client    LockClient: the ladder, operators' calls
+//              ladder    the fair, read and write rungs of both faces, written once
 //              task/     AsyncLockClient, AsyncLockGuard: the same acquire
 //                        path for tasks (waits park the task, round trips on
 //                        the I/O threads, drop releases in the background)
@@ -102,6 +103,26 @@
 //! gives `Ok(None)` when the lock stayed busy;
 //! `lock_with(LockOptions::new().wait(d))` gives `Err(`[`Error::WaitTimedOut`]`)`.
 //!
+//! # Every face
+//! The same rungs, names and return convention on each face (`tests/faces.rs`
+//! fails when a method exists on one face and not its twin, but for those
+//! listed there with why):
+//!
+//! | rung | `LockClient` | `AsyncLockClient` | `Semaphore` / `AsyncSemaphore` | `Redlock` | `lock_all` (both faces) |
+//! |---|---|---|---|---|---|
+//! | as long as it takes | `lock` | `lock` | `acquire`, `acquire_many` | `lock` | `lock_all` |
+//! | one attempt | `try_lock` | `try_lock` | `try_acquire`, `try_acquire_many` | `try_lock` | `try_lock_all` |
+//! | a `Duration` | `try_lock_for` | `try_lock_for` | `try_acquire_for`, `try_acquire_many_for` | `try_lock_for` | `try_lock_all_for` |
+//! | an `Instant` | `try_lock_until` | `try_lock_until` | `try_acquire_until`, `try_acquire_many_until` | `try_lock_until` | `try_lock_all_until` |
+//! | options | `lock_with`, `try_lock_with` | `lock_with`, `try_lock_with` | `acquire_with`, `try_acquire_with` | `lock_with`, `try_lock_with` | `lock_all_with`, `try_lock_all_with` |
+//!
+//! Each lock kind has the first four rungs on both client faces: `fair_lock`,
+//! `try_fair_lock`, `try_fair_lock_for`, `try_fair_lock_until`, and so for
+//! `read_…` and `write_…`; a thread's owned hold has `lock_owned`,
+//! `try_lock_owned`, `try_lock_owned_for`, `try_lock_owned_until`,
+//! `lock_owned_with`, `try_lock_owned_with` (an async guard is owned
+//! already). Every guard's [`lost()`](LeaseWatch) is a [`LeaseWatch`].
+//!
 //! # The types
 //! - [`LockClient`] — the handle, cloned into every thread: the ladder, the
 //!   other kinds, operators' calls, and what it [guarantees](LockClient#guarantees).
@@ -125,14 +146,15 @@
 //! - [`AsyncLockClient`] — the same client for tasks, with [`AsyncLockGuard`],
 //!   [`AsyncMultiLockGuard`], [`AsyncSemaphore`] / [`AsyncPermitGuard`].
 //! - [`Error`] / [`Result`] — every failure typed, saying what to do;
-//!   [`LeaseLost`] — why a hold was lost ([`LockGuard::lost`]).
+//!   [`LeaseWatch`] — every guard's lease-lost signal ([`LockGuard::lost`]),
+//!   [`LeaseLost`] — why.
 //! - [`LockInfo`] — who holds and who waits
 //!   ([`inspect`](LockClient::inspect), [`list`](LockClient::list));
 //!   [`Stats`] — a client's counters for metrics.
 //! - [`redis`](#reexport.redis) and
 //!   [`crossbeam_channel`](#reexport.crossbeam_channel) — re-exported in the
 //!   versions leasehold is built with: for [`FencedStore::write`]'s
-//!   connection, and to `select!` on [`LockGuard::lost`].
+//!   connection, and to `select!` on [`LeaseWatch::receiver`].
 //! - `scripts` — the Lua sources, for the benches; hidden, not a stable API.
 //!
 //! # Features
@@ -169,6 +191,7 @@ mod error;
 mod fenced;
 mod guard;
 mod inspect;
+mod ladder;
 mod ledger;
 mod multi;
 mod names;

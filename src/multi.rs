@@ -148,6 +148,43 @@ impl LockClient {
         self.take_all(names, &LockOptions::new(), Some(deadline_after(wait)))
     }
 
+    /// One attempt at every name of `names` (in the canonical order): the
+    /// guard, or `None` when one of them is held elsewhere — and then none
+    /// of them is held.
+    ///
+    /// # Errors
+    /// As [`lock_all`](Self::lock_all).
+    pub fn try_lock_all<S: AsRef<str>>(&self, names: &[S]) -> Result<Option<MultiLockGuard>> {
+        self.take_all(names, &LockOptions::new(), Some(Instant::now()))
+    }
+
+    /// [`lock_all`](Self::lock_all) waiting until `deadline` for all of
+    /// them: `None` when it passed, and then none of them is held.
+    ///
+    /// # Errors
+    /// As [`lock_all`](Self::lock_all).
+    pub fn try_lock_all_until<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        deadline: Instant,
+    ) -> Result<Option<MultiLockGuard>> {
+        self.take_all(names, &LockOptions::new(), Some(deadline))
+    }
+
+    /// [`lock_all_with`](Self::lock_all_with), but `None` when the wait
+    /// runs out; without [`LockOptions::wait`] one attempt at every name.
+    ///
+    /// # Errors
+    /// As [`lock_all_with`](Self::lock_all_with).
+    pub fn try_lock_all_with<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        options: LockOptions,
+    ) -> Result<Option<MultiLockGuard>> {
+        let wait = options.wait_value().unwrap_or_default();
+        self.take_all(names, &options, Some(deadline_after(wait)))
+    }
+
     /// [`lock_all`](Self::lock_all) with options for every name: the kind
     /// (fair, read, write), fencing, an explicit lease, a bounded wait for
     /// all of them together (running out is [`Error::WaitTimedOut`]), a

@@ -212,19 +212,29 @@ impl Redlock {
     /// # Errors
     /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`].
     pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<RedlockGuard> {
-        if options.is_fenced()
-            || options.is_fair()
-            || options.is_read()
-            || options.is_write()
-            || options.cancel_value().is_some()
-        {
-            return Err(Error::invalid(
-                "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks, no cancel handle",
-            ));
-        }
+        check_options(&options)?;
         let wait = options.wait_value();
         let got = self.acquire(name, options.lease_value(), wait.map(deadline_after))?;
         or_timed_out(got, name, wait)
+    }
+
+    /// As [`lock_with`](Self::lock_with), but `None` when the wait runs
+    /// out; without [`LockOptions::wait`] one attempt.
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with).
+    pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<RedlockGuard>> {
+        check_options(&options)?;
+        let wait = options.wait_value().unwrap_or_default();
+        self.acquire(name, options.lease_value(), Some(deadline_after(wait)))
+    }
+
+    /// Waits until `deadline`: the guard, or `None` when it passed.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<RedlockGuard>> {
+        self.acquire(name, None, Some(deadline))
     }
 
     fn acquire(
@@ -556,6 +566,21 @@ impl fmt::Debug for RedlockGuard {
             .field("nodes_held", &self.nodes.len())
             .finish_non_exhaustive()
     }
+}
+
+/// What a Redlock can take of `options`: a lease and a wait only.
+fn check_options(options: &LockOptions) -> Result<()> {
+    if options.is_fenced()
+        || options.is_fair()
+        || options.is_read()
+        || options.is_write()
+        || options.cancel_value().is_some()
+    {
+        return Err(Error::invalid(
+            "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks, no cancel handle",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("redlock", 7),
     ("fenced", 7),
     ("inspect", 7),
+    ("ladder", 7),
     ("task", 7),
     ("multi", 7),
     ("semaphore", 7),
@@ -59,6 +60,10 @@ const PEERS: &[(&str, &str)] = &[
     ("client", "acquire"),
     ("client", "guard"),
     ("client", "inspect"),
+    // The kind rungs of both faces, over each face's own.
+    ("ladder", "client"),
+    ("ladder", "guard"),
+    ("ladder", "task"),
     ("builder", "client"),
     ("redlock", "client"),
     ("task", "acquire"),

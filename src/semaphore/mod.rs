@@ -160,6 +160,49 @@ impl Semaphore {
         self.try_acquire_with(1, LockOptions::new().wait(wait))
     }
 
+    /// One permit, waiting until `deadline`: `None` when it passed.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
+        self.take(1, LockOptions::new(), Some(deadline))
+    }
+
+    /// One attempt at `permits` permits together: `None` when fewer are
+    /// free.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    pub fn try_acquire_many(&self, permits: u32) -> Result<Option<PermitGuard>> {
+        self.try_acquire_with(permits, LockOptions::new())
+    }
+
+    /// `permits` permits together, waiting up to `wait`: `None` when the
+    /// wait ran out.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    pub fn try_acquire_many_for(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> Result<Option<PermitGuard>> {
+        self.try_acquire_with(permits, LockOptions::new().wait(wait))
+    }
+
+    /// `permits` permits together, waiting until `deadline`: `None` when it
+    /// passed.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    pub fn try_acquire_many_until(
+        &self,
+        permits: u32,
+        deadline: Instant,
+    ) -> Result<Option<PermitGuard>> {
+        self.take(permits, LockOptions::new(), Some(deadline))
+    }
+
     /// Takes `permits` permits as `options` say: an explicit lease (not
     /// renewed: the permits go back when it ends), a bounded wait
     /// ([`Error::WaitTimedOut`](crate::Error::WaitTimedOut) when it runs

@@ -191,45 +191,21 @@ impl AsyncLockClient {
         self.take(name, &options, move || Some(deadline_after(wait)), Ok)
     }
 
-    /// Takes the fair lock `name` (first come, first served across
-    /// clients), waiting as long as it takes.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn fair_lock<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
-        self.lock_with(name, LockOptions::new().fair())
-    }
-
-    /// Takes the read side of the read/write lock `name`.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn read_lock<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
-        self.lock_with(name, LockOptions::new().read())
-    }
-
-    /// Takes the write side of the read/write lock `name`.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn write_lock<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
-        self.lock_with(name, LockOptions::new().write())
-    }
-
     /// Who holds and who waits for the lock `name`:
     /// [`LockClient::inspect`] for a task, errors included.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let name = name.to_owned();
         offload(&self.shared, &self.blocking(), move |c| c.inspect(&name)).await
+    }
+
+    /// The locks whose names match `pattern` (Redis's glob), at most
+    /// `limit`: [`LockClient::list`] for a task, errors included.
+    pub async fn list(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>> {
+        let pattern = pattern.to_owned();
+        offload(&self.shared, &self.blocking(), move |c| {
+            c.list(&pattern, limit)
+        })
+        .await
     }
 
     /// Whether the lock `name` is held by anyone:
@@ -264,7 +240,7 @@ impl AsyncLockClient {
     /// owner of its own, waiting until the deadline `until` gives at the
     /// first poll (`None`: as long as it takes); `finish` says what the
     /// outcome is to the caller (in the one future: no second one around it).
-    fn take<'a, T>(
+    pub(crate) fn take<'a, T>(
         &'a self,
         name: &'a str,
         options: &LockOptions,

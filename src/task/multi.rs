@@ -87,6 +87,48 @@ impl AsyncLockClient {
             .await
     }
 
+    /// One attempt at every name: `None` when one of them is held
+    /// elsewhere, and then none of them is held.
+    ///
+    /// # Errors
+    /// As [`lock_all`](Self::lock_all).
+    pub async fn try_lock_all<S: AsRef<str>>(
+        &self,
+        names: &[S],
+    ) -> Result<Option<AsyncMultiLockGuard>> {
+        self.take_all(names, LockOptions::new(), Some(Instant::now()))
+            .await
+    }
+
+    /// [`lock_all`](Self::lock_all) waiting until `deadline` for all of
+    /// them: `None` when it passed, and then none of them is held.
+    ///
+    /// # Errors
+    /// As [`lock_all`](Self::lock_all).
+    pub async fn try_lock_all_until<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        deadline: Instant,
+    ) -> Result<Option<AsyncMultiLockGuard>> {
+        self.take_all(names, LockOptions::new(), Some(deadline))
+            .await
+    }
+
+    /// [`lock_all_with`](Self::lock_all_with), but `None` when the wait
+    /// runs out; without [`LockOptions::wait`] one attempt at every name.
+    ///
+    /// # Errors
+    /// As [`lock_all_with`](Self::lock_all_with).
+    pub async fn try_lock_all_with<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        options: LockOptions,
+    ) -> Result<Option<AsyncMultiLockGuard>> {
+        let wait = options.wait_value().unwrap_or_default();
+        self.take_all(names, options, Some(deadline_after(wait)))
+            .await
+    }
+
     /// [`lock_all`](Self::lock_all) with options for every name (a bounded
     /// wait for all together: running out is [`Error::WaitTimedOut`](crate::Error::WaitTimedOut)).
     ///

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{offload, AsyncLockClient};
 use crate::client::or_timed_out;
@@ -95,6 +95,55 @@ impl AsyncSemaphore {
         self.try_acquire_with(1, LockOptions::new().wait(wait))
     }
 
+    /// One permit, waiting until `deadline`: `None` when it passed.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    pub fn try_acquire_until(
+        &self,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        self.take(1, LockOptions::new(), move || Some(deadline))
+    }
+
+    /// One attempt at `permits` permits together: `None` when fewer are
+    /// free.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    pub fn try_acquire_many(
+        &self,
+        permits: u32,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        self.try_acquire_with(permits, LockOptions::new())
+    }
+
+    /// `permits` permits together, waiting up to `wait` (counted from the
+    /// first poll): `None` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    pub fn try_acquire_many_for(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        self.try_acquire_with(permits, LockOptions::new().wait(wait))
+    }
+
+    /// `permits` permits together, waiting until `deadline`: `None` when it
+    /// passed.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    pub fn try_acquire_many_until(
+        &self,
+        permits: u32,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
+        self.take(permits, LockOptions::new(), move || Some(deadline))
+    }
+
     /// Takes `permits` permits as `options` say; a bounded wait that runs
     /// out is [`Error::WaitTimedOut`](crate::Error::WaitTimedOut).
     ///
@@ -106,7 +155,7 @@ impl AsyncSemaphore {
         options: LockOptions,
     ) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
         let wait = options.wait_value();
-        let take = self.take(permits, options, wait);
+        let take = self.take(permits, options, move || wait.map(deadline_after));
         async move { or_timed_out(take.await?, self.name(), wait) }
     }
 
@@ -120,21 +169,19 @@ impl AsyncSemaphore {
         permits: u32,
         options: LockOptions,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        let wait = Some(options.wait_value().unwrap_or_default());
-        self.take(permits, options, wait)
+        let wait = options.wait_value().unwrap_or_default();
+        self.take(permits, options, move || Some(deadline_after(wait)))
     }
 
     fn take(
         &self,
         permits: u32,
         options: LockOptions,
-        wait: Option<Duration>,
+        until: impl FnOnce() -> Option<Instant> + Send + 'static,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
         let want = Want::of(&options, true, Park::Task);
         async move {
-            let got = self
-                .sem
-                .take_as(permits, want, wait.map(deadline_after), DropOn::Task);
+            let got = self.sem.take_as(permits, want, until(), DropOn::Task);
             Ok(got.await?.map(|guard| AsyncPermitGuard { guard }))
         }
     }
@@ -182,6 +229,17 @@ pub struct AsyncPermitGuard {
 }
 
 impl AsyncPermitGuard {
+    /// The semaphore's name, as given.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// Until when the permits are known to be ours (the last acquire or
+    /// renewal sent, plus the lease); `None` once they are not.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.guard.valid_until()
+    }
+
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
         self.guard.permits()
