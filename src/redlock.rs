@@ -487,9 +487,18 @@ impl RedlockGuard {
     }
 
     /// Until when the hold was valid when it was taken (lease − time the
-    /// attempt took − drift allowance). Watchdog holds are extended beyond.
-    pub fn valid_until(&self) -> Instant {
-        self.valid_until
+    /// attempt took − drift allowance; watchdog holds are extended beyond);
+    /// `None` once it is not held (as [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.is_held().then_some(self.valid_until)
+    }
+
+    /// How long the hold is known to stay valid from now, by
+    /// [`valid_until`](Self::valid_until) (zero once it is not held).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
     }
 
     /// Releases the hold on every node.

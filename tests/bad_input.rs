@@ -337,7 +337,7 @@ fn application_keys_under_a_semaphore_are_refused_and_unset_permits_say_so() {
     );
     // Once set, as ever.
     sem.set_permits(1).unwrap();
-    sem.try_acquire().unwrap().unwrap().release().unwrap();
+    sem.try_acquire().unwrap().unwrap().unlock().unwrap();
 }
 
 #[test]

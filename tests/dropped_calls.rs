@@ -150,7 +150,7 @@ fn an_unlock_dropped_in_a_partition_is_sent_again_once_it_heals() {
         partition.reset_all();
         partition.set(Fault::Blackhole);
         let ended = exec.give_up_after(Duration::from_millis(100), async {
-            futures::future::join(guard.unlock(), permit.release()).await
+            futures::future::join(guard.unlock(), permit.unlock()).await
         });
         assert!(!ended, "{exec:?}: the releases ended");
         // Their tries end (socket and connect timeouts) meanwhile.

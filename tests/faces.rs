@@ -250,38 +250,49 @@ fn the_new_rungs_take_what_is_free_and_give_none_for_what_stays_busy() {
         .enable_all()
         .build()
         .unwrap();
+    // (Blocking calls of `other` are made off the runtime: with the `tokio`
+    // feature they are refused on it.)
+    let tasks = AsyncLockClient::new(&redis.url()).unwrap();
+    let held = other.fair_lock("af").unwrap();
     rt.block_on(async {
-        let tasks = AsyncLockClient::new(&redis.url()).unwrap();
-        let held = other.fair_lock("af").unwrap();
         assert!(tasks.try_fair_lock("af").await.unwrap().is_none());
         assert!(tasks
             .try_fair_lock_for("af", short)
             .await
             .unwrap()
             .is_none());
-        drop(held);
+    });
+    drop(held);
+    let writer = rt.block_on(async {
         assert!(tasks
             .try_fair_lock_until("af", soon())
             .await
             .unwrap()
             .is_some());
-        let writer = other.write_lock("arw").unwrap();
+    });
+    let _ = writer;
+    let writer = other.write_lock("arw").unwrap();
+    rt.block_on(async {
         assert!(tasks.try_read_lock("arw").await.unwrap().is_none());
         assert!(tasks
             .try_write_lock_for("arw", short)
             .await
             .unwrap()
             .is_none());
-        drop(writer);
+    });
+    drop(writer);
+    let busy = other.lock("ab").unwrap();
+    rt.block_on(async {
         assert!(tasks.try_write_lock("arw").await.unwrap().is_some());
-        let busy = other.lock("ab").unwrap();
         assert!(tasks.try_lock_all(&["aa", "ab"]).await.unwrap().is_none());
         assert!(tasks
             .try_lock_all_until(&["aa", "ab"], soon())
             .await
             .unwrap()
             .is_none());
-        drop(busy);
+    });
+    drop(busy);
+    rt.block_on(async {
         let all = tasks
             .try_lock_all(&["aa", "ab"])
             .await
@@ -290,6 +301,7 @@ fn the_new_rungs_take_what_is_free_and_give_none_for_what_stays_busy() {
         let listed = tasks.list("a*", 10).await.unwrap();
         assert!(listed.iter().any(|l| l.name == "aa"), "{listed:?}");
         assert_eq!(all.lost().check(), None);
+        all.unlock().await.unwrap();
         let sem = tasks.semaphore("as");
         sem.set_permits(1).await.unwrap();
         let permit = sem
@@ -298,10 +310,10 @@ fn the_new_rungs_take_what_is_free_and_give_none_for_what_stays_busy() {
             .unwrap()
             .expect("one free");
         assert_eq!(permit.name(), "as");
-        assert!(permit.valid_until().is_some());
+        assert!(permit.valid_until().is_some() && permit.remaining() > Duration::ZERO);
         assert!(sem.try_acquire_many(1).await.unwrap().is_none());
         assert!(sem.try_acquire_until(soon()).await.unwrap().is_none());
-        permit.release().await.unwrap();
+        permit.unlock().await.unwrap();
         tasks.close().await;
     });
 }

@@ -593,7 +593,7 @@ fn mixed_semaphore(
                             .unwrap();
                         longest = longest.max(asked.elapsed());
                         section();
-                        permit.release().unwrap();
+                        permit.unlock().unwrap();
                         n += 1;
                     }
                     (n, longest)

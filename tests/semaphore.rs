@@ -158,7 +158,7 @@ fn a_holder_working_three_leases_keeps_its_permit() {
     }
     assert!(permit.is_held());
     assert!(lost.try_recv().is_err());
-    permit.release().unwrap();
+    permit.unlock().unwrap();
     assert!(other.try_acquire().unwrap().is_some());
 }
 
@@ -185,7 +185,7 @@ fn a_permit_removed_by_hand_is_reported_by_lost() {
     let why = permit.lost().wait_timeout(Duration::from_secs(2));
     assert!(why.is_some(), "lost() said nothing: {why:?}");
     assert!(!permit.is_held());
-    let e = permit.release().unwrap_err();
+    let e = permit.unlock().unwrap_err();
     assert!(e.is_not_held(), "{e:?}");
 }
 
@@ -195,11 +195,11 @@ fn uncontended_acquire_and_release_are_two_round_trips() {
     let client = LockClient::new(&server.url()).unwrap();
     let sem = client.semaphore("rt");
     sem.set_permits(2).unwrap();
-    sem.acquire().unwrap().release().unwrap();
+    sem.acquire().unwrap().unlock().unwrap();
     let monitor = support::Monitor::start(&server);
     const N: usize = 50;
     for _ in 0..N {
-        sem.acquire().unwrap().release().unwrap();
+        sem.acquire().unwrap().unlock().unwrap();
     }
     let sent = monitor.client_commands_except("leasehold_client:");
     assert_eq!(sent.len(), 2 * N, "{sent:?}");
@@ -218,7 +218,7 @@ fn eight_waiting_clients_cost_at_most_three_commands_per_acquisition() {
         .collect();
     // Warm up: pools open, scripts loaded, subscribers connected.
     for c in &clients {
-        c.semaphore("api").acquire().unwrap().release().unwrap();
+        c.semaphore("api").acquire().unwrap().unlock().unwrap();
     }
     let monitor = support::Monitor::start(&server);
     let started = Instant::now();
@@ -416,7 +416,7 @@ fn a_redisson_client_and_leasehold_share_one_semaphore() {
         java.try_acquire("mixed", 1, None),
         Tried::Taken(_)
     ));
-    assert!(ours.release().unwrap_err().is_not_held());
+    assert!(ours.unlock().unwrap_err().is_not_held());
 }
 
 /// The async face: tasks of two clients share three permits (never more
@@ -455,7 +455,7 @@ fn tasks_share_permits_and_dropped_waits_leave_nothing() {
                         if i % 3 == 0 {
                             drop(p);
                         } else {
-                            p.release().await.unwrap();
+                            p.unlock().await.unwrap();
                         }
                     }
                 })
@@ -694,7 +694,7 @@ fn an_async_permits_lost_future_ends_at_release_or_loss() {
         sem.set_permits(1).await.unwrap();
         let p = sem.acquire().await.unwrap();
         let lost = tokio::spawn(p.lost().until_lost());
-        p.release().await.unwrap();
+        p.unlock().await.unwrap();
         let ended = tokio::time::timeout(Duration::from_secs(2), lost).await;
         assert!(matches!(ended, Ok(Ok(None))), "{ended:?}");
     });
@@ -710,6 +710,6 @@ fn an_async_permits_lost_future_ends_at_release_or_loss() {
         let _: i64 = con.del("{al}:timeout").unwrap();
         let ended = tokio::time::timeout(Duration::from_secs(2), lost).await;
         assert!(matches!(ended, Ok(Ok(Some(_)))), "{ended:?}");
-        assert!(p.release().await.unwrap_err().is_not_held());
+        assert!(p.unlock().await.unwrap_err().is_not_held());
     });
 }

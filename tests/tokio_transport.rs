@@ -122,13 +122,13 @@ fn tasks_lock_on_their_runtime_and_fall_back_to_the_io_threads_where_it_cannot()
             let one = sem.acquire().await.unwrap();
             let two = sem.acquire_many(2).await.unwrap();
             assert!(sem.try_acquire().await.unwrap().is_none());
-            one.release().await.unwrap();
-            two.release().await.unwrap();
+            one.unlock().await.unwrap();
+            two.unlock().await.unwrap();
         }
     });
     assert_eq!(io_threads(), 0, "semaphore: {:?}", thread_names());
     let monitor = Monitor::start(&server);
-    current.block_on(async { sem.acquire().await.unwrap().release().await.unwrap() });
+    current.block_on(async { sem.acquire().await.unwrap().unlock().await.unwrap() });
     let sent = monitor.client_commands_except("leasehold_client:");
     assert_eq!(sent, ["evalsha", "evalsha"], "one permit: {sent:?}");
     let multi = tokio::runtime::Builder::new_multi_thread()

@@ -44,11 +44,11 @@ pub(crate) fn measure(url: &str, secs: f64) -> SemFigures {
     let client = LockClient::new(url).unwrap();
     let sem = client.semaphore("s1");
     sem.set_permits(1).unwrap();
-    sem.acquire().unwrap().release().unwrap();
+    sem.acquire().unwrap().unlock().unwrap();
     let before = commandstats(url);
     let (mut pairs, started) = (0u64, Instant::now());
     while started.elapsed() < run {
-        sem.acquire().unwrap().release().unwrap();
+        sem.acquire().unwrap().unlock().unwrap();
         pairs += 1;
     }
     let s1_rate = pairs as f64 / started.elapsed().as_secs_f64();
@@ -87,7 +87,7 @@ pub(crate) fn measure(url: &str, secs: f64) -> SemFigures {
         .set_permits(PERMITS as u32)
         .unwrap();
     for c in &clients {
-        c.semaphore("s2").acquire().unwrap().release().unwrap();
+        c.semaphore("s2").acquire().unwrap().unlock().unwrap();
     }
     let (count, done) = (AtomicUsize::new(0), AtomicU64::new(0));
     let before = commandstats(url);

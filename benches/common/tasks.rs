@@ -100,8 +100,8 @@ pub(crate) fn a1_kinds(url: &str, secs: f64) -> Vec<(&'static str, AsyncUnconten
             "semaphore",
             alternate(
                 secs,
-                || sem.acquire().unwrap().release().unwrap(),
-                async || task_sem.acquire().await.unwrap().release().await.unwrap(),
+                || sem.acquire().unwrap().unlock().unwrap(),
+                async || task_sem.acquire().await.unwrap().unlock().await.unwrap(),
             ),
         ),
     ]

@@ -66,6 +66,8 @@ pub(crate) struct PermitHold {
     pub(crate) keys: Arc<SemaphoreKeys>,
     pub(crate) ids: Arc<[u8]>,
     pub(crate) permits: u32,
+    /// The lease they were taken with (the watchdog's, or the one given).
+    pub(crate) lease: Duration,
     /// Shared with the renewal thread (when renewed).
     pub(crate) state: Arc<LeaseState>,
     /// Whether the watchdog renews them (no explicit lease given).
@@ -317,6 +319,7 @@ impl PermitWaiting<'_> {
             keys: Arc::clone(&self.keys),
             ids: Arc::clone(&self.ids),
             permits: self.permits,
+            lease: self.lease,
             state,
             renewed: self.watchdog,
         }

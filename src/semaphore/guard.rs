@@ -1,10 +1,10 @@
 //! `PermitGuard`: permits of a semaphore held by one acquisition — owned
-//! (`Send`), renewed while it lives, given back on drop; `release()` is
+//! (`Send`), renewed while it lives, given back on drop; `unlock()` is
 //! the checked release.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::conn::Bound;
 use crate::error::{Error, Result};
@@ -15,7 +15,7 @@ use crate::raw::{PermitHold, Raw};
 use crate::renewal::LeaseWatch;
 
 /// Permits of a [`Semaphore`](crate::Semaphore), held until dropped or
-/// [`release`](Self::release)d.
+/// [`unlock`](Self::unlock)ed.
 ///
 /// Owned by the guard, not a thread: `Send` and `Sync`, so it can move to
 /// another thread or be kept in a struct. Without an explicit lease the
@@ -61,6 +61,20 @@ impl PermitGuard {
         self.held.valid_until()
     }
 
+    /// How long the permits are known to stay ours from now (zero once
+    /// they are not).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
+    }
+
+    /// The lease the permits were taken with (the watchdog's, renewed while
+    /// the guard lives, or the explicit one).
+    pub fn lease(&self) -> Duration {
+        self.held.hold.lease
+    }
+
     /// The lease-lost signal of the permits (see [`LeaseWatch`]): lost when
     /// the renewal thread finds them taken back. An explicit lease is not
     /// watched.
@@ -75,7 +89,7 @@ impl PermitGuard {
     /// taken back (its lease ran out, or it was removed): the rest were
     /// given back all the same. Redis errors: the permits come back when
     /// their lease ends.
-    pub fn release(self) -> Result<()> {
+    pub fn unlock(self) -> Result<()> {
         block_on(self.held.release(Park::Thread))
     }
 }

@@ -48,7 +48,7 @@ use crate::shared::Shared;
 /// exports.try_set_permits(3)?;         // once; later calls change nothing
 /// let permit = exports.acquire()?;     // blocks while 3 are out
 /// export();
-/// permit.release()?;                   // or drop it
+/// permit.unlock()?;                    // or drop it
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

@@ -27,7 +27,7 @@ use crate::semaphore::{PermitGuard, Semaphore, SemaphoreInfo};
 /// let partner = client.semaphore("partner-api");
 /// let permit = partner.acquire().await?; // at most N of these at a time
 /// call_partner().await;
-/// permit.release().await?;               // or drop: given back in the background
+/// permit.unlock().await?;                // or drop: given back in the background
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
@@ -240,6 +240,17 @@ impl AsyncPermitGuard {
         self.guard.valid_until()
     }
 
+    /// How long the permits are known to stay ours from now (zero once
+    /// they are not).
+    pub fn remaining(&self) -> Duration {
+        self.guard.remaining()
+    }
+
+    /// The lease the permits were taken with.
+    pub fn lease(&self) -> Duration {
+        self.guard.lease()
+    }
+
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
         self.guard.permits()
@@ -268,8 +279,8 @@ impl AsyncPermitGuard {
     /// same, by id).
     ///
     /// # Errors
-    /// As [`PermitGuard::release`].
-    pub async fn release(self) -> Result<()> {
+    /// As [`PermitGuard::unlock`].
+    pub async fn unlock(self) -> Result<()> {
         self.guard.held.release(Park::Task).await
     }
 }

@@ -64,7 +64,7 @@ fn sem(args: &[String]) {
                         let work = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 4;
                         std::thread::sleep(Duration::from_millis(work));
                         let _: () = con.rpush(&events, format!("X {tag}.{t}.{i}")).unwrap();
-                        permit.release().unwrap();
+                        permit.unlock().unwrap();
                     }
                     rounds
                 })
