@@ -263,14 +263,13 @@ fn the_new_rungs_take_what_is_free_and_give_none_for_what_stays_busy() {
             .is_none());
     });
     drop(held);
-    let writer = rt.block_on(async {
+    rt.block_on(async {
         assert!(tasks
             .try_fair_lock_until("af", soon())
             .await
             .unwrap()
             .is_some());
     });
-    let _ = writer;
     let writer = other.write_lock("arw").unwrap();
     rt.block_on(async {
         assert!(tasks.try_read_lock("arw").await.unwrap().is_none());
