@@ -99,9 +99,19 @@
 //! [`lock`](LockClient::lock) blocks, [`try_lock`](LockClient::try_lock) makes
 //! one attempt, [`try_lock_for`](LockClient::try_lock_for) /
 //! [`try_lock_until`](LockClient::try_lock_until) wait up to a bound, and
-//! [`lock_with`](LockClient::lock_with) takes [`LockOptions`]. A `try_*` call
-//! gives `Ok(None)` when the lock stayed busy;
-//! `lock_with(LockOptions::new().wait(d))` gives `Err(`[`Error::WaitTimedOut`]`)`.
+//! [`lock_with`](LockClient::lock_with) takes [`LockOptions`].
+//!
+//! **A wait that runs out**, on every face (locks of every kind, owned
+//! holds, permits, Redlock, `lock_all`, blocking and async): a `try_*` call
+//! gives `Ok(None)` when what it asked for stayed busy until its bound —
+//! nothing is then held, and no place in a line is left behind; a call
+//! without `try_` that was given a bound (`lock_with(LockOptions::new().wait(d))`,
+//! `acquire_with`, `lock_all_with`) gives `Err(`[`Error::WaitTimedOut`]`)`
+//! instead, as it promised a hold. A wait that ends because Redis could not
+//! answer is an error on every rung, `try_*` included:
+//! [`Error::Unavailable`] for one server, [`Error::NoQuorum`] for a Redlock
+//! whose nodes did not answer in enough number to decide — "busy" is only
+//! ever `None` or `WaitTimedOut`.
 //!
 //! # Every face
 //! The same rungs, names and return convention on each face (`tests/faces.rs`
