@@ -362,6 +362,7 @@ impl Redlock {
             lease,
             valid_until: started + validity,
             watchdog,
+            watch: LeaseWatch::of([Arc::clone(&state)]),
             state,
             nodes,
         })
@@ -444,6 +445,8 @@ pub struct RedlockGuard {
     watchdog: bool,
     /// The hold's own state: its lost signal.
     state: Arc<LeaseState>,
+    /// That signal, one for the guard (`lost()` hands out clones).
+    watch: LeaseWatch,
     /// The nodes that granted the hold, with the hold each keeps (renewed
     /// there with a watchdog lease); empty once released.
     nodes: Vec<(usize, Hold)>,
@@ -473,7 +476,7 @@ impl RedlockGuard {
     /// fewer than a majority of the nodes still renew it (watchdog leases
     /// only).
     pub fn lost(&self) -> LeaseWatch {
-        LeaseWatch::of([Arc::clone(&self.state)])
+        self.watch.clone()
     }
 
     /// The lock name as given.
@@ -486,11 +489,28 @@ impl RedlockGuard {
         self.nodes.len()
     }
 
-    /// Until when the hold was valid when it was taken (lease − time the
-    /// attempt took − drift allowance; watchdog holds are extended beyond);
-    /// `None` once it is not held (as [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
+    /// Until when the hold is known to be valid: with an explicit lease,
+    /// the validity computed at acquire time (lease − time the attempt took
+    /// − drift allowance); with the watchdog, until when a majority of the
+    /// nodes' renewed leases last, less the drift. `None` once it is not
+    /// held (as [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
     pub fn valid_until(&self) -> Option<Instant> {
-        self.is_held().then_some(self.valid_until)
+        if !self.is_held() {
+            return None;
+        }
+        if !self.watchdog {
+            return Some(self.valid_until);
+        }
+        // Renewed: until when a majority of the nodes' leases is known to
+        // last (each from its last renewal's send time), less the drift.
+        let mut ends: Vec<Instant> = (self.nodes.iter())
+            .filter(|(_, hold)| hold.state.is_held())
+            .map(|(_, hold)| hold.state.valid_until())
+            .collect();
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        let drift = self.lease / 100 + Duration::from_millis(2);
+        let until = *ends.get(self.redlock.majority().checked_sub(1)?)?;
+        Some(until.checked_sub(drift).unwrap_or(until))
     }
 
     /// How long the hold is known to stay valid from now, by
@@ -527,6 +547,8 @@ fn release(
         Some(node) => block_on(node.raw().release(Park::Thread, hold, Bound::default())),
         None => Ok(()),
     });
+    // Given back, whatever the nodes answered: the hold's watchers stop.
+    state.released();
     let ours = answers.iter().filter(|a| a.is_ok()).count();
     let first_error = answers
         .into_iter()

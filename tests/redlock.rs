@@ -351,3 +351,32 @@ fn waits_of_duration_max_mean_no_deadline_and_do_not_panic() {
         .unwrap();
     assert!(g.is_held());
 }
+
+/// A renewed hold's validity moves with its renewals, and its lost signal
+/// ends at the release: a thread waiting on it returns `None` (the review
+/// found the wait blocked for good, and `remaining()` at zero once the
+/// first lease's span had passed while the hold was still renewed).
+#[test]
+fn a_renewed_hold_stays_valid_and_its_lost_signal_ends_at_the_release() {
+    let nodes = Nodes::start();
+    let redlock = nodes.redlock(Duration::from_secs(3));
+    let g = redlock.lock("renewed").unwrap();
+    let first = g.valid_until().expect("held");
+    // Past the first lease's span: renewed every second since.
+    thread::sleep(Duration::from_millis(4_500));
+    assert!(g.is_held());
+    let later = g.valid_until().expect("still held");
+    assert!(
+        later > first + Duration::from_secs(1),
+        "{:?}",
+        later - first
+    );
+    assert!(g.remaining() > Duration::ZERO);
+    let watch = g.lost();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = thread::spawn(move || tx.send(watch.wait()).unwrap());
+    g.unlock().unwrap();
+    let ended = rx.recv_timeout(Duration::from_secs(10));
+    assert_eq!(ended, Ok(None), "the wait did not end at the release");
+    waiter.join().unwrap();
+}
