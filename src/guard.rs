@@ -285,6 +285,8 @@ pub(crate) struct Held<H: Releasable> {
     pub(crate) hold: H,
     /// The hold's lease state, shared with the renewal thread.
     state: Arc<LeaseState>,
+    /// Its lost signal, one for the guard (`lost()` hands out clones).
+    watch: LeaseWatch,
     /// Set by the checked release so that `Drop` does nothing more.
     released: bool,
     drop_on: DropOn,
@@ -295,6 +297,7 @@ impl<H: Releasable> Held<H> {
         Held {
             raw,
             hold,
+            watch: LeaseWatch::of([Arc::clone(&state)]),
             state,
             released: false,
             drop_on,
@@ -310,7 +313,7 @@ impl<H: Releasable> Held<H> {
     }
 
     pub(crate) fn lost(&self) -> LeaseWatch {
-        LeaseWatch::of([Arc::clone(&self.state)])
+        self.watch.clone()
     }
 
     /// The checked release, where `park`'s caller waits (a task: dropped

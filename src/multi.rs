@@ -27,6 +27,8 @@ use crate::renewal::LeaseWatch;
 pub struct MultiLockGuard {
     /// In the canonical order they were taken.
     guards: Vec<OwnedLockGuard>,
+    /// The lost signal of every hold, made at the first `lost()`.
+    watch: std::sync::OnceLock<LeaseWatch>,
 }
 
 impl MultiLockGuard {
@@ -49,7 +51,8 @@ impl MultiLockGuard {
     /// The lease-lost signal of every hold (see [`LeaseWatch`]): lost when
     /// any of them is.
     pub fn lost(&self) -> LeaseWatch {
-        LeaseWatch::all(self.guards.iter().map(OwnedLockGuard::lost))
+        let all = || LeaseWatch::all(self.guards.iter().map(OwnedLockGuard::lost));
+        self.watch.get_or_init(all).clone()
     }
 
     /// Releases every hold (in the reverse order), checking each was still
@@ -212,6 +215,7 @@ impl LockClient {
     ) -> Result<Option<MultiLockGuard>> {
         let names = canonical(names)?;
         let mut all = MultiLockGuard {
+            watch: std::sync::OnceLock::new(),
             guards: Vec::with_capacity(names.len()),
         };
         for name in names {

@@ -292,8 +292,10 @@ fn the_new_rungs_take_what_is_free_and_give_none_for_what_stays_busy() {
     });
     drop(busy);
     rt.block_on(async {
+        // The names a failed attempt took are given back in the background
+        // (as a dropped async guard's): wait for them.
         let all = tasks
-            .try_lock_all(&["aa", "ab"])
+            .try_lock_all_for(&["aa", "ab"], Duration::from_secs(10))
             .await
             .unwrap()
             .expect("free");

@@ -145,6 +145,12 @@ impl LeaseState {
         }
     }
 
+    /// How many channels the lost signal will tell (for tests).
+    #[cfg(test)]
+    pub(super) fn senders(&self) -> usize {
+        self.signal.lock().senders.len()
+    }
+
     /// Waits (a thread blocks, a task parks) until the lease is lost
     /// (`Some(Some(why))`), its hold was released (`Some(None)`), or
     /// `until` passed (`None`).

@@ -244,12 +244,14 @@ impl Renewer {
         entry.due = sent_at + entry.period();
         entry.lease = lease;
         let (due, until) = (entry.due, entry.until);
-        let queued = {
+        // Read under the queue's lock, as the thread publishes it (see
+        // `Worker::arm`): never a value older than the thread's last look.
+        let (queued, early) = {
             let mut queue = self.pending.queue.lock();
             queue.push(entry);
-            queue.len()
+            let early = self.pending.armed_until.lock().is_none_or(|at| due < at);
+            (queue.len(), early)
         };
-        let early = self.pending.armed_until.lock().is_none_or(|at| due < at);
         if queued >= QUEUE_WAKE || early {
             let _ = self.wake.send(());
         }

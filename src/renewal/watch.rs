@@ -3,7 +3,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,10 @@ use crate::park::{block_on, Park};
 #[derive(Clone)]
 pub struct LeaseWatch {
     leases: Arc<[Arc<LeaseState>]>,
+    /// The channel of [`receiver`](Self::receiver), made at its first call
+    /// and shared by the watch's clones (a loop asking for it again and
+    /// again does not make one each time).
+    channel: Arc<OnceLock<Receiver<LeaseLost>>>,
 }
 
 impl LeaseWatch {
@@ -68,6 +72,7 @@ impl LeaseWatch {
     pub(crate) fn of(leases: impl IntoIterator<Item = Arc<LeaseState>>) -> Self {
         LeaseWatch {
             leases: leases.into_iter().collect(),
+            channel: Arc::default(),
         }
     }
 
@@ -109,16 +114,23 @@ impl LeaseWatch {
         UntilLost::of(&self.leases, None)
     }
 
-    /// A channel that receives the reason once, when the lease is lost
-    /// (also when it was lost before this call), and is disconnected once
-    /// the hold is released without being lost — for crossbeam's `select!`.
-    /// Each call makes a receiver of its own.
+    /// A channel for crossbeam's `select!`: when the lease is lost (also
+    /// before this call) it receives the reason and is then closed, so
+    /// every clone of the receiver wakes — one of them with the reason, the
+    /// others with the channel closed ([`check`](Self::check) says why);
+    /// once the hold is released without being lost it is closed with
+    /// nothing in it. One channel per watch and its clones (a guard's
+    /// `lost()` is one watch): asking again gives the same.
     pub fn receiver(&self) -> Receiver<LeaseLost> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        for lease in self.leases.iter() {
-            lease.tell(&tx);
-        }
-        rx
+        self.channel
+            .get_or_init(|| {
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                for lease in self.leases.iter() {
+                    lease.tell(&tx);
+                }
+                rx
+            })
+            .clone()
     }
 }
 
@@ -178,18 +190,19 @@ impl Future for UntilLost {
     type Output = Option<LeaseLost>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut open = false;
+        let (mut open, mut timed_out) = (false, false);
         for slot in self.waits.iter_mut() {
             let Some(wait) = slot else { continue };
             match wait.as_mut().poll(cx) {
                 Poll::Ready(Some(Some(why))) => return Poll::Ready(Some(why)),
-                // Timed out: so are the others (one deadline).
-                Poll::Ready(None) => return Poll::Ready(None),
+                // Timed out — so are the others (one deadline), but each is
+                // asked still: one may have been lost by then.
+                Poll::Ready(None) => (*slot, timed_out) = (None, true),
                 Poll::Ready(Some(None)) => *slot = None, // released
                 Poll::Pending => open = true,
             }
         }
-        match open {
+        match open && !timed_out {
             true => Poll::Pending,
             false => Poll::Ready(None),
         }
@@ -232,10 +245,36 @@ mod tests {
         assert_eq!(waiter.join().unwrap(), Some(LeaseLost::NotOurs));
         assert_eq!(early.try_recv(), Ok(LeaseLost::NotOurs));
         assert!(early.try_recv().is_err(), "once");
-        assert_eq!(watch.receiver().try_recv(), Ok(LeaseLost::NotOurs), "late");
+        assert!(
+            watch.receiver().try_recv().is_err(),
+            "one channel: told, then closed"
+        );
+        let late = LeaseWatch::of([Arc::clone(&held)]).receiver();
+        assert_eq!(late.try_recv(), Ok(LeaseLost::NotOurs), "a watch made late");
         assert_eq!(watch.check(), Some(LeaseLost::NotOurs));
         assert_eq!(block_on(watch.until_lost()), Some(LeaseLost::NotOurs));
         assert!(!held.is_held());
+    }
+
+    #[test]
+    fn receivers_asked_for_again_and_again_share_one_channel() {
+        let held = lease();
+        let watch = LeaseWatch::of([Arc::clone(&held)]);
+        for _ in 0..1_000 {
+            drop(watch.clone().receiver());
+        }
+        assert_eq!(
+            held.senders(),
+            1,
+            "a loop asking for the receiver piles up senders"
+        );
+        let (a, b) = (watch.receiver(), watch.receiver());
+        assert!(held.mark_lost(LeaseLost::NotOurs, &AtomicU64::new(0)));
+        // One of them gets the reason, and the channel closes: both wake.
+        let got = [a.recv(), b.recv()];
+        assert_eq!(got.iter().filter(|r| r.is_ok()).count(), 1, "{got:?}");
+        assert!(got.contains(&Ok(LeaseLost::NotOurs)), "{got:?}");
+        assert_eq!(watch.check(), Some(LeaseLost::NotOurs));
     }
 
     #[test]
@@ -272,6 +311,17 @@ mod tests {
         assert_eq!(waiter.join().unwrap(), Some(LeaseLost::Unreachable));
         assert_eq!(rx.try_recv(), Ok(LeaseLost::Unreachable));
         assert_eq!(block_on(both.until_lost()), Some(LeaseLost::Unreachable));
+
+        // A loss already there is said even by a wait that runs out at once,
+        // whichever hold it is (the review found the first hold's timeout
+        // answered first).
+        let (e, f) = (lease(), lease());
+        let second_lost = LeaseWatch::of([Arc::clone(&e), Arc::clone(&f)]);
+        assert!(f.mark_lost(LeaseLost::NotOurs, &count));
+        assert_eq!(
+            second_lost.wait_timeout(Duration::ZERO),
+            Some(LeaseLost::NotOurs)
+        );
 
         let (c, d) = (lease(), lease());
         let gone = LeaseWatch::of([Arc::clone(&c), Arc::clone(&d)]);

@@ -121,11 +121,17 @@ impl<B: RoundTrips> Worker<B> {
                 (Some(due), Some(lull)) => Some(due.min(lull)),
                 (due, lull) => due.or(lull),
             };
-            *self.pending.armed_until.lock() = next;
-            // Disarmed first, then look once more: a lease queued after
-            // this look sees `None` and wakes us.
-            if next.is_none() && !self.pending.queue.lock().is_empty() {
-                continue;
+            // Published under the queue's lock, after a last look at the
+            // queue: a lease queued before this look is taken first (once
+            // more round), and one queued after it reads what is published
+            // here (`Renewer::enqueue` reads it under the same lock) and
+            // wakes us when it is due sooner.
+            {
+                let queue = self.pending.queue.lock();
+                if !queue.is_empty() {
+                    continue;
+                }
+                *self.pending.armed_until.lock() = next;
             }
             // The registration's next write, while the client is active.
             let register = self.activity.due(now, !self.entries.is_empty());

@@ -18,6 +18,8 @@ use crate::renewal::LeaseWatch;
 #[clippy::has_significant_drop]
 pub struct AsyncMultiLockGuard {
     guards: Vec<AsyncLockGuard>,
+    /// The lost signal of every hold, made at the first `lost()`.
+    watch: std::sync::OnceLock<LeaseWatch>,
 }
 
 impl AsyncMultiLockGuard {
@@ -34,7 +36,8 @@ impl AsyncMultiLockGuard {
     /// The lease-lost signal of every hold (see [`LeaseWatch`]; a task
     /// awaits it): lost when any of them is.
     pub fn lost(&self) -> LeaseWatch {
-        LeaseWatch::all(self.guards.iter().map(AsyncLockGuard::lost))
+        let all = || LeaseWatch::all(self.guards.iter().map(AsyncLockGuard::lost));
+        self.watch.get_or_init(all).clone()
     }
 
     /// Whether every lease is still ours, as far as this client knows.
@@ -88,7 +91,8 @@ impl AsyncLockClient {
     }
 
     /// One attempt at every name: `None` when one of them is held
-    /// elsewhere, and then none of them is held.
+    /// elsewhere — those it took are then given back (in the background, as
+    /// a dropped [`AsyncLockGuard`]'s).
     ///
     /// # Errors
     /// As [`lock_all`](Self::lock_all).
@@ -101,7 +105,8 @@ impl AsyncLockClient {
     }
 
     /// [`lock_all`](Self::lock_all) waiting until `deadline` for all of
-    /// them: `None` when it passed, and then none of them is held.
+    /// them: `None` when it passed — those it took are then given back (in
+    /// the background).
     ///
     /// # Errors
     /// As [`lock_all`](Self::lock_all).
@@ -153,6 +158,7 @@ impl AsyncLockClient {
     ) -> Result<Option<AsyncMultiLockGuard>> {
         let names = canonical(names)?;
         let mut all = AsyncMultiLockGuard {
+            watch: std::sync::OnceLock::new(),
             guards: Vec::with_capacity(names.len()),
         };
         for name in names {
