@@ -262,7 +262,7 @@ impl TestServerBuilder {
             None => "redis",
         };
         match &self.password {
-            Some(p) => format!("{scheme}://:{p}@127.0.0.1:{port}/"),
+            Some(p) => format!("{scheme}://:{}@127.0.0.1:{port}/", percent_encoded(p)),
             None => format!("{scheme}://127.0.0.1:{port}/"),
         }
     }
@@ -362,6 +362,19 @@ fn spawn(settings: &TestServerBuilder, port: u16, dir: &Path) -> io::Result<Chil
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `text` as a URL's user information may hold it: every byte but the
+/// unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX`.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Whether a start failed only because its port was taken.

@@ -37,6 +37,12 @@ fn a_test_server_serves_locks_restarts_empty_and_is_gone_after_drop() {
 
 #[test]
 fn a_password_is_required_and_carried_in_the_url() {
+    let odd = TestServer::builder()
+        .password("p@ss/w:rd%")
+        .start()
+        .unwrap();
+    let guard = LockClient::new(&odd.url()).unwrap().lock("odd").unwrap();
+    assert!(guard.is_held(), "the URL carries the password encoded");
     let redis = TestServer::builder().password("s3cret").start().unwrap();
     assert!(redis.url().contains(":s3cret@"));
     let bare = format!("redis://127.0.0.1:{}/", redis.port());

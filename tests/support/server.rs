@@ -77,7 +77,11 @@ impl RedisServer {
         let port = free_port();
         let dir = server_dir(port);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        Self::spawn(port, dir, extra, password.map(str::to_owned), None)
+        let started = Self::spawn(port, dir.clone(), extra, password.map(str::to_owned), None);
+        if started.is_err() {
+            let _ = std::fs::remove_dir_all(&dir); // a fresh one: nothing else uses it
+        }
+        started
     }
 
     /// Kills the server and starts a new, empty one on the same port (no

@@ -29,9 +29,12 @@ impl RedisServer {
                 extra.extend(["--requirepass".to_owned(), pw.to_owned()]);
             }
             let pw = password.map(str::to_owned);
-            match Self::spawn(port, dir, extra, pw, Some(certs.ca.clone())) {
+            match Self::spawn(port, dir.clone(), extra, pw, Some(certs.ca.clone())) {
                 Ok(server) => return server,
-                Err(log) if log.contains("Address already in use") => last_log = log,
+                Err(log) if log.contains("Address already in use") => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    last_log = log
+                }
                 Err(log) => panic!("redis-server (TLS) did not start; its log:\n{log}"),
             }
         }
@@ -50,9 +53,13 @@ impl RedisServer {
                     .chain(more)
                     .map(|s| s.to_string()),
             );
-            match Self::spawn(port, server_dir(port), extra, None, Some(certs.ca.clone())) {
+            let dir = server_dir(port);
+            match Self::spawn(port, dir.clone(), extra, None, Some(certs.ca.clone())) {
                 Ok(server) => return server,
-                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) if log.contains("Address already in use") => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    continue;
+                }
                 Err(log) => panic!("redis-server (TLS cluster node) did not start:\n{log}"),
             }
         }

@@ -142,7 +142,10 @@ impl RedisServer {
                         tls_ca: tls.as_ref().map(|t| t.ca.clone()),
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    continue;
+                }
                 Err(e) => panic!("redis sentinel did not start: {e}"),
             }
         }
