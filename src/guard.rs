@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::conn::Bound;
@@ -285,8 +285,9 @@ pub(crate) struct Held<H: Releasable> {
     pub(crate) hold: H,
     /// The hold's lease state, shared with the renewal thread.
     state: Arc<LeaseState>,
-    /// Its lost signal, one for the guard (`lost()` hands out clones).
-    watch: LeaseWatch,
+    /// Its lost signal, one for the guard (`lost()` hands out clones),
+    /// made at the first `lost()`: most guards are never asked.
+    watch: OnceLock<LeaseWatch>,
     /// Set by the checked release so that `Drop` does nothing more.
     released: bool,
     drop_on: DropOn,
@@ -297,7 +298,7 @@ impl<H: Releasable> Held<H> {
         Held {
             raw,
             hold,
-            watch: LeaseWatch::of([Arc::clone(&state)]),
+            watch: OnceLock::new(),
             state,
             released: false,
             drop_on,
@@ -313,7 +314,8 @@ impl<H: Releasable> Held<H> {
     }
 
     pub(crate) fn lost(&self) -> LeaseWatch {
-        self.watch.clone()
+        let watch = || LeaseWatch::of([Arc::clone(&self.state)]);
+        self.watch.get_or_init(watch).clone()
     }
 
     /// The checked release, where `park`'s caller waits (a task: dropped

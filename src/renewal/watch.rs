@@ -103,7 +103,17 @@ impl LeaseWatch {
     fn wait_until(&self, until: Option<Instant>) -> Option<LeaseLost> {
         match &*self.leases {
             [lease] => block_on(lease.lost_until(Park::Thread, until)).flatten(),
-            _ => block_on(UntilLost::of(&self.leases, until)),
+            // Several holds: the thread blocks on the watch's channel (told
+            // by any hold's loss, closed once every hold went); what it
+            // says, or what another receiver took first, `check` reads.
+            _ => {
+                let rx = self.receiver();
+                let got = match until {
+                    Some(until) => rx.recv_deadline(until).ok(),
+                    None => rx.recv().ok(),
+                };
+                got.or_else(|| self.check())
+            }
         }
     }
 
@@ -309,7 +319,10 @@ mod tests {
         });
         assert!(b.mark_lost(LeaseLost::Unreachable, &count));
         assert_eq!(waiter.join().unwrap(), Some(LeaseLost::Unreachable));
-        assert_eq!(rx.try_recv(), Ok(LeaseLost::Unreachable));
+        // The waiter blocked on the watch's one channel and took the reason:
+        // the channel is closed now (every receiver woke), `check` says why.
+        assert!(rx.try_recv().is_err_and(|e| e.is_disconnected()));
+        assert_eq!(both.check(), Some(LeaseLost::Unreachable));
         assert_eq!(block_on(both.until_lost()), Some(LeaseLost::Unreachable));
 
         // A loss already there is said even by a wait that runs out at once,
