@@ -87,6 +87,13 @@ impl Sleep {
         }
         let w = wheel();
         let mut st = w.state.lock();
+        if self.registered && !st.wakers.contains_key(&self.id) {
+            // Fired already (its waker taken out at its instant) — though
+            // this thread's clock may not show the instant passed yet (a
+            // VM's CPUs may disagree by a hair): ready, rather than a waker
+            // left in the map with nothing due to wake it.
+            return true;
+        }
         if !st.started {
             let spawned = std::thread::Builder::new()
                 .name("leasehold-timer".into())
@@ -165,6 +172,21 @@ mod tests {
         }
         let st = wheel().state.lock();
         assert!(st.due.len() < 200, "{} entries left", st.due.len());
+    }
+
+    /// A sleep the timer fired is ready when registered again, whatever
+    /// this thread's clock says (a loaded run hung in a wait whose sleep
+    /// had been fired while its thread still saw the instant ahead: the new
+    /// waker went into the map with no entry due to wake it).
+    #[test]
+    fn a_sleep_fired_already_is_ready_when_registered_again() {
+        let mut sleep = Sleep::until(Instant::now() + Duration::from_secs(3_600));
+        assert!(!sleep.register(Waker::noop()));
+        // What the timer thread does at the instant: the waker taken out.
+        let fired = wheel().state.lock().wakers.remove(&sleep.id);
+        assert!(fired.is_some());
+        assert!(sleep.register(Waker::noop()), "fired, yet registered again");
+        assert!(!wheel().state.lock().wakers.contains_key(&sleep.id));
     }
 
     #[test]
