@@ -161,9 +161,7 @@ impl<O> LockGuard<O> {
     /// [`valid_until`](Self::valid_until)); zero once it is not held. A
     /// watchdog lease is renewed before this runs out.
     pub fn remaining(&self) -> Duration {
-        self.valid_until().map_or(Duration::ZERO, |t| {
-            t.saturating_duration_since(Instant::now())
-        })
+        crate::options::left_until(self.valid_until())
     }
 
     /// The lease-lost signal of this hold (see [`LeaseWatch`]): checked,

@@ -83,6 +83,14 @@ pub(crate) fn check_lease(what: &str, lease: Duration) -> Result<()> {
     Ok(())
 }
 
+/// What is left from now until `until` (`None`: nothing held) — what
+/// every guard's `remaining()` answers from its `valid_until()`.
+pub(crate) fn left_until(until: Option<Instant>) -> Duration {
+    until.map_or(Duration::ZERO, |t| {
+        t.saturating_duration_since(Instant::now())
+    })
+}
+
 /// The instant `wait` from now; a wait too long for the clock (e.g.
 /// `Duration::MAX`) means 100 years — no deadline in practice, no overflow.
 pub(crate) fn deadline_after(wait: Duration) -> Instant {

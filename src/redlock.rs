@@ -317,7 +317,7 @@ impl Redlock {
         let answers = on_every_node(&inner.nodes, |node| {
             node.raw().attempt_unique(name, &key, owner, lease, bound)
         });
-        let drift = lease / 100 + Duration::from_millis(2);
+        let drift = drift(lease);
         let validity = lease.checked_sub(started.elapsed() + drift);
         let held: Vec<usize> = (0..answers.len())
             .filter(|&i| matches!(answers[i], Ok(true)))
@@ -508,7 +508,7 @@ impl RedlockGuard {
             .map(|(_, hold)| hold.state.valid_until())
             .collect();
         ends.sort_unstable_by(|a, b| b.cmp(a));
-        let drift = self.lease / 100 + Duration::from_millis(2);
+        let drift = drift(self.lease);
         let until = *ends.get(self.redlock.majority().checked_sub(1)?)?;
         Some(until.checked_sub(drift).unwrap_or(until))
     }
@@ -516,9 +516,7 @@ impl RedlockGuard {
     /// How long the hold is known to stay valid from now, by
     /// [`valid_until`](Self::valid_until) (zero once it is not held).
     pub fn remaining(&self) -> Duration {
-        self.valid_until().map_or(Duration::ZERO, |t| {
-            t.saturating_duration_since(Instant::now())
-        })
+        crate::options::left_until(self.valid_until())
     }
 
     /// Releases the hold on every node.
@@ -597,6 +595,12 @@ impl fmt::Debug for RedlockGuard {
             .field("nodes_held", &self.nodes.len())
             .finish_non_exhaustive()
     }
+}
+
+/// The clock drift allowance of a hold with `lease` (the algorithm's):
+/// lease / 100 + 2 ms.
+fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
 }
 
 /// What a Redlock can take of `options`: a lease and a wait only.

@@ -64,9 +64,7 @@ impl PermitGuard {
     /// How long the permits are known to stay ours from now (zero once
     /// they are not).
     pub fn remaining(&self) -> Duration {
-        self.valid_until().map_or(Duration::ZERO, |t| {
-            t.saturating_duration_since(Instant::now())
-        })
+        crate::options::left_until(self.valid_until())
     }
 
     /// The lease the permits were taken with (the watchdog's, renewed while
