@@ -231,7 +231,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock), plus a zero lease.
     pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
-        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        let deadline = deadline_after(options.wait_time().unwrap_or_default());
         self.take(name, options, Some(deadline))
     }
 
@@ -299,7 +299,7 @@ impl LockClient {
         name: &str,
         options: LockOptions,
     ) -> Result<Option<OwnedLockGuard>> {
-        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        let deadline = deadline_after(options.wait_time().unwrap_or_default());
         self.take(name, options, Some(deadline))
     }
 
@@ -489,7 +489,7 @@ impl LockClient {
 
     /// Waits as `options` say; a wait that runs out is an error.
     fn take_waiting<O: OwnerKind>(&self, name: &str, options: LockOptions) -> Result<LockGuard<O>> {
-        let waited = options.wait_value();
+        let waited = options.wait_time();
         let got = self.take(name, options, waited.map(deadline_after))?;
         or_timed_out(got, name, waited)
     }

@@ -7,7 +7,8 @@
 //                        and std's, or loom's under `cfg(loom)` (the models)
 //              error/    the one Error and its messages; classify: how a redis
 //                        error becomes one, and the one classification (Retry)
-//              options   LockOptions, Kind, name/lease checks, deadlines
+//              options   LockOptions, SemaphoreOptions, RedlockOptions, Cancel,
+//                        Kind, name/lease checks, deadlines
 //              names     keys and channels of Redisson's layouts; short ids
 //              stats     Stats and the counters behind it
 //              tls       rustls for the subscriber socket (feature `tls`)
@@ -125,6 +126,12 @@
 //! | a `Duration` | `try_lock_for` | `try_lock_for` | `try_acquire_for`, `try_acquire_many_for` | `try_lock_for` | `try_lock_all_for` |
 //! | an `Instant` | `try_lock_until` | `try_lock_until` | `try_acquire_until`, `try_acquire_many_until` | `try_lock_until` | `try_lock_all_until` |
 //! | options | `lock_with`, `try_lock_with` | `lock_with`, `try_lock_with` | `acquire_with`, `try_acquire_with` | `lock_with`, `try_lock_with` | `lock_all_with`, `try_lock_all_with` |
+//! | options type | [`LockOptions`] | [`LockOptions`] | [`SemaphoreOptions`] | [`RedlockOptions`] | [`LockOptions`] |
+//!
+//! The three options types share one part — `lease`, `wait`, `cancel_on`
+//! (and their getters `lease_time`, `wait_time`, `cancel_handle`); what
+//! only locks of one server have (`fenced`, `fair`, `read`, `write`) is on
+//! [`LockOptions`] alone, so a face that cannot take it is not offered it.
 //!
 //! Each lock kind has the first four rungs on both client faces: `fair_lock`,
 //! `try_fair_lock`, `try_fair_lock_for`, `try_fair_lock_until`, and so for
@@ -141,7 +148,8 @@
 //! - [`LockGuard`] — one hold, reentrant on its thread; dropping it unlocks.
 //!   [`OwnedLockGuard`] ([`lock_owned`](LockClient::lock_owned)): `Send`, not
 //!   reentrant.
-//! - [`LockOptions`] — lease, bounded wait, [`Cancel`], kind, fencing.
+//! - [`LockOptions`] — lease, bounded wait, [`Cancel`], kind, fencing;
+//!   [`SemaphoreOptions`] and [`RedlockOptions`] — the first three.
 //! - Other kinds: [`fair_lock`](LockClient::fair_lock) (first come, first
 //!   served across processes), [`read_lock`](LockClient::read_lock) /
 //!   [`write_lock`](LockClient::write_lock) (many readers or one writer).
@@ -242,7 +250,9 @@ pub use fenced::FencedStore;
 pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
 pub use inspect::{ClientInfo, HoldMode, Holder, LockInfo, LockKind, WaitQueue, Waiter};
 pub use multi::MultiLockGuard;
-pub use options::{Cancel, LockOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES};
+pub use options::{
+    Cancel, LockOptions, RedlockOptions, SemaphoreOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES,
+};
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard};
 pub use renewal::{LeaseLost, LeaseWatch, UntilLost};
 pub use semaphore::{PermitGuard, PermitInfo, Semaphore, SemaphoreInfo, SemaphoreWaiter};

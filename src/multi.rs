@@ -37,6 +37,25 @@ impl MultiLockGuard {
         self.guards.iter().map(OwnedLockGuard::name)
     }
 
+    /// The Redis key of each name, in the same order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(OwnedLockGuard::key)
+    }
+
+    /// Until when every lease is known to be ours: the earliest of the
+    /// holds' [`valid_until`](OwnedLockGuard::valid_until); `None` once one is not
+    /// held.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let ends = self.guards.iter().map(OwnedLockGuard::valid_until);
+        ends.min().flatten().filter(|_| self.is_held())
+    }
+
+    /// How long every lease is known to last from now (see
+    /// [`valid_until`](Self::valid_until)); zero once one is not held.
+    pub fn remaining(&self) -> Duration {
+        crate::options::left_until(self.valid_until())
+    }
+
     /// The guard of each name, in the order they were taken: its fencing
     /// token, lease and loss signal.
     pub fn guards(&self) -> &[OwnedLockGuard] {
@@ -184,7 +203,7 @@ impl LockClient {
         names: &[S],
         options: LockOptions,
     ) -> Result<Option<MultiLockGuard>> {
-        let wait = options.wait_value().unwrap_or_default();
+        let wait = options.wait_time().unwrap_or_default();
         self.take_all(names, &options, Some(deadline_after(wait)))
     }
 
@@ -200,7 +219,7 @@ impl LockClient {
         names: &[S],
         options: LockOptions,
     ) -> Result<MultiLockGuard> {
-        let waited = options.wait_value();
+        let waited = options.wait_time();
         let all = self.take_all(names, &options, waited.map(deadline_after))?;
         all.ok_or_else(|| timed_out(names, waited))
     }

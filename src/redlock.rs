@@ -33,7 +33,9 @@ use crate::client::{or_timed_out, LockClient};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::names::short_id;
-use crate::options::{check_lease, check_name, deadline_after, deadline_min, LockOptions};
+use crate::options::{
+    check_lease, check_name, deadline_after, deadline_min, Cancel, Common, RedlockOptions,
+};
 use crate::park::{block_on, blocking_wait_allowed, on_executor, Park};
 use crate::raw::Hold;
 use crate::renewal::{LeaseState, LeaseWatch, Quorum};
@@ -183,7 +185,7 @@ impl Redlock {
     /// [`Error::NoQuorum`] when no majority of nodes could even be reached
     /// for [`give_up_after`](RedlockBuilder::give_up_after); invalid names.
     pub fn lock(&self, name: &str) -> Result<RedlockGuard> {
-        self.lock_with(name, LockOptions::new())
+        self.lock_with(name, RedlockOptions::new())
     }
 
     /// One attempt over all nodes: `None` when no majority granted it.
@@ -191,7 +193,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NoQuorum`] when too few nodes could be reached to decide.
     pub fn try_lock(&self, name: &str) -> Result<Option<RedlockGuard>> {
-        self.acquire(name, None, Some(Instant::now()))
+        self.acquire(name, &Common::default(), Some(Instant::now()))
     }
 
     /// Tries until `wait` has passed: `None` when the lock stayed held by
@@ -201,32 +203,36 @@ impl Redlock {
     /// [`Error::NoQuorum`] when at the deadline too few nodes could be
     /// reached to decide.
     pub fn try_lock_for(&self, name: &str, wait: Duration) -> Result<Option<RedlockGuard>> {
-        self.acquire(name, None, Some(deadline_after(wait)))
+        self.acquire(name, &Common::default(), Some(deadline_after(wait)))
     }
 
     /// With options: an explicit lease (not renewed; the guard's validity is
-    /// what is left of it after the attempt) and a bounded wait
-    /// ([`Error::WaitTimedOut`] when it runs out). Fencing, fair and
-    /// read/write options and a cancel handle are refused.
+    /// what is left of it after the attempt), a bounded wait
+    /// ([`Error::WaitTimedOut`] when it runs out), a cancel handle (the
+    /// pause between two rounds ends at once; a round under way ends
+    /// within the node timeout).
     ///
     /// # Errors
-    /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`].
-    pub fn lock_with(&self, name: &str, options: LockOptions) -> Result<RedlockGuard> {
-        check_options(&options)?;
-        let wait = options.wait_value();
-        let got = self.acquire(name, options.lease_value(), wait.map(deadline_after))?;
+    /// As [`lock`](Self::lock), plus [`Error::WaitTimedOut`] and
+    /// [`Error::Cancelled`].
+    pub fn lock_with(&self, name: &str, options: RedlockOptions) -> Result<RedlockGuard> {
+        let wait = options.wait_time();
+        let got = self.acquire(name, options.common(), wait.map(deadline_after))?;
         or_timed_out(got, name, wait)
     }
 
     /// As [`lock_with`](Self::lock_with), but `None` when the wait runs
-    /// out; without [`LockOptions::wait`] one attempt.
+    /// out; without [`RedlockOptions::wait`] one attempt.
     ///
     /// # Errors
     /// As [`lock_with`](Self::lock_with).
-    pub fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<RedlockGuard>> {
-        check_options(&options)?;
-        let wait = options.wait_value().unwrap_or_default();
-        self.acquire(name, options.lease_value(), Some(deadline_after(wait)))
+    pub fn try_lock_with(
+        &self,
+        name: &str,
+        options: RedlockOptions,
+    ) -> Result<Option<RedlockGuard>> {
+        let wait = options.wait_time().unwrap_or_default();
+        self.acquire(name, options.common(), Some(deadline_after(wait)))
     }
 
     /// Waits until `deadline`: the guard, or `None` when it passed.
@@ -234,19 +240,27 @@ impl Redlock {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, name: &str, deadline: Instant) -> Result<Option<RedlockGuard>> {
-        self.acquire(name, None, Some(deadline))
+        self.acquire(name, &Common::default(), Some(deadline))
     }
 
     fn acquire(
         &self,
         name: &str,
-        lease: Option<Duration>,
+        options: &Common,
         deadline: Option<Instant>,
     ) -> Result<Option<RedlockGuard>> {
         check_name(name)?;
+        let lease = options.lease;
         if let Some(lease) = lease {
             check_lease("lease", lease)?;
         }
+        // A cancel unparks this thread: a pause between rounds ends at once
+        // (an unpark before the park is kept, so none is missed).
+        let cancelled = || options.cancel.as_ref().is_some_and(Cancel::is_cancelled);
+        let _on_cancel = options.cancel.as_ref().map(|cancel| {
+            let me = std::thread::current();
+            cancel.on_cancel(Arc::new(move || me.unpark()))
+        });
         blocking_wait_allowed(
             name,
             deadline,
@@ -259,6 +273,11 @@ impl Redlock {
         let bound = Bound::until(deadline.filter(|d| *d > Instant::now()));
         let mut unreachable_since: Option<Instant> = None;
         loop {
+            if cancelled() {
+                return Err(Error::Cancelled {
+                    name: name.to_owned(),
+                });
+            }
             let owner = self.new_owner();
             let (acquired, busy, errors) = match self.round(name, &owner, lease, bound) {
                 Ok(guard) => return Ok(Some(guard)),
@@ -292,7 +311,13 @@ impl Redlock {
             }
             let pause = self.random_delay();
             let until = deadline_min(deadline, now + pause);
-            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+            loop {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() || cancelled() {
+                    break;
+                }
+                std::thread::park_timeout(left);
+            }
         }
     }
 
@@ -359,6 +384,7 @@ impl Redlock {
         Ok(RedlockGuard {
             redlock: self.clone(),
             name: name.to_owned(),
+            key,
             lease,
             valid_until: started + validity,
             watchdog,
@@ -439,6 +465,8 @@ fn on_every_node<N: Sync, T: Send>(nodes: &[N], f: impl Fn(&N) -> T + Sync) -> V
 pub struct RedlockGuard {
     redlock: Redlock,
     name: String,
+    /// The key on every node: the key prefix followed by the name.
+    key: String,
     lease: Duration,
     /// The end of the validity computed at acquire time.
     valid_until: Instant,
@@ -482,6 +510,18 @@ impl RedlockGuard {
     /// The lock name as given.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The Redis key of the lock on every node: the key prefix followed by
+    /// the name.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The lease this hold was taken with (the watchdog's, renewed while
+    /// the guard lives, or the explicit one).
+    pub fn lease(&self) -> Duration {
+        self.lease
     }
 
     /// How many nodes granted the hold.
@@ -601,21 +641,6 @@ impl fmt::Debug for RedlockGuard {
 /// lease / 100 + 2 ms.
 fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
-}
-
-/// What a Redlock can take of `options`: a lease and a wait only.
-fn check_options(options: &LockOptions) -> Result<()> {
-    if options.is_fenced()
-        || options.is_fair()
-        || options.is_read()
-        || options.is_write()
-        || options.cancel_value().is_some()
-    {
-        return Err(Error::invalid(
-            "Redlock takes a lease and a wait only: no fencing tokens (see the Redlock docs), no fair or read/write locks, no cancel handle",
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

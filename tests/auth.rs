@@ -80,7 +80,7 @@ fn every_blocking_call_without_the_password_is_an_auth_error() {
         ),
         (
             "semaphore available",
-            err("sem available", c.semaphore("s").available()),
+            err("sem available", c.semaphore("s").available_permits()),
         ),
         (
             "semaphore try_acquire",

@@ -292,8 +292,8 @@ fn application_keys_under_a_semaphore_are_refused_and_unset_permits_say_so() {
             ("acquire", sem.acquire().map(drop)),
             ("try_set_permits", sem.try_set_permits(3).map(drop)),
             ("set_permits", sem.set_permits(3)),
-            ("add_permits", sem.add_permits(1).map(drop)),
-            ("available", sem.available().map(drop)),
+            ("add_permits", sem.add_permits(1)),
+            ("available_permits", sem.available_permits().map(drop)),
         ];
         for (call, r) in calls {
             let e = r.expect_err(call);

@@ -163,9 +163,9 @@ fn an_unlock_dropped_in_a_partition_is_sent_again_once_it_heals() {
             healed.elapsed(),
             server.connection().pttl::<_, i64>(&name).unwrap()
         );
-        let available = || sem.blocking().available().unwrap();
+        let available = || sem.blocking().available_permits().unwrap();
         assert!(
-            eventually(Duration::from_secs(5), || available() == Some(1)),
+            eventually(Duration::from_secs(5), || available() == 1),
             "{exec:?}: the permit is not back: {:?} available",
             available()
         );
@@ -198,7 +198,7 @@ fn acquires_dropped_while_held_up_on_the_way_are_undone_after_they_land() {
         assert!(!ended, "{exec:?}: the acquires ended");
         slow.set(Fault::Forward);
         let dropped = Instant::now();
-        let permit_back = || sem.blocking().available().unwrap() == Some(1);
+        let permit_back = || sem.blocking().available_permits().unwrap() == 1;
         let lock_free = || !server.connection().exists::<_, bool>(&name).unwrap();
         // Landed by now (the delay was 300 ms a chunk); then undone.
         std::thread::sleep(Duration::from_millis(1_000));

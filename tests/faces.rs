@@ -167,6 +167,79 @@ fn every_method_of_the_blocking_guards_and_semaphore_has_its_async_twin() {
     twins("LockGuard", "AsyncLockGuard", &[], &[]);
 }
 
+/// Every guard answers the same questions where the concept exists: what
+/// it holds (`name`/`key`, `names`/`keys` for several), whether and until
+/// when (`is_held`, `valid_until`, `remaining`), the lease-lost signal, the
+/// one word for a checked release (`unlock`; no `release` anywhere), the
+/// lease of one hold, the fencing token of the kinds that mint one.
+#[test]
+fn every_guard_has_the_accessors_its_concept_has() {
+    let everywhere = ["is_held", "valid_until", "remaining", "lost", "unlock"];
+    let one_hold = ["name", "key", "lease"];
+    let several = ["names", "keys", "guards"];
+    let guards: [(&str, &[&str]); 7] = [
+        ("LockGuard", &one_hold),
+        ("AsyncLockGuard", &one_hold),
+        ("PermitGuard", &one_hold),
+        ("AsyncPermitGuard", &one_hold),
+        ("RedlockGuard", &one_hold),
+        ("MultiLockGuard", &several),
+        ("AsyncMultiLockGuard", &several),
+    ];
+    for (guard, own) in guards {
+        let has = methods(guard);
+        let missing: Vec<&str> = (everywhere.iter().chain(own))
+            .copied()
+            .filter(|m| !has.contains(*m))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{guard} lacks {missing:?}; it has {has:?}"
+        );
+        assert!(
+            !has.contains("release"),
+            "{guard}: the checked release is `unlock`"
+        );
+    }
+    for fenced in ["LockGuard", "AsyncLockGuard"] {
+        assert!(methods(fenced).contains("fence"), "{fenced} lacks fence");
+    }
+}
+
+/// The accessors the last test asks for, answering on real holds.
+#[test]
+fn the_accessors_answer_for_what_is_held() {
+    use std::time::Duration;
+
+    use leasehold::{LockClient, Redlock, RedlockOptions};
+
+    let redis = leasehold::testing::TestServer::start().unwrap();
+    let client = LockClient::builder(&redis.url())
+        .key_prefix("app:")
+        .build()
+        .unwrap();
+    let sem = client.semaphore("s");
+    sem.set_permits(1).unwrap();
+    let permit = sem.acquire().unwrap();
+    assert_eq!(permit.key(), "app:s");
+    let all = client.lock_all(&["b", "a"]).unwrap();
+    assert_eq!(all.keys().collect::<Vec<_>>(), ["app:a", "app:b"]);
+    let until = all.valid_until().expect("held");
+    assert!(all.guards().iter().all(|g| g.valid_until() >= Some(until)));
+    assert!(all.remaining() > Duration::ZERO);
+    all.unlock().unwrap();
+    let red = Redlock::builder(&[redis.url()])
+        .key_prefix("app:")
+        .build()
+        .unwrap();
+    let lease = Duration::from_secs(20);
+    let held = red
+        .lock_with("r", RedlockOptions::new().lease(lease))
+        .unwrap();
+    assert_eq!((held.key(), held.lease()), ("app:r", lease));
+    assert!(held.remaining() <= lease && held.remaining() > lease / 2);
+}
+
 /// The rungs this table added, against a real server: each gives the
 /// hold when it is to be had and `None` when it stays busy (another
 /// client holds it) — and a `try` of several names leaves none held.
@@ -174,7 +247,7 @@ fn every_method_of_the_blocking_guards_and_semaphore_has_its_async_twin() {
 fn the_new_rungs_take_what_is_free_and_give_none_for_what_stays_busy() {
     use std::time::{Duration, Instant};
 
-    use leasehold::{AsyncLockClient, LockClient, LockOptions, Redlock};
+    use leasehold::{AsyncLockClient, LockClient, LockOptions, Redlock, RedlockOptions};
 
     let redis = leasehold::testing::TestServer::start().unwrap();
     let (me, other) = (
@@ -234,12 +307,12 @@ fn the_new_rungs_take_what_is_free_and_give_none_for_what_stays_busy() {
         Redlock::new(&[redis.url()]).unwrap(),
     );
     let red = r1
-        .try_lock_with("red", LockOptions::new())
+        .try_lock_with("red", RedlockOptions::new())
         .unwrap()
         .expect("free");
     assert!(r2.try_lock_until("red", soon()).unwrap().is_none());
     assert!(r2
-        .try_lock_with("red", LockOptions::new().wait(short))
+        .try_lock_with("red", RedlockOptions::new().wait(short))
         .unwrap()
         .is_none());
     drop(red);

@@ -13,7 +13,7 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use leasehold::{LockClient, LockOptions, ShardedPubSub};
+use leasehold::{LockClient, LockOptions, SemaphoreOptions, ShardedPubSub};
 use redis::Commands;
 use support::redisson::{prefix_name, Redisson};
 use support::{eventually, RedisCluster, RedisServer};
@@ -589,7 +589,7 @@ fn mixed_semaphore(
                     while !stop.load(Ordering::Relaxed) {
                         let asked = Instant::now();
                         let permit = sem
-                            .acquire_with(1, LockOptions::new().wait(Duration::from_secs(20)))
+                            .acquire_with(1, SemaphoreOptions::new().wait(Duration::from_secs(20)))
                             .unwrap();
                         longest = longest.max(asked.elapsed());
                         section();

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use leasehold::{LockClient, LockOptions};
+use leasehold::{LockClient, SemaphoreOptions};
 use redis::Commands;
 use support::redisson_semaphore::{RedissonSemaphore, Tried};
 use support::{child_command, children_done, ChildProcess, RedisServer};
@@ -68,7 +68,7 @@ fn three_permits_four_processes_of_four_threads_never_more_than_three_inside() {
     assert_eq!(most, 3, "the permits were used: at most {most} inside");
     assert_eq!(per_worker.len(), 16, "{per_worker:?}");
     assert!(per_worker.values().all(|n| *n == ROUNDS as u64));
-    assert_eq!(client.semaphore("exports").available().unwrap(), Some(3));
+    assert_eq!(client.semaphore("exports").available_permits().unwrap(), 3);
     let info = client.semaphore("exports").inspect().unwrap();
     assert!(
         info.holders.is_empty() && info.waiters.is_empty(),
@@ -85,14 +85,14 @@ fn a_holder_killed_holding_two_permits_gives_them_back_within_one_lease() {
     sem.set_permits(2).unwrap();
     let mut holder = ChildProcess::start(&["hold", &server.url(), "shards", "2", "1500"]);
     assert_eq!(holder.line(), "held");
-    assert_eq!(sem.available().unwrap(), Some(0));
+    assert_eq!(sem.available_permits().unwrap(), 0);
     // Its renewal runs every 500 ms: after 2 s (more than a lease) it
     // still holds both.
     std::thread::sleep(Duration::from_secs(2));
     assert!(sem.try_acquire().unwrap().is_none());
     holder.kill();
     let killed = Instant::now();
-    let both = sem.acquire_with(2, LockOptions::new().wait(Duration::from_secs(5)));
+    let both = sem.acquire_with(2, SemaphoreOptions::new().wait(Duration::from_secs(5)));
     let took = killed.elapsed();
     let both = both.unwrap();
     println!("both permits back {took:?} after the kill");
@@ -101,7 +101,7 @@ fn a_holder_killed_holding_two_permits_gives_them_back_within_one_lease() {
     assert!(took < lease + Duration::from_secs(2), "{took:?}");
     assert_eq!(both.permits(), 2);
     drop(both);
-    assert_eq!(sem.available().unwrap(), Some(2));
+    assert_eq!(sem.available_permits().unwrap(), 2);
 }
 
 /// The line of a semaphore's waiters that all died goes by itself: the
@@ -270,7 +270,7 @@ fn a_bounded_wait_returns_in_time_and_leaves_no_place() {
     );
     let e = other
         .semaphore("b")
-        .acquire_with(1, LockOptions::new().wait(Duration::from_millis(50)))
+        .acquire_with(1, SemaphoreOptions::new().wait(Duration::from_millis(50)))
         .unwrap_err();
     assert!(e.is_wait_timeout(), "{e:?}");
     // Left at once — a thread's wait leaves its place before it returns —
@@ -286,8 +286,6 @@ fn a_bounded_wait_returns_in_time_and_leaves_no_place() {
     for e in [
         sem.acquire_many(0).unwrap_err(),
         sem.acquire_many(1_001).unwrap_err(),
-        sem.acquire_with(1, LockOptions::new().fenced())
-            .unwrap_err(),
         client.semaphore("").acquire().unwrap_err(),
     ] {
         assert!(
@@ -332,7 +330,7 @@ fn waiters_are_served_in_line_and_inspect_shows_them() {
         drop(first);
     });
     assert_eq!(order.into_inner().unwrap()[0], 0);
-    assert_eq!(sem.available().unwrap(), Some(2));
+    assert_eq!(sem.available_permits().unwrap(), 2);
 }
 
 #[test]
@@ -394,7 +392,7 @@ fn a_redisson_client_and_leasehold_share_one_semaphore() {
         panic!("redisson could not take 3 permits");
     };
     let p = sem
-        .acquire_with(1, LockOptions::new().wait(Duration::from_secs(3)))
+        .acquire_with(1, SemaphoreOptions::new().wait(Duration::from_secs(3)))
         .unwrap();
     let took = started.elapsed();
     assert!(
@@ -405,7 +403,7 @@ fn a_redisson_client_and_leasehold_share_one_semaphore() {
     assert_eq!(java.available("mixed"), 3);
 
     // Ours, with an explicit lease (not renewed), reclaimed by Redisson.
-    let short = LockOptions::new().lease(Duration::from_millis(300));
+    let short = SemaphoreOptions::new().lease(Duration::from_millis(300));
     let ours = sem.acquire_with(3, short).unwrap();
     assert!(matches!(
         java.try_acquire("mixed", 1, None),
@@ -522,7 +520,7 @@ fn a_semaphore_on_a_cluster_grants_waiters_across_clients() {
                 s.spawn(move || {
                     let sem = c.semaphore(name);
                     for _ in 0..25 {
-                        let wait = LockOptions::new().wait(Duration::from_secs(10));
+                        let wait = SemaphoreOptions::new().wait(Duration::from_secs(10));
                         let p = sem.acquire_with(1, wait).unwrap();
                         let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
@@ -588,16 +586,18 @@ fn asking_for_more_permits_than_there_are_is_refused_and_blocks_no_one() {
         assert_eq!(permits, 1);
         assert!(took < Duration::from_secs(2), "{took:?}");
     });
-    assert_eq!(sem.available().unwrap(), Some(2));
+    assert_eq!(sem.available_permits().unwrap(), 2);
 }
 
-/// The counter may go below zero; `available` says so (not "never set").
+/// The counter may go below zero: nothing is available, and `inspect`
+/// says how far below (and "never set" apart from it).
 #[test]
 fn a_negative_count_is_reported_and_waits_until_enough_came_back() {
     let server = RedisServer::start();
     let client = LockClient::new(&server.url()).unwrap();
     let sem = client.semaphore("neg");
-    assert_eq!(sem.available().unwrap(), None);
+    assert_eq!(sem.available_permits().unwrap(), 0);
+    assert_eq!(sem.inspect().unwrap().available, None);
     assert!(
         matches!(
             sem.try_acquire().unwrap_err(),
@@ -607,10 +607,14 @@ fn a_negative_count_is_reported_and_waits_until_enough_came_back() {
     );
     sem.set_permits(2).unwrap();
     let both = sem.acquire_many(2).unwrap();
-    assert_eq!(sem.add_permits(-1).unwrap(), -1);
-    assert_eq!(sem.available().unwrap(), Some(-1));
+    sem.reduce_permits(1).unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 0);
+    assert_eq!(sem.inspect().unwrap().available, Some(-1));
     drop(both);
-    assert_eq!(sem.available().unwrap(), Some(1));
+    assert_eq!(sem.available_permits().unwrap(), 1);
+    sem.add_permits(2).unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 3);
+    sem.reduce_permits(2).unwrap();
     assert!(sem.try_acquire().unwrap().is_some());
     let info = sem.inspect().unwrap();
     assert_eq!(info.available, Some(1));
@@ -673,7 +677,7 @@ fn permits_no_replica_acknowledged_are_refused_and_given_back() {
         "{e:?}"
     );
     assert!(support::eventually(Duration::from_secs(1), || {
-        sem.available().unwrap() == Some(2)
+        sem.available_permits().unwrap() == 2
     }));
     assert!(sem.inspect().unwrap().holders.is_empty());
 }

@@ -135,11 +135,6 @@ impl Raw {
         if let Some(lease) = want.lease {
             check_lease("lease", lease)?;
         }
-        if want.fenced || want.kind != Kind::Plain {
-            return Err(Error::invalid(
-                "a semaphore's permits take a lease, a wait and a cancel handle; fencing tokens and lock kinds (fair, read, write) are for locks",
-            ));
-        }
         let mut ids = Vec::with_capacity(16 * permits as usize);
         for _ in 0..permits {
             ids.extend_from_slice(&permit_id(&self.id));

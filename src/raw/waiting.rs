@@ -137,12 +137,27 @@ impl Want {
     /// What `options` ask for, for an owner of its own (`owned`) or the
     /// thread's, waited for as `park` says.
     pub(crate) fn of(options: &crate::options::LockOptions, owned: bool, park: Park) -> Self {
+        let common = options.common();
         Want {
-            kind: options.kind_value(),
-            lease: options.lease_value(),
+            kind: options.kind(),
+            lease: common.lease,
             fenced: options.is_fenced(),
             owned,
-            cancel: options.cancel_value(),
+            cancel: common.cancel.clone(),
+            park,
+        }
+    }
+
+    /// What `options` ask for of permits (each permit has an owner of its
+    /// own), waited for as `park` says.
+    pub(crate) fn of_permits(options: &crate::options::SemaphoreOptions, park: Park) -> Self {
+        let common = options.common();
+        Want {
+            kind: Kind::Plain,
+            lease: common.lease,
+            fenced: false,
+            owned: true,
+            cancel: common.cancel.clone(),
             park,
         }
     }

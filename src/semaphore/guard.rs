@@ -38,6 +38,12 @@ impl PermitGuard {
         &self.held.hold.name
     }
 
+    /// The Redis key of the semaphore's counter: the client's key prefix
+    /// followed by the name.
+    pub fn key(&self) -> &str {
+        &self.held.hold.keys.counter
+    }
+
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
         self.held.hold.permits

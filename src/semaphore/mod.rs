@@ -17,7 +17,7 @@ use crate::acquire::acquire_permits;
 use crate::client::{or_timed_out, LockClient};
 use crate::error::Result;
 use crate::guard::{DropOn, Held};
-use crate::options::{deadline_after, LockOptions};
+use crate::options::{deadline_after, SemaphoreOptions};
 use crate::park::{block_on, blocking_wait_allowed, Park};
 use crate::raw::Want;
 use crate::shared::Shared;
@@ -102,23 +102,43 @@ impl Semaphore {
         Ok(())
     }
 
-    /// Adds `delta` permits (negative: takes them away, also below what is
-    /// out now); returns how many are available after.
+    /// Adds `permits` to the total; permits that came free this way go to
+    /// the waiters first in line at once (tokio's `add_permits`,
+    /// Redisson's `addPermits`).
     ///
     /// # Errors
     /// As [`try_set_permits`](Self::try_set_permits).
-    pub fn add_permits(&self, delta: i64) -> Result<i64> {
-        self.shared.raw().add_permits(&self.name, delta)
+    pub fn add_permits(&self, permits: u32) -> Result<()> {
+        self.shared
+            .raw()
+            .add_permits(&self.name, i64::from(permits))?;
+        Ok(())
     }
 
-    /// Permits available now (expired ones counted back first); `None`
-    /// when the semaphore has no permits set. Below zero after
-    /// [`add_permits`](Self::add_permits) took away more than were free.
+    /// Takes `permits` away from the total, also below what is out now:
+    /// then nobody gets one until enough came back (Redisson's
+    /// `reducePermits`, tokio's `forget_permits`).
     ///
     /// # Errors
     /// As [`try_set_permits`](Self::try_set_permits).
-    pub fn available(&self) -> Result<Option<i64>> {
-        self.shared.raw().available_permits(&self.name)
+    pub fn reduce_permits(&self, permits: u32) -> Result<()> {
+        self.shared
+            .raw()
+            .add_permits(&self.name, -i64::from(permits))?;
+        Ok(())
+    }
+
+    /// The permits one could take now (expired ones counted back first):
+    /// 0 when none are free — also when the semaphore has no permits set,
+    /// or [`reduce_permits`](Self::reduce_permits) took away more than were
+    /// free; [`inspect`](Self::inspect) tells those apart (tokio's
+    /// `available_permits`).
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub fn available_permits(&self) -> Result<u32> {
+        let count = self.shared.raw().available_permits(&self.name)?;
+        Ok(count.map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
     }
 
     /// Takes one permit, waiting as long as it takes.
@@ -129,7 +149,7 @@ impl Semaphore {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
     /// name.
     pub fn acquire(&self) -> Result<PermitGuard> {
-        self.acquire_with(1, LockOptions::new())
+        self.acquire_with(1, SemaphoreOptions::new())
     }
 
     /// Takes `permits` permits at once (all or none), waiting as long as it
@@ -140,7 +160,7 @@ impl Semaphore {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for 0 or
     /// more than 1,000 permits.
     pub fn acquire_many(&self, permits: u32) -> Result<PermitGuard> {
-        self.acquire_with(permits, LockOptions::new())
+        self.acquire_with(permits, SemaphoreOptions::new())
     }
 
     /// Takes one permit if one is free now and nobody waits before us;
@@ -149,7 +169,7 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire), and Redis errors at once.
     pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
-        self.try_acquire_with(1, LockOptions::new())
+        self.try_acquire_with(1, SemaphoreOptions::new())
     }
 
     /// Takes one permit, waiting at most `wait`; `None` when it runs out.
@@ -157,7 +177,7 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
-        self.try_acquire_with(1, LockOptions::new().wait(wait))
+        self.try_acquire_with(1, SemaphoreOptions::new().wait(wait))
     }
 
     /// One permit, waiting until `deadline`: `None` when it passed.
@@ -165,7 +185,7 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
-        self.take(1, LockOptions::new(), Some(deadline))
+        self.take(1, SemaphoreOptions::new(), Some(deadline))
     }
 
     /// One attempt at `permits` permits together: `None` when fewer are
@@ -174,7 +194,7 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire_many`](Self::acquire_many).
     pub fn try_acquire_many(&self, permits: u32) -> Result<Option<PermitGuard>> {
-        self.try_acquire_with(permits, LockOptions::new())
+        self.try_acquire_with(permits, SemaphoreOptions::new())
     }
 
     /// `permits` permits together, waiting up to `wait`: `None` when the
@@ -187,7 +207,7 @@ impl Semaphore {
         permits: u32,
         wait: Duration,
     ) -> Result<Option<PermitGuard>> {
-        self.try_acquire_with(permits, LockOptions::new().wait(wait))
+        self.try_acquire_with(permits, SemaphoreOptions::new().wait(wait))
     }
 
     /// `permits` permits together, waiting until `deadline`: `None` when it
@@ -200,36 +220,35 @@ impl Semaphore {
         permits: u32,
         deadline: Instant,
     ) -> Result<Option<PermitGuard>> {
-        self.take(permits, LockOptions::new(), Some(deadline))
+        self.take(permits, SemaphoreOptions::new(), Some(deadline))
     }
 
     /// Takes `permits` permits as `options` say: an explicit lease (not
     /// renewed: the permits go back when it ends), a bounded wait
     /// ([`Error::WaitTimedOut`](crate::Error::WaitTimedOut) when it runs
-    /// out), a [`Cancel`](crate::Cancel) handle. Fencing tokens and lock
-    /// kinds are refused.
+    /// out), a [`Cancel`](crate::Cancel) handle.
     ///
     /// # Errors
     /// As [`acquire_many`](Self::acquire_many), plus
     /// [`Error::WaitTimedOut`](crate::Error::WaitTimedOut) and
     /// [`Error::Cancelled`](crate::Error::Cancelled).
-    pub fn acquire_with(&self, permits: u32, options: LockOptions) -> Result<PermitGuard> {
-        let wait = options.wait_value();
+    pub fn acquire_with(&self, permits: u32, options: SemaphoreOptions) -> Result<PermitGuard> {
+        let wait = options.wait_time();
         let got = self.take(permits, options, wait.map(deadline_after))?;
         or_timed_out(got, &self.name, wait)
     }
 
     /// Like [`acquire_with`](Self::acquire_with) but `None` when the wait
-    /// runs out; without [`LockOptions::wait`] it makes one attempt.
+    /// runs out; without [`SemaphoreOptions::wait`] it makes one attempt.
     ///
     /// # Errors
     /// As [`acquire_with`](Self::acquire_with), without `WaitTimedOut`.
     pub fn try_acquire_with(
         &self,
         permits: u32,
-        options: LockOptions,
+        options: SemaphoreOptions,
     ) -> Result<Option<PermitGuard>> {
-        let deadline = deadline_after(options.wait_value().unwrap_or_default());
+        let deadline = deadline_after(options.wait_time().unwrap_or_default());
         self.take(permits, options, Some(deadline))
     }
 
@@ -248,7 +267,7 @@ impl Semaphore {
     fn take(
         &self,
         permits: u32,
-        options: LockOptions,
+        options: SemaphoreOptions,
         deadline: Option<Instant>,
     ) -> Result<Option<PermitGuard>> {
         blocking_wait_allowed(
@@ -257,7 +276,7 @@ impl Semaphore {
             false,
             "leasehold::AsyncSemaphore (AsyncLockClient::semaphore) and .await its acquire",
         )?;
-        let want = Want::of(&options, true, Park::Thread);
+        let want = Want::of_permits(&options, Park::Thread);
         block_on(self.take_as(permits, want, deadline, DropOn::Owned))
     }
 

@@ -168,7 +168,7 @@ impl AsyncLockClient {
         name: &'a str,
         options: LockOptions,
     ) -> impl Future<Output = Result<AsyncLockGuard>> + Send + 'a {
-        let waited = options.wait_value();
+        let waited = options.wait_time();
         self.take(
             name,
             &options,
@@ -187,7 +187,7 @@ impl AsyncLockClient {
         name: &'a str,
         options: LockOptions,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send + 'a {
-        let wait = options.wait_value().unwrap_or_default();
+        let wait = options.wait_time().unwrap_or_default();
         self.take(name, &options, move || Some(deadline_after(wait)), Ok)
     }
 

@@ -28,6 +28,25 @@ impl AsyncMultiLockGuard {
         self.guards.iter().map(AsyncLockGuard::name)
     }
 
+    /// The Redis key of each name, in the same order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(AsyncLockGuard::key)
+    }
+
+    /// Until when every lease is known to be ours: the earliest of the
+    /// holds' [`valid_until`](AsyncLockGuard::valid_until); `None` once one is not
+    /// held.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let ends = self.guards.iter().map(AsyncLockGuard::valid_until);
+        ends.min().flatten().filter(|_| self.is_held())
+    }
+
+    /// How long every lease is known to last from now (see
+    /// [`valid_until`](Self::valid_until)); zero once one is not held.
+    pub fn remaining(&self) -> Duration {
+        crate::options::left_until(self.valid_until())
+    }
+
     /// The guard of each name, in the order they were taken.
     pub fn guards(&self) -> &[AsyncLockGuard] {
         &self.guards
@@ -129,7 +148,7 @@ impl AsyncLockClient {
         names: &[S],
         options: LockOptions,
     ) -> Result<Option<AsyncMultiLockGuard>> {
-        let wait = options.wait_value().unwrap_or_default();
+        let wait = options.wait_time().unwrap_or_default();
         self.take_all(names, options, Some(deadline_after(wait)))
             .await
     }
@@ -144,7 +163,7 @@ impl AsyncLockClient {
         names: &[S],
         options: LockOptions,
     ) -> Result<AsyncMultiLockGuard> {
-        let waited = options.wait_value();
+        let waited = options.wait_time();
         self.take_all(names, options, waited.map(deadline_after))
             .await?
             .ok_or_else(|| timed_out(names, waited))

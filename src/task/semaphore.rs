@@ -11,7 +11,7 @@ use super::{offload, AsyncLockClient};
 use crate::client::or_timed_out;
 use crate::error::Result;
 use crate::guard::DropOn;
-use crate::options::{deadline_after, LockOptions};
+use crate::options::{deadline_after, SemaphoreOptions};
 use crate::park::Park;
 use crate::raw::Want;
 use crate::renewal::LeaseWatch;
@@ -60,7 +60,7 @@ impl AsyncSemaphore {
     /// # Errors
     /// As [`Semaphore::acquire`].
     pub fn acquire(&self) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
-        self.acquire_with(1, LockOptions::new())
+        self.acquire_with(1, SemaphoreOptions::new())
     }
 
     /// Takes `permits` permits at once, waiting as long as it takes.
@@ -71,7 +71,7 @@ impl AsyncSemaphore {
         &self,
         permits: u32,
     ) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
-        self.acquire_with(permits, LockOptions::new())
+        self.acquire_with(permits, SemaphoreOptions::new())
     }
 
     /// One attempt: a permit, or `None` when none is free for us now.
@@ -81,7 +81,7 @@ impl AsyncSemaphore {
     pub fn try_acquire(
         &self,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        self.try_acquire_with(1, LockOptions::new())
+        self.try_acquire_with(1, SemaphoreOptions::new())
     }
 
     /// Waits up to `wait` (counted from the first poll) for one permit.
@@ -92,7 +92,7 @@ impl AsyncSemaphore {
         &self,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        self.try_acquire_with(1, LockOptions::new().wait(wait))
+        self.try_acquire_with(1, SemaphoreOptions::new().wait(wait))
     }
 
     /// One permit, waiting until `deadline`: `None` when it passed.
@@ -103,7 +103,7 @@ impl AsyncSemaphore {
         &self,
         deadline: Instant,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        self.take(1, LockOptions::new(), move || Some(deadline))
+        self.take(1, SemaphoreOptions::new(), move || Some(deadline))
     }
 
     /// One attempt at `permits` permits together: `None` when fewer are
@@ -115,7 +115,7 @@ impl AsyncSemaphore {
         &self,
         permits: u32,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        self.try_acquire_with(permits, LockOptions::new())
+        self.try_acquire_with(permits, SemaphoreOptions::new())
     }
 
     /// `permits` permits together, waiting up to `wait` (counted from the
@@ -128,7 +128,7 @@ impl AsyncSemaphore {
         permits: u32,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        self.try_acquire_with(permits, LockOptions::new().wait(wait))
+        self.try_acquire_with(permits, SemaphoreOptions::new().wait(wait))
     }
 
     /// `permits` permits together, waiting until `deadline`: `None` when it
@@ -141,7 +141,7 @@ impl AsyncSemaphore {
         permits: u32,
         deadline: Instant,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        self.take(permits, LockOptions::new(), move || Some(deadline))
+        self.take(permits, SemaphoreOptions::new(), move || Some(deadline))
     }
 
     /// Takes `permits` permits as `options` say; a bounded wait that runs
@@ -152,34 +152,34 @@ impl AsyncSemaphore {
     pub fn acquire_with(
         &self,
         permits: u32,
-        options: LockOptions,
+        options: SemaphoreOptions,
     ) -> impl Future<Output = Result<AsyncPermitGuard>> + Send + '_ {
-        let wait = options.wait_value();
+        let wait = options.wait_time();
         let take = self.take(permits, options, move || wait.map(deadline_after));
         async move { or_timed_out(take.await?, self.name(), wait) }
     }
 
     /// As [`acquire_with`](Self::acquire_with), but `None` when the wait
-    /// runs out; without [`LockOptions::wait`] one attempt.
+    /// runs out; without [`SemaphoreOptions::wait`] one attempt.
     ///
     /// # Errors
     /// As [`Semaphore::try_acquire_with`].
     pub fn try_acquire_with(
         &self,
         permits: u32,
-        options: LockOptions,
+        options: SemaphoreOptions,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        let wait = options.wait_value().unwrap_or_default();
+        let wait = options.wait_time().unwrap_or_default();
         self.take(permits, options, move || Some(deadline_after(wait)))
     }
 
     fn take(
         &self,
         permits: u32,
-        options: LockOptions,
+        options: SemaphoreOptions,
         until: impl FnOnce() -> Option<Instant> + Send + 'static,
     ) -> impl Future<Output = Result<Option<AsyncPermitGuard>>> + Send + '_ {
-        let want = Want::of(&options, true, Park::Task);
+        let want = Want::of_permits(&options, Park::Task);
         async move {
             let got = self.sem.take_as(permits, want, until(), DropOn::Task);
             Ok(got.await?.map(|guard| AsyncPermitGuard { guard }))
@@ -203,13 +203,24 @@ impl AsyncSemaphore {
     }
 
     /// [`Semaphore::add_permits`] for a task, errors included.
-    pub async fn add_permits(&self, delta: i64) -> Result<i64> {
-        offload(self.sem.shared(), &self.sem, move |s| s.add_permits(delta)).await
+    pub async fn add_permits(&self, permits: u32) -> Result<()> {
+        offload(self.sem.shared(), &self.sem, move |s| {
+            s.add_permits(permits)
+        })
+        .await
     }
 
-    /// [`Semaphore::available`] for a task, errors included.
-    pub async fn available(&self) -> Result<Option<i64>> {
-        offload(self.sem.shared(), &self.sem, Semaphore::available).await
+    /// [`Semaphore::reduce_permits`] for a task, errors included.
+    pub async fn reduce_permits(&self, permits: u32) -> Result<()> {
+        offload(self.sem.shared(), &self.sem, move |s| {
+            s.reduce_permits(permits)
+        })
+        .await
+    }
+
+    /// [`Semaphore::available_permits`] for a task, errors included.
+    pub async fn available_permits(&self) -> Result<u32> {
+        offload(self.sem.shared(), &self.sem, Semaphore::available_permits).await
     }
 
     /// [`Semaphore::inspect`] for a task, errors included.
@@ -232,6 +243,11 @@ impl AsyncPermitGuard {
     /// The semaphore's name, as given.
     pub fn name(&self) -> &str {
         self.guard.name()
+    }
+
+    /// The Redis key of the semaphore's counter (as [`PermitGuard::key`]).
+    pub fn key(&self) -> &str {
+        self.guard.key()
     }
 
     /// Until when the permits are known to be ours (the last acquire or

@@ -15,7 +15,7 @@
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use leasehold::{LockClient, LockOptions};
+use leasehold::{LockClient, SemaphoreOptions};
 use redis::Commands;
 
 use crate::support::{ChildProcess, CHILD_ENV};
@@ -56,7 +56,7 @@ fn sem(args: &[String]) {
                     let sem = client.semaphore(name);
                     let mut con = (rounds > 0).then(|| records.get_connection().unwrap());
                     for i in 0..rounds {
-                        let wait = LockOptions::new().wait(Duration::from_secs(20));
+                        let wait = SemaphoreOptions::new().wait(Duration::from_secs(20));
                         let permit = sem.acquire_with(1, wait).unwrap();
                         let con = con.as_mut().unwrap();
                         let events = format!("events:{name}");

@@ -1,13 +1,15 @@
-//! Per-lock options, the lock kinds, and the input checks and deadline
-//! arithmetic that `LockClient` and `Redlock` share (one wording, one limit).
+//! The options of every face (`LockOptions`, `SemaphoreOptions`,
+//! `RedlockOptions`, sharing one part: `Common`), the lock kinds, and the
+//! input checks and deadline arithmetic every face shares (one wording,
+//! one limit).
 
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+mod cancel;
+
 use std::time::{Duration, Instant};
 
+pub use cancel::Cancel;
+
 use crate::error::{Error, Result};
-use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::Mutex;
 
 /// The longest lock name accepted, in bytes. Redis would take longer keys,
 /// but every lock command carries the name (twice on release, as key and
@@ -105,7 +107,70 @@ pub(crate) fn deadline_min(deadline: Option<Instant>, at: Instant) -> Instant {
     deadline.map_or(at, |d| d.min(at))
 }
 
-/// How to take one lock: an explicit lease, a bounded wait.
+/// What every face's options hold: an explicit lease, a bounded wait, a
+/// cancel handle — one part, with one set of setters (`common_options!`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Common {
+    pub(crate) lease: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) cancel: Option<Cancel>,
+}
+
+/// The setters and getters of [`Common`], on an options type with a
+/// `common` field.
+macro_rules! common_options {
+    () => {
+        /// An explicit lease: the hold simply expires this long after it
+        /// was taken unless released first, and is not renewed (Redisson's
+        /// `leaseTime`). Must be greater than zero. Without it, the
+        /// watchdog lease, renewed while the guard lives.
+        pub fn lease(mut self, lease: Duration) -> Self {
+            self.common.lease = Some(lease);
+            self
+        }
+
+        /// The longest to wait. Without it, the `_with` call waits as long
+        /// as it takes and the `try_*_with` call makes one attempt. When it
+        /// runs out, `try_*_with` gives `Ok(None)` and the `_with` call
+        /// [`Error::WaitTimedOut`](crate::Error::WaitTimedOut) (the crate
+        /// docs' one rule for a wait that runs out).
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.common.wait = Some(wait);
+            self
+        }
+
+        /// Lets another thread or task cancel this wait (see
+        /// [`Cancel`](crate::Cancel)): the call returns
+        /// [`Error::Cancelled`](crate::Error::Cancelled) as soon as
+        /// [`Cancel::cancel`](crate::Cancel::cancel) is called, holding
+        /// nothing and leaving no waiting place.
+        pub fn cancel_on(mut self, cancel: &Cancel) -> Self {
+            self.common.cancel = Some(cancel.clone());
+            self
+        }
+
+        /// The explicit lease, if one was set.
+        pub fn lease_time(&self) -> Option<Duration> {
+            self.common.lease
+        }
+
+        /// The bounded wait, if one was set.
+        pub fn wait_time(&self) -> Option<Duration> {
+            self.common.wait
+        }
+
+        /// The cancel handle, if one was given.
+        pub fn cancel_handle(&self) -> Option<&Cancel> {
+            self.common.cancel.as_ref()
+        }
+    };
+}
+
+/// How to take a lock — [`LockClient::lock_with`](crate::LockClient::lock_with)
+/// and its twins on every lock face (`AsyncLockClient`, `lock_all_with`):
+/// an explicit lease, a bounded wait, a cancel handle (the part every
+/// face's options share), and what only locks have — a fencing token and
+/// the kind (fair, read, write).
 ///
 /// ```
 /// use std::time::Duration;
@@ -114,130 +179,51 @@ pub(crate) fn deadline_min(deadline: Option<Instant>, at: Instant) -> Instant {
 /// let opts = LockOptions::new()
 ///     .lease(Duration::from_secs(10))
 ///     .wait(Duration::from_millis(500));
-/// assert_eq!(opts.lease_value(), Some(Duration::from_secs(10)));
-/// assert_eq!(opts.wait_value(), Some(Duration::from_millis(500)));
-/// assert_eq!(LockOptions::new().lease_value(), None);
+/// assert_eq!(opts.lease_time(), Some(Duration::from_secs(10)));
+/// assert_eq!(opts.wait_time(), Some(Duration::from_millis(500)));
+/// assert_eq!(LockOptions::new().lease_time(), None);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use = "options do nothing until passed to lock_with or try_lock_with"]
 pub struct LockOptions {
-    lease: Option<Duration>,
-    wait: Option<Duration>,
+    common: Common,
     fenced: bool,
     kind: Kind,
-    cancel: Option<Cancel>,
 }
 
-/// Cancels the waits it was given to, from another thread — Redisson's
-/// `lockInterruptibly`. Pass it with [`LockOptions::cancel_on`]; calling
-/// [`cancel`](Self::cancel) wakes every wait holding it at once — a parked
-/// thread or task, no polling — and each returns [`Error::Cancelled`],
-/// holding nothing and leaving no waiting place in Redis; a wait given it
-/// later ends before it starts. A cancelled handle stays cancelled; make a
-/// new one for new waits. Clones share the state.
+/// How to take permits — [`Semaphore::acquire_with`](crate::Semaphore::acquire_with)
+/// and its async twin: an explicit lease, a bounded wait, a cancel handle.
+/// What only locks have (fencing, fair, read, write) is not offered:
 ///
-/// ```no_run
-/// # fn main() -> Result<(), leasehold::Error> {
-/// use leasehold::{Cancel, LockOptions};
-/// let client = leasehold::LockClient::new("redis://127.0.0.1/")?;
-/// let stop = Cancel::new();
-/// let waiting = {
-///     let (client, stop) = (client.clone(), stop.clone());
-///     std::thread::spawn(move || {
-///         client.lock_with("batch:shard-7", LockOptions::new().cancel_on(&stop))
-///             .map(drop)
-///     })
-/// };
-/// stop.cancel(); // e.g. on shutdown
-/// assert!(waiting.join().unwrap().unwrap_err().is_cancelled());
-/// # Ok(()) }
+/// ```compile_fail
+/// let _ = leasehold::SemaphoreOptions::new().fenced(); // locks only
 /// ```
-#[derive(Clone, Default)]
-pub struct Cancel {
-    inner: Arc<CancelInner>,
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = leasehold::SemaphoreOptions::new().wait(Duration::from_secs(1));
+/// assert_eq!(opts.wait_time(), Some(Duration::from_secs(1)));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "options do nothing until passed to acquire_with or try_acquire_with"]
+pub struct SemaphoreOptions {
+    common: Common,
 }
 
-#[derive(Default)]
-struct CancelInner {
-    cancelled: AtomicBool,
-    /// What wakes each wait holding it now, by registration (see
-    /// [`Cancel::on_cancel`]).
-    wakers: Mutex<Vec<(u64, Waker)>>,
+/// How to take a Redlock — [`Redlock::lock_with`](crate::Redlock::lock_with):
+/// an explicit lease (the guard's validity is what is left of it after the
+/// attempt), a bounded wait, a cancel handle. No fencing token (a Redlock
+/// has no single counter to mint one; see the Redlock docs) and no lock
+/// kinds — not offered:
+///
+/// ```compile_fail
+/// let _ = leasehold::RedlockOptions::new().fair(); // one server's locks only
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "options do nothing until passed to lock_with or try_lock_with"]
+pub struct RedlockOptions {
+    common: Common,
 }
-
-/// Wakes one wait: notifies the signal it parks on, under that signal's
-/// mutex (so a wait that looked at the handle just before cannot miss it).
-pub(crate) type Waker = Arc<dyn Fn() + Send + Sync>;
-
-impl Cancel {
-    /// A handle not cancelled yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Cancels every wait given this handle (or a clone): each one parked
-    /// now is woken at once.
-    pub fn cancel(&self) {
-        if self.inner.cancelled.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let woken = std::mem::take(&mut *self.inner.wakers.lock());
-        for (_, wake) in woken {
-            wake();
-        }
-    }
-
-    /// Whether [`cancel`](Self::cancel) was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::SeqCst)
-    }
-
-    /// Has `wake` run when the handle is cancelled, while the returned
-    /// registration lives. The wait looks at [`is_cancelled`] under the
-    /// mutex `wake` takes, after registering: a cancel then either is seen
-    /// there or wakes it.
-    ///
-    /// [`is_cancelled`]: Self::is_cancelled
-    pub(crate) fn on_cancel(&self, wake: Waker) -> OnCancel {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        self.inner.wakers.lock().push((id, wake));
-        OnCancel {
-            cancel: self.clone(),
-            id,
-        }
-    }
-}
-
-/// A wait's registration with a [`Cancel`]; taken out when dropped.
-pub(crate) struct OnCancel {
-    cancel: Cancel,
-    id: u64,
-}
-
-impl Drop for OnCancel {
-    fn drop(&mut self) {
-        let mut wakers = self.cancel.inner.wakers.lock();
-        wakers.retain(|(id, _)| *id != self.id);
-    }
-}
-
-impl std::fmt::Debug for Cancel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cancel")
-            .field("cancelled", &self.is_cancelled())
-            .finish()
-    }
-}
-
-/// Handles are equal when they are clones of one another.
-impl PartialEq for Cancel {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-}
-
-impl Eq for Cancel {}
 
 impl LockOptions {
     /// Defaults: the client's watchdog lease, and waiting as long as it takes
@@ -246,21 +232,9 @@ impl LockOptions {
         Self::default()
     }
 
+    common_options!();
+
     setters! {
-        /// An explicit lease: the lock simply expires this long after it was
-        /// taken unless unlocked first (Redisson's `lock(leaseTime)`). Must be
-        /// greater than zero. Defaults to the client's watchdog lease.
-        lease(lease: Duration) => lease = Some(lease);
-
-        /// Lets another thread or task cancel this wait (see [`Cancel`]): the
-        /// call returns [`Error::Cancelled`] as soon as [`Cancel::cancel`] is
-        /// called, holding nothing and leaving no waiting place.
-        cancel_on(cancel: &Cancel) => cancel = Some(cancel.clone());
-
-        /// The longest to wait for the lock. Defaults to unbounded for
-        /// `lock_with` and to a single attempt for `try_lock_with`.
-        wait(wait: Duration) => wait = Some(wait);
-
         /// Ask for a fencing token: the guard's [`fence`](crate::LockGuard::fence)
         /// returns a number minted inside the acquire script (same round trip),
         /// strictly greater than every token handed out before for this lock —
@@ -317,28 +291,45 @@ impl LockOptions {
         self.kind == Kind::Write
     }
 
-    pub(crate) fn kind_value(&self) -> Kind {
-        self.kind
-    }
-
     /// Whether a fencing token was asked for.
     pub fn is_fenced(&self) -> bool {
         self.fenced
     }
 
-    /// The explicit lease, if one was set.
-    pub fn lease_value(&self) -> Option<Duration> {
-        self.lease
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
     }
 
-    /// The bounded wait, if one was set.
-    pub fn wait_value(&self) -> Option<Duration> {
-        self.wait
+    pub(crate) fn common(&self) -> &Common {
+        &self.common
+    }
+}
+
+impl SemaphoreOptions {
+    /// Defaults: the client's watchdog lease, and waiting as long as it takes
+    /// (`acquire_with`) or one attempt (`try_acquire_with`).
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// The cancel handle, if one was given.
-    pub fn cancel_value(&self) -> Option<Cancel> {
-        self.cancel.clone()
+    common_options!();
+
+    pub(crate) fn common(&self) -> &Common {
+        &self.common
+    }
+}
+
+impl RedlockOptions {
+    /// Defaults: the Redlock's watchdog lease, and waiting as long as it
+    /// takes (`lock_with`) or one attempt (`try_lock_with`).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    common_options!();
+
+    pub(crate) fn common(&self) -> &Common {
+        &self.common
     }
 }
 
