@@ -94,7 +94,7 @@ fn main() -> ExitCode {
 
 /// One worker process: `threads` threads, each walking every job.
 fn run_worker(args: &Args, w: &Worker) -> Result<(), BoxError> {
-    let client = LockClient::new(&args.url)?;
+    let client = LockClient::connect(&args.url)?;
     let jobs: Vec<String> = redis::Client::open(args.url.as_str())?
         .get_connection()?
         .lrange(format!("{}:jobs", w.ns), 0, -1)?;

@@ -99,13 +99,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = match AsyncLockClient::new(&a.url) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("service: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let charges: Charges = Arc::default();
     let ns = format!("service-demo-{}", std::process::id());
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -114,6 +107,15 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("service: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The start-up check: a wrong URL or password fails here, not at the
+    // first lock.
+    let client = match rt.block_on(AsyncLockClient::connect(&a.url)) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("service: {e}");
             return ExitCode::FAILURE;

@@ -96,7 +96,7 @@ fn prometheus(client: &str, s: &Stats) -> String {
 
 fn main() -> Result<(), leasehold::Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1/".into());
-    let client = LockClient::new(&url)?;
+    let client = LockClient::connect(&url)?;
     let until = Instant::now() + Duration::from_secs(3);
     let workers: Vec<_> = (0..4)
         .map(|_| {

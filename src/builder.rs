@@ -1,7 +1,9 @@
 //! `LockClientBuilder`: every setting with its default, the URL and TLS
 //! checks, and the assembly of a client (connections, notifier, renewal
-//! thread); plus `LockClient`'s constructors.
+//! thread) — one builder for both faces, its type parameter the client it
+//! builds; plus `LockClient`'s and `AsyncLockClient`'s constructors.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,8 +25,13 @@ use crate::raw::{Parts, Raw};
 use crate::renewal::registration::Registration;
 use crate::renewal::Renewer;
 use crate::shared::Shared;
+use crate::task::AsyncLockClient;
 
-/// Builds a [`LockClient`]; every setting has a written-down default.
+/// Builds a client; every setting has a written-down default. One builder
+/// for both faces: `C` is the client it builds — [`LockClient`]
+/// ([`LockClient::builder`], `build()`, `connect()`) or [`AsyncLockClient`]
+/// ([`AsyncLockClient::builder`], `build()`, `connect().await`) — with the
+/// same settings.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), leasehold::Error> {
@@ -36,9 +43,20 @@ use crate::shared::Shared;
 ///     .build()?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+///
+/// For tasks, the same settings, and the start-up check awaited:
+///
+/// ```no_run
+/// # async fn start() -> Result<(), leasehold::Error> {
+/// let client = leasehold::AsyncLockClient::builder("redis://127.0.0.1/")
+///     .key_prefix("billing:")
+///     .connect()
+///     .await?; // Redis answered
+/// let _g = client.lock("order:pay").await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "a builder does nothing until build() is called"]
-pub struct LockClientBuilder {
+pub struct LockClientBuilder<C = LockClient> {
     url: String,
     pool_size: u32,
     key_prefix: String,
@@ -59,10 +77,34 @@ pub struct LockClientBuilder {
     client_name: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
+    /// The client it builds.
+    face: PhantomData<fn() -> C>,
+}
+
+impl<C> Clone for LockClientBuilder<C> {
+    fn clone(&self) -> Self {
+        LockClientBuilder {
+            url: self.url.clone(),
+            pool_size: self.pool_size,
+            key_prefix: self.key_prefix.clone(),
+            watchdog_lease: self.watchdog_lease,
+            connect_timeout: self.connect_timeout,
+            socket_timeout: self.socket_timeout,
+            replicas: self.replicas,
+            sentinel: self.sentinel.clone(),
+            primary: self.primary.clone(),
+            cluster: self.cluster.clone(),
+            sharded_pubsub: self.sharded_pubsub,
+            client_name: self.client_name.clone(),
+            #[cfg(feature = "tls")]
+            tls_root_cert: self.tls_root_cert.clone(),
+            face: PhantomData,
+        }
+    }
 }
 
 /// Every setting, with passwords in URLs shown as `***`.
-impl std::fmt::Debug for LockClientBuilder {
+impl<C> std::fmt::Debug for LockClientBuilder<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let urls = |urls: &[String]| urls.iter().map(|u| redact(u)).collect::<Vec<_>>();
         let mut d = f.debug_struct("LockClientBuilder");
@@ -87,7 +129,44 @@ impl std::fmt::Debug for LockClientBuilder {
     }
 }
 
-impl LockClientBuilder {
+impl<C> LockClientBuilder<C> {
+    /// Every default, for `url`.
+    fn with_url(url: &str) -> Self {
+        LockClientBuilder {
+            url: url.to_owned(),
+            pool_size: 16,
+            key_prefix: String::new(),
+            watchdog_lease: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            socket_timeout: None,
+            replicas: None,
+            sentinel: None,
+            primary: PrimarySettings::default(),
+            cluster: None,
+            sharded_pubsub: ShardedPubSub::Auto,
+            client_name: None,
+            #[cfg(feature = "tls")]
+            tls_root_cert: None,
+            face: PhantomData,
+        }
+    }
+
+    /// Every default, for a Redis Cluster of `seeds`.
+    fn with_cluster<S: AsRef<str>>(seeds: &[S]) -> Self {
+        let urls: Vec<String> = seeds.iter().map(|s| s.as_ref().to_owned()).collect();
+        let mut builder = Self::with_url(urls.first().map_or("", String::as_str));
+        builder.cluster = Some(urls);
+        builder
+    }
+
+    /// Every default, for the primary `master` of `sentinels`.
+    fn with_sentinels<S: AsRef<str>>(sentinels: &[S], master: &str) -> Self {
+        let urls: Vec<String> = sentinels.iter().map(|s| s.as_ref().to_owned()).collect();
+        let mut builder = Self::with_url(urls.first().map_or("", String::as_str));
+        builder.sentinel = Some((urls, master.to_owned()));
+        builder
+    }
+
     setters! {
         /// Most pooled connections open at once; each lock or unlock holds one
         /// only for its round trip. Defaults to 16.
@@ -183,44 +262,6 @@ impl LockClientBuilder {
         tls_root_certificate(pem: impl Into<Vec<u8>>) => tls_root_cert = Some(pem.into());
     }
 
-    /// Checks the settings and builds the client. Nothing connects yet: the
-    /// first lock opens the first connection (see [`connect`](Self::connect)
-    /// to find a wrong address or password at start-up instead).
-    ///
-    /// # Errors
-    /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse, a
-    /// `rediss://` (TLS) URL without the `tls` feature, or unverified TLS
-    /// (`#insecure`);
-    /// [`Error::InvalidArgument`] for settings that cannot work, each saying
-    /// why: a zero pool size or lease, a timeout under 1 ms, a watchdog lease
-    /// above [`MAX_LEASE`](crate::MAX_LEASE) or not longer than twice the
-    /// socket timeout, a replica acknowledgement timeout not below the
-    /// socket timeout, a Sentinel setup without a master name.
-    pub fn build(mut self) -> Result<LockClient> {
-        self.check()?;
-        self.assemble()
-    }
-
-    /// Builds the client and checks that Redis answers as configured
-    /// ([`LockClient::ping`]): a misconfigured service fails at start-up,
-    /// not at its first lock.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), leasehold::Error> {
-    /// let client = leasehold::LockClient::builder("redis://127.0.0.1/")
-    ///     .key_prefix("billing:")
-    ///     .connect()?; // Redis answered
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// As [`build`](Self::build), then as [`LockClient::ping`].
-    pub fn connect(self) -> Result<LockClient> {
-        let client = self.build()?;
-        client.ping()?;
-        Ok(client)
-    }
-
     /// The subscriber's TLS configuration for a `rediss://` URL; refuses TLS
     /// without the `tls` feature and `#insecure` (unverified) TLS.
     fn tls(&self, info: &redis::ConnectionInfo) -> Result<TlsConfig> {
@@ -306,7 +347,8 @@ impl LockClientBuilder {
     }
 
     /// Builds the client from checked settings. Nothing connects yet.
-    fn assemble(self) -> Result<LockClient> {
+    fn assemble(mut self) -> Result<Arc<Shared>> {
+        self.check()?;
         let socket_timeout = self.socket_timeout.unwrap_or(DEFAULT_SOCKET_TIMEOUT);
         #[cfg(not(feature = "tls"))]
         if self.url.starts_with("rediss://") {
@@ -406,8 +448,70 @@ impl LockClientBuilder {
             renewer,
             replicas: self.replicas,
         });
-        let shared = Shared::new(raw, notifier);
-        Ok(LockClient::of(&Arc::new(shared)))
+        Ok(Arc::new(Shared::new(raw, notifier)))
+    }
+}
+
+impl LockClientBuilder {
+    /// Checks the settings and builds the client. Nothing connects yet: the
+    /// first lock opens the first connection (see [`connect`](Self::connect)
+    /// to find a wrong address or password at start-up instead).
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] for a URL the `redis` crate cannot parse, a
+    /// `rediss://` (TLS) URL without the `tls` feature, or unverified TLS
+    /// (`#insecure`);
+    /// [`Error::InvalidArgument`] for settings that cannot work, each saying
+    /// why: a zero pool size or lease, a timeout under 1 ms, a watchdog lease
+    /// above [`MAX_LEASE`](crate::MAX_LEASE) or not longer than twice the
+    /// socket timeout, a replica acknowledgement timeout not below the
+    /// socket timeout, a Sentinel setup without a master name.
+    pub fn build(self) -> Result<LockClient> {
+        self.assemble().map(|shared| LockClient::of(&shared))
+    }
+
+    /// Builds the client and checks that Redis answers as configured
+    /// ([`LockClient::ping`]): a misconfigured service fails at start-up,
+    /// not at its first lock.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::LockClient::builder("redis://127.0.0.1/")
+    ///     .key_prefix("billing:")
+    ///     .connect()?; // Redis answered
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`build`](Self::build), then as [`LockClient::ping`].
+    pub fn connect(self) -> Result<LockClient> {
+        let client = self.build()?;
+        client.ping()?;
+        Ok(client)
+    }
+}
+
+impl LockClientBuilder<AsyncLockClient> {
+    /// Checks the settings and builds the async client; nothing connects
+    /// yet (as [`LockClientBuilder::build`], whose errors it has).
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::build`].
+    pub fn build(self) -> Result<AsyncLockClient> {
+        self.assemble()
+            .map(|shared| LockClient::of(&shared).to_async())
+    }
+
+    /// Builds the async client and checks that Redis answers as configured
+    /// ([`AsyncLockClient::ping`], awaited: no thread blocks) — a wrong
+    /// address or password fails at start-up, not at the first lock.
+    ///
+    /// # Errors
+    /// As [`build`](Self::build), then as [`AsyncLockClient::ping`].
+    pub async fn connect(self) -> Result<AsyncLockClient> {
+        let client = self.build()?;
+        client.ping().await?;
+        Ok(client)
     }
 }
 
@@ -422,22 +526,7 @@ impl LockClient {
 
     /// A builder to change the defaults.
     pub fn builder(url: &str) -> LockClientBuilder {
-        LockClientBuilder {
-            url: url.to_owned(),
-            pool_size: 16,
-            key_prefix: String::new(),
-            watchdog_lease: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
-            socket_timeout: None,
-            replicas: None,
-            sentinel: None,
-            primary: PrimarySettings::default(),
-            cluster: None,
-            sharded_pubsub: ShardedPubSub::Auto,
-            client_name: None,
-            #[cfg(feature = "tls")]
-            tls_root_cert: None,
-        }
+        LockClientBuilder::with_url(url)
     }
 
     /// A builder for a Redis Cluster: `seeds` are URLs of some of its nodes
@@ -468,10 +557,7 @@ impl LockClient {
     /// `tls-cluster yes`, and `LockClientBuilder::tls_root_certificate`
     /// applies to every node).
     pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> LockClientBuilder {
-        let urls: Vec<String> = seeds.iter().map(|s| s.as_ref().to_owned()).collect();
-        let mut builder = Self::builder(urls.first().map_or("", String::as_str));
-        builder.cluster = Some(urls);
-        builder
+        LockClientBuilder::with_cluster(seeds)
     }
 
     /// A builder for a primary managed by Redis Sentinel: `sentinels` are
@@ -504,10 +590,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn sentinel_builder<S: AsRef<str>>(sentinels: &[S], master: &str) -> LockClientBuilder {
-        let urls: Vec<String> = sentinels.iter().map(|s| s.as_ref().to_owned()).collect();
-        let mut builder = Self::builder(urls.first().map_or("", String::as_str));
-        builder.sentinel = Some((urls, master.to_owned()));
-        builder
+        LockClientBuilder::with_sentinels(sentinels, master)
     }
 
     /// A client with every default that has checked Redis answers (see
@@ -517,6 +600,43 @@ impl LockClient {
     /// As [`new`](Self::new), then as [`ping`](Self::ping).
     pub fn connect(url: &str) -> Result<LockClient> {
         Self::builder(url).connect()
+    }
+}
+
+impl AsyncLockClient {
+    /// A builder to change the defaults: the same settings as
+    /// [`LockClient::builder`]'s, building an [`AsyncLockClient`].
+    pub fn builder(url: &str) -> LockClientBuilder<AsyncLockClient> {
+        LockClientBuilder::with_url(url)
+    }
+
+    /// A builder for a Redis Cluster, as [`LockClient::cluster_builder`].
+    pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> LockClientBuilder<AsyncLockClient> {
+        LockClientBuilder::with_cluster(seeds)
+    }
+
+    /// A builder for a primary managed by Redis Sentinel, as
+    /// [`LockClient::sentinel_builder`].
+    pub fn sentinel_builder<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+    ) -> LockClientBuilder<AsyncLockClient> {
+        LockClientBuilder::with_sentinels(sentinels, master)
+    }
+
+    /// A client with every default that has checked Redis answers, awaited
+    /// (the async builder's `connect`, see [`LockClientBuilder`]).
+    ///
+    /// ```no_run
+    /// # async fn start() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::AsyncLockClient::connect("redis://127.0.0.1/").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`LockClient::new`], then as [`ping`](Self::ping).
+    pub async fn connect(url: &str) -> Result<AsyncLockClient> {
+        Self::builder(url).connect().await
     }
 }
 

@@ -86,12 +86,73 @@ impl FencedStore {
     /// # Errors
     /// [`Error`] when Redis fails or the key holds another type.
     pub fn read(&self, con: &mut dyn ConnectionLike) -> Result<Option<(u64, String)>> {
-        let (fence, value): (Option<u64>, Option<String>) = redis::cmd("HMGET")
-            .arg(&self.key)
-            .arg("fence")
-            .arg("value")
+        let (fence, value): (Option<u64>, Option<String>) = self
+            .read_cmd()
             .query(con)
             .map_err(|e| Error::from_redis(e, &self.key))?;
         Ok(fence.zip(value))
+    }
+
+    /// [`write`](Self::write) for a task, on an async connection of the
+    /// `redis` crate (feature `tokio`, which gives the re-exported
+    /// [`redis`](crate::redis) its tokio connections) — as the `redis`
+    /// crate pairs `invoke` with `invoke_async`:
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// use leasehold::{AsyncLockClient, FencedStore, LockOptions};
+    ///
+    /// let client = AsyncLockClient::connect("redis://127.0.0.1/").await?;
+    /// let mut con = leasehold::redis::Client::open("redis://127.0.0.1/")?
+    ///     .get_multiplexed_async_connection()
+    ///     .await?;
+    /// let store = FencedStore::new("config:current");
+    /// let guard = client.lock_with("config", LockOptions::new().fenced()).await?;
+    /// let token = guard.fence().expect("a fenced lock has a token");
+    /// if !store.write_async(&mut con, token, "v42").await? {
+    ///     // Someone with a newer token wrote first: our lock was lost.
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    #[cfg(feature = "tokio")]
+    pub async fn write_async(
+        &self,
+        con: &mut impl redis::aio::ConnectionLike,
+        token: u64,
+        value: &str,
+    ) -> Result<bool> {
+        let written: i64 = (self.script.key(&self.key).arg(token).arg(value))
+            .invoke_async(con)
+            .await
+            .map_err(|e| Error::from_redis(e, &self.key))?;
+        Ok(written == 1)
+    }
+
+    /// [`read`](Self::read) for a task, on an async connection (feature
+    /// `tokio`; see [`write_async`](Self::write_async)).
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    #[cfg(feature = "tokio")]
+    pub async fn read_async(
+        &self,
+        con: &mut impl redis::aio::ConnectionLike,
+    ) -> Result<Option<(u64, String)>> {
+        let (fence, value): (Option<u64>, Option<String>) = self
+            .read_cmd()
+            .query_async(con)
+            .await
+            .map_err(|e| Error::from_redis(e, &self.key))?;
+        Ok(fence.zip(value))
+    }
+
+    /// `HMGET <key> fence value`: what both reads send.
+    fn read_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&self.key).arg("fence").arg("value");
+        cmd
     }
 }

@@ -74,7 +74,7 @@
 //! ```no_run
 //! # fn pay() -> Result<(), leasehold::Error> { Ok(()) }
 //! # fn main() -> Result<(), leasehold::Error> {
-//! let client = leasehold::LockClient::new("redis://127.0.0.1/")?; // one per process
+//! let client = leasehold::LockClient::connect("redis://127.0.0.1/")?; // one per process; Redis answered
 //! let guard = client.lock("order:pay")?; // blocks until held
 //! pay()?;                                // exactly one process is here
 //! guard.unlock()?;                       // or drop it: an owner-checked unlock
@@ -88,7 +88,7 @@
 //! # async fn pay() {}
 //! #[tokio::main]
 //! async fn main() -> leasehold::Result<()> {
-//!     let client = leasehold::AsyncLockClient::new("redis://127.0.0.1/")?;
+//!     let client = leasehold::AsyncLockClient::connect("redis://127.0.0.1/").await?;
 //!     let guard = client.lock("order:pay").await?; // parks the task
 //!     pay().await;                                 // held across .await
 //!     guard.unlock().await                         // or drop: released in the background

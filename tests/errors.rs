@@ -281,3 +281,52 @@ fn an_unlock_after_a_lease_lost_to_an_outage_says_why() {
     assert!(text.contains("could not be reached"), "{text}");
     assert!(!text.contains("expired or the key was removed"), "{text}");
 }
+
+/// The async builder has the blocking one's settings and checks:
+/// `connect().await` fails at start-up on a wrong password or a silent
+/// port, as `LockClientBuilder::connect` does, and the settings it was
+/// given are the ones the client uses.
+#[test]
+fn the_async_builder_checks_at_start_up_as_the_blocking_one() {
+    use leasehold::AsyncLockClient;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start_with_password("right");
+    let port = server.port();
+    let silent = silent_server();
+    rt.block_on(async {
+        let e = AsyncLockClient::connect(&format!("redis://:wrong@127.0.0.1:{port}/"))
+            .await
+            .unwrap_err();
+        assert!(e.is_auth(), "{e:?}");
+        let e = AsyncLockClient::builder(&format!("redis://127.0.0.1:{silent}/"))
+            .socket_timeout(Duration::from_millis(300))
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(e.is_timeout(), "{e:?}");
+        let e = AsyncLockClient::builder(&server.url())
+            .pool_size(0)
+            .build()
+            .unwrap_err();
+        assert!(e.is_invalid_argument(), "{e:?}");
+        let client = AsyncLockClient::builder(&server.url())
+            .key_prefix("billing:")
+            .client_name("async-built")
+            .connect()
+            .await
+            .unwrap();
+        let guard = client.lock("pay").await.unwrap();
+        assert_eq!(guard.key(), "billing:pay");
+        let info = client.inspect("pay").await.unwrap();
+        let shown = format!("{info:?}");
+        assert!(shown.contains("async-built"), "{shown}");
+        guard.unlock().await.unwrap();
+    });
+    let mut con = server.connection();
+    let keys: Vec<String> = con.keys("*pay*").unwrap();
+    assert!(keys.is_empty(), "released: {keys:?}");
+}

@@ -18,11 +18,8 @@ fn methods(ty: &str) -> BTreeSet<String> {
         let mut i = 0;
         while i < lines.len() {
             let line = lines[i];
-            let opens = line.starts_with("impl")
-                && !line.contains(" for ")
-                && line
-                    .split(|c: char| !c.is_alphanumeric() && c != '_')
-                    .any(|word| word == ty);
+            let opens =
+                line.starts_with("impl") && !line.contains(" for ") && self_type(line) == Some(ty);
             if !opens {
                 i += 1;
                 continue;
@@ -51,6 +48,27 @@ fn methods(ty: &str) -> BTreeSet<String> {
         }
     }
     found
+}
+
+/// The type an `impl` line is of: `impl<O> LockGuard<O> {` → `LockGuard`
+/// (not a type named in its parameters, as `AsyncLockClient` in
+/// `impl LockClientBuilder<AsyncLockClient>`).
+fn self_type(line: &str) -> Option<&str> {
+    let mut rest = line.strip_prefix("impl")?;
+    if rest.starts_with('<') {
+        let mut depth = 0;
+        let end = rest.char_indices().find_map(|(i, c)| {
+            depth += match c {
+                '<' => 1,
+                '>' => -1,
+                _ => 0,
+            };
+            (depth == 0).then_some(i)
+        })?;
+        rest = &rest[end + 1..];
+    }
+    rest.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .find(|w| !w.is_empty())
 }
 
 /// The kind rungs `src/ladder.rs` gives both client faces.
@@ -134,12 +152,8 @@ fn every_method_of_the_blocking_client_has_its_async_twin() {
         "LockClient",
         "AsyncLockClient",
         &[
-            // Construction is the blocking builder's (and `to_async`); an
-            // async builder and `connect().await` are still to come.
-            "builder",
-            "cluster_builder",
-            "sentinel_builder",
-            "connect",
+            // The blocking client's async face (the async one has
+            // `blocking`, below).
             "to_async",
             // A thread's reentrant hold that may move: an async guard
             // already is one (every async acquisition has its own owner).

@@ -65,6 +65,7 @@ const PEERS: &[(&str, &str)] = &[
     ("ladder", "guard"),
     ("ladder", "task"),
     ("builder", "client"),
+    ("builder", "task"),
     ("redlock", "client"),
     ("task", "acquire"),
     ("task", "multi"),

@@ -782,3 +782,44 @@ fn programs_that_end_holding_an_async_guard_and_a_permit_leave_nothing_behind() 
         );
     }
 }
+
+/// Async fencing (feature `tokio`): a task writes through `FencedStore` on
+/// the re-exported `redis`'s async connection with its guard's token; a
+/// holder paused past its lease — its token older than the one who took
+/// over — is refused, and the reads agree with the blocking face's.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_task_writes_through_the_fenced_store_and_a_stale_token_is_refused() {
+    use leasehold::FencedStore;
+
+    let server = RedisServer::start();
+    let rt = current_thread();
+    rt.block_on(async {
+        let client = AsyncLockClient::connect(&server.url()).await.unwrap();
+        let mut con = leasehold::redis::Client::open(server.url().as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let store = FencedStore::new("fenced:config");
+        let short = LockOptions::new()
+            .fenced()
+            .lease(Duration::from_millis(200));
+        let paused = client.lock_with("config", short).await.unwrap();
+        let stale = paused.fence().expect("a token");
+        tokio::time::sleep(Duration::from_millis(400)).await; // its lease runs out
+        let next = client
+            .lock_with("config", LockOptions::new().fenced())
+            .await
+            .unwrap();
+        let token = next.fence().expect("a token");
+        assert!(token > stale, "{token} > {stale}");
+        assert!(store.write_async(&mut con, token, "v2").await.unwrap());
+        assert!(!store.write_async(&mut con, stale, "v1").await.unwrap());
+        let read = store.read_async(&mut con).await.unwrap();
+        assert_eq!(read, Some((token, "v2".to_owned())));
+        assert_eq!(store.read(&mut server.connection()).unwrap(), read);
+        drop(paused);
+        next.unlock().await.unwrap();
+    });
+}

@@ -8,9 +8,10 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::Mutex;
 
 /// Cancels the waits it was given to, from another thread — Redisson's
-/// `lockInterruptibly`. Pass it with [`LockOptions::cancel_on`]; calling
+/// `lockInterruptibly`. Pass it with the `cancel_on` of any face's options
+/// ([`LockOptions::cancel_on`](crate::LockOptions::cancel_on)); calling
 /// [`cancel`](Self::cancel) wakes every wait holding it at once — a parked
-/// thread or task, no polling — and each returns [`Error::Cancelled`],
+/// thread or task, no polling — and each returns [`Error::Cancelled`](crate::Error::Cancelled),
 /// holding nothing and leaving no waiting place in Redis; a wait given it
 /// later ends before it starts. A cancelled handle stays cancelled; make a
 /// new one for new waits. Clones share the state.

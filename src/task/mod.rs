@@ -68,8 +68,9 @@ impl LockClient {
 
 impl AsyncLockClient {
     /// A client for the Redis at `url` with the default settings (see
-    /// [`LockClient::new`]; [`LockClientBuilder`](crate::LockClientBuilder)
-    /// and [`LockClient::to_async`] for the others). Connects lazily.
+    /// [`LockClient::new`]; [`builder`](Self::builder) for the others, and
+    /// [`connect`](Self::connect) to check at start-up that Redis answers).
+    /// Connects lazily.
     ///
     /// # Errors
     /// As [`LockClient::new`].
