@@ -209,6 +209,7 @@ mod error;
 mod fenced;
 mod guard;
 mod inspect;
+mod job;
 mod ladder;
 mod ledger;
 mod multi;
@@ -249,6 +250,9 @@ pub use error::{Error, RedisCause, Result};
 pub use fenced::FencedStore;
 pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};
 pub use inspect::{ClientInfo, HoldMode, Holder, LockInfo, LockKind, WaitQueue, Waiter};
+pub use job::{
+    assert_locked, running_job, AsyncJob, AsyncJobGuard, Job, JobGuard, JobHistory, JobRun, Skipped,
+};
 pub use multi::MultiLockGuard;
 pub use options::{
     Cancel, LockOptions, RedlockOptions, SemaphoreOptions, ShardedPubSub, MAX_LEASE, MAX_NAME_BYTES,

@@ -179,6 +179,8 @@ fn every_method_of_the_blocking_guards_and_semaphore_has_its_async_twin() {
     twins("PermitGuard", "AsyncPermitGuard", &[], &[]);
     twins("MultiLockGuard", "AsyncMultiLockGuard", &[], &[]);
     twins("LockGuard", "AsyncLockGuard", &[], &[]);
+    twins("Job", "AsyncJob", &[], &["blocking"]);
+    twins("JobGuard", "AsyncJobGuard", &[], &[]);
 }
 
 /// Every guard answers the same questions where the concept exists: what
@@ -191,7 +193,9 @@ fn every_guard_has_the_accessors_its_concept_has() {
     let everywhere = ["is_held", "valid_until", "remaining", "lost", "unlock"];
     let one_hold = ["name", "key", "lease"];
     let several = ["names", "keys", "guards"];
-    let guards: [(&str, &[&str]); 7] = [
+    let guards: [(&str, &[&str]); 9] = [
+        ("JobGuard", &one_hold),
+        ("AsyncJobGuard", &one_hold),
         ("LockGuard", &one_hold),
         ("AsyncLockGuard", &one_hold),
         ("PermitGuard", &one_hold),

@@ -40,6 +40,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("task", 7),
     ("multi", 7),
     ("semaphore", 7),
+    ("job", 7),
     // The operators' binary: above the library, through its public API.
     ("bin", 8),
 ];
@@ -66,6 +67,9 @@ const PEERS: &[(&str, &str)] = &[
     ("ladder", "task"),
     ("builder", "client"),
     ("builder", "task"),
+    ("job", "client"),
+    ("job", "guard"),
+    ("job", "task"),
     ("redlock", "client"),
     ("task", "acquire"),
     ("task", "multi"),

@@ -18,6 +18,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod fair;
+pub(crate) mod job;
 pub(crate) mod plain;
 pub(crate) mod renew;
 pub(crate) mod rwlock;
@@ -350,6 +351,8 @@ pub fn simulated() -> Vec<(&'static str, &'static str)> {
         ("semaphore leave", &s.leave.source),
         ("semaphore set permits", &s.set_permits.source),
         ("renew", renew::RENEW),
+        job::simulated()[0],
+        job::simulated()[1],
     ]
 }
 

@@ -29,9 +29,20 @@ use super::millis;
 /// `ARGV[1]` from now (the server's clock) while every one is still there
 /// and has not expired — an expired permit is never revived (any script may
 /// have counted it back already); otherwise 0.
+///
+/// A scheduled job's lock (`ARGV[3] == "j"`, ShedLock's layout): `KEYS[1]`
+/// is a string whose value is the run's (`ARGV[2]`); while it is, its
+/// expiry is lengthened to at least `ARGV[1]` (ShedLock's keep-alive
+/// extension, owner-checked); otherwise 0.
 pub(crate) const RENEW: &str = concat!(
     super::keep_fn!(),
     r#"
+if ARGV[3] == 'j' then
+    if redis.call('type', KEYS[1]).ok ~= 'string' or redis.call('get', KEYS[1]) ~= ARGV[2] then
+        return 0
+    end
+    return ttl_at_least(KEYS[1], ARGV[1])
+end
 if ARGV[3] == 'p' then
     local clock = redis.call('time')
     local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -103,6 +114,12 @@ pub(crate) fn renew_call(
 /// table `timeouts` to `lease` from now.
 pub(crate) fn renew_permits_call(timeouts: &str, ids: &[u8], lease: Duration) -> Cmd {
     evalsha(1, (timeouts, millis(lease), ids, "p"))
+}
+
+/// The renewal of a scheduled job's lock `key` held with `value` to
+/// `lease` from now.
+pub(crate) fn renew_job_call(key: &str, value: &str, lease: Duration) -> Cmd {
+    evalsha(1, (key, millis(lease), value, "j"))
 }
 
 /// `EVALSHA` of [`RENEW`] on `numkeys` keys.

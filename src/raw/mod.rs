@@ -15,6 +15,7 @@
 //! semaphore's permits: one acquisition, the hold, the release, its calls).
 
 mod hold;
+mod job;
 mod orphans;
 mod permits;
 mod waiting;
@@ -36,6 +37,7 @@ use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Counters;
 
 pub(crate) use hold::Hold;
+pub(crate) use job::{JobAttempt, JobHold, JobSpec};
 pub(crate) use orphans::{Orphan, Undoing};
 pub(crate) use permits::{permit_client, PermitHold};
 pub(crate) use waiting::{Answer, Channels, Got, Granted, LockKind, Taken, Waiting, Wake, Want};

@@ -183,6 +183,19 @@ impl Renewer {
         })
     }
 
+    /// Registers a scheduled job's lock `key`, held with `value`, for
+    /// renewal to `lease` (its `lock_at_most_for`) every third of it, as
+    /// [`register`](Self::register) does a lock's lease.
+    pub(crate) fn register_job(
+        &self,
+        key: &str,
+        value: &str,
+        lease: Duration,
+        sent_at: Instant,
+    ) -> Arc<LeaseState> {
+        self.enqueue(key, value, lease, sent_at, lease, |e| e.job = true)
+    }
+
     /// A read hold with an explicit lease (`set`, from `sent_at`): not
     /// renewed, but until it ends the thread keeps the shared hash alive as
     /// long as it (see [`READ_KEEPALIVE`](crate::protocol::READ_KEEPALIVE)).
@@ -239,6 +252,7 @@ impl Renewer {
             timeouts: None,
             until: None,
             permits: None,
+            job: false,
         };
         more(&mut entry);
         entry.due = sent_at + entry.period();

@@ -63,7 +63,7 @@ impl Registration {
 
 /// The host's name: the kernel's (Linux), `HOSTNAME` / `COMPUTERNAME`, or
 /// `unknown`.
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())

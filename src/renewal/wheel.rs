@@ -66,24 +66,25 @@ impl Wheel {
         Some(self.origin + Duration::from_nanos(nanos.saturating_mul(tick)))
     }
 
-    /// Takes every id in the slots up to `now` (their entries decide whether
-    /// they are really due or wait for a later turn).
-    pub(super) fn take_due(&mut self, now: Instant) -> Vec<u64> {
-        let until = self.tick_of(now);
+    /// Takes every id in the slots up to `horizon` (their entries decide
+    /// whether they are really due or wait for a later turn) — `now` or a
+    /// little later, to renew early what is due soon. Only the slots up to
+    /// `now` count as visited: an id inserted next, due before `horizon`,
+    /// still fires at its own slot (a short lease renewed again then), not
+    /// at the end of the horizon.
+    pub(super) fn take_due(&mut self, now: Instant, horizon: Instant) -> Vec<u64> {
+        let until = self.tick_of(horizon.max(now));
         let mut out = Vec::new();
         // At most one full turn per call: every slot is visited once.
         let last = until.min(self.cursor + SLOTS as u64 - 1);
-        while self.cursor <= last {
-            let slot = (self.cursor as usize) % SLOTS;
+        for tick in self.cursor..=last {
+            let slot = (tick as usize) % SLOTS;
             if self.occupied[slot / 64] & (1 << (slot % 64)) != 0 {
                 out.append(&mut self.slots[slot]);
                 self.occupied[slot / 64] &= !(1 << (slot % 64));
             }
-            self.cursor += 1;
         }
-        if until > last {
-            self.cursor = until + 1;
-        }
+        self.cursor = self.cursor.max(self.tick_of(now) + 1);
         out
     }
 }
@@ -101,10 +102,28 @@ mod tests {
         w.insert(2, t0 + Duration::from_millis(35));
         let next = w.next_due().unwrap();
         assert!(next >= t0 + Duration::from_millis(35) && next <= t0 + Duration::from_millis(50));
-        assert!(w.take_due(t0 + Duration::from_millis(20)).is_empty());
-        assert_eq!(w.take_due(t0 + Duration::from_millis(60)), vec![2]);
-        assert_eq!(w.take_due(t0 + Duration::from_millis(200)), vec![1]);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert!(w.take_due(at(20), at(20)).is_empty());
+        assert_eq!(w.take_due(at(60), at(60)), vec![2]);
+        assert_eq!(w.take_due(at(200), at(200)), vec![1]);
         assert_eq!(w.next_due(), None);
+    }
+
+    /// A tick that renews early what is due within the next second leaves
+    /// the slots after `now` unvisited: a short lease renewed at that tick
+    /// and due again 300 ms later fires then, not a second later (it was:
+    /// a job's lease of 900 ms ran out before its second renewal).
+    #[test]
+    fn an_early_take_does_not_delay_what_is_inserted_after_it() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut w = Wheel::new(t0);
+        w.insert(1, at(300));
+        assert_eq!(w.take_due(at(300), at(1_300)), vec![1]);
+        w.insert(1, at(600));
+        let next = w.next_due().unwrap();
+        assert!(next <= at(620), "{:?}", next - t0);
+        assert_eq!(w.take_due(next, next + Duration::from_secs(1)), vec![1]);
     }
 
     #[test]
@@ -117,10 +136,11 @@ mod tests {
         w.insert(7, t0 + turn + Duration::from_millis(500));
         let first = w.next_due().unwrap();
         assert!(first < t0 + turn);
-        let got = w.take_due(first);
+        let got = w.take_due(first, first);
         assert_eq!(got, vec![7]);
         // Past the wrap, a short due time is found after the cursor.
-        w.take_due(t0 + turn - Duration::from_millis(20));
+        let before = t0 + turn - Duration::from_millis(20);
+        w.take_due(before, before);
         w.insert(8, t0 + turn + Duration::from_millis(40));
         let next = w.next_due().unwrap();
         assert!(
@@ -128,6 +148,6 @@ mod tests {
             "{:?}",
             next - t0
         );
-        assert_eq!(w.take_due(next), vec![8]);
+        assert_eq!(w.take_due(next, next), vec![8]);
     }
 }

@@ -35,6 +35,8 @@ pub(super) struct Entry {
     /// Semaphore permits: their ids (16 bytes each); `key` is then the
     /// semaphore's lease table.
     pub(super) permits: Option<Box<[u8]>>,
+    /// A scheduled job's lock (a string holding `owner`, ShedLock's).
+    pub(super) job: bool,
 }
 
 impl Entry {
@@ -171,7 +173,7 @@ impl<B: RoundTrips> Worker<B> {
         let now = Instant::now();
         let horizon = now + self.coalesce;
         let mut due = Vec::new();
-        for id in self.wheel.take_due(horizon) {
+        for id in self.wheel.take_due(now, horizon) {
             match self.entries.get(&id) {
                 Some(e) if e.state.is_cancelled() || e.until.is_some_and(|u| u <= now) => {
                     self.entries.remove(&id); // unlocked since, or its lease ended
@@ -201,6 +203,7 @@ impl<B: RoundTrips> Worker<B> {
             let keep = e.until.map(|until| until.saturating_duration_since(now));
             let call = match &e.permits {
                 Some(ids) => renew::renew_permits_call(&e.key, ids, e.lease),
+                None if e.job => renew::renew_job_call(&e.key, &e.owner, e.lease),
                 None => renew::renew_call(&e.key, &e.owner, e.lease, e.timeouts.as_deref(), keep),
             };
             live.push(*id);
