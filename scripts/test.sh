@@ -40,7 +40,7 @@ cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features tls,cli,tokio,leasehold-tests/peers -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
-stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, and beside them the server matrix and the in-process machinery under loom"
+stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, a job's windows across five skewed replicas (a minute), and beside them the server matrix and the in-process machinery under loom"
 # They mostly wait (for failovers, for leases, for stopped processes), so
 # they share the time: the soak, the stall and Sentinel tests (kept out of
 # the plain `cargo test` for this), the matrix's two servers, and (niced,
@@ -59,9 +59,11 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
     --config 'profile.test.package.loom.opt-level=3' \
     --config 'profile.test.package.generator.opt-level=3' loom >"$logs/loom.log" 2>&1 &
 loom=$!
-cargo test --test failover_soak --test stalls --test sentinel --no-run --quiet
+cargo test --test failover_soak --test stalls --test sentinel --test job_windows --no-run --quiet
 cargo test --test failover_soak -- --nocapture >"$logs/soak.log" 2>&1 &
 soak=$!
+cargo test --test job_windows -- --nocapture >"$logs/jobs.log" 2>&1 &
+jobs=$!
 cargo test --test stalls --test sentinel >"$logs/slow.log" 2>&1 &
 slow=$!
 ensure_matrix_servers
@@ -87,6 +89,13 @@ if wait "$soak"; then
 else
     cat "$logs/soak.log" >&2
     echo "the failover soak failed" >&2
+    failed=1
+fi
+if wait "$jobs"; then
+    grep -E 'windows of' "$logs/jobs.log"
+else
+    cat "$logs/jobs.log" >&2
+    echo "the scheduled jobs' windows across skewed replicas failed" >&2
     failed=1
 fi
 if wait "$loom"; then
