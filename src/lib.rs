@@ -51,13 +51,15 @@
 //              task/     AsyncLockClient, AsyncLockGuard: the same acquire
 //                        path for tasks (waits park the task, round trips on
 //                        the I/O threads, drop releases in the background)
-//              builder   LockClientBuilder and the constructors
+//              builder   LockClientBuilder<C> (both faces) and the constructors
 //              redlock   Redlock over independent masters (a raw hold per node)
 //              fenced    FencedStore
 //              multi     lock_all: several names in one canonical order,
 //                        MultiLockGuard
 //              semaphore/ Semaphore, PermitGuard: leased permits over the raw
 //                        layer's permits and the one wait loop
+//              job/      Job, JobGuard, AsyncJob: scheduled jobs in ShedLock's
+//                        layout (one attempt, renewed while the job runs)
 //              inspect   LockClient::inspect and list: holders, waiters, clients
 //              testing   TestServer: a throwaway redis-server for a test (feature
 //                        `testing`; the project's own tests stand on it)
@@ -161,6 +163,8 @@
 //!   processes.
 //! - [`Redlock`] / [`RedlockGuard`] — one lock over a majority of independent
 //!   masters.
+//! - [`Job`] ([`LockClient::job`]) → [`JobRun`] / [`JobGuard`] — a scheduled
+//!   job run at most once per window across replicas, in ShedLock's layout.
 //! - [`AsyncLockClient`] — the same client for tasks, with [`AsyncLockGuard`],
 //!   [`AsyncMultiLockGuard`], [`AsyncSemaphore`] / [`AsyncPermitGuard`].
 //! - [`Error`] / [`Result`] — every failure typed, saying what to do;
