@@ -80,7 +80,9 @@ fn main() -> ExitCode {
 }
 
 fn unix_ms() -> i64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
 }
 
@@ -126,7 +128,12 @@ fn coordinator(args: &Args) -> Result<ExitCode, BoxError> {
         children.push(
             Command::new(&exe)
                 .args(["--url", &args.url, "--worker-ns", &ns])
-                .args(["--offset-ms", &offset.to_string(), "--first", &first.to_string()])
+                .args([
+                    "--offset-ms",
+                    &offset.to_string(),
+                    "--first",
+                    &first.to_string(),
+                ])
                 .args(["--windows", &args.windows.to_string()])
                 .args(["--period-ms", &args.period_ms.to_string()])
                 .args(["--skew-ms", &args.skew_ms.to_string()])
@@ -147,7 +154,9 @@ fn coordinator(args: &Args) -> Result<ExitCode, BoxError> {
             None => {}
         }
     }
-    let skips: i64 = con.get::<_, Option<i64>>(format!("{ns}:skips"))?.unwrap_or(0);
+    let skips: i64 = con
+        .get::<_, Option<i64>>(format!("{ns}:skips"))?
+        .unwrap_or(0);
     let mut keys: Vec<String> = con.keys(format!("{ns}:*"))?;
     keys.push(format!("job-lock:{ns}:report"));
     keys.push(format!("{{job-lock:{ns}:report}}:leasehold_job_history"));
