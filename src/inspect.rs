@@ -233,7 +233,7 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
         (WaitQueue::Fair, "LRANGE", queue_key(key)),
         (WaitQueue::Writers, "ZRANGE", writers_key(key)),
     ];
-    let replies: Vec<Value> = raw.read(key, |con| {
+    let replies: Vec<Value> = raw.on_node(key, |con| {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(key).cmd("PTTL").arg(key);
         for (_, list, queue) in &queues {
@@ -312,7 +312,7 @@ fn name_clients(raw: &Raw, info: &mut LockInfo) -> Result<()> {
     let mut clients = HashMap::new();
     for id in ids {
         let ckey = client_key(raw.key_prefix(), id);
-        let reply: Value = raw.read(&ckey, |con| redis::cmd("HGETALL").arg(&ckey).query(con))?;
+        let reply: Value = raw.on_node(&ckey, |con| redis::cmd("HGETALL").arg(&ckey).query(con))?;
         let fields: HashMap<String, String> = pairs(&reply).into_iter().collect();
         let info = (!fields.is_empty()).then(|| ClientInfo {
             id: id.to_owned(),

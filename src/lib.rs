@@ -60,6 +60,8 @@
 //                        layer's permits and the one wait loop
 //              job/      Job, JobGuard, AsyncJob: scheduled jobs in ShedLock's
 //                        layout (one attempt, renewed while the job runs)
+//              election/ Election, Leadership: leader election on a fenced
+//                        lock (the term is its token), both faces
 //              inspect   LockClient::inspect and list: holders, waiters, clients
 //              testing   TestServer: a throwaway redis-server for a test (feature
 //                        `testing`; the project's own tests stand on it)
@@ -165,6 +167,8 @@
 //!   masters.
 //! - [`Job`] ([`LockClient::job`]) → [`JobRun`] / [`JobGuard`] — a scheduled
 //!   job run at most once per window across replicas, in ShedLock's layout.
+//! - [`Election`] ([`LockClient::election`]) → [`Leadership`] — leader
+//!   election whose term is a fencing token; [`Leader`] says who leads.
 //! - [`AsyncLockClient`] — the same client for tasks, with [`AsyncLockGuard`],
 //!   [`AsyncMultiLockGuard`], [`AsyncSemaphore`] / [`AsyncPermitGuard`].
 //! - [`Error`] / [`Result`] — every failure typed, saying what to do;
@@ -209,6 +213,7 @@ mod acquire;
 mod builder;
 mod client;
 mod conn;
+mod election;
 mod error;
 mod fenced;
 mod guard;
@@ -250,6 +255,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
+pub use election::{AsyncElection, AsyncLeadership, Election, Leader, Leadership, Role};
 pub use error::{Error, RedisCause, Result};
 pub use fenced::FencedStore;
 pub use guard::{LockGuard, Owned, OwnedLockGuard, ThisThread};

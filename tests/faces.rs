@@ -181,6 +181,8 @@ fn every_method_of_the_blocking_guards_and_semaphore_has_its_async_twin() {
     twins("LockGuard", "AsyncLockGuard", &[], &[]);
     twins("Job", "AsyncJob", &[], &["blocking"]);
     twins("JobGuard", "AsyncJobGuard", &[], &[]);
+    twins("Election", "AsyncElection", &[], &[]);
+    twins("Leadership", "AsyncLeadership", &[], &[]);
 }
 
 /// Every guard answers the same questions where the concept exists: what

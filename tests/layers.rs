@@ -41,6 +41,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("multi", 7),
     ("semaphore", 7),
     ("job", 7),
+    ("election", 7),
     // The operators' binary: above the library, through its public API.
     ("bin", 8),
 ];
@@ -68,6 +69,10 @@ const PEERS: &[(&str, &str)] = &[
     ("builder", "client"),
     ("builder", "task"),
     ("job", "client"),
+    ("election", "client"),
+    ("election", "guard"),
+    ("election", "inspect"),
+    ("election", "task"),
     ("job", "guard"),
     ("job", "task"),
     ("redlock", "client"),

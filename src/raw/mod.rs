@@ -456,8 +456,9 @@ impl Raw {
         }
     }
 
-    /// A read of an operator's tool, on the node serving `key`.
-    pub(crate) fn read<T>(
+    /// A face's own small call on the node serving `key` (an operator's
+    /// read, an election's record of its leader).
+    pub(crate) fn on_node<T>(
         &self,
         key: &str,
         read: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,

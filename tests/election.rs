@@ -1,0 +1,284 @@
+//! Leader election (issue 39) against a real server: one leader at a time
+//! with a term that only grows, who leads visible to anyone, a resignation
+//! handing over at once, a lost lease told; four candidate processes
+//! through a SIGKILL, a SIGSTOP past the lease and a resignation — a new
+//! leader within lease + 1 s each time, terms strictly increasing, no two
+//! leaders' acts overlapping, a stale term's fenced write refused — and a
+//! thousand follower tasks costing no thread each, a resignation waking
+//! one of them.
+
+#[path = "child/election.rs"]
+mod child;
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::{AsyncLockClient, FencedStore, LockClient, Role};
+use redis::Commands;
+use support::{ChildProcess, Monitor, RedisServer};
+
+fn client(server: &RedisServer, lease: Duration) -> LockClient {
+    LockClient::builder(&server.url())
+        .watchdog_lease(lease)
+        .socket_timeout(Duration::from_millis(300))
+        .client_name("candidate")
+        .connect()
+        .unwrap()
+}
+
+#[test]
+fn one_leader_at_a_time_visible_to_all_and_a_resignation_hands_over_at_once() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(2);
+    let (a, b) = (client(&server, lease), client(&server, lease));
+    let observer = LockClient::connect(&server.url()).unwrap();
+    assert_eq!(observer.election("e").leader().unwrap(), None);
+
+    let first = a.election("e").campaign().unwrap();
+    assert_eq!(first.role(), Role::Leader { term: first.term() });
+    assert!(b.election("e").try_campaign().unwrap().is_none());
+    let leader = observer.election("e").leader().unwrap().expect("a leader");
+    assert_eq!(leader.term, first.term());
+    let who = leader.client.expect("a registered client");
+    assert_eq!(
+        (who.pid, who.name.as_deref()),
+        (Some(std::process::id()), Some("candidate"))
+    );
+    assert_eq!(leader.since, Some(first.since()));
+
+    // B waits as a follower; A resigns: B leads at once (a second of
+    // margin against a 2 s lease a poll would show).
+    let (term_a, b2) = (first.term(), b.clone());
+    let follower = std::thread::spawn(move || {
+        let l = b2.election("e").campaign().unwrap();
+        (Instant::now(), l)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let resigned = Instant::now();
+    first.resign().unwrap();
+    let (elected, second) = follower.join().unwrap();
+    assert!(
+        elected - resigned < Duration::from_millis(200),
+        "{:?}",
+        elected - resigned
+    );
+    assert!(second.term() > term_a, "{} > {term_a}", second.term());
+
+    // The deposed leader's term is refused by the fenced resource.
+    let store = FencedStore::new("store");
+    let mut con = server.connection();
+    assert!(store.write(&mut con, second.term(), "b").unwrap());
+    assert!(!store.write(&mut con, term_a, "a, late").unwrap());
+
+    // A lease lost (removed by hand) is told: the role says so.
+    let _: () = con.del(second.key()).unwrap();
+    let why = second.lost().wait_timeout(Duration::from_secs(10));
+    assert!(why.is_some());
+    assert!(
+        matches!(second.role(), Role::Lost { why: Some(_), .. }),
+        "{:?}",
+        second.role()
+    );
+}
+
+/// The leader's term, as the child that leads published it.
+fn leader(con: &mut redis::Connection) -> Option<(u32, u64)> {
+    let v: Option<String> = con.get("leader").unwrap();
+    v.map(|v| {
+        let (pid, term) = v.split_once(' ').unwrap();
+        (pid.parse().unwrap(), term.parse().unwrap())
+    })
+}
+
+/// Waits for a leader other than `old` (by term), up to `within`: the new
+/// leader and how long it took.
+fn next_leader(
+    con: &mut redis::Connection,
+    old_term: u64,
+    since: Instant,
+    within: Duration,
+) -> ((u32, u64), Duration) {
+    loop {
+        if let Some(l) = leader(con).filter(|l| l.1 != old_term) {
+            return (l, since.elapsed());
+        }
+        assert!(
+            since.elapsed() < within * 3,
+            "no new leader after {:?}",
+            since.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn four_candidate_processes_through_a_kill_a_stop_and_a_resignation() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(2_000);
+    let within = lease + Duration::from_secs(1);
+    let mut con = server.connection();
+    let lease_ms = lease.as_millis().to_string();
+    let mut children: Vec<ChildProcess> = (0..4)
+        .map(|_| ChildProcess::start(&["candidate", &server.url(), &lease_ms]))
+        .collect();
+    let start = Instant::now();
+    let (mut current, _) = next_leader(&mut con, 0, start, within);
+    let mut terms = vec![current.1];
+    let mut took = Vec::new();
+    let by_pid =
+        |children: &[ChildProcess], pid: u32| children.iter().position(|c| c.pid() == pid).unwrap();
+
+    // SIGKILL the leader.
+    std::thread::sleep(Duration::from_millis(500));
+    let i = by_pid(&children, current.0);
+    children[i].signal("KILL");
+    let killed = Instant::now();
+    children.remove(i).kill();
+    let (next, t) = next_leader(&mut con, current.1, killed, within);
+    took.push(("SIGKILL", t));
+    current = next;
+    terms.push(current.1);
+
+    // SIGSTOP the next one past its lease, then let it go on: it must not
+    // act as leader again, and its stale term is refused.
+    std::thread::sleep(Duration::from_millis(500));
+    let i = by_pid(&children, current.0);
+    let (stopped_pid, stale) = current;
+    children[i].signal("STOP");
+    let stopped = Instant::now();
+    let (next, t) = next_leader(&mut con, current.1, stopped, within);
+    took.push(("SIGSTOP", t));
+    current = next;
+    terms.push(current.1);
+    std::thread::sleep(lease);
+    children[i].signal("CONT");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!FencedStore::new("store")
+        .write(&mut con, stale, "stale")
+        .unwrap());
+
+    // The leader resigns: the next is elected at once.
+    let _: () = con.set(format!("resign:{}", current.0), 1).unwrap();
+    let resigned = Instant::now();
+    let (next, t) = next_leader(&mut con, current.1, resigned, within);
+    took.push(("resign", t));
+    terms.push(next.1);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(children);
+
+    for (what, t) in &took {
+        assert!(
+            *t < within,
+            "{what}: a new leader after {t:?} (lease {lease:?})"
+        );
+    }
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "terms {terms:?}");
+    // The history: every act of a term before every act of the next.
+    let acts: Vec<String> = con.lrange("acts", 0, -1).unwrap();
+    let mut spans: Vec<(u64, u128, u128, u32)> = Vec::new();
+    for act in &acts {
+        let f: Vec<&str> = act.split(' ').collect();
+        let (term, pid, at) = (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+        );
+        match spans.iter_mut().find(|s| s.0 == term) {
+            Some(s) => {
+                s.1 = s.1.min(at);
+                s.2 = s.2.max(at);
+            }
+            None => spans.push((term, at, at, pid)),
+        }
+    }
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(
+            w[0].2 < w[1].1,
+            "term {} acted until {} µs, term {} from {} µs",
+            w[0].0,
+            w[0].2,
+            w[1].0,
+            w[1].1
+        );
+    }
+    // The stopped leader did not act after it was stopped (its last act is
+    // before the next term's first, above) — and it did act before.
+    assert!(spans.iter().any(|s| s.0 == stale && s.3 == stopped_pid));
+    println!(
+        "4 candidates, lease {lease:?}: a new leader after {}; terms {terms:?}, {} acts, none overlapping",
+        took.iter()
+            .map(|(w, t)| format!("{w} {} ms", t.as_millis()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        acts.len()
+    );
+}
+
+#[test]
+fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(3);
+    let leader = client(&server, lease);
+    let followers = AsyncLockClient::builder(&server.url())
+        .watchdog_lease(lease)
+        .socket_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = leader.election("e").campaign().unwrap();
+    let before = threads();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let elected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _ in 0..1_000 {
+        let (election, tx, elected) = (followers.election("e"), tx.clone(), Arc::clone(&elected));
+        rt.spawn(async move {
+            let l = election.campaign().await.unwrap();
+            elected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tx.send(l.term()).unwrap();
+            // Lead until told to resign (the channel of the test below).
+            let _ = tokio::time::timeout(Duration::from_millis(300), l.lost()).await;
+            l.resign().await.unwrap();
+        });
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = threads().saturating_sub(before);
+    assert!(grown <= 16, "1,000 waiting followers added {grown} threads");
+
+    // The resignation: one follower is elected, and Redis sees a handful
+    // of commands for it — not one per follower.
+    let monitor = Monitor::start(&server);
+    let term = first.term();
+    first.resign().unwrap();
+    let next = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a follower elected");
+    assert!(next > term);
+    std::thread::sleep(Duration::from_millis(100));
+    let commands = monitor.client_commands_except("leasehold_client:");
+    assert!(
+        commands.len() < 40,
+        "{} commands for one handover: {:?}",
+        commands.len(),
+        &commands[..commands.len().min(50)]
+    );
+    assert_eq!(
+        elected.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one woken, not all"
+    );
+    // Each leader resigns after 300 ms: the next few take over one by one.
+    for _ in 0..3 {
+        let t = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the next leader");
+        assert!(t > term);
+    }
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
