@@ -35,9 +35,9 @@ elif [ -n "${CI:-}" ]; then
 else
     echo "../shared/tools/modcycles is not beside this checkout; tests/layers.rs (in cargo test) checks the layers instead"
 fi
-stage "cargo clippy --all-targets -- -D warnings (default features, then tls, cli and tokio)"
+stage "cargo clippy --all-targets -- -D warnings (default features, then tls, cli, tokio and metrics)"
 cargo clippy --all-targets -- -D warnings
-cargo clippy --all-targets --features tls,cli,tokio,leasehold-tests/peers -- -D warnings
+cargo clippy --all-targets --features tls,cli,tokio,metrics,leasehold-tests/peers -- -D warnings
 stage "cargo test (unit, integration, doc tests; default features) against $(redis-server --version | cut -d' ' -f1-3)"
 cargo test
 stage "the failover soak (tests/failover_soak.rs, about a minute; its figures are docs/design.md's failover table), the stalls and the Sentinel failover, a job's windows across five skewed replicas (a minute), and beside them the server matrix and the in-process machinery under loom"
@@ -107,8 +107,8 @@ else
 fi
 rm -rf "$logs"
 [ "$failed" = 0 ] || exit 1
-stage "cargo test --features tls,cli,tokio (unit, TLS, the core lock test, the operators' CLI end to end, the async face on the tokio transport, calls dropped while out on every transport, the tokio transport's connections, a cancel of 200 waits, blocking calls refused on an executor)"
-cargo test --features tls,cli,tokio --lib --test tls --test lock --test cli --test tasks --test tokio_transport --test tokio_connections --test lock_all --test executor --test cancel --test dropped_calls
+stage "cargo test --features tls,cli,tokio,metrics (unit, TLS, the counters through a recorder, the core lock test, the operators' CLI end to end, the async face on the tokio transport, calls dropped while out on every transport, the tokio transport's connections, a cancel of 200 waits, blocking calls refused on an executor)"
+cargo test --features tls,cli,tokio,metrics --lib --test tls --test lock --test cli --test tasks --test tokio_transport --test tokio_connections --test lock_all --test executor --test cancel --test dropped_calls --test metrics
 stage "the examples of the README and docs/*.md as doc tests of a crate that depends only on leasehold (tests/downstream)"
 cp Cargo.lock tests/downstream/Cargo.lock
 (cd tests/downstream && CARGO_TARGET_DIR="$PWD/../../target" cargo test --doc --quiet)

@@ -54,6 +54,16 @@ enum Of {
     Permits(u32),
 }
 
+impl Of {
+    /// What the counters call it.
+    fn meter_kind(self) -> crate::meter::Kind {
+        match self {
+            Of::Lock(kind) => kind.meter_kind(),
+            Of::Permits(_) => "permits",
+        }
+    }
+}
+
 impl std::fmt::Display for Of {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -76,7 +86,14 @@ async fn driven<T, F: std::future::Future<Output = Result<Option<T>>>>(
 ) -> Result<Option<T>> {
     let cancelled = || want.cancel.as_ref().is_some_and(Cancel::is_cancelled);
     let started = Instant::now();
+    let kind = of.meter_kind();
+    crate::meter::attempt(kind);
     let got = if cancelled() { Ok(None) } else { wait().await };
+    match &got {
+        Ok(Some(_)) => crate::meter::acquired(kind),
+        Ok(None) => crate::meter::busy(kind),
+        Err(_) => {}
+    }
     let waited = started.elapsed();
     let raw = shared.raw();
     let cancelled = cancelled();

@@ -252,11 +252,18 @@ pub(crate) trait Releasable: Clone + Send + Sync + 'static {
 
     /// Logs a release on drop that failed.
     fn drop_failed(&self, e: &Error);
+
+    /// What the counters (`meter`) call its kind.
+    fn meter_kind(&self) -> crate::meter::Kind;
 }
 
 impl Releasable for Hold {
     async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()> {
         raw.release(park, self, bound).await
+    }
+
+    fn meter_kind(&self) -> crate::meter::Kind {
+        self.kind.meter_kind()
     }
 
     fn drop_failed(&self, e: &Error) {
@@ -289,6 +296,8 @@ pub(crate) struct Held<H: Releasable> {
     /// Set by the checked release so that `Drop` does nothing more.
     released: bool,
     drop_on: DropOn,
+    /// When the guard got the hold (for the held-time counter).
+    since: Instant,
 }
 
 impl<H: Releasable> Held<H> {
@@ -300,6 +309,7 @@ impl<H: Releasable> Held<H> {
             state,
             released: false,
             drop_on,
+            since: Instant::now(),
         }
     }
 
@@ -320,6 +330,7 @@ impl<H: Releasable> Held<H> {
     /// before the answer, the release goes on in the background).
     pub(crate) async fn release(mut self, park: Park) -> Result<()> {
         self.released = true;
+        crate::meter::held(self.hold.meter_kind(), self.since.elapsed());
         self.hold.release(&self.raw, park, Bound::default()).await
     }
 }
@@ -329,6 +340,7 @@ impl<H: Releasable> Drop for Held<H> {
         if self.released {
             return;
         }
+        crate::meter::held(self.hold.meter_kind(), self.since.elapsed());
         let bound = self.raw.give_back();
         let release = move |raw: &Arc<Raw>, hold: &H| {
             if let Err(e) = block_on(hold.release(raw, Park::Thread, bound)) {

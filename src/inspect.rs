@@ -49,6 +49,10 @@ pub enum LockKind {
     Exclusive,
     /// A read/write lock (its hash has a `mode`).
     ReadWrite,
+    /// A scheduled job's lock (ShedLock's layout, see
+    /// [`Job`](crate::Job)): its one holder's owner is the run's value,
+    /// `ADDED:<time>@<host>:<uuid>`.
+    Job,
 }
 
 /// One holder of a lock.
@@ -173,31 +177,38 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
 /// Keys one `SCAN` call looks at (its `COUNT`).
 const SCAN_COUNT: usize = 200;
 
-/// [`LockClient::list`](crate::LockClient::list): a `SCAN` for hashes on
-/// every primary, each read as [`inspect`] does; kept are those shaped like
-/// a lock (`protocol::admin::Shape`), not application hashes, counters or
-/// leasehold's companion hashes (client registrations, fair waiter marks).
+/// [`LockClient::list`](crate::LockClient::list): a `SCAN` for hashes and
+/// strings on every primary, each read as [`inspect`] does; kept are those
+/// shaped like a lock (`protocol::admin::Shape`) or a job's lock (ShedLock's
+/// value), not application hashes, counters or leasehold's companion hashes
+/// (client registrations, fair waiter marks).
 pub(crate) fn list(raw: &Raw, pattern: &str, limit: usize) -> Result<Vec<LockInfo>> {
     let prefix = raw.key_prefix();
     let matching = format!("{prefix}{pattern}");
+    // Hashes (every lock kind of Redisson's layouts) and strings (a
+    // scheduled job's lock, ShedLock's; other strings are left out below).
     let found = raw.read_every_primary(&matching, |con| {
-        let (mut keys, mut cursor, mut seen) = (Vec::new(), 0u64, 0);
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&matching)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .arg("TYPE")
-                .arg("hash")
-                .query(con)?;
-            keys.extend(batch);
-            (cursor, seen) = (next, seen + SCAN_COUNT);
-            if cursor == 0 || seen >= limit {
-                return Ok(keys);
+        let mut keys = Vec::new();
+        for ty in ["hash", "string"] {
+            let (mut cursor, mut seen) = (0u64, 0);
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&matching)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .arg("TYPE")
+                    .arg(ty)
+                    .query(con)?;
+                keys.extend(batch);
+                (cursor, seen) = (next, seen + SCAN_COUNT);
+                if cursor == 0 || seen >= limit {
+                    break;
+                }
             }
         }
+        Ok(keys)
     })?;
     let names: BTreeSet<&str> = found
         .iter()
@@ -226,7 +237,10 @@ pub(crate) fn inspect(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
 /// is [`Error::NotALock`]), then one pipeline; owners not yet turned into
 /// clients.
 fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
-    raw.lock_shape(key)?;
+    match raw.lock_shape(key) {
+        Err(Error::NotALock { what, .. }) if what == "a string" => return read_job(raw, name, key),
+        shape => shape?,
+    };
     // The queues waiters stand in: how each is listed, in reply order.
     let queues: [(WaitQueue, &str, String); 3] = [
         (WaitQueue::Line, "LRANGE", line_key(key).to_string()),
@@ -303,9 +317,50 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
     })
 }
 
+/// Reads the scheduled job's lock at `key` (a string): its run's value and
+/// what is left of it; [`Error::NotALock`] for a string of another shape.
+fn read_job(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
+    let (value, ttl): (Option<String>, i64) = raw.on_node(key, |con| {
+        redis::pipe()
+            .cmd("GET")
+            .arg(key)
+            .cmd("PTTL")
+            .arg(key)
+            .query(con)
+    })?;
+    let Some(value) = value else {
+        return read(raw, name, key); // gone meanwhile: free
+    };
+    if crate::protocol::job::value_host(&value).is_none() {
+        let what = "a string that is no job's lock (ShedLock's ADDED:<time>@<host>:<uuid>)";
+        return Err(Error::NotALock {
+            key: key.to_owned(),
+            what: what.to_owned(),
+        });
+    }
+    Ok(LockInfo {
+        name: name.to_owned(),
+        key: key.to_owned(),
+        kind: LockKind::Job,
+        holders: vec![Holder {
+            owner: value,
+            client: None,
+            thread: None,
+            holds: 1,
+            mode: HoldMode::Exclusive,
+        }],
+        ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
+        waiters: Vec::new(),
+        fence: None,
+    })
+}
+
 /// Turns every holder's and waiter's owner into its client, from the
 /// clients' registrations: one `HGETALL` per client.
 fn name_clients(raw: &Raw, info: &mut LockInfo) -> Result<()> {
+    if info.kind == LockKind::Job {
+        return Ok(()); // its owner is a ShedLock value, naming its host
+    }
     let owners = info.holders.iter().map(|h| &h.owner);
     let owners = owners.chain(info.waiters.iter().map(|w| &w.owner));
     let ids: BTreeSet<&str> = owners.map(|owner| split_owner(owner).0).collect();

@@ -221,6 +221,7 @@ mod inspect;
 mod job;
 mod ladder;
 mod ledger;
+mod meter;
 mod multi;
 mod names;
 mod notify;

@@ -62,6 +62,18 @@ fn a_busy_job_is_skipped_and_the_lock_is_kept_its_minimum_after_a_short_run() {
             assert_eq!(running_job().as_deref(), Some("report"));
             let value: String = con.get("job-lock:default:report").unwrap();
             assert!(is_shedlock_value(&value, &host()), "{value}");
+            // An operator sees it as any other lock (`inspect`, `list`,
+            // the CLI): its holder is the run's value.
+            let info = b.inspect("job-lock:default:report").unwrap();
+            assert_eq!(info.kind, leasehold::LockKind::Job);
+            assert_eq!(info.holders.len(), 1);
+            assert_eq!(info.holders[0].owner, value);
+            assert!(info.ttl.is_some());
+            let listed = b.list("job-lock:*", 10).unwrap();
+            assert!(
+                listed.iter().any(|l| l.kind == leasehold::LockKind::Job),
+                "{listed:?}"
+            );
             // Another replica, meanwhile: skipped, and told by whom.
             match job(&b)
                 .run(|| unreachable!("ran beside the holder"))

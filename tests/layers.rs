@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("options", 0),
     ("names", 0),
     ("stats", 0),
+    ("meter", 0),
     ("tls", 0),
     // The throwaway server of a test (feature `testing`): std and redis only.
     ("testing", 0),

@@ -241,6 +241,7 @@ fn kind_text(info: &LockInfo) -> &'static str {
         LockKind::Free => "free",
         LockKind::Exclusive => "exclusive",
         LockKind::ReadWrite => "read/write",
+        LockKind::Job => "job (ShedLock)",
         _ => "unknown",
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::conn::Bound;
 use crate::error::{Error, Result};
 use crate::guard::{Held, Releasable};
+use crate::meter::JobEvent;
 use crate::park::{block_on, Park};
 use crate::raw::{JobHold, Raw};
 use crate::renewal::{LeaseState, LeaseWatch};
@@ -87,7 +88,16 @@ impl JobGuard {
 
 impl Releasable for JobHold {
     async fn release(&self, raw: &Arc<Raw>, park: Park, bound: Bound) -> Result<()> {
-        raw.release_job(park, self, bound).await
+        crate::meter::job_held(&self.name, self.started.elapsed());
+        let ended = raw.release_job(park, self, bound).await;
+        if let Err(Error::NotHeld { .. }) = ended {
+            crate::meter::job(&self.name, JobEvent::Lost);
+        }
+        ended
+    }
+
+    fn meter_kind(&self) -> crate::meter::Kind {
+        "job"
     }
 
     fn drop_failed(&self, e: &Error) {

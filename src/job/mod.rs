@@ -21,6 +21,7 @@ pub use tasks::{AsyncJob, AsyncJobGuard};
 use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::{DropOn, Held};
+use crate::meter::{self, JobEvent};
 use crate::options::{check_lease, MAX_LEASE};
 use crate::park::{block_on, blocking_wait_allowed, Park};
 use crate::protocol::job::{value_host, DEFAULT_ENV, DEFAULT_PREFIX};
@@ -208,7 +209,18 @@ impl Job {
     ) -> Result<std::result::Result<JobGuard, Skipped>> {
         self.check()?;
         let raw = self.shared.raw();
-        match raw.attempt_job(park, &self.spec).await? {
+        let name = &self.spec.name;
+        meter::attempt("job");
+        meter::job(name, JobEvent::Attempt);
+        let attempt = raw.attempt_job(park, &self.spec).await?;
+        if let JobAttempt::Taken(_) = attempt {
+            meter::acquired("job");
+            meter::job(name, JobEvent::Acquired);
+        } else {
+            meter::busy("job");
+            meter::job(name, JobEvent::Skipped);
+        }
+        match attempt {
             JobAttempt::Taken(hold) => {
                 let state = Arc::clone(&hold.state);
                 let held = Held::new(Arc::clone(raw), state, hold, drop_on);

@@ -56,6 +56,18 @@ pub(crate) enum Kind {
     Write,
 }
 
+impl Kind {
+    /// What the counters (`meter`) call it.
+    pub(crate) fn meter_kind(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Fair => "fair",
+            Kind::Read => "read",
+            Kind::Write => "write",
+        }
+    }
+}
+
 /// Refuses an empty or overlong lock name.
 pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {

@@ -44,8 +44,10 @@ pub(crate) struct JobHold {
     pub(crate) value: String,
     /// `lock_at_most_for`: the lease, renewed while the guard lives.
     pub(crate) lease: Duration,
-    /// Until when the lock is kept at least (the run's start, by this
-    /// client's clock, plus `lock_at_least_for`).
+    /// When the run took the lock (this client's clock).
+    pub(crate) started: Instant,
+    /// Until when the lock is kept at least (the run's start plus
+    /// `lock_at_least_for`).
     keep_until: Instant,
     /// Shared with the renewal thread.
     pub(crate) state: Arc<LeaseState>,
@@ -95,6 +97,7 @@ impl Raw {
                     history,
                     value,
                     lease: spec.at_most,
+                    started,
                     keep_until: started + spec.at_least,
                     state,
                 }))

@@ -270,6 +270,12 @@ impl<B: RoundTrips> Worker<B> {
         };
         if e.state.mark_lost(why.clone(), &self.counters.leases_lost) {
             tracing::warn!(key = %e.key, "leasehold: lease lost ({why})");
+            let kind = match (&e.permits, e.job) {
+                (Some(_), _) => "permits",
+                (None, true) => "job",
+                (None, false) => "lock",
+            };
+            crate::meter::lost(kind);
         }
     }
 

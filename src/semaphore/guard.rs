@@ -106,6 +106,10 @@ impl Releasable for PermitHold {
     fn drop_failed(&self, e: &Error) {
         tracing::warn!(semaphore = %self.name, error = ?e, "leasehold: giving permits back on drop failed");
     }
+
+    fn meter_kind(&self) -> crate::meter::Kind {
+        "permits"
+    }
 }
 
 impl fmt::Debug for PermitGuard {
