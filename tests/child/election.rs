@@ -3,9 +3,11 @@
 //!
 //! `candidate <url> <lease-ms>` — campaigns on election `e` for ever. As
 //! leader it sets `leader` to `<pid> <term>`, then every 10 ms acts: while
-//! it believes it leads (`is_held`) it records `<term> <pid> <unix µs>` in
-//! `acts` and writes its term to the fenced store `store`; it resigns when
-//! `resign:<pid>` is set, and campaigns again when it lost or resigned.
+//! it believes it leads (`is_held`) it records `<term> <pid> <unix µs>
+//! <until µs>` in `acts` — `until`: the end of the lease it knows of, by
+//! its own clock — and writes its term to the fenced store `store`; it
+//! resigns when `resign:<pid>` is set (recording `<term> <pid> <µs> <µs>`:
+//! its belief ends there), and campaigns again when it lost or resigned.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -60,11 +62,18 @@ fn candidate(args: &[String]) {
             if !leadership.is_held() {
                 break; // lost: campaign again
             }
-            let act = format!("{term} {pid} {}", micros());
-            let _: () = con.rpush("acts", act).unwrap();
+            let now = micros();
+            let until = now + leadership.remaining().as_micros();
+            let _: () = con
+                .rpush("acts", format!("{term} {pid} {now} {until}"))
+                .unwrap();
             store.write(&mut con, term, &pid.to_string()).unwrap();
             if con.exists::<_, bool>(format!("resign:{pid}")).unwrap() {
                 let _: () = con.del(format!("resign:{pid}")).unwrap();
+                let now = micros();
+                let _: () = con
+                    .rpush("acts", format!("{term} {pid} {now} {now}"))
+                    .unwrap();
                 leadership.resign().unwrap();
                 break;
             }
