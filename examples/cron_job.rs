@@ -105,6 +105,10 @@ fn worker(args: &Args, ns: &str, offset: i64, first: i64) -> Result<(), BoxError
             JobRun::Ran(runs) => {
                 runs?;
             }
+            JobRun::RanUnconfirmed { output, error } => {
+                output?;
+                eprintln!("cron_job: ran, but {error}");
+            }
             JobRun::Skipped(_) => {
                 con.incr::<_, _, i64>(format!("{ns}:skips"), 1)?;
             }

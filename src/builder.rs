@@ -20,7 +20,7 @@ use crate::notify::Notifier;
 
 /// The socket timeout of a client whose watchdog lease is at least 9 s.
 const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
-use crate::options::{check_lease, ShardedPubSub};
+use crate::options::{check_lease, check_renewable, ShardedPubSub};
 use crate::raw::{Parts, Raw};
 use crate::renewal::registration::Registration;
 use crate::renewal::Renewer;
@@ -307,15 +307,7 @@ impl<C> LockClientBuilder<C> {
                 )));
             }
         }
-        if self.watchdog_lease <= socket_timeout * 2 {
-            return Err(Error::invalid(format_args!(
-                "the watchdog lease ({:?}) must be longer than twice the socket timeout ({socket_timeout:?}): \
-                 one renewal may take two socket timeouts (a write and a read), so the lease could run out \
-                 before the client learns whether it was renewed; lower socket_timeout (a third of the lease \
-                 or less) or raise watchdog_lease",
-                self.watchdog_lease
-            )));
-        }
+        check_renewable("watchdog lease", self.watchdog_lease, socket_timeout)?;
         if self.sentinel.is_none() && self.primary.is_set() {
             return Err(Error::invalid(
                 "sentinel_primary_* settings are for sentinel_builder only; \

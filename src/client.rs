@@ -341,9 +341,11 @@ impl LockClient {
     /// client's key prefix on every server holding locks — each primary of
     /// a cluster, whichever seeds the client was given — at about `limit`
     /// keys at most on each (`SCAN` is incremental, but on a large keyspace
-    /// it still reads every key it looks at). Locks of every kind, Redisson's
-    /// included: the hashes whose every field is an owner with a hold count;
-    /// other hashes under the prefix are left out.
+    /// it still reads every key it looks at; hashes and strings are scanned
+    /// apart, about `limit` keys each). Locks of every kind, Redisson's
+    /// included: the hashes whose every field is an owner with a hold count,
+    /// and scheduled jobs' locks (strings holding ShedLock's value); other
+    /// hashes and strings under the prefix are left out.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), leasehold::Error> {

@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-/// What a count is of: `plain`, `fair`, `read`, `write`, `permits`, `job`.
+/// What a count is of: `plain`, `fair`, `read`, `write`, `permits`, `job`,
+/// `redlock` (its loss only: a Redlock's acquisitions are its own rounds).
 pub(crate) type Kind = &'static str;
 
 /// An acquisition began (one call, however many round trips).
@@ -27,8 +28,7 @@ pub(crate) fn busy(kind: Kind) {
 }
 
 /// A hold's lease was lost (the renewal found it gone, or could not
-/// confirm it in time): by `lock` (every lock kind: the renewal thread
-/// does not tell them apart), `permits` or `job`.
+/// confirm it in time); a Redlock's once its quorum is.
 pub(crate) fn lost(kind: Kind) {
     count("leasehold_lock_lost_total", kind);
 }

@@ -285,3 +285,28 @@ fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
     }
     rt.shutdown_timeout(Duration::from_secs(1));
 }
+
+/// A leader records when its term began only over an older term's record:
+/// one paused between winning and writing cannot overwrite a newer term's.
+#[test]
+fn a_term_is_recorded_only_over_an_older_ones() {
+    let server = RedisServer::start();
+    let c = client(&server, Duration::from_secs(2));
+    let mut con = server.connection();
+    let record = "{leasehold_election:r}:leasehold_leader";
+    let newer = u64::MAX / 2;
+    let _: () = con
+        .hset_multiple(record, &[("term", newer), ("since_ms", 7)])
+        .unwrap();
+    let leadership = c.election("r").campaign().unwrap();
+    assert!(leadership.term() < newer);
+    let term: u64 = con.hget(record, "term").unwrap();
+    assert_eq!(term, newer, "an older term overwrote a newer one's record");
+    let leader = c.election("r").leader().unwrap().expect("a leader");
+    assert_eq!((leader.term, leader.since), (leadership.term(), None));
+    drop(leadership);
+    let _: () = con.del(record).unwrap();
+    let next = c.election("r").campaign().unwrap();
+    let leader = c.election("r").leader().unwrap().expect("a leader");
+    assert_eq!(leader.since, Some(next.since()));
+}

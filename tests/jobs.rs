@@ -83,12 +83,12 @@ fn a_busy_job_is_skipped_and_the_lock_is_kept_its_minimum_after_a_short_run() {
                     assert_eq!(skip.holder(), value);
                     assert_eq!(skip.host(), Some(host().as_str()));
                 }
-                JobRun::Ran(()) => unreachable!(),
+                other => unreachable!("{other:?}"),
             }
             7
         })
         .unwrap();
-    assert_eq!(ran, JobRun::Ran(7));
+    assert!(matches!(ran, JobRun::Ran(7)), "{ran:?}");
     assert_eq!(running_job(), None);
     // Ended long before its minimum: kept until then, not deleted.
     let pttl: i64 = con.pttl("job-lock:default:report").unwrap();
@@ -144,7 +144,7 @@ fn a_job_longer_than_lock_at_most_for_keeps_its_lock_while_it_runs() {
             assert_locked();
         })
         .unwrap();
-    assert_eq!(ran, JobRun::Ran(()));
+    assert!(matches!(ran, JobRun::Ran(())), "{ran:?}");
     assert!(tries.load(Ordering::Relaxed) >= 10);
 }
 
@@ -280,7 +280,7 @@ fn shedlock_and_leasehold_share_a_job_and_refuse_each_others_unlock() {
     assert_eq!(key, job.key());
     match job.run(|| ()).unwrap() {
         JobRun::Skipped(skip) => assert_eq!(skip.host(), Some("java-1")),
-        JobRun::Ran(()) => panic!("ran beside ShedLock's holder"),
+        other => panic!("ran beside ShedLock's holder: {other:?}"),
     }
     // Java ends its run with 300 ms of lockAtLeastFor left: still skipped
     // until then.
@@ -359,4 +359,111 @@ fn shedlock_and_leasehold_run_a_job_once_per_window_between_them() {
     });
     let counts: Vec<u64> = ran.iter().map(|c| c.load(Ordering::SeqCst)).collect();
     assert_eq!(counts, vec![1; WINDOWS as usize], "runs per window");
+}
+
+#[test]
+fn a_run_whose_lock_was_lost_keeps_its_output_and_says_so() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).unwrap();
+    let mut con = server.connection();
+    let run = client
+        .job("taken-over")
+        .run(|| {
+            // Taken over while it ran (an operator, a partition).
+            let _: () = con
+                .set("job-lock:default:taken-over", "ADDED:other")
+                .unwrap();
+            "the report"
+        })
+        .unwrap();
+    match run {
+        JobRun::RanUnconfirmed { output, error } => {
+            assert_eq!(output, "the report");
+            assert!(
+                matches!(error, leasehold::Error::NotHeld { .. }),
+                "{error:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn settings_that_cannot_work_and_a_history_of_another_type_are_refused_untouched() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).unwrap();
+    let e = client
+        .job("j")
+        .lock_at_most_for(Duration::from_secs(60))
+        .lock_at_least_for(Duration::from_secs(600))
+        .try_lock()
+        .unwrap_err();
+    assert!(
+        e.is_invalid_argument() && e.to_string().contains("lock_at_least_for"),
+        "{e}"
+    );
+    let e = client
+        .job("j")
+        .lock_at_most_for(Duration::from_secs(5)) // not above two socket timeouts (3 s)
+        .try_lock()
+        .unwrap_err();
+    assert!(
+        e.is_invalid_argument() && e.to_string().contains("lock_at_most_for"),
+        "{e}"
+    );
+    let mut con = server.connection();
+    let _: () = con
+        .set("{job-lock:default:h}:leasehold_job_history", "x")
+        .unwrap();
+    let e = client.job("h").try_lock().unwrap_err();
+    assert!(matches!(e, leasehold::Error::NotALock { .. }), "{e:?}");
+    assert!(
+        !con.exists::<_, bool>("job-lock:default:h").unwrap(),
+        "taken anyway"
+    );
+}
+
+/// A take whose reply was lost (Redis slower than the socket timeout) is
+/// undone once Redis answers — not left for the whole `lock_at_most_for`
+/// (a minute here, against seconds).
+#[test]
+fn a_take_whose_reply_was_lost_is_undone_once_redis_answers() {
+    let server = RedisServer::start_with_debug_command();
+    let client = LockClient::builder(&server.url())
+        .socket_timeout(Duration::from_millis(300))
+        .connect()
+        .unwrap();
+    let job = client.job("slow").lock_at_most_for(Duration::from_secs(60));
+    // (The scripts loaded first: a first EVALSHA is refused, NOSCRIPT.)
+    assert!(client.job("warm").run(|| ()).unwrap().ran().is_some());
+    // Redis stalls 1 s: the take waits in its socket, runs after the
+    // client gave up on its reply.
+    let mut stall = server.connection();
+    let sleeping = std::thread::spawn(move || {
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("1")
+            .query(&mut stall)
+            .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let e = job
+        .run(|| unreachable!("ran without its reply"))
+        .unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    sleeping.join().unwrap();
+    // The take ran (the history counts its run), then its undo ended it.
+    assert_eq!(
+        job.history().unwrap().runs,
+        1,
+        "the take never ran: nothing to undo"
+    );
+    let mut con = server.connection();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            !con.exists::<_, bool>("job-lock:default:slow").unwrap()
+        }),
+        "the lost take's lock stayed"
+    );
+    assert!(job.run(|| 1).unwrap().ran().is_some());
 }

@@ -139,7 +139,7 @@ impl Election {
     fn lead(&self, guard: OwnedLockGuard) -> Result<Leadership> {
         let term = guard.fence().unwrap_or(0);
         let since = now_ms();
-        record(&self.client, guard.key(), term, since)?;
+        record(&self.client, guard.key(), term, since);
         Ok(Leadership {
             name: self.name.clone(),
             term,
@@ -167,11 +167,6 @@ impl fmt::Debug for Election {
     }
 }
 
-/// The record of a term: `{<lock key>}:leasehold_leader`.
-fn record_key(lock_key: &str) -> String {
-    crate::names::suffix_name(lock_key, "leasehold_leader")
-}
-
 /// Now, to the millisecond the record keeps.
 fn now_ms() -> SystemTime {
     let since = SystemTime::now()
@@ -180,22 +175,17 @@ fn now_ms() -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(since.as_millis() as u64)
 }
 
-/// Writes when term `term` of the election whose lock is `key` began.
-fn record(client: &LockClient, key: &str, term: u64, since: SystemTime) -> Result<()> {
-    let rkey = record_key(key);
+/// Records when term `term` of the election whose lock is `key` began —
+/// best effort: a leader that could not write it still leads (observers
+/// then see no `since`), so a failure is logged, not returned.
+fn record(client: &LockClient, key: &str, term: u64, since: SystemTime) {
     let since_ms = since
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64;
-    client.raw().on_node(&rkey, |con| {
-        redis::cmd("HSET")
-            .arg(&rkey)
-            .arg("term")
-            .arg(term)
-            .arg("since_ms")
-            .arg(since_ms)
-            .query::<()>(con)
-    })
+    if let Err(e) = client.raw().record_term(key, term, since_ms) {
+        tracing::warn!(election = %key, error = %e, "leasehold: could not record when a term began");
+    }
 }
 
 /// Who leads election `name`, through `client`.
@@ -205,14 +195,7 @@ fn leader_of(client: &LockClient, name: &str) -> Result<Option<Leader>> {
         return Ok(None);
     };
     let term = info.fence.unwrap_or(0);
-    let rkey = record_key(&info.key);
-    let (recorded, since_ms): (Option<u64>, Option<u64>) = client.raw().on_node(&rkey, |con| {
-        redis::cmd("HMGET")
-            .arg(&rkey)
-            .arg("term")
-            .arg("since_ms")
-            .query(con)
-    })?;
+    let (recorded, since_ms) = client.raw().recorded_term(&info.key)?;
     let since = (recorded == Some(term))
         .then_some(since_ms)
         .flatten()
@@ -252,7 +235,7 @@ pub enum Role {
         term: u64,
     },
     /// Led in `term`, no longer: the lease was lost (`why`, when the
-    /// renewal found out), ran out unconfirmed, or the leader resigned.
+    /// renewal found out) or ran out unconfirmed.
     Lost {
         /// The term that ended.
         term: u64,

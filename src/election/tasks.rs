@@ -100,7 +100,7 @@ impl AsyncElection {
         let (client, key) = (self.client.blocking(), guard.key().to_owned());
         let raw = std::sync::Arc::clone(client.raw());
         raw.io(Park::Task, move || record(&client, &key, term, since))
-            .await??;
+            .await?;
         Ok(AsyncLeadership {
             name: self.name.clone(),
             term,

@@ -22,7 +22,7 @@ use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::{DropOn, Held};
 use crate::meter::{self, JobEvent};
-use crate::options::{check_lease, MAX_LEASE};
+use crate::options::{check_lease, check_renewable};
 use crate::park::{block_on, blocking_wait_allowed, Park};
 use crate::protocol::job::{value_host, DEFAULT_ENV, DEFAULT_PREFIX};
 use crate::raw::{JobAttempt, JobSpec};
@@ -65,6 +65,7 @@ use crate::shared::Shared;
 /// // On every replica, from its scheduler (cron, tokio-cron-scheduler, a loop):
 /// match report.run(build_report)? {
 ///     JobRun::Ran(pages) => println!("ran: {pages} pages"),
+///     JobRun::RanUnconfirmed { output, error } => println!("ran: {output} pages, but {error}"),
 ///     JobRun::Skipped(skip) => println!("skipped: {skip}"),
 /// }
 /// # Ok(()) }
@@ -161,23 +162,22 @@ impl Job {
     /// Runs `job` when this replica gets the job's lock, holding it while
     /// `job` runs (see [`Job`]); [`JobRun::Skipped`] when another run holds
     /// it. Inside `job`, [`assert_locked`] holds. A panic in `job` ends the
-    /// hold as a return does, and goes on.
+    /// hold as a return does, and goes on. Once the job ran, its output is
+    /// never lost: an end of the hold that failed is
+    /// [`JobRun::RanUnconfirmed`], with the output.
     ///
     /// # Errors
-    /// As [`try_lock`](Self::try_lock), and the end of the hold's: a lock
-    /// that was lost while the job ran is [`Error::NotHeld`] — the job ran,
-    /// but maybe not alone.
+    /// As [`try_lock`](Self::try_lock): the job did not run.
     pub fn run<T>(&self, job: impl FnOnce() -> T) -> Result<JobRun<T>> {
         let guard = match self.attempt_blocking()? {
             Ok(guard) => guard,
             Err(skipped) => return Ok(JobRun::Skipped(skipped)),
         };
-        let out = {
+        let output = {
             let _running = Running::enter(&guard);
             job()
         };
-        guard.unlock()?;
-        Ok(JobRun::Ran(out))
+        Ok(JobRun::ended(output, guard.unlock()))
     }
 
     /// What Redis keeps of the job: its lock now, its last run and the
@@ -235,14 +235,11 @@ impl Job {
         let (at_most, at_least) = (self.spec.at_most, self.spec.at_least);
         check_lease("lock_at_most_for", at_most)?;
         let io = self.shared.raw().socket_timeout();
-        if at_most <= io * 2 {
+        check_renewable("lock_at_most_for", at_most, io)?;
+        if at_least > at_most {
             return Err(Error::invalid(format_args!(
-                "lock_at_most_for ({at_most:?}) must be longer than twice the socket timeout ({io:?}): it is renewed every third of it, and one renewal may take two socket timeouts"
-            )));
-        }
-        if at_least > MAX_LEASE {
-            return Err(Error::invalid(format_args!(
-                "lock_at_least_for must be at most {MAX_LEASE:?}"
+                "lock_at_least_for ({at_least:?}) must not be longer than lock_at_most_for ({at_most:?}): \
+                 a replica that died mid-run would free the job before its minimum (ShedLock refuses it too)"
             )));
         }
         Ok(())
@@ -265,20 +262,44 @@ impl fmt::Debug for Job {
 }
 
 /// What a [`Job::run`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 #[must_use]
 pub enum JobRun<T> {
-    /// This replica ran the job: what it returned.
+    /// This replica ran the job, holding its lock throughout: what it
+    /// returned.
     Ran(T),
+    /// This replica ran the job, but the end of its hold failed:
+    /// [`Error::NotHeld`] — the lock was no longer this run's (lost while
+    /// Redis was unreachable past `lock_at_most_for`, or removed): another
+    /// replica may have run it meanwhile — or a Redis error (the lock then
+    /// ends at its lease, or is ended once Redis answers). Not an `Err`: the
+    /// job did run, and a caller that retried on errors would run it twice.
+    RanUnconfirmed {
+        /// What the job returned.
+        output: T,
+        /// Why its end failed.
+        error: Error,
+    },
     /// Another run held the job's lock: this one was skipped.
     Skipped(Skipped),
 }
 
 impl<T> JobRun<T> {
-    /// What the job returned, if it ran here.
+    /// The run's outcome once its hold ended with `ended`.
+    pub(crate) fn ended(output: T, ended: Result<()>) -> Self {
+        match ended {
+            Ok(()) => JobRun::Ran(output),
+            Err(error) => {
+                tracing::warn!(error = %error, "leasehold: a job ran, but the end of its lock failed");
+                JobRun::RanUnconfirmed { output, error }
+            }
+        }
+    }
+
+    /// What the job returned, if it ran here (confirmed or not).
     pub fn ran(self) -> Option<T> {
         match self {
-            JobRun::Ran(out) => Some(out),
+            JobRun::Ran(output) | JobRun::RanUnconfirmed { output, .. } => Some(output),
             JobRun::Skipped(_) => None,
         }
     }
@@ -407,6 +428,11 @@ pub fn running_job() -> Option<String> {
 /// Asserts that this code runs inside a job's run with its lock held —
 /// ShedLock's `LockAssert.assertLocked()`, for a job's code that must never
 /// run unlocked (called by hand, or from a scheduler without the lock).
+///
+/// The run is known to the thread running it (at every poll of an async
+/// run): code that the run's thread runs for others while it waits — a
+/// work-stealing pool's tasks (`rayon::join` inside the job), a local
+/// executor driven inside an async run — passes the assertion too.
 ///
 /// # Panics
 /// Outside [`Job::run`] / [`AsyncJob::run`], or when the run's lock was

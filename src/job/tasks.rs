@@ -117,8 +117,7 @@ impl AsyncJob {
             }
         })
         .await;
-        guard.held.release(Park::Task).await?;
-        Ok(JobRun::Ran(out))
+        Ok(JobRun::ended(out, guard.held.release(Park::Task).await))
     }
 
     /// [`Job::history`] for a task.

@@ -97,6 +97,22 @@ pub(crate) fn check_lease(what: &str, lease: Duration) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a renewed lease (`what`: its name and the setting that raises
+/// it) not longer than two socket timeouts: one renewal may take two (a
+/// write and a read), so the lease could run out before the client learns
+/// whether it was renewed.
+pub(crate) fn check_renewable(what: &str, lease: Duration, socket_timeout: Duration) -> Result<()> {
+    if lease <= socket_timeout * 2 {
+        return Err(Error::invalid(format_args!(
+            "the {what} ({lease:?}) must be longer than twice the socket timeout ({socket_timeout:?}): \
+             one renewal may take two socket timeouts (a write and a read), so the lease could run out \
+             before the client learns whether it was renewed; lower socket_timeout (a third of the lease \
+             or less) or raise the {what}"
+        )));
+    }
+    Ok(())
+}
+
 /// What is left from now until `until` (`None`: nothing held) — what
 /// every guard's `remaining()` answers from its `valid_until()`.
 pub(crate) fn left_until(until: Option<Instant>) -> Duration {
@@ -154,8 +170,9 @@ macro_rules! common_options {
         /// Lets another thread or task cancel this wait (see
         /// [`Cancel`](crate::Cancel)): the call returns
         /// [`Error::Cancelled`](crate::Error::Cancelled) as soon as
-        /// [`Cancel::cancel`](crate::Cancel::cancel) is called, holding
-        /// nothing and leaving no waiting place.
+        /// [`Cancel::cancel`](crate::Cancel::cancel) is called (a Redlock:
+        /// once the round under way ended, within the node timeout),
+        /// holding nothing and leaving no waiting place.
         pub fn cancel_on(mut self, cancel: &Cancel) -> Self {
             self.common.cancel = Some(cancel.clone());
             self

@@ -22,8 +22,12 @@ pub(crate) const DEFAULT_ENV: &str = "default";
 /// and in the same call the run history (`KEYS[2]`): the run (when by the
 /// server's clock, on which host, its value) or the skip counted. 1 when
 /// taken; when busy, the holder's value (0 when the key is no string — not
-/// a job's lock).
+/// a job's lock); -1, untouched, when the history key is no hash.
 const ACQUIRE: &str = r#"
+local history = redis.call('type', KEYS[2]).ok
+if history ~= 'none' and history ~= 'hash' then
+    return -1
+end
 if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
     local t = redis.call('time')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -43,7 +47,9 @@ return 0
 /// `ARGV[2]` > 0 ms of `lock_at_least_for` left, that becomes the key's
 /// expiry; else the key is deleted. The history gets the run's end and
 /// length (server's clock) when it is still this run's, and a loss counted
-/// when the key was no longer ours. 1 when it was ours, 0 when not.
+/// when the key was no longer ours — unless `ARGV[3]` is `u` (the undo of
+/// a call whose reply was lost: the lock only). 1 when it was ours, 0 when
+/// not.
 const RELEASE: &str = r#"
 local ours = redis.call('type', KEYS[1]).ok == 'string'
     and redis.call('get', KEYS[1]) == ARGV[1]
@@ -53,7 +59,11 @@ if ours then
     else
         redis.call('del', KEYS[1])
     end
-else
+end
+if ARGV[3] == 'u' or redis.call('type', KEYS[2]).ok ~= 'hash' then
+    return ours and 1 or 0
+end
+if not ours then
     redis.call('hincrby', KEYS[2], 'lost', 1)
 end
 if redis.call('hget', KEYS[2], 'last_value') == ARGV[1] then
@@ -104,16 +114,19 @@ impl JobScripts {
     }
 
     /// The owner-checked end of `value`'s hold of `key`, keeping it `keep`
-    /// longer (zero: deleted).
+    /// longer (zero: deleted); `undo`: of a call whose reply was lost (the
+    /// history is left alone).
     pub(crate) fn release_call(
         &'static self,
         key: &str,
         history: &str,
         value: &str,
         keep: Duration,
+        undo: bool,
     ) -> Call {
         let keep = if keep.is_zero() { 0 } else { millis(keep) };
-        (self.release).call(2, (key, history, value, keep))
+        let mode = if undo { "u" } else { "" };
+        (self.release).call(2, (key, history, value, keep, mode))
     }
 }
 
@@ -126,6 +139,8 @@ pub(crate) enum Acquired {
     Busy(String),
     /// The key holds something that is no job's lock.
     NotAJobLock,
+    /// The history key holds something else: nothing was done.
+    BadHistory,
 }
 
 /// Reads an acquire's reply.
@@ -133,6 +148,7 @@ pub(crate) fn acquire_reply(reply: Value) -> RedisResult<Acquired> {
     match reply {
         Value::Int(1) => Ok(Acquired::Taken),
         Value::Int(0) => Ok(Acquired::NotAJobLock),
+        Value::Int(-1) => Ok(Acquired::BadHistory),
         Value::BulkString(v) => Ok(Acquired::Busy(String::from_utf8_lossy(&v).into_owned())),
         other => Err(unexpected("job acquire", &other)),
     }

@@ -17,6 +17,7 @@
 //! as `KEYS[]`/`ARGV[]`, never inside Lua source.
 
 pub(crate) mod admin;
+pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod job;
 pub(crate) mod plain;

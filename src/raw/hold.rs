@@ -112,7 +112,8 @@ impl Raw {
         watchdog: bool,
         sent_at: Instant,
     ) -> Hold {
-        let new_state = &mut || self.new_state(key, owner, lease, watchdog, sent_at, lease, None);
+        let new_state =
+            &mut || self.new_state(key, owner, lease, watchdog, sent_at, lease, None, "redlock");
         let new = NewHold {
             renewed: watchdog,
             until: sent_at + lease,

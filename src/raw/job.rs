@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{not_a_lock, not_held, Raw};
-use crate::conn::Bound;
+use super::orphans::LostJob;
+use super::{not_a_lock, not_held, Orphan, Raw, Undoing};
+use crate::conn::{Bound, MakeForsaken};
 use crate::error::{Error, Result};
 use crate::options::check_name;
 use crate::park::Park;
@@ -81,12 +82,36 @@ impl Raw {
         let value = job::value(SystemTime::now(), &spec.host, &uuid::Uuid::new_v4());
         let call = job::scripts().acquire_call(&key, &history, &value, spec.at_most, &spec.host);
         let started = Instant::now();
+        // A take whose caller went away, or whose reply was lost: the lock
+        // it may have set is ended (owner-checked) once Redis answers, not
+        // left for the whole `lock_at_most_for`.
+        let orphan = || {
+            let lost = LostJob {
+                history: history.clone(),
+                keep_until: started,
+            };
+            Orphan::lost_job(&key, &value, spec.at_most, lost, started)
+        };
+        let forsaken = || self.forsaken(orphan(), Undoing::Acquire);
         let read = |r: Reply| job::acquire_reply(r.value);
-        let (answer, _) = self
-            .conns
-            .call(park, &key, Bound::default(), call, read, None)
+        let (answer, sent) = (self.conns)
+            .call(
+                park,
+                &key,
+                Bound::default(),
+                call,
+                read,
+                Some(&forsaken as MakeForsaken<'_>),
+            )
             .await;
-        match answer? {
+        let answer = match answer {
+            Err(e) if sent => {
+                self.forsake(orphan(), true);
+                return Err(e);
+            }
+            answer => answer?,
+        };
+        match answer {
             Acquired::Taken => {
                 let state = self
                     .renewer
@@ -107,6 +132,10 @@ impl Raw {
                 &key,
                 "no string (a job's lock is ShedLock's string key)".to_owned(),
             )),
+            Acquired::BadHistory => Err(not_a_lock(
+                &history,
+                "no hash (a job's run history is leasehold's hash)".to_owned(),
+            )),
         }
     }
 
@@ -126,16 +155,57 @@ impl Raw {
         self.renewer.cancel(&hold.state, true);
         hold.state.released();
         let keep = hold.keep_until.saturating_duration_since(Instant::now());
-        let call = job::scripts().release_call(&hold.key, &hold.history, &hold.value, keep);
+        let call = job::scripts().release_call(&hold.key, &hold.history, &hold.value, keep, false);
+        // An end whose caller went away, or whose reply was lost: sent again
+        // (owner-checked, keeping the rest of `lock_at_least_for`) until
+        // Redis answers.
+        let sent_at = Instant::now();
+        let orphan = || {
+            let lost = LostJob {
+                history: hold.history.clone(),
+                keep_until: hold.keep_until,
+            };
+            let lease = hold.state.valid_until().saturating_duration_since(sent_at);
+            Orphan::lost_job(&hold.key, &hold.value, lease, lost, sent_at)
+        };
+        let forsaken = || self.forsaken(orphan(), Undoing::Release);
         let read = |r: Reply| job::release_reply(r.value);
-        let (ours, _) = self
-            .conns
-            .call(park, &hold.key, bound, call, read, None)
+        let ran = (self.conns)
+            .call(
+                park,
+                &hold.key,
+                bound,
+                call,
+                read,
+                Some(&forsaken as MakeForsaken<'_>),
+            )
             .await;
-        if !ours? {
+        let ours = match ran {
+            (Err(e), true) if e.is_unanswered() => {
+                let until = hold.state.valid_until();
+                return Err(self.release_pending(&hold.name, orphan(), until, e));
+            }
+            (ran, _) => ran?,
+        };
+        if !ours {
             return Err(not_held(&hold.name, &hold.state));
         }
         Ok(())
+    }
+
+    /// The owner-checked end of run `value`'s hold of the job lock `key`,
+    /// keeping it `keep` more, for the undo of a call whose reply was lost
+    /// (the history left alone).
+    pub(super) fn undo_job(
+        &self,
+        key: &str,
+        history: &str,
+        value: &str,
+        keep: Duration,
+        bound: Bound,
+    ) -> Result<()> {
+        let call = job::scripts().release_call(key, history, value, keep, true);
+        self.conns.run(key, bound, |con| call.run(con)).map(drop)
     }
 
     /// The run history of job `spec` (the hash's fields), and the value of

@@ -456,8 +456,27 @@ impl Raw {
         }
     }
 
+    /// Records that term `term` of the election whose lock is `lock_key`
+    /// began at `since_ms` (over an older term's record only).
+    pub(crate) fn record_term(&self, lock_key: &str, term: u64, since_ms: u64) -> Result<()> {
+        let record = protocol::election::record_key(lock_key);
+        let call = protocol::election::record_call(&record, term, since_ms);
+        self.conns
+            .run(&record, Bound::default(), |con| call.run(con))
+            .map(drop)
+    }
+
+    /// The term and its beginning (ms) an election whose lock is `lock_key`
+    /// last recorded.
+    pub(crate) fn recorded_term(&self, lock_key: &str) -> Result<(Option<u64>, Option<u64>)> {
+        let record = protocol::election::record_key(lock_key);
+        let fields: std::collections::HashMap<String, u64> =
+            self.on_node(&record, |con| redis::cmd("HGETALL").arg(&record).query(con))?;
+        Ok((fields.get("term").copied(), fields.get("since_ms").copied()))
+    }
+
     /// A face's own small call on the node serving `key` (an operator's
-    /// read, an election's record of its leader).
+    /// read).
     pub(crate) fn on_node<T>(
         &self,
         key: &str,
@@ -491,11 +510,12 @@ impl Raw {
         sent_at: Instant,
         set: Duration,
         timeouts: Option<&str>,
+        meter: crate::meter::Kind,
     ) -> Arc<LeaseState> {
         match timeouts {
             _ if watchdog => self
                 .renewer
-                .register(key, field, lease, sent_at, set, timeouts),
+                .register(key, field, lease, sent_at, set, timeouts, meter),
             // A read hold keeps the shared hash alive to its own end.
             Some(timeouts) => self.renewer.keep(key, field, sent_at, set, timeouts),
             None => LeaseState::new(sent_at + set),

@@ -63,6 +63,18 @@ pub(crate) struct Orphan {
     /// acquisition's): undone by leaving its place and giving back its
     /// permits by id.
     pub(crate) permits: Option<LostPermits>,
+    /// A scheduled job's take or end (its key is the job's lock, its owner
+    /// the run's value): undone by the job's owner-checked end.
+    pub(crate) job: Option<LostJob>,
+}
+
+/// What the undo of a scheduled job's lost take or end needs.
+pub(crate) struct LostJob {
+    /// The job's run history key.
+    pub(crate) history: String,
+    /// Until when the lock is to be kept (the rest of `lock_at_least_for`;
+    /// a take's undo: none).
+    pub(crate) keep_until: Instant,
 }
 
 /// What a semaphore acquisition's undo needs: the semaphore's keys and the
@@ -91,6 +103,23 @@ impl Orphan {
             place: place.map(str::to_owned),
             until: sent_at + lease.max(LONGEST_PLACE) + Duration::from_secs(1),
             permits: None,
+            job: None,
+        }
+    }
+
+    /// A scheduled job's take or end by the run `value` of lock `key`,
+    /// sent at `sent_at`, whose reply was lost: the lock lives at most
+    /// `lease` from then.
+    pub(crate) fn lost_job(
+        key: &str,
+        value: &str,
+        lease: Duration,
+        job: LostJob,
+        sent_at: Instant,
+    ) -> Self {
+        Orphan {
+            job: Some(job),
+            ..Orphan::lost(Kind::Plain, key, value, lease, None, sent_at)
         }
     }
 
@@ -320,6 +349,12 @@ impl Raw {
     /// waiting place, release whatever hold it took or kept (all of the
     /// owner's: it has no other here).
     pub(super) fn undo(&self, o: &Orphan, bound: Bound) -> Result<()> {
+        if let Some(j) = &o.job {
+            let keep = j.keep_until.saturating_duration_since(Instant::now());
+            self.undo_job(&o.key, &j.history, &o.owner, keep, bound)?;
+            tracing::debug!(key = %o.key, "leasehold: undid a scheduled job's call whose reply was lost");
+            return Ok(());
+        }
         if let Some(p) = &o.permits {
             let given = self.leave_permits_once(&p.keys, o.place.as_deref(), &p.ids, bound)?;
             tracing::debug!(key = %o.key, given, "leasehold: undid a semaphore call whose reply was lost");

@@ -396,7 +396,9 @@ impl<'a> Waiting<'a> {
         let field = protocol::hold_field(self.kind, owner).into_owned();
         let timeouts = (self.kind == Kind::Read).then(|| timeout_prefix(key, owner));
         let timeouts = timeouts.as_deref();
-        let mut new_state = || raw.new_state(key, &field, lease, watchdog, sent_at, set, timeouts);
+        let meter = self.kind.meter_kind();
+        let mut new_state =
+            || raw.new_state(key, &field, lease, watchdog, sent_at, set, timeouts, meter);
         let new = NewHold {
             renewed: watchdog,
             until: sent_at + set,

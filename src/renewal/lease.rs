@@ -63,8 +63,10 @@ impl Quorum {
 
     /// One more node lease was lost.
     fn node_lost(&self, why: LeaseLost) {
-        if self.spare.fetch_sub(1, Ordering::AcqRel) <= 0 {
-            self.state.mark_lost(why, &self.lost_count);
+        if self.spare.fetch_sub(1, Ordering::AcqRel) <= 0
+            && self.state.mark_lost(why, &self.lost_count)
+        {
+            crate::meter::lost("redlock");
         }
     }
 }
@@ -95,6 +97,11 @@ impl LeaseState {
     /// Makes this lease one node's part of a Redlock hold. Called right
     /// after the lease was registered: the renewal thread first looks at it
     /// a third of the lease later, so it cannot have been lost yet.
+    /// Whether it is a Redlock node's lease (of a quorum).
+    pub(crate) fn in_quorum(&self) -> bool {
+        self.quorum.get().is_some()
+    }
+
     pub(crate) fn join(&self, quorum: &Arc<Quorum>) {
         let _ = self.quorum.set(Arc::clone(quorum));
     }

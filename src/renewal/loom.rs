@@ -84,7 +84,7 @@ fn renewing(mut worker: Worker<Answers>) -> thread::JoinHandle<Worker<Answers>> 
 
 /// A watchdog lease registered now for "k".
 fn register(renewer: &Renewer) -> Arc<LeaseState> {
-    renewer.register("k", "o", LEASE, Instant::now(), LEASE, None)
+    renewer.register("k", "o", LEASE, Instant::now(), LEASE, None, "plain")
 }
 
 /// The guard's drop: renewal stopped (as the raw hold's release does for

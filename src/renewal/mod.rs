@@ -153,6 +153,7 @@ impl Renewer {
     /// first renewal lengthens to `lease`). `timeouts`: the timeout key
     /// prefix of a read hold (read/write lock). Stop it with
     /// [`cancel`](Self::cancel).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn register(
         &self,
         key: &str,
@@ -161,9 +162,11 @@ impl Renewer {
         sent_at: Instant,
         set: Duration,
         timeouts: Option<&str>,
+        meter: crate::meter::Kind,
     ) -> Arc<LeaseState> {
         self.enqueue(key, owner, lease, sent_at, set, |e| {
             e.timeouts = timeouts.map(Box::from);
+            e.meter = meter;
         })
     }
 
@@ -180,6 +183,7 @@ impl Renewer {
     ) -> Arc<LeaseState> {
         self.enqueue(timeouts, "", lease, sent_at, set, |e| {
             e.permits = Some(Box::from(ids));
+            e.meter = "permits";
         })
     }
 
@@ -193,7 +197,10 @@ impl Renewer {
         lease: Duration,
         sent_at: Instant,
     ) -> Arc<LeaseState> {
-        self.enqueue(key, value, lease, sent_at, lease, |e| e.job = true)
+        self.enqueue(key, value, lease, sent_at, lease, |e| {
+            e.job = true;
+            e.meter = "job";
+        })
     }
 
     /// A read hold with an explicit lease (`set`, from `sent_at`): not
@@ -212,6 +219,7 @@ impl Renewer {
         self.enqueue(key, owner, set, sent_at, set, |e| {
             e.timeouts = Some(Box::from(timeouts));
             e.until = Some(sent_at + set);
+            e.meter = "read";
         })
     }
 
@@ -253,6 +261,7 @@ impl Renewer {
             until: None,
             permits: None,
             job: false,
+            meter: "plain",
         };
         more(&mut entry);
         entry.due = sent_at + entry.period();
@@ -313,7 +322,7 @@ mod tests {
         };
         let (renewer, mut worker) = Renewer::new(Renewed, Duration::ZERO, LEASE / 10, registration);
         let pair = || {
-            let state = renewer.register("k", "o", LEASE, Instant::now(), LEASE, None);
+            let state = renewer.register("k", "o", LEASE, Instant::now(), LEASE, None, "plain");
             renewer.cancel(&state, true);
         };
         pair();
@@ -337,6 +346,7 @@ mod tests {
             Instant::now(),
             Duration::from_secs(3),
             None,
+            "plain",
         );
         assert!(
             worker.rx.try_recv().is_ok(),

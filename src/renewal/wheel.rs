@@ -18,7 +18,9 @@ pub(super) struct Wheel {
     origin: Instant,
     /// The next tick to visit; every slot before it has been taken.
     cursor: u64,
-    slots: Vec<Vec<u64>>,
+    /// Each slot's ids, with the tick each is due at (an id of a later
+    /// turn stays in its slot when the slot is visited early).
+    slots: Vec<Vec<(u64, u64)>>,
     occupied: [u64; SLOTS / 64],
 }
 
@@ -41,7 +43,7 @@ impl Wheel {
         // Round up to the slot boundary; never into a slot already visited.
         let tick = (self.tick_of(due) + 1).max(self.cursor);
         let slot = (tick as usize) % SLOTS;
-        self.slots[slot].push(id);
+        self.slots[slot].push((id, tick));
         self.occupied[slot / 64] |= 1 << (slot % 64);
     }
 
@@ -66,12 +68,12 @@ impl Wheel {
         Some(self.origin + Duration::from_nanos(nanos.saturating_mul(tick)))
     }
 
-    /// Takes every id in the slots up to `horizon` (their entries decide
-    /// whether they are really due or wait for a later turn) — `now` or a
-    /// little later, to renew early what is due soon. Only the slots up to
-    /// `now` count as visited: an id inserted next, due before `horizon`,
-    /// still fires at its own slot (a short lease renewed again then), not
-    /// at the end of the horizon.
+    /// Takes every id due by `horizon` — `now` or a little later, to renew
+    /// early what is due soon (the caller's entries have the last word).
+    /// Only the slots up to `now` count as visited: an id inserted next,
+    /// due before `horizon`, still fires at its own slot (a short lease
+    /// renewed again then), not at the end of the horizon; an id of a later
+    /// turn stays in its slot, untouched until its turn.
     pub(super) fn take_due(&mut self, now: Instant, horizon: Instant) -> Vec<u64> {
         let until = self.tick_of(horizon.max(now));
         let mut out = Vec::new();
@@ -79,8 +81,17 @@ impl Wheel {
         let last = until.min(self.cursor + SLOTS as u64 - 1);
         for tick in self.cursor..=last {
             let slot = (tick as usize) % SLOTS;
-            if self.occupied[slot / 64] & (1 << (slot % 64)) != 0 {
-                out.append(&mut self.slots[slot]);
+            if self.occupied[slot / 64] & (1 << (slot % 64)) == 0 {
+                continue;
+            }
+            self.slots[slot].retain(|&(id, due)| {
+                let take = due <= until;
+                if take {
+                    out.push(id);
+                }
+                !take
+            });
+            if self.slots[slot].is_empty() {
                 self.occupied[slot / 64] &= !(1 << (slot % 64));
             }
         }
@@ -131,20 +142,19 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Wheel::new(t0);
         let turn = TICK * SLOTS as u32;
-        // Due after more than one turn: lands in a slot visited earlier, and
-        // the caller re-inserts it until its turn (as `tick` does).
+        // Due after more than one turn: it shares a slot of this turn, and
+        // stays in it when the slot is visited, until its turn.
         w.insert(7, t0 + turn + Duration::from_millis(500));
         let first = w.next_due().unwrap();
         assert!(first < t0 + turn);
-        let got = w.take_due(first, first);
-        assert_eq!(got, vec![7]);
+        assert!(w.take_due(first, first + Duration::from_secs(1)).is_empty());
+        let due = t0 + turn + Duration::from_millis(520);
+        assert_eq!(w.take_due(due, due), vec![7]);
         // Past the wrap, a short due time is found after the cursor.
-        let before = t0 + turn - Duration::from_millis(20);
-        w.take_due(before, before);
-        w.insert(8, t0 + turn + Duration::from_millis(40));
+        w.insert(8, t0 + turn + Duration::from_millis(540));
         let next = w.next_due().unwrap();
         assert!(
-            next >= t0 + turn + Duration::from_millis(40),
+            next >= t0 + turn + Duration::from_millis(540),
             "{:?}",
             next - t0
         );

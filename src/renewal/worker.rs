@@ -37,6 +37,8 @@ pub(super) struct Entry {
     pub(super) permits: Option<Box<[u8]>>,
     /// A scheduled job's lock (a string holding `owner`, ShedLock's).
     pub(super) job: bool,
+    /// What the counters (`meter`) call its hold's kind.
+    pub(super) meter: crate::meter::Kind,
 }
 
 impl Entry {
@@ -270,12 +272,11 @@ impl<B: RoundTrips> Worker<B> {
         };
         if e.state.mark_lost(why.clone(), &self.counters.leases_lost) {
             tracing::warn!(key = %e.key, "leasehold: lease lost ({why})");
-            let kind = match (&e.permits, e.job) {
-                (Some(_), _) => "permits",
-                (None, true) => "job",
-                (None, false) => "lock",
-            };
-            crate::meter::lost(kind);
+            // A Redlock node's lease is no hold: its quorum counts the
+            // Redlock's loss (`Quorum`).
+            if !e.state.in_quorum() {
+                crate::meter::lost(e.meter);
+            }
         }
     }
 
