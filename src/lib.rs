@@ -131,6 +131,16 @@
 //! | an `Instant` | `try_lock_until` | `try_lock_until` | `try_acquire_until`, `try_acquire_many_until` | `try_lock_until` | `try_lock_all_until` |
 //! | options | `lock_with`, `try_lock_with` | `lock_with`, `try_lock_with` | `acquire_with`, `try_acquire_with` | `lock_with`, `try_lock_with` | `lock_all_with`, `try_lock_all_with` |
 //! | options type | [`LockOptions`] | [`LockOptions`] | [`SemaphoreOptions`] | [`RedlockOptions`] | [`LockOptions`] |
+//! | made by | `LockClient::builder(url)` … `build()` / `connect()` | `AsyncLockClient::builder(url)` … `build()` / `connect().await` | `client.semaphore(name)` | `Redlock::builder(&urls)` … `build()` | the client |
+//! | guard | [`LockGuard`], [`OwnedLockGuard`] | [`AsyncLockGuard`] | [`PermitGuard`] / [`AsyncPermitGuard`] | [`RedlockGuard`] | [`MultiLockGuard`] / [`AsyncMultiLockGuard`] |
+//!
+//! Every guard has `is_held`, `valid_until`, `remaining`, `lost` and the
+//! checked `unlock` — and `name`, `key`, `lease` for one hold, `names`,
+//! `keys`, `guards` for several, `fence` for the kinds that mint one.
+//! Scheduled jobs ([`Job`] / [`AsyncJob`], guards [`JobGuard`] /
+//! [`AsyncJobGuard`]) and elections ([`Election`] / [`AsyncElection`],
+//! [`Leadership`] / [`AsyncLeadership`]) are twins the same way; the same
+//! test checks them.
 //!
 //! The three options types share one part — `lease`, `wait`, `cancel_on`
 //! (and their getters `lease_time`, `wait_time`, `cancel_handle`); what
