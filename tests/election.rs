@@ -18,6 +18,14 @@ use leasehold::{AsyncLockClient, FencedStore, LockClient, Role};
 use redis::Commands;
 use support::{ChildProcess, Monitor, RedisServer};
 
+/// The tests of this binary run one at a time: one counts the process's
+/// threads.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn client(server: &RedisServer, lease: Duration) -> LockClient {
     LockClient::builder(&server.url())
         .watchdog_lease(lease)
@@ -29,6 +37,7 @@ fn client(server: &RedisServer, lease: Duration) -> LockClient {
 
 #[test]
 fn one_leader_at_a_time_visible_to_all_and_a_resignation_hands_over_at_once() {
+    let _serial = serial();
     let server = RedisServer::start();
     let lease = Duration::from_secs(2);
     let (a, b) = (client(&server, lease), client(&server, lease));
@@ -114,6 +123,7 @@ fn next_leader(
 
 #[test]
 fn four_candidate_processes_through_a_kill_a_stop_and_a_resignation() {
+    let _serial = serial();
     let server = RedisServer::start();
     let lease = Duration::from_millis(2_000);
     let within = lease + Duration::from_secs(1);
@@ -221,6 +231,7 @@ fn four_candidate_processes_through_a_kill_a_stop_and_a_resignation() {
 
 #[test]
 fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
+    let _serial = serial();
     let server = RedisServer::start();
     let lease = Duration::from_secs(3);
     let leader = client(&server, lease);
@@ -294,6 +305,7 @@ fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
 /// one paused between winning and writing cannot overwrite a newer term's.
 #[test]
 fn a_term_is_recorded_only_over_an_older_ones() {
+    let _serial = serial();
     let server = RedisServer::start();
     let c = client(&server, Duration::from_secs(2));
     let mut con = server.connection();

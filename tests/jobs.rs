@@ -436,17 +436,27 @@ fn a_take_whose_reply_was_lost_is_undone_once_redis_answers() {
     let job = client.job("slow").lock_at_most_for(Duration::from_secs(60));
     // (The scripts loaded first: a first EVALSHA is refused, NOSCRIPT.)
     assert!(client.job("warm").run(|| ()).unwrap().ran().is_some());
-    // Redis stalls 1 s: the take waits in its socket, runs after the
-    // client gave up on its reply.
-    let mut stall = server.connection();
+    // Redis stalls 2 s: the take waits in its socket, runs after the
+    // client gave up on its reply. The take is sent once a probe finds
+    // Redis stalled (its PING unanswered for 50 ms), not after a guess.
+    let (mut stall, mut probe) = (server.connection(), server.connection());
+    probe
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
     let sleeping = std::thread::spawn(move || {
         let _: () = redis::cmd("DEBUG")
             .arg("SLEEP")
-            .arg("1")
+            .arg("2")
             .query(&mut stall)
             .unwrap();
     });
-    std::thread::sleep(Duration::from_millis(100));
+    loop {
+        match redis::cmd("PING").query::<String>(&mut probe) {
+            Err(e) if e.is_timeout() => break,
+            Err(e) => panic!("{e}"),
+            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
     let e = job
         .run(|| unreachable!("ran without its reply"))
         .unwrap_err();
