@@ -297,7 +297,7 @@ pub(crate) struct Held<H: Releasable> {
     released: bool,
     drop_on: DropOn,
     /// When the guard got the hold (for the held-time counter).
-    since: Instant,
+    since: crate::meter::Since,
 }
 
 impl<H: Releasable> Held<H> {
@@ -309,7 +309,7 @@ impl<H: Releasable> Held<H> {
             state,
             released: false,
             drop_on,
-            since: Instant::now(),
+            since: crate::meter::Since::now(),
         }
     }
 
@@ -330,7 +330,7 @@ impl<H: Releasable> Held<H> {
     /// before the answer, the release goes on in the background).
     pub(crate) async fn release(mut self, park: Park) -> Result<()> {
         self.released = true;
-        crate::meter::held(self.hold.meter_kind(), self.since.elapsed());
+        crate::meter::held(self.hold.meter_kind(), self.since);
         self.hold.release(&self.raw, park, Bound::default()).await
     }
 }
@@ -340,7 +340,7 @@ impl<H: Releasable> Drop for Held<H> {
         if self.released {
             return;
         }
-        crate::meter::held(self.hold.meter_kind(), self.since.elapsed());
+        crate::meter::held(self.hold.meter_kind(), self.since);
         let bound = self.raw.give_back();
         let release = move |raw: &Arc<Raw>, hold: &H| {
             if let Err(e) = block_on(hold.release(raw, Park::Thread, bound)) {

@@ -7,6 +7,8 @@
 //! for every order: unbounded series); job names are (a service has few).
 
 use std::time::Duration;
+#[cfg(feature = "metrics")]
+use std::time::Instant;
 
 /// What a count is of: `plain`, `fair`, `read`, `write`, `permits`, `job`,
 /// `redlock` (its loss only: a Redlock's acquisitions are its own rounds).
@@ -33,12 +35,31 @@ pub(crate) fn lost(kind: Kind) {
     count("leasehold_lock_lost_total", kind);
 }
 
-/// A hold ended after `held`.
-pub(crate) fn held(kind: Kind, held: Duration) {
+/// When a hold began, for [`held`]: read from the clock only with the
+/// feature (nothing, and no clock read, on the lock path without it).
+#[derive(Clone, Copy)]
+pub(crate) struct Since {
     #[cfg(feature = "metrics")]
-    metrics::histogram!("leasehold_lock_held_seconds", "kind" => kind).record(held.as_secs_f64());
+    at: Instant,
+}
+
+impl Since {
+    /// Now.
+    pub(crate) fn now() -> Self {
+        Since {
+            #[cfg(feature = "metrics")]
+            at: Instant::now(),
+        }
+    }
+}
+
+/// A hold that began at `since` ended.
+pub(crate) fn held(kind: Kind, since: Since) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("leasehold_lock_held_seconds", "kind" => kind)
+        .record(since.at.elapsed().as_secs_f64());
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, held);
+    let _ = (kind, since);
 }
 
 /// What happened to a scheduled job's run.

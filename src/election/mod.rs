@@ -142,7 +142,6 @@ impl Election {
         record(&self.client, guard.key(), term, since);
         Ok(Leadership {
             name: self.name.clone(),
-            term,
             since,
             guard,
         })
@@ -264,7 +263,6 @@ impl Role {
 #[must_use = "if unused the leadership is resigned at once"]
 pub struct Leadership {
     name: String,
-    term: u64,
     since: SystemTime,
     guard: OwnedLockGuard,
 }
@@ -282,7 +280,7 @@ impl Leadership {
 
     /// The term: a fencing token greater than every earlier term's.
     pub fn term(&self) -> u64 {
-        self.term
+        self.guard.fence().unwrap_or(0)
     }
 
     /// When this term began (this client's clock).
@@ -320,7 +318,7 @@ impl Leadership {
 
     /// Leader or lost, and why.
     pub fn role(&self) -> Role {
-        Role::of(self.term, self.is_held(), &self.lost())
+        Role::of(self.term(), self.is_held(), &self.lost())
     }
 
     /// Steps down now: the first follower in line is handed the leadership
@@ -338,7 +336,7 @@ impl fmt::Debug for Leadership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leadership")
             .field("name", &self.name)
-            .field("term", &self.term)
+            .field("term", &self.term())
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }

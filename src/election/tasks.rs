@@ -103,7 +103,6 @@ impl AsyncElection {
             .await?;
         Ok(AsyncLeadership {
             name: self.name.clone(),
-            term,
             since,
             guard,
         })
@@ -135,7 +134,6 @@ impl fmt::Debug for AsyncElection {
 #[must_use = "if unused the leadership is resigned at once"]
 pub struct AsyncLeadership {
     name: String,
-    term: u64,
     since: SystemTime,
     guard: AsyncLockGuard,
 }
@@ -153,7 +151,7 @@ impl AsyncLeadership {
 
     /// As [`Leadership::term`](super::Leadership::term).
     pub fn term(&self) -> u64 {
-        self.term
+        self.guard.fence().unwrap_or(0)
     }
 
     /// As [`Leadership::since`](super::Leadership::since).
@@ -188,7 +186,7 @@ impl AsyncLeadership {
 
     /// As [`Leadership::role`](super::Leadership::role).
     pub fn role(&self) -> Role {
-        Role::of(self.term, self.is_held(), &self.lost())
+        Role::of(self.term(), self.is_held(), &self.lost())
     }
 
     /// [`Leadership::resign`](super::Leadership::resign) for a task.
@@ -204,7 +202,7 @@ impl fmt::Debug for AsyncLeadership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncLeadership")
             .field("name", &self.name)
-            .field("term", &self.term)
+            .field("term", &self.term())
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }

@@ -102,7 +102,7 @@ impl Job {
             env: DEFAULT_ENV.to_owned(),
             at_most: shared.raw().watchdog_lease(),
             at_least: Duration::ZERO,
-            host: crate::renewal::registration::host_name(),
+            host: crate::renewal::registration::host_name().to_owned(),
         };
         Job { shared, spec }
     }
@@ -439,6 +439,9 @@ pub fn running_job() -> Option<String> {
 /// lost: it is an assertion.
 #[track_caller]
 pub fn assert_locked() {
+    // The one panic of the library, by contract: an assertion the caller
+    // asked for (as `assert!`), documented above; `running_job()` is the
+    // form that does not panic.
     if running_job().is_none() {
         panic!("leasehold::assert_locked: this code does not run under a job's lock (not inside Job::run or AsyncJob::run, or its lock was lost)");
     }

@@ -5,7 +5,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::pin;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::{Job, JobGuard, JobHistory, JobRun, Running};
@@ -111,10 +110,7 @@ impl AsyncJob {
         let mut job = pin!(job);
         let out = std::future::poll_fn(|cx| {
             let _running = Running::enter(&guard);
-            match job.as_mut().poll(cx) {
-                Poll::Ready(out) => Poll::Ready(out),
-                Poll::Pending => Poll::Pending,
-            }
+            job.as_mut().poll(cx)
         })
         .await;
         Ok(JobRun::ended(out, guard.held.release(Park::Task).await))

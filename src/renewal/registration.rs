@@ -33,7 +33,7 @@ impl Registration {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
         let mut fields = vec![
-            ("host", host_name()),
+            ("host", host_name().to_owned()),
             ("pid", std::process::id().to_string()),
             ("version", crate::VERSION.to_owned()),
             ("started", started.to_string()),
@@ -62,15 +62,19 @@ impl Registration {
 }
 
 /// The host's name: the kernel's (Linux), `HOSTNAME` / `COMPUTERNAME`, or
-/// `unknown`.
-pub(crate) fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .unwrap_or_else(|| "unknown".to_owned())
+/// `unknown` — read once per process (as ShedLock's `Utils.getHostname`):
+/// every client's registration and every scheduled job's run name it.
+pub(crate) fn host_name() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| std::env::var("COMPUTERNAME").ok())
+            .unwrap_or_else(|| "unknown".to_owned())
+    })
 }
 
 /// What the lock path tells the renewal thread (ms since `base`).
