@@ -37,6 +37,11 @@ pub struct Faults {
     pub delay: u64,
     pub lost_reply: u64,
     pub lost_message: u64,
+    /// A message arrives twice (a subscriber reconnecting while a publish
+    /// is in flight, a proxy retrying): the copy later, held up like any
+    /// other — a grant heard again after its waiter used it, gave it up or
+    /// took another place.
+    pub duplicate_message: u64,
     pub pause: u64,
     pub crash: u64,
     /// The primary fails over to its replica, which has the writes up to
@@ -57,6 +62,7 @@ pub struct Explored {
     pub grants: u64,
     pub lost_replies: u64,
     pub lost_messages: u64,
+    pub duplicated_messages: u64,
     pub pauses: u64,
     pub crashes: u64,
     pub failovers: u64,
@@ -77,6 +83,7 @@ impl Explored {
         self.grants += o.grants;
         self.lost_replies += o.lost_replies;
         self.lost_messages += o.lost_messages;
+        self.duplicated_messages += o.duplicated_messages;
         self.pauses += o.pauses;
         self.crashes += o.crashes;
         self.failovers += o.failovers;
@@ -565,6 +572,16 @@ pub fn deliver<M: Model>(m: &mut M, t: Transit<M::Req>, faults: bool) -> Result<
                 w.note(format!("c{client} lost the message {payload}"));
                 return Ok(());
             }
+            // (No draw when off: the seeds' schedules stay as they were.)
+            if faults && w.faults.duplicate_message > 0 && w.rng.chance(w.faults.duplicate_message)
+            {
+                w.explored.duplicated_messages += 1;
+                w.note(format!("c{client} will hear {payload} again"));
+                w.travel(Transit::Message {
+                    client,
+                    payload: payload.clone(),
+                });
+            }
             m.message(client, payload)?;
         }
     }
@@ -737,7 +754,7 @@ pub fn shrink<C: Knobs>(
         }
     };
     fewer_steps(&mut best, &mut trace, &mut fails);
-    for i in 0..6 {
+    for i in 0..7 {
         let mut c = best.clone();
         let f = c.knobs().2;
         let knob = [
@@ -745,6 +762,7 @@ pub fn shrink<C: Knobs>(
             &mut f.delay,
             &mut f.lost_reply,
             &mut f.lost_message,
+            &mut f.duplicate_message,
             &mut f.pause,
             &mut f.crash,
         ];
