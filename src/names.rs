@@ -54,19 +54,35 @@ pub(crate) struct Companion<'k> {
 
 impl fmt::Display for Companion<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.prefix)?;
-        if self.key.contains('{') {
-            write!(f, ":{}", self.key)?;
-        } else {
-            write!(f, ":{{{}}}", self.key)?;
+        for part in self.parts() {
+            f.write_str(part)?;
         }
-        f.write_str(self.suffix)
+        Ok(())
+    }
+}
+
+impl Companion<'_> {
+    /// The name's parts in order (what [`Display`](fmt::Display) writes).
+    fn parts(&self) -> [&str; 6] {
+        let (open, close) = if self.key.contains('{') {
+            ("", "")
+        } else {
+            ("{", "}")
+        };
+        [self.prefix, ":", open, self.key, close, self.suffix]
     }
 }
 
 impl redis::ToRedisArgs for Companion<'_> {
+    /// The parts written straight into the command (no formatting machinery:
+    /// the lock path names five companions per call).
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        out.write_arg_fmt(self);
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        for part in self.parts() {
+            // Into the command's own buffer: it cannot fail.
+            let _ = arg.write_all(part.as_bytes());
+        }
     }
 }
 
@@ -370,6 +386,23 @@ mod tests {
         assert_eq!(queue_key("q"), "redisson_lock_queue:{q}");
         assert_eq!(timeout_key("q"), "redisson_lock_timeout:{q}");
         assert_eq!(waiter_channel("q", "u:1"), "redisson_lock__channel:{q}:u:1");
+    }
+
+    #[test]
+    fn a_companion_as_a_command_argument_is_its_name() {
+        use redis::ToRedisArgs;
+        for name in [
+            channel_name("order:pay"),
+            line_places_key("{user:7}:cart"),
+            line_yield_key("a{t}b"),
+            token_key(""),
+        ] {
+            assert_eq!(name.to_redis_args(), vec![name.to_string().into_bytes()]);
+        }
+        assert_eq!(
+            line_places_key("job").to_string(),
+            "leasehold_line:{job}:places"
+        );
     }
 
     #[test]

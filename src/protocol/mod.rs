@@ -134,13 +134,32 @@ impl Keep {
     /// Rounded up to the millisecond, and one more: Redis counts expiries
     /// from its clock's last whole millisecond, so a hold it keeps `n` ms
     /// may end up to 1 ms sooner — never before a guard's view of it.
-    pub(crate) fn arg(self) -> String {
+    pub(crate) fn arg(self) -> KeepArg {
         let ms = |d: Duration| u64::try_from(d.as_micros().div_ceil(1000) + 1).unwrap_or(u64::MAX);
         match self {
-            Keep::UNCHANGED => ">0".to_owned(),
-            Keep::Exactly(d) => format!("={}", ms(d)),
-            Keep::AtLeast(d) => format!(">{}", ms(d)),
+            Keep::UNCHANGED => KeepArg('>', 0),
+            Keep::Exactly(d) => KeepArg('=', ms(d)),
+            Keep::AtLeast(d) => KeepArg('>', ms(d)),
         }
+    }
+}
+
+/// A [`Keep`] as the scripts read it (`=<ms>` or `><ms>`), written into the
+/// command where it goes (no `String` of its own on every release).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeepArg(char, u64);
+
+impl std::fmt::Display for KeepArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.0, self.1)
+    }
+}
+
+impl redis::ToRedisArgs for KeepArg {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        // Into the command's own buffer: it cannot fail.
+        let _ = write!(out.writer_for_next_arg(), "{self}");
     }
 }
 

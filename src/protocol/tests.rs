@@ -377,11 +377,27 @@ fn a_write_hold_has_its_own_field() {
 fn what_a_release_keeps_is_rounded_up_to_the_millisecond_and_one_more() {
     use std::time::Duration;
     assert_eq!(
-        Keep::Exactly(Duration::from_micros(1_234_100)).arg(),
+        Keep::Exactly(Duration::from_micros(1_234_100))
+            .arg()
+            .to_string(),
         "=1236"
     );
-    assert_eq!(Keep::Exactly(Duration::from_millis(1_500)).arg(), "=1501");
-    assert_eq!(Keep::Exactly(Duration::ZERO).arg(), "=1");
-    assert_eq!(Keep::AtLeast(Duration::from_micros(999)).arg(), ">2");
-    assert_eq!(Keep::UNCHANGED.arg(), ">0");
+    assert_eq!(
+        Keep::Exactly(Duration::from_millis(1_500))
+            .arg()
+            .to_string(),
+        "=1501"
+    );
+    assert_eq!(Keep::Exactly(Duration::ZERO).arg().to_string(), "=1");
+    assert_eq!(
+        Keep::AtLeast(Duration::from_micros(999)).arg().to_string(),
+        ">2"
+    );
+    assert_eq!(Keep::UNCHANGED.arg().to_string(), ">0");
+    // As a command's argument: the same bytes.
+    let arg = Keep::AtLeast(Duration::from_micros(999)).arg();
+    assert_eq!(
+        redis::ToRedisArgs::to_redis_args(&arg),
+        vec![b">2".to_vec()]
+    );
 }
