@@ -328,7 +328,7 @@ fn known_bad_scripts_fail_the_simulation() {
         (
             "a late re-entry counting one hold for the owner's guards",
             "plain acquire",
-            "redis.call('hset', KEYS[1], ARGV[2], tonumber(ARGV[3]) + 1)",
+            "redis.call('hset', KEYS[1], ARGV[2], ARGV[3] + 1)",
             "redis.call('hset', KEYS[1], ARGV[2], 1)",
             true,
         ),

@@ -61,42 +61,45 @@ end
 }
 pub(crate) use companion_fn;
 
-/// The Lua helpers of the line (acquire and release share them):
-/// `ours(owner)` — whether an owner (`<client id>:<n>`) is a leasehold
-/// client's: its id carries UUID version 8 (the 15th character; see
-/// `names::new_client_id`), Redisson's version 4; `now()` — the server's
-/// clock in ms, read once per script and only when a line exists;
+/// The Lua helpers of the line that acquire and release share:
+/// `granted`/`placed` ([`granted_fn!`]); `now()` — the server's clock in
+/// ms, read once per script and only when a line exists;
 /// `expiry(places, place)` — until when `place` lives (ms by that clock),
-/// or nil; and `head(line, places, first)` — the first live place of the
-/// line `line` whose first entry is `first`, and how long it still lives
-/// (ms), dropping dead places at the head on the way. A place is live until
-/// the expiry its hash `places` (`<line>:places`, place → ms) holds for it:
-/// set with the waiter's place lease, confirmed by its waiter. Every key is
-/// one the caller names (`KEYS`), none is built in Lua; a script reads one
-/// or two places, never the whole line. `places_live(line, places)`: the
-/// line and its places' hash expire [`PLACE_LEASE`] after a place was last
-/// taken or confirmed — no place lives longer, so the line of waiters that
-/// all died goes by itself (the protocol simulator found the line left
-/// behind for good when it alone had no expiry: `tests/simulation.rs`).
+/// or nil. A place is live until the expiry its hash `places`
+/// (`<line>:places`, place → ms) holds for it: set with the waiter's place
+/// lease, confirmed by its waiter. Every key is one the caller names
+/// (`KEYS`), none is built in Lua; a script reads one or two places, never
+/// the whole line. `places_live(line, places)`: the line and its places'
+/// hash expire [`PLACE_LEASE`] after a place was last taken or confirmed —
+/// no place lives longer, so the line of waiters that all died goes by
+/// itself (the protocol simulator found the line left behind for good when
+/// it alone had no expiry: `tests/simulation.rs`). What only one script
+/// uses is defined in it (the acquire's `ours` and `head`): each helper a
+/// script defines costs Redis a closure on every call that reaches it.
 macro_rules! line_fns {
     () => {
         concat!(
             granted_fn!(),
             r#"
-local function ours(owner)
-    return string.byte(owner, 15) == 56
-end
 local clock = false
 local function now()
     if not clock then
         local t = redis.call('time')
-        clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        -- Arithmetic reads the numbers (half what `tonumber` costs).
+        clock = t[1] * 1000 + math.floor(t[2] / 1000)
     end
     return clock
 end
 local function expiry(places, place)
     local ms = tonumber(redis.call('hget', places, place))
-    if ms and ms > now() and string.match(place, '^.+:.+#.+$') then
+    if not (ms and ms > now()) then
+        return nil
+    end
+    -- `<owner>:<n>#<rest>` at the least: what `^.+:.+#.+$` says, by plain
+    -- finds (the first colon past the start leaves the most room).
+    local colon = string.find(place, ':', 2, true)
+    local hash = colon and string.find(place, '#', colon + 2, true)
+    if hash and hash < #place then
         return ms
     end
     return nil
@@ -109,18 +112,6 @@ local function places_live(line, places)
             $crate::protocol::plain::place_lease_ms!(),
             r#")
 end
-local function head(line, places, first)
-    while first do
-        local ms = expiry(places, first)
-        if ms then
-            return first, ms - now()
-        end
-        redis.call('lpop', line)
-        redis.call('hdel', places, first)
-        first = redis.call('lindex', line, 0)
-    end
-    return nil
-end
 "#
         )
     };
@@ -132,18 +123,32 @@ end
 /// (`<owner>#<n>@<grant ms>/<place ms>[f]`, see `protocol::place_of`), or
 /// [`GRANT_LEASE`] and [`PLACE_LEASE`] when it names none. The numbers are
 /// Rust's (`protocol::grant_lease`, `protocol::place_lease`); the scripts
-/// only read them.
+/// only read them — with plain finds, not patterns: a `string.match` cost
+/// Redis about as much as a command (measured: `scripts/script-cost.sh`).
+/// Anything but a whole number of ms from 1 up reads as the default.
 macro_rules! granted_fn {
     () => {
         concat!(
             r#"
 local function granted(place)
-    return tonumber(string.match(place, '@(%d+)')) or "#,
+    local at = string.find(place, '@', 1, true)
+    local slash = at and string.find(place, '/', at, true)
+    local ms = slash and tonumber(string.sub(place, at + 1, slash - 1))
+    if ms and ms >= 1 and ms % 1 == 0 then
+        return ms
+    end
+    return "#,
             $crate::protocol::plain::grant_lease_ms!(),
             r#"
 end
 local function placed(place)
-    return tonumber(string.match(place, '@%d+/(%d+)')) or "#,
+    local slash = string.find(place, '/', 1, true)
+    local last = string.byte(place, -1) == 102 and -2 or -1
+    local ms = slash and tonumber(string.sub(place, slash + 1, last))
+    if ms and ms >= 1 and ms % 1 == 0 then
+        return ms
+    end
+    return "#,
             $crate::protocol::plain::place_lease_ms!(),
             r#"
 end
@@ -196,9 +201,27 @@ local counted = false
 if not free then
 "#,
             line_fns!(),
-            $crate::protocol::keep_fn!(),
-            $crate::protocol::admin::shape_fn!(),
             r#"
+-- Whether an owner (`<client id>:<n>`) is a leasehold client's: its id
+-- carries UUID version 8 (the 15th character; `names::new_client_id`),
+-- Redisson's version 4.
+local function ours(owner)
+    return string.byte(owner, 15) == 56
+end
+-- The first live place of the line whose first entry is `first`, and how
+-- long it still lives (ms), dropping dead places at the head on the way.
+local function head(line, places, first)
+    while first do
+        local ms = expiry(places, first)
+        if ms then
+            return first, ms - now()
+        end
+        redis.call('lpop', line)
+        redis.call('hdel', places, first)
+        first = redis.call('lindex', line, 0)
+    end
+    return nil
+end
 local function join()
     if ARGV[4] == '' then
         return false
@@ -249,16 +272,26 @@ end
 local mine = free
 local foreign = false
 if not free then
+    -- The helpers of a key that may be no lock, and of a re-entry, are
+    -- defined only where they are used (each definition costs a closure).
     local fields = redis.pcall('hkeys', KEYS[1])
     if fields.err then
+"#,
+            $crate::protocol::admin::shape_fn!(),
+            r#"
         return not_a_lock(KEYS[1])
     end
     for _, field in ipairs(fields) do
         if field == ARGV[2] then
             mine = true
         elseif not ours(field) then
-            if field ~= 'mode' and not lock_owner(field) then
-                return not_a_lock(KEYS[1])
+            if field ~= 'mode' then
+"#,
+            $crate::protocol::admin::shape_fn!(),
+            r#"
+                if not lock_owner(field) then
+                    return not_a_lock(KEYS[1])
+                end
             end
             foreign = true
         end
@@ -267,9 +300,12 @@ end
 if not mine then
     return waiting(redis.call('pttl', KEYS[1]), foreign)
 end
-if not free and tonumber(ARGV[3]) ~= 0 then
+if not free and ARGV[3] ~= '0' then
     -- A re-entry: the owner's other guards count on their own leases,
     -- which this one must not cut short.
+"#,
+            $crate::protocol::keep_fn!(),
+            r#"
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     ttl_at_least(KEYS[1], ARGV[1])
     counted = true
@@ -277,7 +313,7 @@ end
 end
 -- Ours: the first hold (see `ARGV[3]` above), and our place goes.
 if not counted then
-    redis.call('hset', KEYS[1], ARGV[2], tonumber(ARGV[3]) + 1)
+    redis.call('hset', KEYS[1], ARGV[2], ARGV[3] + 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
 end
 if first then
