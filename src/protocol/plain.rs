@@ -30,6 +30,18 @@ macro_rules! place_lease_ms {
 }
 pub(crate) use place_lease_ms;
 
+/// How long the line and its places' hash live when a place taken or
+/// confirmed lengthens them: two place leases, lengthened again once less
+/// than one is left — so they outlive every place in them, and most calls
+/// read an expiry (`PTTL`) instead of setting one (`PEXPIRE` costs Redis
+/// twice as much). In the scripts as [`line_lease_ms!`].
+macro_rules! line_lease_ms {
+    () => {
+        "6000"
+    };
+}
+pub(crate) use line_lease_ms;
+
 /// The longest lease a release sets when it gives the lock to the first
 /// waiter in line (the waiter's own lease when shorter, named in its place:
 /// `protocol::grant_lease`): short, so a waiter that died after its place
@@ -70,9 +82,9 @@ pub(crate) use companion_fn;
 /// lease, confirmed by its waiter. Every key is one the caller names
 /// (`KEYS`), none is built in Lua; a script reads one or two places, never
 /// the whole line. `places_live(line, places)`: the line and its places'
-/// hash expire [`PLACE_LEASE`] after a place was last taken or confirmed —
-/// no place lives longer, so the line of waiters that all died goes by
-/// itself (the protocol simulator found the line left behind for good when
+/// hash expire one to two [`PLACE_LEASE`]s after a place was last taken or
+/// confirmed ([`line_lease_ms!`]) — no place lives longer, so the line of
+/// waiters that all died goes by itself (the protocol simulator found the line left behind for good when
 /// it alone had no expiry: `tests/simulation.rs`). What only one script
 /// uses is defined in it (the acquire's `ours` and `head`): each helper a
 /// script defines costs Redis a closure on every call that reaches it.
@@ -105,12 +117,20 @@ local function expiry(places, place)
     return nil
 end
 local function places_live(line, places)
-    redis.call('pexpire', places, "#,
+    if redis.call('pttl', line) < "#,
             $crate::protocol::plain::place_lease_ms!(),
+            r#" then
+        redis.call('pexpire', line, "#,
+            $crate::protocol::plain::line_lease_ms!(),
             r#")
-    redis.call('pexpire', line, "#,
+    end
+    if redis.call('pttl', places) < "#,
             $crate::protocol::plain::place_lease_ms!(),
+            r#" then
+        redis.call('pexpire', places, "#,
+            $crate::protocol::plain::line_lease_ms!(),
             r#")
+    end
 end
 "#
         )
@@ -281,7 +301,8 @@ if not free then
             r#"
         return not_a_lock(KEYS[1])
     end
-    for _, field in ipairs(fields) do
+    for i = 1, #fields do
+        local field = fields[i]
         if field == ARGV[2] then
             mine = true
         elseif not ours(field) then
@@ -472,7 +493,10 @@ if first then
         grants = tonumber(streak) or 0
     end
     if others == 0 or (streak ~= 'y' and grants < 2) then
-        local owner = string.match(first, '^(.*)#')
+        -- A place is `<owner>#…` and an owner `<client id>:<n>` (one `#`,
+        -- one colon: `protocol::place_of`, `names::new_client_id`), checked
+        -- by `expiry`: plain finds, no pattern.
+        local owner = string.sub(first, 1, string.find(first, '#', 1, true) - 1)
         redis.call('hset', KEYS[1], owner, 1)
         redis.call('pexpire', KEYS[1], granted(first))
         if others > 0 then
@@ -482,7 +506,8 @@ if first then
         if string.sub(first, -1) == 'f' then
             msg = first .. ' ' .. string.format('%.0f', mint(KEYS[6]))
         end
-        redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(owner, '^(.*):'), msg)
+        local client = string.sub(owner, 1, string.find(owner, ':', 1, true) - 1)
+        redis.call('publish', companion('leasehold_grant') .. ':' .. client, msg)
         return 4
     end
     -- Left to other libraries' waiters: the place goes back, first, and
@@ -637,6 +662,7 @@ mod tests {
     #[test]
     fn the_scripts_constants_and_derived_names_agree_with_rust() {
         assert_eq!(place_lease_ms!(), millis(PLACE_LEASE).to_string());
+        assert_eq!(line_lease_ms!(), millis(2 * PLACE_LEASE).to_string());
         assert_eq!(grant_lease_ms!(), millis(GRANT_LEASE).to_string());
         for key in ["job", "a{t}b", "{user:7}:cart", "x:y"] {
             // `companion(prefix)`: prefix .. string.sub(channel, 23)
