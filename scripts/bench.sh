@@ -3,7 +3,8 @@
 # processes, W2c/W2P one client per contender (threads / processes) beside
 # the handoff floors (a BLPOP token ring, a bare grant lock), W3 many names,
 # W4 100k live guards, W5 read-mostly — every leasehold figure beside its
-# raw-Redis floor measured in the same run, as a ratio.
+# raw-Redis floor measured in the same run, as a ratio — and what each
+# script path costs Redis in instructions (benches/script_cost.rs).
 #
 #   scripts/bench.sh              both modes, pinned first (about 4 minutes)
 #   scripts/bench.sh --pinned     redis-server and every client thread on CPU 0
@@ -69,6 +70,20 @@ for mode in $modes; do
         "${pin[@]}" cargo bench --quiet -p leasehold-tests --features tokio,peers --bench lock 2>&1 | grep -E "time:|thrpt:|^uncontended|^[a-z_+]+/" || true
     fi
 done
+
+# What each script path costs Redis in instructions (valgrind: the same
+# count whatever else the machine does) — the figure to compare before and
+# after a script change, where timings swing.
+if command -v valgrind >/dev/null 2>&1; then
+    echo
+    echo "== Redis instructions per script path (benches/script_cost.rs, under valgrind) =="
+    part=$(mktemp)
+    cargo bench --quiet -p leasehold-tests --bench script_cost | tee "$part"
+    cat "$part" >>"$summary"
+    rm -f "$part"
+else
+    echo "valgrind is not installed: no instruction counts (apt-get install -y valgrind)" | tee -a "$summary"
+fi
 
 echo
 echo "== summary (also in $summary) =="
