@@ -116,6 +116,9 @@ local function expiry(places, place)
     end
     return nil
 end
+-- The line's expiry stands for both: every script adds and drops a place
+-- in both keys at once and sets both expiries together, so neither exists
+-- without the other.
 local function places_live(line, places)
     if redis.call('pttl', line) < "#,
             $crate::protocol::plain::place_lease_ms!(),
@@ -123,10 +126,6 @@ local function places_live(line, places)
         redis.call('pexpire', line, "#,
             $crate::protocol::plain::line_lease_ms!(),
             r#")
-    end
-    if redis.call('pttl', places) < "#,
-            $crate::protocol::plain::place_lease_ms!(),
-            r#" then
         redis.call('pexpire', places, "#,
             $crate::protocol::plain::line_lease_ms!(),
             r#")
