@@ -5,7 +5,8 @@
 //! while leasehold processes hammer it, and one that never takes it costs
 //! leasehold's waiters its 20 ms, not a second; waiters of eight processes
 //! each get turns; a single try or a waiter that gives up leaves nothing in line;
-//! the places of a line whose waiters all died expire by themselves.
+//! the places of a line whose waiters all died expire by themselves; a
+//! grant heard twice is not taken for a new one.
 
 #[path = "child/holder.rs"]
 mod child;
@@ -333,6 +334,69 @@ fn a_granted_hold_is_lengthened_to_its_watchdog_lease_by_renewal() {
     let pttl: i64 = server.connection().pttl(name).unwrap();
     assert!(pttl > 20_000, "renewed to the 30 s watchdog lease: {pttl}");
     assert!(waiter.stats().renewals_sent >= 1);
+    granted.unlock().unwrap();
+}
+
+/// A grant heard again — the copy of one a waiter already used, arriving
+/// while it waits again with a new place (a subscriber reconnecting while a
+/// publish was in flight, a proxy retrying) — is not taken for a new one:
+/// the waiter stays in line while the lock is held, and takes it at the
+/// next release. (The protocol simulator checks the protocol under such
+/// copies: `grants_heard_twice_are_never_taken_for_new_ones`; this, the
+/// client.)
+#[test]
+fn a_grant_heard_again_is_not_taken_for_a_new_one() {
+    let server = RedisServer::start();
+    let name = "line:twice";
+    let holder = LockClient::new(&server.url()).unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let places = || -> Vec<String> {
+        server
+            .connection()
+            .lrange(format!("leasehold_line:{{{name}}}"), 0, -1)
+            .unwrap()
+    };
+    // A first wait, granted at the holder's release.
+    let guard = holder.lock(name).unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        thread::spawn(move || waiter.lock_owned(name).unwrap())
+    };
+    assert!(eventually(Duration::from_secs(5), || places().len() == 1));
+    let first = places()[0].clone();
+    guard.unlock().unwrap();
+    t.join().unwrap().unlock().unwrap();
+    // A second wait, behind the holder again, with a place of its own.
+    let guard = holder.lock(name).unwrap();
+    let (held, got) = std::sync::mpsc::channel();
+    let t = {
+        let waiter = waiter.clone();
+        thread::spawn(move || {
+            let guard = waiter.lock_owned(name).unwrap();
+            held.send(()).unwrap();
+            guard
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || places().len() == 1));
+    let second = places()[0].clone();
+    assert_ne!(first, second, "every wait takes a place of its own");
+    // The first grant, heard again on the waiter's client's grant channel.
+    let client = first.split(':').next().unwrap();
+    let channel = format!("leasehold_grant:{{{name}}}:{client}");
+    let heard: i64 = server.connection().publish(&channel, &first).unwrap();
+    assert_eq!(heard, 1, "the waiter's client hears its grant channel");
+    // Taken for a grant, the copy would end the wait within milliseconds.
+    assert!(
+        got.recv_timeout(Duration::from_secs(1)).is_err(),
+        "a copy of an old grant was taken while the lock is held"
+    );
+    assert!(guard.is_held());
+    assert_eq!(places(), vec![second], "still in line, in its place");
+    guard.unlock().unwrap();
+    got.recv_timeout(Duration::from_secs(10))
+        .expect("granted at the release");
+    let granted = t.join().unwrap();
+    assert!(granted.is_held());
     granted.unlock().unwrap();
 }
 
