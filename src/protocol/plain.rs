@@ -84,8 +84,9 @@ pub(crate) use companion_fn;
 /// the whole line. `places_live(line, places)`: the line and its places'
 /// hash expire one to two [`PLACE_LEASE`]s after a place was last taken or
 /// confirmed ([`line_lease_ms!`]) — no place lives longer, so the line of
-/// waiters that all died goes by itself (the protocol simulator found the line left behind for good when
-/// it alone had no expiry: `tests/simulation.rs`). What only one script
+/// waiters that all died goes by itself (the protocol simulator found the
+/// line left behind for good when it alone had no expiry:
+/// `tests/simulation.rs`). What only one script
 /// uses is defined in it (the acquire's `ours` and `head`): each helper a
 /// script defines costs Redis a closure on every call that reaches it.
 macro_rules! line_fns {
@@ -142,8 +143,8 @@ end
 /// (`<owner>#<n>@<grant ms>/<place ms>[f]`, see `protocol::place_of`), or
 /// [`GRANT_LEASE`] and [`PLACE_LEASE`] when it names none. The numbers are
 /// Rust's (`protocol::grant_lease`, `protocol::place_lease`); the scripts
-/// only read them — with plain finds, not patterns: a `string.match` cost
-/// Redis about as much as a command (measured: `scripts/script-cost.sh`).
+/// only read them — with plain finds, not patterns: a `string.match` costs
+/// Redis about as much as a command (`benches/script_cost.rs`).
 /// Anything but a whole number of ms from 1 up reads as the default.
 macro_rules! granted_fn {
     () => {
@@ -492,10 +493,12 @@ if first then
         grants = tonumber(streak) or 0
     end
     if others == 0 or (streak ~= 'y' and grants < 2) then
-        -- A place is `<owner>#…` and an owner `<client id>:<n>` (one `#`,
-        -- one colon: `protocol::place_of`, `names::new_client_id`), checked
-        -- by `expiry`: plain finds, no pattern.
-        local owner = string.sub(first, 1, string.find(first, '#', 1, true) - 1)
+        -- A place is `<client id>:<n>#…` (`protocol::place_of`): its owner
+        -- ends before the `#` that `expiry` found after the first colon
+        -- (one of each in every place a client makes), the client id
+        -- before that colon — plain finds, no pattern, and none can miss.
+        local colon = string.find(first, ':', 2, true)
+        local owner = string.sub(first, 1, string.find(first, '#', colon + 2, true) - 1)
         redis.call('hset', KEYS[1], owner, 1)
         redis.call('pexpire', KEYS[1], granted(first))
         if others > 0 then
@@ -505,7 +508,7 @@ if first then
         if string.sub(first, -1) == 'f' then
             msg = first .. ' ' .. string.format('%.0f', mint(KEYS[6]))
         end
-        local client = string.sub(owner, 1, string.find(owner, ':', 1, true) - 1)
+        local client = string.sub(first, 1, colon - 1)
         redis.call('publish', companion('leasehold_grant') .. ':' .. client, msg)
         return 4
     end
