@@ -21,6 +21,8 @@
 //!   `common/sem.rs`).
 //! - Handoff floors beside W2c: a token ring over `BLPOP` and a bare grant
 //!   lock, the least a handoff through Redis costs (see `common/floors.rs`).
+//! - Where one handoff's time goes, two clients and a probe on the grant
+//!   channels (`BENCH_ONLY=split` only; see `common/split.rs`).
 //!
 //! W2/W2p critical sections do ~20 µs of busy work and a non-atomic
 //! read-modify-write of a record shared by every worker (a file in /dev/shm,
@@ -47,6 +49,8 @@ mod measure;
 mod peer;
 #[path = "common/sem.rs"]
 mod sem;
+#[path = "common/split.rs"]
+mod split;
 #[path = "common/table.rs"]
 mod table;
 #[path = "common/tasks.rs"]
@@ -221,6 +225,13 @@ fn main() {
                 let f = floors::measure(&url, secs);
                 println!("{}", table::floors_line(&f, rtt));
             }
+            "split" => {
+                let s = split::measure(&url, 2000);
+                println!(
+                    "split of {} handoffs between two clients, p50 µs: the release call {:.1}; release start → grant heard by a probe {:.1}; heard → the waiter in its section {:.1}; release start → the waiter in its section {:.1} = {:.1} RTT",
+                    s.handoffs, s.release_call, s.to_grant_heard, s.heard_to_section, s.total, s.total / rtt
+                );
+            }
             "w5" => {
                 let (p, _, pc) = w5(&url, secs, true);
                 let (r, most, rc) = w5(&url, secs, false);
@@ -231,7 +242,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "BENCH_ONLY: w1, w2, a1, r1 (feature peers), w3, w2p, w2c, w2P, async, a2c, w2c-alone, sem, floors, w5 or fair, not {other}"
+                    "BENCH_ONLY: w1, w2, a1, r1 (feature peers), w3, w2p, w2c, w2P, async, a2c, w2c-alone, sem, floors, split, w5 or fair, not {other}"
                 )
             }
         }
