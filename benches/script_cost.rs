@@ -90,20 +90,18 @@ fn main() {
         dir: dir.clone(),
         n,
     };
-    let lock4 = |k: &str| {
+    let acquire_keys = |k: &str| {
         vec![
             k.to_owned(),
             format!("leasehold_line:{{{k}}}"),
-            format!("leasehold_line:{{{k}}}:places"),
             format!("leasehold_line:{{{k}}}:yield"),
         ]
     };
-    let release6 = |k: &str| {
+    let release_keys = |k: &str| {
         vec![
             k.to_owned(),
             format!("redisson_lock__channel:{{{k}}}"),
             format!("leasehold_line:{{{k}}}"),
-            format!("leasehold_line:{{{k}}}:places"),
             format!("leasehold_line:{{{k}}}:yield"),
             format!("redisson_lock_token:{{{k}}}"),
         ]
@@ -133,8 +131,8 @@ fn main() {
     });
     let pair = counter.per_iteration(&mut con, |_| {
         vec![
-            evalsha(&acquire, &lock4("lh"), &["30000", ME, "0", ""]),
-            evalsha(&release, &release6("lh"), &["=30001", ME, "1"]),
+            evalsha(&acquire, &acquire_keys("lh"), &["30000", ME, "0", ""]),
+            evalsha(&release, &release_keys("lh"), &["=30001", ME, "1"]),
         ]
     });
     // Contended: the lock held by another client for the whole row; each
@@ -155,27 +153,24 @@ fn main() {
         let place = format!("{ME}#{i}@3000/3000");
         vec![evalsha(
             &acquire,
-            &lock4("held"),
+            &acquire_keys("held"),
             &["30000", ME, "0", &place],
         )]
     });
     // A release that grants: each time the lock is ours and one live place
     // waits (put there by plain commands, counted apart and taken off).
     let granting = |i: u64, with_release: bool| {
-        let place = format!("{OTHER}#{i}@3000/3000");
+        // An element that lives for ever: `<until>|<place>`.
+        let element = format!("{}|{OTHER}#{i}@3000/3000", i64::MAX / 4);
         let mut hold = redis::cmd("HSET");
         hold.arg("granted").arg(ME).arg(1);
         let mut push = redis::cmd("RPUSH");
-        push.arg("leasehold_line:{granted}").arg(&place);
-        let mut live = redis::cmd("HSET");
-        live.arg("leasehold_line:{granted}:places")
-            .arg(&place)
-            .arg(i64::MAX / 4);
-        let mut cmds = vec![hold, push, live];
+        push.arg("leasehold_line:{granted}").arg(&element);
+        let mut cmds = vec![hold, push];
         if with_release {
             cmds.push(evalsha(
                 &release,
-                &release6("granted"),
+                &release_keys("granted"),
                 &["=30001", ME, "1"],
             ));
         }
@@ -187,7 +182,6 @@ fn main() {
     let setup = counter.per_iteration(&mut con, |i| granting(i, false));
     let _: () = redis::cmd("DEL")
         .arg("leasehold_line:{granted}")
-        .arg("leasehold_line:{granted}:places")
         .query(&mut con)
         .unwrap();
     let grant = counter.per_iteration(&mut con, |i| granting(i, true)) - setup;

@@ -293,9 +293,13 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
             continue;
         };
         for entry in entries.iter().filter_map(bytes) {
-            // A line place is `<owner>#<n>[f]`; a waiting writer its write
-            // field `<owner>:write`.
-            let owner = entry.split('#').next().unwrap_or(&entry);
+            // A line's element is `<until>|<owner>#<n>…`; a waiting writer
+            // its write field `<owner>:write`.
+            let place = match queue {
+                WaitQueue::Line => entry.split_once('|').map_or(&*entry, |(_, p)| p),
+                _ => &entry,
+            };
+            let owner = place.split('#').next().unwrap_or(place);
             let owner = owner.strip_suffix(":write").unwrap_or(owner).to_owned();
             waiters.push(Waiter {
                 thread: split_owner(&owner).1,

@@ -153,13 +153,6 @@ pub(crate) fn line_key(key: &str) -> Companion<'_> {
     line_named(key, "")
 }
 
-/// Until when each place of the line lives: a hash `<line>:places`, place →
-/// ms by the server's clock (same hash tag as the line, so the same cluster
-/// slot; its waiter confirms it).
-pub(crate) fn line_places_key(key: &str) -> Companion<'_> {
-    line_named(key, ":places")
-}
-
 /// The run of direct grants made while other libraries' waiters were
 /// subscribed, or `y` while the lock is left to them: `<line>:yield`.
 pub(crate) fn line_yield_key(key: &str) -> Companion<'_> {
@@ -195,7 +188,7 @@ const ACL_COMMANDS: &str = "+evalsha +script|load +ping +type \
     +subscribe +unsubscribe +publish +pubsub|numsub +time \
     +exists +get +set +psetex +del +pexpire +pttl \
     +hexists +hget +hgetall +hset +hdel +hincrby +hlen +hkeys \
-    +lindex +llen +lpop +lrange +lpush +rpush +lrem \
+    +lindex +llen +lpop +lrange +lpush +rpush +lrem +lpos +lset \
     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zscore +zcount \
     +incrby +decrby";
 
@@ -393,16 +386,13 @@ mod tests {
         use redis::ToRedisArgs;
         for name in [
             channel_name("order:pay"),
-            line_places_key("{user:7}:cart"),
+            line_key("{user:7}:cart"),
             line_yield_key("a{t}b"),
             token_key(""),
         ] {
             assert_eq!(name.to_redis_args(), vec![name.to_string().into_bytes()]);
         }
-        assert_eq!(
-            line_places_key("job").to_string(),
-            "leasehold_line:{job}:places"
-        );
+        assert_eq!(line_key("job").to_string(), "leasehold_line:{job}");
     }
 
     #[test]
@@ -472,7 +462,6 @@ mod tests {
                 token_key(&key).to_string(),
                 channel_name(&key).to_string(),
                 line_key(&key).to_string(),
-                line_places_key(&key).to_string(),
                 line_yield_key(&key).to_string(),
                 queue_key(&key),
                 timeout_key(&key),

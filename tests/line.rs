@@ -30,7 +30,7 @@ fn line_len(server: &RedisServer, name: &str) -> usize {
         .unwrap()
 }
 
-/// Keys of the line (the list and its places' hash).
+/// Keys of the line (the list; its yield marker when set).
 fn line_keys(server: &RedisServer, name: &str) -> Vec<String> {
     server
         .connection()
@@ -350,11 +350,15 @@ fn a_grant_heard_again_is_not_taken_for_a_new_one() {
     let name = "line:twice";
     let holder = LockClient::new(&server.url()).unwrap();
     let waiter = LockClient::new(&server.url()).unwrap();
+    // The places in line (an element is `<until>|<place>`).
     let places = || -> Vec<String> {
-        server
+        let line: Vec<String> = server
             .connection()
             .lrange(format!("leasehold_line:{{{name}}}"), 0, -1)
-            .unwrap()
+            .unwrap();
+        line.iter()
+            .map(|el| el.split_once('|').expect("an element").1.to_owned())
+            .collect()
     };
     // A first wait, granted at the holder's release.
     let guard = holder.lock(name).unwrap();
@@ -421,9 +425,9 @@ fn a_waiter_with_an_explicit_lease_takes_a_grant_with_that_lease() {
     assert!(!exists);
 }
 
-/// The line of waiters that all died goes by itself: the line and its
-/// places' hash expire one to two place leases (3–6 s) after a place was
-/// last taken or confirmed — hash fields have no expiry of their own — while the lock
+/// The line of waiters that all died goes by itself: the line expires one
+/// to two place leases (3–6 s) after a place was last taken or confirmed —
+/// its elements have no expiry of their own — while the lock
 /// stays held and no script of another client comes by to drop them. (The
 /// list had no expiry: it stayed for good when no release came by after,
 /// found by the protocol simulator.)
@@ -438,7 +442,11 @@ fn the_line_of_waiters_that_all_died_goes_by_itself() {
     assert!(eventually(Duration::from_secs(5), || line_len(
         &server, name
     ) == 1));
-    assert_eq!(line_keys(&server, name).len(), 2, "the line and its places");
+    assert_eq!(
+        line_keys(&server, name),
+        vec![format!("leasehold_line:{{{name}}}")],
+        "the line alone: each place's expiry is in its element"
+    );
     waiter.kill();
     let killed = Instant::now();
     assert!(
@@ -459,4 +467,67 @@ fn the_line_of_waiters_that_all_died_goes_by_itself() {
     assert!(guard.is_held());
     guard.unlock().unwrap();
     assert!(line_keys(&server, name).is_empty());
+}
+
+/// A waiter confirming its place rewrites its element where it stands (the
+/// element the last reply named, `LPOS` + `LSET`): after many
+/// confirmations the line still has one element per waiter, in arrival
+/// order, each with a later expiry — and the grants go in that order. (A
+/// confirmation that pushed its place again would grow the line by one
+/// element per confirmation: 100 ms each here, for 1.5 s.)
+#[test]
+fn confirmations_rewrite_each_place_where_it_stands() {
+    let server = RedisServer::start();
+    let name = "line:confirm";
+    let holder = LockClient::new(&server.url()).unwrap();
+    // The line's elements: (until, place).
+    let line = || -> Vec<(u64, String)> {
+        let line: Vec<String> = server
+            .connection()
+            .lrange(format!("leasehold_line:{{{name}}}"), 0, -1)
+            .unwrap();
+        line.iter()
+            .map(|el| {
+                let (until, place) = el.split_once('|').expect("an element");
+                (until.parse().expect("an expiry"), place.to_owned())
+            })
+            .collect()
+    };
+    let guard = holder.lock(name).unwrap();
+    // A lease of 300 ms: the place lives 300 ms unconfirmed and is
+    // confirmed every 100 ms.
+    let short = LockOptions::new().lease(Duration::from_millis(300));
+    let (order, got) = std::sync::mpsc::channel();
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let client = LockClient::new(&server.url()).unwrap();
+        let (order, short) = (order.clone(), short.clone());
+        waiters.push(thread::spawn(move || {
+            let g = client.lock_with(name, short).unwrap();
+            order.send(i).unwrap();
+            g.unlock().unwrap();
+        }));
+        assert!(eventually(Duration::from_secs(5), || line().len() == i + 1));
+    }
+    let before = line();
+    thread::sleep(Duration::from_millis(1500));
+    let after = line();
+    let places = |l: &[(u64, String)]| l.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        places(&after),
+        places(&before),
+        "one element each, in order"
+    );
+    for ((was, _), (now, place)) in before.iter().zip(&after) {
+        assert!(now > was, "{place}: confirmed in place ({was} → {now})");
+    }
+    guard.unlock().unwrap();
+    let served: Vec<usize> = (0..2)
+        .map(|_| got.recv_timeout(Duration::from_secs(10)).unwrap())
+        .collect();
+    assert_eq!(served, vec![0, 1], "granted in arrival order");
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert!(line().is_empty());
 }

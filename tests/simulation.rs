@@ -291,6 +291,13 @@ fn rw_profile(delay: u64) -> sim::rwlock::Config {
 fn known_bad_scripts_fail_the_simulation() {
     let mutations: &[(&str, &str, &str, &str, bool)] = &[
         (
+            "a confirmation that puts the place in line again",
+            "plain acquire",
+            "    local at = bar and redis.call('lpos', KEYS[2], ARGV[4])",
+            "    local at = false",
+            false,
+        ),
+        (
             "a release without the owner check",
             "plain release",
             "    if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then\n        return nil\n    end",
@@ -300,7 +307,7 @@ fn known_bad_scripts_fail_the_simulation() {
         (
             "a grant without its own lease",
             "plain release",
-            "        redis.call('pexpire', KEYS[1], granted(first))\n",
+            "        redis.call('pexpire', KEYS[1], granted(place))\n",
             "",
             false,
         ),

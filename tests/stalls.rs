@@ -174,11 +174,12 @@ fn a_stopped_first_waiter_keeps_the_name_no_longer_than_its_lease() {
         assert!(tries < ROUNDS * 10, "no waiter stood first in line");
         let _: () = con.del(&list).unwrap();
         let entered = next_entry(&mut con, &list, false);
-        // The first place in line: `<client uuid>:<n>#…`; its client's pid
-        // from the client's registration.
-        let Some(place) = con.lindex::<_, Option<String>>(&line, 0).unwrap() else {
+        // The first place in line: `<until>|<client uuid>:<n>#…`; its
+        // client's pid from the client's registration.
+        let Some(first) = con.lindex::<_, Option<String>>(&line, 0).unwrap() else {
             continue;
         };
+        let place = first.split_once('|').map_or(first.as_str(), |(_, p)| p);
         let id = place.split(':').next().unwrap_or_default();
         let pid: Option<u32> = con.hget(format!("leasehold_client:{id}"), "pid").unwrap();
         let Some(waiter) = children

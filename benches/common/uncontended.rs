@@ -76,6 +76,7 @@ pub(crate) fn w1(url: &str, secs: f64) -> Uncontended {
             let held: Option<i64> = acquire
                 .key("w1-protocol")
                 .key("leasehold_line:{w1-protocol}")
+                .key("leasehold_line:{w1-protocol}:yield")
                 .arg(30_000)
                 .arg(owner)
                 .arg("1")
@@ -87,6 +88,8 @@ pub(crate) fn w1(url: &str, secs: f64) -> Uncontended {
                 .key("w1-protocol")
                 .key("redisson_lock__channel:{w1-protocol}")
                 .key("leasehold_line:{w1-protocol}")
+                .key("leasehold_line:{w1-protocol}:yield")
+                .key("redisson_lock_token:{w1-protocol}")
                 .arg(30_000)
                 .arg(owner)
                 .arg("1")

@@ -176,8 +176,9 @@ if next then
     redis.call('publish', KEYS[2] .. ':' .. next, '0')
 end
 local grants = companion('leasehold_grant') .. ':'
-for _, place in ipairs(redis.call('lrange', KEYS[5], 0, -1)) do
-    local client = string.match(place, '^(.*):')
+-- The line's elements: `<until>|<client id>:<n>#…`.
+for _, el in ipairs(redis.call('lrange', KEYS[5], 0, -1)) do
+    local client = string.match(el, '|([^:]*):')
     if client then
         redis.call('publish', grants .. client, '0')
     end

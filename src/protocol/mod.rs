@@ -54,7 +54,8 @@ pub(crate) struct Request<'a> {
     /// Plain and fair: whether (and how) to deal in fencing tokens.
     pub(crate) fence: Fence,
     /// Plain: the waiter's place in the line of waiting clients (see
-    /// [`place_of`]), taken or confirmed when the lock is held elsewhere;
+    /// [`place_of`]), taken when the lock is held elsewhere — or, once
+    /// taken, its element (see [`element`]), confirmed where it stands;
     /// fair: the mark of its queue entry. `None` for a single try (plain:
     /// no place; fair: no grant).
     pub(crate) place: Option<&'a str>,
@@ -85,6 +86,10 @@ pub(crate) enum Attempt {
         /// (the reply's `j` flag; why it matters: `waiting` in
         /// `plain::ACQUIRE`).
         joined: bool,
+        /// Plain: until when the waiter's place now lives (ms by the
+        /// server's clock): its element in the line is `<until>|<place>`,
+        /// which its next attempt names to confirm it (see [`element`]).
+        until: Option<u64>,
     },
     /// Read/write: the owner reads and asked to write, which would wait for
     /// itself.
@@ -259,6 +264,14 @@ pub(crate) fn place_of(owner: &str, n: u64, lease: Duration, fenced: bool) -> St
     )
 }
 
+/// A plain waiter's element in the line: `<until>|<place>` — its place and
+/// until when it lives (ms by the server's clock, as the acquire that last
+/// took or confirmed it replied). The next attempt sends it instead of the
+/// bare place, and the script confirms that element where it stands.
+pub(crate) fn element(until: u64, place: &str) -> String {
+    format!("{until}|{place}")
+}
+
 /// The lease a release sets when it grants the lock to a waiter that asked
 /// for `lease`: that lease, but at most [`GRANT_LEASE`] (why: there).
 pub(crate) fn grant_lease(lease: Duration) -> Duration {
@@ -417,25 +430,29 @@ impl Scripts {
     /// says. Taken: nil, or a token (`{token}`; `{-1}`, a fenced re-entry,
     /// keeps the outer hold's). Held elsewhere: the holder's PTTL (-1: no
     /// expiry), or (plain, fair) `{flags, PTTL}`: `f` when the holder is
-    /// another library's (plain), `j` when the waiter's place was new.
-    /// -3: a write attempt of a reader (an upgrade).
+    /// another library's (plain), `j` when the waiter's place was new —
+    /// and (plain, a waiter's place taken or confirmed) `{flags, PTTL,
+    /// until}`, its element's expiry. -3: a write attempt of a reader (an
+    /// upgrade).
     pub(crate) fn acquire_reply(kind: Kind, reply: Value) -> RedisResult<Attempt> {
         if let Some(what) = admin::shape_after_marker(&reply) {
             return Ok(Attempt::NotALock(what));
         }
-        let wait = |ms: i64, foreign, joined| Attempt::Wait {
+        let wait = |ms: i64, flags: &[u8], until: Option<&i64>| Attempt::Wait {
             hint: u64::try_from(ms).ok().map(Duration::from_millis),
-            foreign,
-            joined,
+            foreign: flags.contains(&b'f'),
+            joined: flags.contains(&b'j'),
+            until: until.and_then(|&u| u64::try_from(u).ok()),
         };
         Ok(match reply {
             Value::Nil => Attempt::Acquired { minted: None },
             Value::Int(-3) if kind == Kind::Write => Attempt::Upgrade,
-            Value::Int(ms) => wait(ms, false, false),
+            Value::Int(ms) => wait(ms, b"", None),
             Value::Array(items) if matches!(kind, Kind::Plain | Kind::Fair) => {
                 match items.as_slice() {
-                    [Value::BulkString(flags), Value::Int(ms)] => {
-                        wait(*ms, flags.contains(&b'f'), flags.contains(&b'j'))
+                    [Value::BulkString(flags), Value::Int(ms)] => wait(*ms, flags, None),
+                    [Value::BulkString(flags), Value::Int(ms), Value::Int(until)] => {
+                        wait(*ms, flags, Some(until))
                     }
                     _ => Attempt::Acquired {
                         minted: items.first().and_then(token),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult};
 
 use super::{millis, Call, Lua, PubSub, Release, Request};
-use crate::names::{channel_name, line_key, line_places_key, line_yield_key, token_key};
+use crate::names::{channel_name, line_key, line_yield_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
@@ -30,11 +30,10 @@ macro_rules! place_lease_ms {
 }
 pub(crate) use place_lease_ms;
 
-/// How long the line and its places' hash live when a place taken or
-/// confirmed lengthens them: two place leases, lengthened again once less
-/// than one is left — so they outlive every place in them, and most calls
-/// read an expiry (`PTTL`) instead of setting one (`PEXPIRE` costs Redis
-/// twice as much). In the scripts as [`line_lease_ms!`].
+/// How long the line lives when a place taken or confirmed lengthens it:
+/// two place leases, lengthened again once less than one is left — so it
+/// outlives every place in it, and most calls read an expiry (`PTTL`)
+/// instead of setting one (`PEXPIRE` costs Redis twice as much). In the scripts as [`line_lease_ms!`].
 macro_rules! line_lease_ms {
     () => {
         "6000"
@@ -75,20 +74,22 @@ pub(crate) use companion_fn;
 
 /// The Lua helpers of the line that acquire and release share:
 /// `granted`/`placed` ([`granted_fn!`]); `now()` — the server's clock in
-/// ms, read once per script and only when a line exists;
-/// `expiry(places, place)` — until when `place` lives (ms by that clock),
-/// or nil. A place is live until the expiry its hash `places`
-/// (`<line>:places`, place → ms) holds for it: set with the waiter's place
-/// lease, confirmed by its waiter. Every key is one the caller names
-/// (`KEYS`), none is built in Lua; a script reads one or two places, never
-/// the whole line. `places_live(line, places)`: the line and its places'
-/// hash expire one to two [`PLACE_LEASE`]s after a place was last taken or
+/// ms, read once per script and only when a line exists; `entry(el)` — an
+/// element of the line, `<until>|<place>`: its place and until when it
+/// lives (ms by that clock), or nil when it is dead or no element a client
+/// made. The place's expiry lives in its element, where the line already
+/// is: set from the waiter's place lease when it joins, rewritten (`LSET`)
+/// when its waiter confirms it, read by the release that pops it — no
+/// second key, no read or delete beside the pop. `line_live(line)`: the
+/// line expires one to two [`PLACE_LEASE`]s after a place was last taken or
 /// confirmed ([`line_lease_ms!`]) — no place lives longer, so the line of
 /// waiters that all died goes by itself (the protocol simulator found the
-/// line left behind for good when it alone had no expiry:
-/// `tests/simulation.rs`). What only one script
-/// uses is defined in it (the acquire's `ours` and `head`): each helper a
-/// script defines costs Redis a closure on every call that reaches it.
+/// line left behind for good when it had no expiry: `tests/simulation.rs`).
+/// Every key is one the caller names (`KEYS`), none is built in Lua; a
+/// script reads one or two elements, never the whole line (leaving it
+/// does, rarely). What only one script uses is defined in it (the
+/// acquire's `ours`, `head` and `join`): each helper a script defines costs
+/// Redis a closure on every call that reaches it.
 macro_rules! line_fns {
     () => {
         concat!(
@@ -103,31 +104,27 @@ local function now()
     end
     return clock
 end
-local function expiry(places, place)
-    local ms = tonumber(redis.call('hget', places, place))
+local function entry(el)
+    local bar = string.find(el, '|', 2, true)
+    local ms = bar and tonumber(string.sub(el, 1, bar - 1))
     if not (ms and ms > now()) then
         return nil
     end
     -- `<owner>:<n>#<rest>` at the least: what `^.+:.+#.+$` says, by plain
     -- finds (the first colon past the start leaves the most room).
+    local place = string.sub(el, bar + 1)
     local colon = string.find(place, ':', 2, true)
     local hash = colon and string.find(place, '#', colon + 2, true)
     if hash and hash < #place then
-        return ms
+        return place, ms
     end
     return nil
 end
--- The line's expiry stands for both: every script adds and drops a place
--- in both keys at once and sets both expiries together, so neither exists
--- without the other.
-local function places_live(line, places)
+local function line_live(line)
     if redis.call('pttl', line) < "#,
             $crate::protocol::plain::place_lease_ms!(),
             r#" then
         redis.call('pexpire', line, "#,
-            $crate::protocol::plain::line_lease_ms!(),
-            r#")
-        redis.call('pexpire', places, "#,
             $crate::protocol::plain::line_lease_ms!(),
             r#")
     end
@@ -179,9 +176,9 @@ end
 pub(crate) use granted_fn;
 
 /// The acquire logic both acquire scripts share, around `$then` (what to
-/// return once the hold is taken). KEYS: lock, line, the line's places, the
-/// yield marker (, token counter). ARGV: lease, owner, alive, place (,
-/// mint).
+/// return once the hold is taken). KEYS: lock, line, the yield marker (,
+/// token counter). ARGV: lease, owner, alive, place — or our element in
+/// line, `<until>|<place>`, as the last attempt's reply gave it (, mint).
 ///
 /// Free, or already ours → one more hold and the lease `ARGV[1]` (a
 /// re-entry only lengthens the lease: the owner's other guards count on
@@ -200,11 +197,13 @@ pub(crate) use granted_fn;
 /// A key that is not a lock (an application's hash or string; see
 /// `admin::shape_fn!`) → `{'n', <its shape>}`, nothing changed.
 ///
-/// Held by someone else → its PTTL (-1 when it has no expiry), after taking
-/// or confirming our place at the end of the line when `ARGV[4]` is not
-/// empty (a waiter; a single try leaves no place) — `{'f', PTTL}` when a
-/// holder is not leasehold's (Redisson's): its release only publishes the
-/// unlock message, so the waiter must hear the unlock channel.
+/// Held by someone else → its PTTL (-1 when it has no expiry) when
+/// `ARGV[4]` is empty (a single try leaves no place), `{'f', PTTL}` when
+/// the holder is not leasehold's (Redisson's: its release only publishes
+/// the unlock message, so the waiter must hear the unlock channel). A
+/// waiter's place is taken or confirmed at the end of the line first, and
+/// the reply is `{flags, PTTL, until}`: `until` is the expiry of its
+/// element, which its next attempt names.
 macro_rules! acquire_script {
     ($($then:expr),+) => {
         concat!(
@@ -228,44 +227,65 @@ if not free then
 local function ours(owner)
     return string.byte(owner, 15) == 56
 end
--- The first live place of the line whose first entry is `first`, and how
--- long it still lives (ms), dropping dead places at the head on the way.
-local function head(line, places, first)
+-- Our place: `ARGV[4]` is the place, or `<until>|<place>` — our element
+-- as the last attempt's reply left it, to confirm in the line.
+local me = ARGV[4]
+local bar = string.find(me, '|', 2, true)
+if bar then
+    me = string.sub(me, bar + 1)
+end
+-- The first live place of the line whose first element is `first`, and
+-- how long it still lives (ms), dropping dead elements at the head on the
+-- way.
+local function head(line, first)
     while first do
-        local ms = expiry(places, first)
-        if ms then
-            return first, ms - now()
+        local place, ms = entry(first)
+        if place then
+            return place, ms - now()
         end
         redis.call('lpop', line)
-        redis.call('hdel', places, first)
         first = redis.call('lindex', line, 0)
     end
     return nil
 end
+-- A new place goes at the end; a known one (our element, as the last
+-- reply gave it, still in line) is confirmed where it stands (`LSET`).
+-- Returns whether the place is new and its new expiry. One element per
+-- place: only a wait's first attempt sends the bare place (a new wait's
+-- place was never sent before), every later one the element it was
+-- given; a place granted or dropped as dead is no longer in line and
+-- goes at the end again.
 local function join()
     if ARGV[4] == '' then
         return false
     end
-    -- A new place goes at the end; a known one (live, or dead but not yet
-    -- dropped from the line) is confirmed where it stands.
-    local new = redis.call('hset', KEYS[3], ARGV[4], now() + placed(ARGV[4])) == 1
-    if new then
-        redis.call('rpush', KEYS[2], ARGV[4])
+    local til = now() + placed(me)
+    local el = til .. '|' .. me
+    local at = bar and redis.call('lpos', KEYS[2], ARGV[4])
+    if at then
+        redis.call('lset', KEYS[2], at, el)
+    else
+        redis.call('rpush', KEYS[2], el)
     end
-    places_live(KEYS[2], KEYS[3])
-    return new
+    line_live(KEYS[2])
+    return not at, til
 end
--- "Wait `ms`", after taking or confirming our place: `ms` alone, or
--- `{flags, ms}` — `f` when the holder is another library's, `j` when our
--- place was new (joined): a place taken again was granted (or dropped as
--- dead) since the waiter's last attempt, so a grant naming it may predate
--- this attempt.
+-- "Wait `ms`", after taking or confirming our place: `ms` alone (no
+-- place), or `{flags, ms, until}` — `f` in `flags` when the holder is
+-- another library's, `j` when our place was new (joined): a place taken
+-- again was granted (or dropped as dead) since the waiter's last attempt,
+-- so a grant naming it may predate this attempt; `until` our element's
+-- expiry (the next attempt names the element by it).
 local function waiting(ms, foreign)
-    local flags = (foreign and 'f' or '') .. (join() and 'j' or '')
-    if flags == '' then
-        return ms
+    local new, til = join()
+    local flags = (foreign and 'f' or '') .. (new and 'j' or '')
+    if not til then
+        if flags == '' then
+            return ms
+        end
+        return {flags, ms}
     end
-    return {flags, ms}
+    return {flags, ms, til}
 end
 if found == 1 then
     -- Exactly one of them exists: the lock is free if it is the line (a
@@ -273,16 +293,14 @@ if found == 1 then
     first = redis.call('lindex', KEYS[2], 0)
     free = first ~= false
 end
-if free then
-    if first and first ~= ARGV[4] then
-        local wait
-        first, wait = head(KEYS[2], KEYS[3], first)
-        if first and first ~= ARGV[4] then
-            return waiting(wait, false)
-        end
+if free and first then
+    local wait
+    first, wait = head(KEYS[2], first)
+    if first and first ~= me then
+        return waiting(wait, false)
     end
-    if first and redis.call('get', KEYS[4]) == 'y' then
-        return waiting(math.max(redis.call('pttl', KEYS[4]), 1), false)
+    if first and redis.call('get', KEYS[3]) == 'y' then
+        return waiting(math.max(redis.call('pttl', KEYS[3]), 1), false)
     end
 end
 -- Held: by us (one more hold), or by whom. A holder that is not
@@ -339,7 +357,6 @@ if not counted then
 end
 if first then
     redis.call('lpop', KEYS[2])
-    redis.call('hdel', KEYS[3], first)
 end
 "#,
             $($then),+
@@ -372,18 +389,18 @@ pub(crate) use mint_fn;
 /// Acquire (see [`acquire_script!`]): taken → nil.
 pub(crate) const ACQUIRE: &str = acquire_script!("    return nil\n");
 
-/// Fenced acquire: taken → `{token}` — a new token from `KEYS[5]`
+/// Fenced acquire: taken → `{token}` — a new token from `KEYS[4]`
 /// (`redisson_lock_token:{<key>}`) when `ARGV[5] == "1"` or the lock was
 /// free, else `{-1}` (a reentrant hold keeps its token). Held elsewhere →
 /// PTTL.
 pub(crate) const ACQUIRE_FENCED: &str = acquire_script!(
     "    if ARGV[5] ~= '1' and not free then\n        return {-1}\n    end\n",
     mint_fn!(),
-    "    return {mint(KEYS[5])}\n"
+    "    return {mint(KEYS[4])}\n"
 );
 
-/// Release. KEYS: lock, unlock channel, line, the line's places, the yield
-/// marker, the token counter. ARGV: keep (`protocol::Keep`), owner, last (, successor, force,
+/// Release. KEYS: lock, unlock channel, line, the yield marker, the token
+/// counter. ARGV: keep (`protocol::Keep`), owner, last (, successor, force,
 /// successor lease, successor fenced). The grant channels (channels, not
 /// keys) are named after the unlock channel (see [`companion_fn!`]).
 ///
@@ -454,18 +471,18 @@ end
     line_fns!(),
     r#"
 -- A local successor with a short run of handoffs gets it whatever waits.
--- Otherwise the first live place is taken out of the line: popped (above
--- when nobody is named), its expiry deleted (dead places at the head are
--- dropped on the way). It goes back if it is not granted.
+-- Otherwise the first live place is taken out of the line: its element
+-- popped (above when nobody is named; dead ones at the head are dropped on
+-- the way), its expiry read from it. It goes back if it is not granted.
 local others = 0
+local place = nil
 if not (ARGV[4] and ARGV[5] == '1') then
     if ARGV[4] then
         first = redis.call('lpop', KEYS[3])
     end
     while first do
-        local live = expiry(KEYS[4], first)
-        redis.call('hdel', KEYS[4], first)
-        if live then
+        place = entry(first)
+        if place then
             break
         end
         first = redis.call('lpop', KEYS[3])
@@ -480,12 +497,12 @@ if ARGV[4] and (ARGV[5] == '1' or ((not first) and others == 0)) then
     redis.call('hset', KEYS[1], ARGV[4], 1)
     redis.call('pexpire', KEYS[1], ARGV[6])
     if ARGV[7] == '1' then
-        return {2, mint(KEYS[6])}
+        return {2, mint(KEYS[5])}
     end
     return 2
 end
 if first then
-    local yield = KEYS[5]
+    local yield = KEYS[4]
     local streak = nil
     local grants = 0
     if others > 0 then
@@ -494,31 +511,31 @@ if first then
     end
     if others == 0 or (streak ~= 'y' and grants < 2) then
         -- A place is `<client id>:<n>#…` (`protocol::place_of`): its owner
-        -- ends before the `#` that `expiry` found after the first colon
+        -- ends before the `#` that `entry` found after the first colon
         -- (one of each in every place a client makes), the client id
         -- before that colon — plain finds, no pattern, and none can miss.
-        local colon = string.find(first, ':', 2, true)
-        local owner = string.sub(first, 1, string.find(first, '#', colon + 2, true) - 1)
+        local colon = string.find(place, ':', 2, true)
+        local owner = string.sub(place, 1, string.find(place, '#', colon + 2, true) - 1)
         redis.call('hset', KEYS[1], owner, 1)
-        redis.call('pexpire', KEYS[1], granted(first))
+        redis.call('pexpire', KEYS[1], granted(place))
         if others > 0 then
             redis.call('psetex', yield, 60000, grants + 1)
         end
-        local msg = first
-        if string.sub(first, -1) == 'f' then
-            msg = first .. ' ' .. string.format('%.0f', mint(KEYS[6]))
+        local msg = place
+        if string.sub(place, -1) == 'f' then
+            msg = place .. ' ' .. string.format('%.0f', mint(KEYS[5]))
         end
-        local client = string.sub(first, 1, colon - 1)
+        local client = string.sub(place, 1, colon - 1)
         redis.call('publish', companion('leasehold_grant') .. ':' .. client, msg)
         return 4
     end
-    -- Left to other libraries' waiters: the place goes back, first, and
-    -- its waiter tries again after the marker.
+    -- Left to other libraries' waiters: the element goes back, first and
+    -- unchanged (its waiter names it so when it confirms), and its waiter
+    -- tries again after the marker.
     redis.call('lpush', KEYS[3], first)
-    redis.call('hset', KEYS[4], first, now() + placed(first))
-    places_live(KEYS[3], KEYS[4])
+    line_live(KEYS[3])
     redis.call('psetex', yield, 20, 'y')
-    redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(first, '^(.*):'), '0')
+    redis.call('publish', companion('leasehold_grant') .. ':' .. string.match(place, '^(.*):'), '0')
 end
 redis.call('publish', KEYS[2], '0')
 if ARGV[4] then
@@ -528,13 +545,25 @@ return 1
 "#
 );
 
-/// Leave the line: KEYS lock, line, the line's places; ARGV place, owner.
-/// Drops the place (from the line too when its expiry is already gone:
-/// nothing is left behind); returns 1 when the lock is set to the owner — a
-/// grant that came while its waiter gave up, which the caller then releases.
+/// Leave the line: KEYS lock, line; ARGV place (or its element,
+/// `<until>|<place>`), owner. Drops the place's element, whatever its
+/// expiry (the one caller that may not know it is the undo of an attempt
+/// whose reply was lost): the line is read whole, which a wait does only
+/// when it gives up. Returns 1 when the lock is set to the owner — a grant
+/// that came while its waiter gave up, which the caller then releases.
 pub(crate) const LEAVE: &str = r#"
-redis.call('hdel', KEYS[3], ARGV[1])
-redis.call('lrem', KEYS[2], 1, ARGV[1])
+local place = ARGV[1]
+local bar = string.find(place, '|', 2, true)
+if bar then
+    place = string.sub(place, bar + 1)
+end
+local tail = '|' .. place
+local line = redis.call('lrange', KEYS[2], 0, -1)
+for i = 1, #line do
+    if string.sub(line[i], -#tail) == tail then
+        redis.call('lrem', KEYS[2], 1, line[i])
+    end
+end
 return redis.call('hexists', KEYS[1], ARGV[2])
 "#;
 
@@ -589,11 +618,10 @@ impl PlainScripts {
             &self.acquire
         };
         lua.call(
-            4 + usize::from(fenced),
+            3 + usize::from(fenced),
             (
                 key,
                 line_key(key),
-                line_places_key(key),
                 line_yield_key(key),
                 fenced.then(|| token_key(key)),
                 millis(req.lease),
@@ -613,12 +641,11 @@ impl PlainScripts {
             .successor
             .map(|next| (next.owner, next.force, millis(next.lease), next.fenced));
         self.release.call(
-            6,
+            5,
             (
                 key,
                 channel_name(key),
                 line_key(key),
-                line_places_key(key),
                 line_yield_key(key),
                 token_key(key),
                 rel.keep.arg(),
@@ -638,8 +665,8 @@ impl PlainScripts {
         owner: &str,
         place: &str,
     ) -> RedisResult<bool> {
-        let keys = (key, line_key(key), line_places_key(key));
-        let held: i64 = self.leave.query(con, 3, (keys, place, owner))?;
+        let keys = (key, line_key(key));
+        let held: i64 = self.leave.query(con, 2, (keys, place, owner))?;
         Ok(held == 1)
     }
 }

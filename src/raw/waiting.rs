@@ -192,6 +192,9 @@ pub(crate) struct Waiting<'a> {
     /// Plain, fair: this wait's place in the line of waiting clients (the
     /// mark of its fair queue entry).
     place: Option<String>,
+    /// Plain: this wait's element in the line (`protocol::element`), as the
+    /// last attempt's reply gave it; the next attempt confirms it.
+    element: Option<String>,
     /// Plain: the wait takes a place in line once the lock is found held.
     join: bool,
     /// Plain: attempts sent with the current place.
@@ -260,6 +263,7 @@ impl Raw {
                 Fence::None
             },
             place: None,
+            element: None,
             join: false,
             sent_with_place: 0,
             stale_grants: false,
@@ -306,6 +310,7 @@ impl<'a> Waiting<'a> {
     /// A new place in line (or fair queue mark) for this wait.
     fn new_place(&mut self) {
         self.place = Some(self.raw.next_place(&self.owner, self.lease, self.fenced));
+        self.element = None;
         self.sent_with_place = 0;
         self.stale_grants = false;
     }
@@ -454,8 +459,12 @@ impl LockKind for Waiting<'_> {
                 hint,
                 foreign,
                 joined,
+                until,
             } => {
                 self.foreign = foreign;
+                if let (Some(until), Some(place)) = (until, &self.place) {
+                    self.element = Some(protocol::element(until, place));
+                }
                 if joined && !first_with_place {
                     self.stale_grants = true;
                 }
@@ -588,7 +597,7 @@ impl Waiting<'_> {
             lease: self.lease,
             alive: self.alive,
             fence: self.fence,
-            place: self.place.as_deref(),
+            place: self.element.as_deref().or(self.place.as_deref()),
         }
     }
 }

@@ -264,12 +264,7 @@ impl Sim {
         let (name, keys, argv): (&str, Vec<&str>, Vec<&str>) = match req.op {
             Op::Acquire => (
                 "plain acquire",
-                vec![
-                    KEY,
-                    "leasehold_line:{job}",
-                    "leasehold_line:{job}:places",
-                    "leasehold_line:{job}:yield",
-                ],
+                vec![KEY, "leasehold_line:{job}", "leasehold_line:{job}:yield"],
                 vec![&lease, &req.owner, "0", ""],
             ),
             Op::Release => (
@@ -278,7 +273,6 @@ impl Sim {
                     KEY,
                     "redisson_lock__channel:{job}",
                     "leasehold_line:{job}",
-                    "leasehold_line:{job}:places",
                     "leasehold_line:{job}:yield",
                     "redisson_lock_token:{job}",
                 ],

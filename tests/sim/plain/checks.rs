@@ -43,6 +43,27 @@ impl Sim {
                 ));
             }
         }
+        // One element per place in the line (`<until>|<place>`): a place in
+        // twice would be granted twice — the second time to a wait that
+        // ended, holding the lock for nobody.
+        if self.cfg.lock == Lock::Plain {
+            if let Reply::Array(line) = self.w.redis(&[b"lrange", LINE.as_bytes(), b"0", b"-1"]) {
+                let mut places: Vec<&[u8]> = line
+                    .iter()
+                    .filter_map(|el| match el {
+                        Reply::Bulk(b) => Some(b.splitn(2, |&c| c == b'|').last().unwrap_or(b)),
+                        _ => None,
+                    })
+                    .collect();
+                places.sort_unstable();
+                if let Some(w) = places.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(format!(
+                        "a place is in line twice: {}",
+                        String::from_utf8_lossy(w[0])
+                    ));
+                }
+            }
+        }
         // Liveness: a free lock with a live, unpaused waiter is taken
         // within two place leases (a dead place first in line costs one)
         // and the longest lease (a grantee that died holds its grant).

@@ -29,7 +29,6 @@ pub use super::world::{shipped, Explored, Faults, Scripts};
 
 const KEY: &str = "job";
 const LINE: &str = "leasehold_line:{job}";
-const PLACES: &str = "leasehold_line:{job}:places";
 const YIELD: &str = "leasehold_line:{job}:yield";
 const CHANNEL: &str = "redisson_lock__channel:{job}";
 const TOKENS: &str = "redisson_lock_token:{job}";
@@ -130,6 +129,9 @@ enum State {
     Idle,
     Waiting {
         place: String,
+        /// Our element in the line (`<until>|<place>`), as the last reply
+        /// gave it: what the next attempt sends to confirm the place.
+        element: Option<String>,
         confirm_at: u64,
     },
     Holding {
@@ -282,7 +284,13 @@ impl Sim {
                     place: format!("{}#{}@{grant}/{place}{f}", cl.owner, cl.places),
                 }
             }
-            State::Waiting { place, confirm_at } if now >= confirm_at => Op::Acquire { place },
+            State::Waiting {
+                place,
+                element,
+                confirm_at,
+            } if now >= confirm_at => Op::Acquire {
+                place: element.unwrap_or(place),
+            },
             State::Holding { until, .. } if matches!(cl.inner, Some(i) if i.until <= now || now >= i.release_at) =>
             {
                 // The re-entered guard is dropped; the first remains (a
@@ -363,17 +371,17 @@ impl Sim {
             // token (`Fence::Mint`).
             Op::Acquire { place } if cl.fenced => (
                 "plain fenced acquire",
-                vec![KEY, LINE, PLACES, YIELD, TOKENS],
+                vec![KEY, LINE, YIELD, TOKENS],
                 vec![lease, owner, "0".into(), place.clone(), "1".into()],
             ),
             Op::Acquire { place } => (
                 "plain acquire",
-                vec![KEY, LINE, PLACES, YIELD],
+                vec![KEY, LINE, YIELD],
                 vec![lease, owner, "0".into(), place.clone()],
             ),
             Op::Reenter { lease } if cl.fenced => (
                 "plain fenced acquire",
-                vec![KEY, LINE, PLACES, YIELD, TOKENS],
+                vec![KEY, LINE, YIELD, TOKENS],
                 vec![
                     lease.to_string(),
                     owner,
@@ -384,25 +392,21 @@ impl Sim {
             ),
             Op::Reenter { lease } => (
                 "plain acquire",
-                vec![KEY, LINE, PLACES, YIELD],
+                vec![KEY, LINE, YIELD],
                 vec![lease.to_string(), owner, "1".into(), String::new()],
             ),
             Op::Unhold { keep } => (
                 "plain release",
-                vec![KEY, CHANNEL, LINE, PLACES, YIELD, TOKENS],
+                vec![KEY, CHANNEL, LINE, YIELD, TOKENS],
                 vec![keep.clone(), owner, "0".into()],
             ),
             Op::Renew => ("renew", vec![KEY], vec![lease, owner]),
             Op::Release => (
                 "plain release",
-                vec![KEY, CHANNEL, LINE, PLACES, YIELD, TOKENS],
+                vec![KEY, CHANNEL, LINE, YIELD, TOKENS],
                 vec![">0".into(), owner, "1".into()],
             ),
-            Op::Leave { place } => (
-                "plain leave",
-                vec![KEY, LINE, PLACES],
-                vec![place.clone(), owner],
-            ),
+            Op::Leave { place } => ("plain leave", vec![KEY, LINE], vec![place.clone(), owner]),
         };
         self.eval(name, &keys, &argv)
     }

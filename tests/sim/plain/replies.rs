@@ -64,16 +64,26 @@ impl Sim {
                     self.hold(c, until)?;
                 }
                 Reply::Int(_) | Reply::Array(_) => {
-                    let (ms, flags) = match reply {
-                        Reply::Int(ms) => (ms, String::new()),
+                    let (ms, flags, until) = match reply {
+                        Reply::Int(ms) => (ms, String::new(), None),
                         Reply::Array(items) => match items.as_slice() {
                             [Reply::Bulk(f), Reply::Int(ms)] => {
-                                (*ms, String::from_utf8_lossy(f).into_owned())
+                                (*ms, String::from_utf8_lossy(f).into_owned(), None)
+                            }
+                            [Reply::Bulk(f), Reply::Int(ms), Reply::Int(until)] => {
+                                (*ms, String::from_utf8_lossy(f).into_owned(), Some(*until))
                             }
                             other => return Err(format!("c{c}: acquire answered {other:?}")),
                         },
                         _ => unreachable!(),
                     };
+                    // Sent as the place or as our element: the next attempt
+                    // names the element this reply gives.
+                    let place = match place.split_once('|') {
+                        Some((_, bare)) => bare.to_owned(),
+                        None => place,
+                    };
+                    let element = until.map(|until| format!("{until}|{place}"));
                     // Sent with the place: `sent_with_place` counts this one.
                     if flags.contains('j') && cl.sent_with_place > 1 && !self.cfg.trust_stale_grants
                     {
@@ -95,6 +105,7 @@ impl Sim {
                     };
                     cl.state = State::Waiting {
                         place,
+                        element,
                         confirm_at: now + wait,
                     };
                     self.take_grants(c)?;
@@ -202,13 +213,13 @@ impl Sim {
     pub(super) fn take_grants(&mut self, c: usize) -> Result<(), String> {
         let now = self.w.now();
         let cl = &mut self.clients[c];
-        let State::Waiting { place, .. } = &cl.state else {
+        let State::Waiting { place, element, .. } = &cl.state else {
             return Ok(());
         };
         if cl.inflight.is_some() {
             return Ok(());
         }
-        let place = place.clone();
+        let (place, element) = (place.clone(), element.clone());
         let grants = std::mem::take(&mut cl.grants);
         for grant in grants {
             let (named, token) = match grant.split_once(' ') {
@@ -220,6 +231,7 @@ impl Sim {
                 // wait wakes and attempts.
                 cl.state = State::Waiting {
                     place: place.clone(),
+                    element: element.clone(),
                     confirm_at: now,
                 };
                 continue;
@@ -231,6 +243,7 @@ impl Sim {
                 // asked: the attempt decides.
                 cl.state = State::Waiting {
                     place,
+                    element,
                     confirm_at: now,
                 };
                 return Ok(());

@@ -136,6 +136,34 @@ impl Store {
                     None => vec![],
                 }))
             }
+            "lpos" => {
+                // The first index of an element (no RANK, COUNT or MAXLEN).
+                arity(2)?;
+                if a.len() > 2 {
+                    return Err("ERR LPOS with options is not modelled".into());
+                }
+                let Some(l) = self.typed(&a[0], list)? else {
+                    return Ok(Reply::Nil);
+                };
+                Ok(l.iter()
+                    .position(|v| *v == a[1])
+                    .map_or(Reply::Nil, |i| Reply::Int(i as i64)))
+            }
+            "lset" => {
+                arity(3)?;
+                let Some(l) = self.typed(&a[0], list)? else {
+                    return Err("ERR no such key".into());
+                };
+                let i = int(&a[1])?;
+                let i = if i < 0 { l.len() as i64 + i } else { i };
+                match usize::try_from(i).ok().and_then(|i| l.get_mut(i)) {
+                    Some(v) => {
+                        *v = a[2].clone();
+                        Ok(Reply::Status("OK".into()))
+                    }
+                    None => Err("ERR index out of range".into()),
+                }
+            }
             "llen" => {
                 arity(1)?;
                 Ok(Reply::Int(

@@ -465,9 +465,8 @@ impl Store {
                     ),
                 })
             }
-            "lindex" | "lpop" | "lpush" | "rpush" | "lrem" | "lrange" | "llen" => {
-                self.list_command(&name, a)
-            }
+            "lindex" | "lpop" | "lpush" | "rpush" | "lrem" | "lrange" | "llen" | "lpos"
+            | "lset" => self.list_command(&name, a),
             "zadd" | "zincrby" | "zrem" | "zscore" | "zcard" | "zrange" | "zrangebyscore"
             | "zremrangebyscore" => self.zset_command(&name, a),
             "time" => Ok(Reply::Array(vec![
