@@ -291,11 +291,13 @@ pub use task::{
 /// them). Not a stable API.
 #[doc(hidden)]
 pub mod scripts {
-    /// The acquire script: `KEYS` lock, line; `ARGV` lease ms, owner, fresh
-    /// flag, place (empty: none).
+    /// The acquire script: `KEYS` lock, line, yield marker; `ARGV` lease
+    /// ms, owner, guards alive, place (empty: none; or its element in line,
+    /// `<until>|<place>`).
     pub const ACQUIRE: &str = crate::protocol::ACQUIRE;
-    /// The release script: `KEYS` lock, unlock channel, line; `ARGV` lease
-    /// ms, owner, last-hold flag, then an optional successor.
+    /// The release script: `KEYS` lock, unlock channel, line, yield marker,
+    /// token counter; `ARGV` keep, owner, last-hold flag, then an optional
+    /// successor.
     pub const RELEASE: &str = crate::protocol::RELEASE;
 
     /// Every script as the library sends it (classic pub/sub), by name: the

@@ -148,7 +148,8 @@ pub(crate) fn write_field(owner: &str) -> String {
 }
 
 /// The line of waiting leasehold clients of a plain lock key (a list of
-/// places, one per waiting client, oldest first): `leasehold_line:{<key>}`.
+/// elements `<until>|<place>`, one per waiting client, oldest first:
+/// `protocol::line`): `leasehold_line:{<key>}`.
 pub(crate) fn line_key(key: &str) -> Companion<'_> {
     line_named(key, "")
 }

@@ -24,7 +24,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult};
 
 use super::admin::shape_fn;
-use super::plain::{granted_fn, mint_fn, UNLOCK_MESSAGE};
+use super::line::granted_fn;
+use super::plain::{mint_fn, UNLOCK_MESSAGE};
 use super::{keep_fn, millis, Call, Fence, Lua, PubSub, Release, Request};
 use crate::names::{channel_name, fair_marks_key, queue_key, timeout_key, token_key};
 use crate::options::Kind;

@@ -5,6 +5,8 @@
 //! never match on the kind to read a reply.
 //!
 //! - `plain` — Redisson's `RLock` (and its fenced variant);
+//! - `line` — the plain lock's line of waiting clients in Lua: leases and
+//!   the helpers its acquire and release share;
 //! - `renew` — a lease's renewal, as the renewal thread batches it;
 //! - `fair` — Redisson's `RedissonFairLock` layout, with expiring places;
 //! - `rwlock` — Redisson's `RReadWriteLock` layout, writers first;
@@ -20,6 +22,7 @@ pub(crate) mod admin;
 pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod job;
+pub(crate) mod line;
 pub(crate) mod plain;
 pub(crate) mod renew;
 pub(crate) mod rwlock;
@@ -37,7 +40,8 @@ use redis::{
 use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
 use crate::options::Kind;
 
-pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, GRANT_LEASE, RELEASE};
+pub(crate) use line::GRANT_LEASE;
+pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, RELEASE};
 pub(crate) use rwlock::READ_KEEPALIVE;
 
 /// One acquire attempt of any kind.
@@ -290,7 +294,7 @@ pub(crate) fn place_lease(kind: Kind, lease: Duration) -> Option<Duration> {
     let longest = match kind {
         Kind::Fair => fair::QUEUE_LEASE,
         Kind::Write => rwlock::WRITER_INTENT,
-        Kind::Plain => plain::PLACE_LEASE,
+        Kind::Plain => line::PLACE_LEASE,
         Kind::Read => return None,
     };
     Some(lease.clamp(SHORTEST_PLACE, longest))
@@ -309,7 +313,7 @@ pub(crate) fn waiting_place(kind: Kind, lease: Duration) -> Option<Duration> {
 /// The longest any waiting place lives unconfirmed (the line's, the fair
 /// queue's, the waiting writers').
 pub(crate) const LONGEST_PLACE: Duration = {
-    let (a, b, c) = (plain::PLACE_LEASE, fair::QUEUE_LEASE, rwlock::WRITER_INTENT);
+    let (a, b, c) = (line::PLACE_LEASE, fair::QUEUE_LEASE, rwlock::WRITER_INTENT);
     let ab = if a.as_millis() > b.as_millis() { a } else { b };
     if ab.as_millis() > c.as_millis() {
         ab

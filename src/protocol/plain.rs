@@ -13,47 +13,12 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::line::line_fns;
 use super::{millis, Call, Lua, PubSub, Release, Request};
 use crate::names::{channel_name, line_key, line_yield_key, token_key};
 
 /// The message published when a lock is freed (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
-
-/// How long a waiting client's place in the line lasts at most unless its
-/// waiter confirms it (see `protocol::place_lease`). In the scripts as
-/// [`place_lease_ms!`].
-pub(crate) const PLACE_LEASE: Duration = Duration::from_secs(3);
-macro_rules! place_lease_ms {
-    () => {
-        "3000"
-    };
-}
-pub(crate) use place_lease_ms;
-
-/// How long the line lives when a place taken or confirmed lengthens it:
-/// two place leases, lengthened again once less than one is left — so it
-/// outlives every place in it, and most calls read an expiry (`PTTL`)
-/// instead of setting one (`PEXPIRE` costs Redis twice as much). In the scripts as [`line_lease_ms!`].
-macro_rules! line_lease_ms {
-    () => {
-        "6000"
-    };
-}
-pub(crate) use line_lease_ms;
-
-/// The longest lease a release sets when it gives the lock to the first
-/// waiter in line (the waiter's own lease when shorter, named in its place:
-/// `protocol::grant_lease`): short, so a waiter that died after its place
-/// was last confirmed costs the others this much, never a whole watchdog
-/// lease. The grantee's renewal lengthens it to its own lease within a
-/// third of this. In the scripts as [`grant_lease_ms!`].
-pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(3);
-macro_rules! grant_lease_ms {
-    () => {
-        "3000"
-    };
-}
-pub(crate) use grant_lease_ms;
 
 /// The Lua helper `companion(prefix)`: a companion name of the lock whose
 /// unlock channel is `KEYS[2]` (`redisson_lock__channel:{<key>}`), with
@@ -71,109 +36,6 @@ end
     };
 }
 pub(crate) use companion_fn;
-
-/// The Lua helpers of the line that acquire and release share:
-/// `granted`/`placed` ([`granted_fn!`]); `now()` — the server's clock in
-/// ms, read once per script and only when a line exists; `entry(el)` — an
-/// element of the line, `<until>|<place>`: its place and until when it
-/// lives (ms by that clock), or nil when it is dead or no element a client
-/// made. The place's expiry lives in its element, where the line already
-/// is: set from the waiter's place lease when it joins, rewritten (`LSET`)
-/// when its waiter confirms it, read by the release that pops it — no
-/// second key, no read or delete beside the pop. `line_live(line)`: the
-/// line expires one to two [`PLACE_LEASE`]s after a place was last taken or
-/// confirmed ([`line_lease_ms!`]) — no place lives longer, so the line of
-/// waiters that all died goes by itself (the protocol simulator found the
-/// line left behind for good when it had no expiry: `tests/simulation.rs`).
-/// Every key is one the caller names (`KEYS`), none is built in Lua; a
-/// script reads one or two elements, never the whole line (leaving it
-/// does, rarely). What only one script uses is defined in it (the
-/// acquire's `ours`, `head` and `join`): each helper a script defines costs
-/// Redis a closure on every call that reaches it.
-macro_rules! line_fns {
-    () => {
-        concat!(
-            granted_fn!(),
-            r#"
-local clock = false
-local function now()
-    if not clock then
-        local t = redis.call('time')
-        -- Arithmetic reads the numbers (half what `tonumber` costs).
-        clock = t[1] * 1000 + math.floor(t[2] / 1000)
-    end
-    return clock
-end
-local function entry(el)
-    local bar = string.find(el, '|', 2, true)
-    local ms = bar and tonumber(string.sub(el, 1, bar - 1))
-    if not (ms and ms > now()) then
-        return nil
-    end
-    -- `<owner>:<n>#<rest>` at the least: what `^.+:.+#.+$` says, by plain
-    -- finds (the first colon past the start leaves the most room).
-    local place = string.sub(el, bar + 1)
-    local colon = string.find(place, ':', 2, true)
-    local hash = colon and string.find(place, '#', colon + 2, true)
-    if hash and hash < #place then
-        return place, ms
-    end
-    return nil
-end
-local function line_live(line)
-    if redis.call('pttl', line) < "#,
-            $crate::protocol::plain::place_lease_ms!(),
-            r#" then
-        redis.call('pexpire', line, "#,
-            $crate::protocol::plain::line_lease_ms!(),
-            r#")
-    end
-end
-"#
-        )
-    };
-}
-
-/// The Lua helpers `granted(place)` — the lease in ms a grant to waiting
-/// place `place` sets — and `placed(place)` — how long the place lives
-/// unconfirmed: the ones its waiter asked for, named in the place
-/// (`<owner>#<n>@<grant ms>/<place ms>[f]`, see `protocol::place_of`), or
-/// [`GRANT_LEASE`] and [`PLACE_LEASE`] when it names none. The numbers are
-/// Rust's (`protocol::grant_lease`, `protocol::place_lease`); the scripts
-/// only read them — with plain finds, not patterns: a `string.match` costs
-/// Redis about as much as a command (`benches/script_cost.rs`).
-/// Anything but a whole number of ms from 1 up reads as the default.
-macro_rules! granted_fn {
-    () => {
-        concat!(
-            r#"
-local function granted(place)
-    local at = string.find(place, '@', 1, true)
-    local slash = at and string.find(place, '/', at, true)
-    local ms = slash and tonumber(string.sub(place, at + 1, slash - 1))
-    if ms and ms >= 1 and ms % 1 == 0 then
-        return ms
-    end
-    return "#,
-            $crate::protocol::plain::grant_lease_ms!(),
-            r#"
-end
-local function placed(place)
-    local slash = string.find(place, '/', 1, true)
-    local last = string.byte(place, -1) == 102 and -2 or -1
-    local ms = slash and tonumber(string.sub(place, slash + 1, last))
-    if ms and ms >= 1 and ms % 1 == 0 then
-        return ms
-    end
-    return "#,
-            $crate::protocol::plain::place_lease_ms!(),
-            r#"
-end
-"#
-        )
-    };
-}
-pub(crate) use granted_fn;
 
 /// The acquire logic both acquire scripts share, around `$then` (what to
 /// return once the hold is taken). KEYS: lock, line, the yield marker (,
@@ -248,13 +110,16 @@ local function head(line, first)
     end
     return nil
 end
--- A new place goes at the end; a known one (our element, as the last
--- reply gave it, still in line) is confirmed where it stands (`LSET`).
--- Returns whether the place is new and its new expiry. One element per
--- place: only a wait's first attempt sends the bare place (a new wait's
--- place was never sent before), every later one the element it was
--- given; a place granted or dropped as dead is no longer in line and
--- goes at the end again.
+-- A new place goes at the end; a known one (still in line) is confirmed
+-- where it stands (`LSET`). Returns whether the place is new and its new
+-- expiry. One element per place: only a wait's first attempt sends the
+-- bare place (a new wait's place was never sent before, and a wait whose
+-- attempt went unanswered names its element as unknown, `0|<place>`);
+-- every later one names the element the last reply gave it. When that is
+-- not in line — granted or dropped as dead, or rewritten by an attempt
+-- whose reply was lost, or a rewrite lost in a failover — the place is
+-- looked for in the whole line (rare), and goes at the end again only
+-- when it is not there.
 local function join()
     if ARGV[4] == '' then
         return false
@@ -262,6 +127,16 @@ local function join()
     local til = now() + placed(me)
     local el = til .. '|' .. me
     local at = bar and redis.call('lpos', KEYS[2], ARGV[4])
+    if bar and not at then
+        local tail = '|' .. me
+        local els = redis.call('lrange', KEYS[2], 0, -1)
+        for i = 1, #els do
+            if string.sub(els[i], -#tail) == tail then
+                at = i - 1
+                break
+            end
+        end
+    end
     if at then
         redis.call('lset', KEYS[2], at, el)
     else
@@ -558,10 +433,10 @@ if bar then
     place = string.sub(place, bar + 1)
 end
 local tail = '|' .. place
-local line = redis.call('lrange', KEYS[2], 0, -1)
-for i = 1, #line do
-    if string.sub(line[i], -#tail) == tail then
-        redis.call('lrem', KEYS[2], 1, line[i])
+local els = redis.call('lrange', KEYS[2], 0, -1)
+for i = 1, #els do
+    if string.sub(els[i], -#tail) == tail then
+        redis.call('lrem', KEYS[2], 1, els[i])
     end
 end
 return redis.call('hexists', KEYS[1], ARGV[2])
@@ -689,10 +564,7 @@ mod tests {
     use crate::names::grant_prefix;
 
     #[test]
-    fn the_scripts_constants_and_derived_names_agree_with_rust() {
-        assert_eq!(place_lease_ms!(), millis(PLACE_LEASE).to_string());
-        assert_eq!(line_lease_ms!(), millis(2 * PLACE_LEASE).to_string());
-        assert_eq!(grant_lease_ms!(), millis(GRANT_LEASE).to_string());
+    fn the_scripts_derived_names_agree_with_rust() {
         for key in ["job", "a{t}b", "{user:7}:cart", "x:y"] {
             // `companion(prefix)`: prefix .. string.sub(channel, 23)
             let tail = &channel_name(key).to_string()[22..];

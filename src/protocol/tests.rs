@@ -13,7 +13,7 @@ fn millis_never_zero() {
 /// Every script as it is sent (fragments joined as the constructors join
 /// them), named.
 fn whole_scripts() -> Vec<(&'static str, String)> {
-    let (mint, granted) = (plain::mint_fn!(), plain::granted_fn!());
+    let (mint, granted) = (plain::mint_fn!(), super::line::granted_fn!());
     let (purge, now) = (fair::PURGE, rwlock::NOW);
     vec![
         ("plain acquire", plain::ACQUIRE.to_owned()),

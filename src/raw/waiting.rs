@@ -453,6 +453,11 @@ impl LockKind for Waiting<'_> {
             .raw
             .attempt(self.park, self.name, &self.request(), self.bound)
             .await;
+        if let (Err(_), Kind::Plain, Some(place)) = (&attempt, self.kind, &self.place) {
+            // The attempt may have run and rewritten our element: the next
+            // one names it as unknown, and the script finds it by its place.
+            self.element = Some(protocol::element(0, place));
+        }
         match attempt? {
             Attempt::Acquired { minted } => Ok(Answer::Held(minted)),
             Attempt::Wait {

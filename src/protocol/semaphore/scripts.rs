@@ -45,7 +45,7 @@
 macro_rules! prelude {
     () => {
         concat!(
-            $crate::protocol::plain::granted_fn!(),
+            $crate::protocol::line::granted_fn!(),
             r#"
 local N, T, C, L, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local clock = redis.call('time')
@@ -173,10 +173,10 @@ local function join(p, blob)
     -- No place lives longer: the line of waiters that all died goes by
     -- itself, its list with its places.
     redis.call('pexpire', P, "#,
-            $crate::protocol::plain::place_lease_ms!(),
+            $crate::protocol::line::place_lease_ms!(),
             r#")
     redis.call('pexpire', L, "#,
-            $crate::protocol::plain::place_lease_ms!(),
+            $crate::protocol::line::place_lease_ms!(),
             r#")
     return new
 end

@@ -50,7 +50,7 @@ pub enum Lock {
 }
 
 impl Lock {
-    /// How long a place lives unconfirmed, at most (`plain::PLACE_LEASE`,
+    /// How long a place lives unconfirmed, at most (`line::PLACE_LEASE`,
     /// `fair::QUEUE_LEASE`).
     fn place_lease(self) -> u64 {
         match self {
@@ -88,6 +88,13 @@ pub struct Config {
     /// itself (Redisson's, and the defect of the "Promises broken" issue),
     /// not what the remaining guard counts on.
     pub keep_released_lease: bool,
+    /// A wait rides out a lost acquire with its place, as the client's wait
+    /// loop does on a transient error (with no undo first when the owner
+    /// has guards alive): its next attempt names its element as unknown
+    /// (`0|<place>`), not the one it last knew — the lost attempt may have
+    /// rewritten it. Otherwise a lost acquire ends the wait (undone before
+    /// the next one).
+    pub ride_lost_acquires: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -9,8 +9,21 @@ impl Sim {
     /// A reply that never came: what the call may have done is undone
     /// before the owner acquires again.
     pub(super) fn lost(&mut self, c: usize, op: Op) {
+        let now = self.w.now();
+        let ride = self.cfg.ride_lost_acquires;
         let cl = &mut self.clients[c];
         match op {
+            Op::Acquire { place } if ride && !place.is_empty() => {
+                let place = match place.split_once('|') {
+                    Some((_, bare)) => bare.to_owned(),
+                    None => place,
+                };
+                cl.state = State::Waiting {
+                    element: Some(format!("0|{place}")),
+                    place,
+                    confirm_at: now,
+                };
+            }
             Op::Acquire { place } => {
                 cl.unsettled = Some(place);
                 cl.state = State::Idle;

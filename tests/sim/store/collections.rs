@@ -1,5 +1,5 @@
 //! The model's lists and sorted sets: `LINDEX`, `LPOP`, `LPUSH`, `RPUSH`,
-//! `LREM`, `LRANGE`, `LLEN`; `ZADD` (`NX`/`XX`), `ZINCRBY` (Redisson's fair
+//! `LREM`, `LRANGE`, `LLEN`, `LPOS`, `LSET`; `ZADD` (`NX`/`XX`), `ZINCRBY` (Redisson's fair
 //! acquire), `ZREM`, `ZSCORE`, `ZCARD`,
 //! `ZRANGE` (by rank, `WITHSCORES`), `ZRANGEBYSCORE` (`(`, `-inf`/`+inf`,
 //! `WITHSCORES`, `LIMIT`), `ZREMRANGEBYSCORE` — with Redis's replies and

@@ -13,7 +13,7 @@
 //! - hashes: `HGET`, `HSET` (several pairs), `HDEL`, `HEXISTS`, `HINCRBY`,
 //!   `HKEYS`, `HLEN`, `HGETALL`;
 //! - lists: `LINDEX`, `LPOP` (no count), `LPUSH`, `RPUSH`, `LREM`,
-//!   `LRANGE`, `LLEN`;
+//!   `LRANGE`, `LLEN`, `LPOS` (no options), `LSET`;
 //! - sorted sets: `ZADD` (`NX`/`XX`), `ZINCRBY`, `ZREM`, `ZSCORE`, `ZRANGE` (by rank,
 //!   `WITHSCORES`), `ZRANGEBYSCORE` (`(`, `-inf`/`+inf`, `WITHSCORES`,
 //!   `LIMIT`), `ZREMRANGEBYSCORE`, `ZCARD`;
