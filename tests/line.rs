@@ -531,3 +531,35 @@ fn confirmations_rewrite_each_place_where_it_stands() {
     }
     assert!(line().is_empty());
 }
+
+/// A copy of the holder's own place left in line — a wait of its that
+/// ended while an earlier attempt of it was still on its way to Redis, and
+/// pushed the place again when it got there — is dropped by the holder's
+/// release, never granted back to it (which would hold the lock for nobody
+/// for a grant lease): the lock is free at once.
+#[test]
+fn a_release_never_grants_the_lock_back_to_its_own_owner() {
+    let server = RedisServer::start();
+    let name = "line:own";
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let guard = client.lock(name).unwrap();
+    let owners: Vec<String> = con.hkeys(name).unwrap();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    // A live copy of a place of the holder's owner (60 s by the server's
+    // clock), first in line.
+    let time: Vec<u64> = redis::cmd("TIME").query(&mut con).unwrap();
+    let until = time[0] * 1000 + time[1] / 1000 + 60_000;
+    let line = format!("leasehold_line:{{{name}}}");
+    let _: () = con
+        .rpush(&line, format!("{until}|{}#99@3000/3000", owners[0]))
+        .unwrap();
+    guard.unlock().unwrap();
+    let held: bool = con.exists(name).unwrap();
+    assert!(!held, "granted back to its own owner: held for nobody");
+    let left: usize = con.llen(&line).unwrap();
+    assert_eq!(left, 0, "the copy is dropped");
+    // The lock is free for anyone at once.
+    let other = LockClient::new(&server.url()).unwrap();
+    assert!(other.try_lock(name).unwrap().is_some());
+}

@@ -348,18 +348,24 @@ end
 -- A local successor with a short run of handoffs gets it whatever waits.
 -- Otherwise the first live place is taken out of the line: its element
 -- popped (above when nobody is named; dead ones at the head are dropped on
--- the way), its expiry read from it. It goes back if it is not granted.
+-- the way), its expiry read from it. It goes back if it is not granted. A
+-- place of the releasing owner is dropped too: a holder waits for nothing,
+-- so it is a copy an ended wait of its left behind (an attempt that
+-- reached Redis after its retry), and granting it would hold the lock for
+-- nobody.
 local others = 0
 local place = nil
 if not (ARGV[4] and ARGV[5] == '1') then
     if ARGV[4] then
         first = redis.call('lpop', KEYS[3])
     end
+    local own = ARGV[2] .. '#'
     while first do
         place = entry(first)
-        if place then
+        if place and string.sub(place, 1, #own) ~= own then
             break
         end
+        place = nil
         first = redis.call('lpop', KEYS[3])
     end
     -- Other libraries' waiters (leasehold's hear the unlock channel only
