@@ -13,7 +13,10 @@
 //!   takes a new place at the end of the line), and its release that grants
 //!   the lock to the first place in line (less the plain commands that put
 //!   the place there each time);
-//! - their sum: what Redis runs per contended critical section.
+//! - their sum: what Redis runs per contended critical section;
+//! - a waiter's confirmation of its place (the lock held elsewhere, 8
+//!   places in line, ours 4th), which each waiter sends every third of its
+//!   place lease.
 //!
 //! `cargo bench -p leasehold-tests --bench script_cost` (run by
 //! `scripts/bench.sh`); `ITERATIONS` (2000) per row. Needs `valgrind`
@@ -193,6 +196,53 @@ fn main() {
         granted, 0,
         "every release granted the lock to the place in line"
     );
+    // A confirmation: the lock held by another client, 8 places in line,
+    // ours 4th; each time our element is put back as it was (a plain LSET,
+    // counted apart and taken off) and the acquire names it — found where it
+    // stands (`LPOS`) and rewritten (`LSET`).
+    let far = i64::MAX / 4;
+    let ours = format!("{far}|{ME}#0@3000/3000");
+    let mut line = redis::pipe();
+    line.cmd("HSET")
+        .arg("confirming")
+        .arg(OTHER)
+        .arg(1)
+        .ignore();
+    line.cmd("PEXPIRE")
+        .arg("confirming")
+        .arg(3_600_000)
+        .ignore();
+    for k in 0..8 {
+        let el = match k {
+            3 => ours.clone(),
+            _ => format!("{far}|{OTHER}#{k}@3000/3000"),
+        };
+        line.cmd("RPUSH")
+            .arg("leasehold_line:{confirming}")
+            .arg(el)
+            .ignore();
+    }
+    let _: () = line.query(&mut con).unwrap();
+    let confirming = |with_acquire: bool| {
+        let mut put = redis::cmd("LSET");
+        put.arg("leasehold_line:{confirming}").arg(3).arg(&ours);
+        let mut cmds = vec![put];
+        if with_acquire {
+            cmds.push(evalsha(
+                &acquire,
+                &acquire_keys("confirming"),
+                &["30000", ME, "0", &ours],
+            ));
+        }
+        cmds
+    };
+    let put_back = counter.per_iteration(&mut con, |_| confirming(false));
+    let confirm = counter.per_iteration(&mut con, |_| confirming(true)) - put_back;
+    let in_line: i64 = redis::cmd("LLEN")
+        .arg("leasehold_line:{confirming}")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(in_line, 8, "each confirmation rewrote its element in place");
 
     println!("Redis instructions per iteration (callgrind, {n} iterations a row; commands one at a time on one connection):");
     println!("| path | instructions | vs the raw floor's pair |");
@@ -211,6 +261,10 @@ fn main() {
     row(
         "leasehold per contended critical section (the two above)",
         join + grant,
+    );
+    row(
+        "leasehold confirmation of a waiting place (8 in line, 4th)",
+        confirm,
     );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
