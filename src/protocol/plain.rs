@@ -50,11 +50,14 @@ pub(crate) use companion_fn;
 /// — a stale count from a lost lease, an unconfirmed handoff or a grant
 /// nobody heard must not outlive it; a re-entry that finds the lock free
 /// (the earlier holds ran out in Redis) counts those guards again, so their
-/// releases count down to this hold instead of freeing the lock under it. Our place in the line (`ARGV[4]`, see
-/// `protocol::place_of`), if first, goes. But a free lock is not taken while
-/// another live place is first in line (it is that waiter's turn: wait until
-/// its place would expire) or while the lock is left to other libraries'
-/// waiters (the yield marker): then the reply is how long to wait.
+/// releases count down to this hold instead of freeing the lock under it.
+/// Our place in the line (`ARGV[4]`, see `protocol::place_of`), if first,
+/// goes. But a free lock is not taken while another live place is first in
+/// line (it is that waiter's turn: wait until its place would expire) or
+/// while the lock is left to other libraries' waiters (the yield marker):
+/// then the reply is how long to wait. Dead places at the head are dropped
+/// on the way — ours too: a waiter that let its place expire joins again at
+/// the end, behind the live ones.
 ///
 /// A key that is not a lock (an application's hash or string; see
 /// `admin::shape_fn!`) → `{'n', <its shape>}`, nothing changed.
