@@ -296,7 +296,7 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
             // A line's element is `<until>|<owner>#<n>…`; a waiting writer
             // its write field `<owner>:write`.
             let place = match queue {
-                WaitQueue::Line => entry.split_once('|').map_or(&*entry, |(_, p)| p),
+                WaitQueue::Line => crate::protocol::element_place(&entry),
                 _ => &entry,
             };
             let owner = place.split('#').next().unwrap_or(place);

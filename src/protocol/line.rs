@@ -2,8 +2,8 @@
 //! leases of its places, of the line and of a grant (each in Rust and as a
 //! Lua literal), and the Lua helpers the acquire and the release share —
 //! the server's clock, an element's place and expiry (`<until>|<place>`),
-//! the line's expiry, and the leases a place names. The semaphore's line
-//! reads the same leases.
+//! the line's expiry, and the leases a place names; in Rust, an element
+//! made and read. The semaphore's line reads the same leases.
 
 use std::time::Duration;
 
@@ -146,6 +146,21 @@ end
     };
 }
 pub(crate) use granted_fn;
+
+/// A plain waiter's element in the line: `<until>|<place>` — its place
+/// (`protocol::place_of`) and until when it lives (ms by the server's
+/// clock, as the acquire that last took or confirmed it replied). The next
+/// attempt sends it instead of the bare place, and the script confirms
+/// that element where it stands.
+pub(crate) fn element(until: u64, place: &str) -> String {
+    format!("{until}|{place}")
+}
+
+/// The place an element of a plain lock's line names (see [`element`]);
+/// anything without an expiry in front, as it is.
+pub(crate) fn element_place(element: &str) -> &str {
+    element.split_once('|').map_or(element, |(_, place)| place)
+}
 
 #[cfg(test)]
 mod tests {

@@ -40,7 +40,7 @@ use redis::{
 use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
 use crate::options::Kind;
 
-pub(crate) use line::GRANT_LEASE;
+pub(crate) use line::{element, element_place, GRANT_LEASE};
 pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, RELEASE};
 pub(crate) use rwlock::READ_KEEPALIVE;
 
@@ -266,14 +266,6 @@ pub(crate) fn place_of(owner: &str, n: u64, lease: Duration, fenced: bool) -> St
         "{owner}#{n}@{grant}/{place}{}",
         if fenced { "f" } else { "" }
     )
-}
-
-/// A plain waiter's element in the line: `<until>|<place>` — its place and
-/// until when it lives (ms by the server's clock, as the acquire that last
-/// took or confirmed it replied). The next attempt sends it instead of the
-/// bare place, and the script confirms that element where it stands.
-pub(crate) fn element(until: u64, place: &str) -> String {
-    format!("{until}|{place}")
 }
 
 /// The lease a release sets when it grants the lock to a waiter that asked
