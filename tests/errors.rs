@@ -321,8 +321,17 @@ fn the_async_builder_checks_at_start_up_as_the_blocking_one() {
             .unwrap();
         let guard = client.lock("pay").await.unwrap();
         assert_eq!(guard.key(), "billing:pay");
-        let info = client.inspect("pay").await.unwrap();
-        let shown = format!("{info:?}");
+        // The client's registration (its name) is written by its renewal
+        // thread a moment after the lock, never on the lock path: waited
+        // for, at most 5 s, as `tests/inspect.rs` does.
+        let mut shown = String::new();
+        for _ in 0..100 {
+            shown = format!("{:?}", client.inspect("pay").await.unwrap());
+            if shown.contains("async-built") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert!(shown.contains("async-built"), "{shown}");
         guard.unlock().await.unwrap();
     });
