@@ -108,7 +108,7 @@ impl Bound {
 /// its last reply was waited for (whether by the deadline), whether sent.
 #[derive(Default)]
 struct At {
-    addr: String,
+    addr: Arc<str>,
     io: Duration,
     by_deadline: bool,
     /// The last try sent its request (a failure may have run in Redis);
@@ -402,7 +402,7 @@ impl Connections {
             Some(cluster) => {
                 let nodes = cluster.router.primaries().map_err(|e| {
                     let at = At {
-                        addr: SEEDS.into(),
+                        addr: Arc::from(SEEDS),
                         ..At::default()
                     };
                     self.explained(Error::from_redis(e, what), &at)
@@ -420,7 +420,7 @@ impl Connections {
         key: &str,
         pinned: Option<&NodePool>,
         wait: Option<Duration>,
-        addr: &mut String,
+        addr: &mut Arc<str>,
     ) -> Result<r2d2::PooledConnection<pool::Manager>> {
         let node_pool;
         let pool = match (pinned, &self.cluster) {
@@ -428,7 +428,7 @@ impl Connections {
             (None, None) => &self.pool,
             (None, Some(cluster)) => {
                 let node = cluster.router.node_for(key).map_err(|e| {
-                    *addr = SEEDS.to_owned();
+                    *addr = Arc::from(SEEDS);
                     Error::from_redis(e, key)
                 })?;
                 node_pool = cluster.pool(&node)?;

@@ -20,7 +20,7 @@ pub(crate) struct NodePool {
     pool: r2d2::Pool<Manager>,
     last_error: Arc<Mutex<Option<(Instant, redis::RedisError)>>>,
     /// The server, as errors name it (see [`Target::describe`]).
-    addr: Arc<Mutex<String>>,
+    addr: Arc<Mutex<Arc<str>>>,
 }
 
 /// How often a caller waiting for a pooled connection looks whether the
@@ -36,7 +36,7 @@ impl NodePool {
         tls: TlsConfig,
     ) -> Self {
         let last_error = Arc::new(Mutex::new(None));
-        let addr = Arc::new(Mutex::new(target.describe()));
+        let addr = Arc::new(Mutex::new(Arc::from(target.describe())));
         let manager = Manager {
             addr: Arc::clone(&addr),
             target,
@@ -63,9 +63,10 @@ impl NodePool {
     }
 
     /// The server, as errors name it: its address (with Sentinel, the
-    /// primary's last one, or how it is found).
-    pub(crate) fn addr(&self) -> String {
-        self.addr.lock().clone()
+    /// primary's last one, or how it is found). Shared, not copied: every
+    /// call names it (for its errors).
+    pub(crate) fn addr(&self) -> Arc<str> {
+        Arc::clone(&self.addr.lock())
     }
 
     /// A pooled connection, waiting at most `wait` (default: the connect
@@ -91,7 +92,7 @@ impl NodePool {
                 Some((at, cause)) if at >= started || over => return Err(Error::from(cause)),
                 None if over => {
                     return Err(Error::Pool {
-                        addr: self.addr(),
+                        addr: self.addr().to_string(),
                         message: e.to_string(),
                         timeout: wait,
                     })
@@ -111,7 +112,7 @@ impl NodePool {
 pub(crate) struct Manager {
     target: Arc<Target>,
     /// Where the last connection went (for errors).
-    addr: Arc<Mutex<String>>,
+    addr: Arc<Mutex<Arc<str>>>,
     tls: TlsConfig,
     connect_timeout: Duration,
     socket_timeout: Duration,
@@ -125,7 +126,7 @@ impl r2d2::ManageConnection for Manager {
     fn connect(&self) -> Result<Pooled, redis::RedisError> {
         let result = self.target.client().and_then(|c| {
             let info = c.get_connection_info();
-            *self.addr.lock() = self.target.describe_at(info.addr());
+            *self.addr.lock() = Arc::from(self.target.describe_at(info.addr()));
             Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)
         });
         *self.last_error.lock() = result.as_ref().err().map(|e| (Instant::now(), e.clone()));

@@ -374,7 +374,7 @@ fn request(
     call: &Call,
     abandoned: Abandoned,
 ) -> Request {
-    let (cmd, source) = (call.cmd.get_packed_command(), call.source);
+    let (cmd, source) = (call.cmd.bytes().to_vec(), call.source);
     Box::pin(async move {
         let gone = || abandoned.load(Ordering::Acquire);
         let reply = async {

@@ -23,6 +23,7 @@ pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod job;
 pub(crate) mod line;
+mod packed;
 pub(crate) mod plain;
 pub(crate) mod renew;
 pub(crate) mod rwlock;
@@ -33,12 +34,13 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{
-    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind,
-    ToRedisArgs, Value,
+    ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs,
+    Value,
 };
 
 use crate::names::{channel_name, rw_channel, waiter_channel, write_field};
 use crate::options::Kind;
+use packed::Packed;
 
 pub(crate) use line::{element, element_place, GRANT_LEASE};
 pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, RELEASE};
@@ -561,8 +563,8 @@ pub(crate) struct Call {
     /// transport's, the blocking connection loads `script`).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) source: &'static str,
-    /// `EVALSHA <hash> <numkeys> <keys…> <args…>`.
-    pub(crate) cmd: Cmd,
+    /// `EVALSHA <hash> <numkeys> <keys…> <args…>`, as sent.
+    pub(crate) cmd: Packed,
     /// `WAIT` on the same connection once the script took a hold.
     pub(crate) wait: Option<Wait>,
 }
@@ -592,17 +594,11 @@ pub(crate) struct Lua {
 
 impl Lua {
     /// `EVALSHA <hash> <numkeys> <keys…> <args…>` of this script, the first
-    /// `numkeys` of `keys_and_args` its keys: built in one buffer (the
-    /// crate's `ScriptInvocation` copies every argument twice), sized for
-    /// the lock path's calls at once (grown as it is filled, it cost a
-    /// dozen reallocations a pair).
-    fn cmd(&self, numkeys: usize, keys_and_args: impl ToRedisArgs) -> Cmd {
-        let mut cmd = Cmd::with_capacity(16, 512);
-        cmd.arg("EVALSHA")
-            .arg(self.script.get_hash())
-            .arg(numkeys)
-            .arg(keys_and_args);
-        cmd
+    /// `numkeys` of `keys_and_args` its keys: written once, as sent (see
+    /// `packed`), sized for the lock path's calls at once.
+    fn cmd(&self, numkeys: usize, keys_and_args: impl ToRedisArgs) -> Packed {
+        let hash = self.script.get_hash();
+        Packed::new(512, ("EVALSHA", hash, numkeys, keys_and_args))
     }
 
     /// A call of this script (see [`cmd`](Self::cmd)) as data.
@@ -654,12 +650,16 @@ impl Call {
 fn run<T: FromRedisValue>(
     con: &mut dyn ConnectionLike,
     script: &Script,
-    cmd: &Cmd,
+    cmd: &Packed,
 ) -> RedisResult<T> {
-    match cmd.query(con) {
+    let query = |con: &mut dyn ConnectionLike| -> RedisResult<T> {
+        let value = con.req_packed_command(cmd.bytes())?.extract_error()?;
+        Ok(redis::from_redis_value(value)?)
+    };
+    match query(con) {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             script.prepare_invoke().load(con)?;
-            cmd.query(con)
+            query(con)
         }
         other => other,
     }
