@@ -75,7 +75,7 @@ impl Companion<'_> {
 
 impl redis::ToRedisArgs for Companion<'_> {
     /// The parts written straight into the command (no formatting machinery:
-    /// the lock path names five companions per call).
+    /// the lock path names six companions per lock + unlock pair).
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         use std::io::Write;
         let mut arg = out.writer_for_next_arg();
@@ -496,6 +496,16 @@ mod tests {
             if !prefix.is_empty() {
                 assert!(!covered('~', "other:x"));
                 assert!(!covered('~', &channel_name("other:x").to_string()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_companion_as_an_argument_is_its_name_short_or_long() {
+        for key in ["k", "{tagged}k", &"x".repeat(300)] {
+            for name in [channel_name(key), line_key(key), line_yield_key(key)] {
+                let args = redis::ToRedisArgs::to_redis_args(&name);
+                assert_eq!(args, vec![name.to_string().into_bytes()]);
             }
         }
     }
