@@ -24,6 +24,11 @@ pub(crate) struct Packed {
     /// Where the command begins in `buf` once finished (`HEAD` before).
     start: usize,
     args: usize,
+    /// Where the argument a writer is writing began, while it writes: its
+    /// bytes have no length before them until the writer is dropped. A
+    /// writer never dropped (leaked) leaves them out of the command rather
+    /// than sent as protocol of their own.
+    open: Option<usize>,
 }
 
 impl Packed {
@@ -36,6 +41,7 @@ impl Packed {
             buf,
             start: HEAD,
             args: 0,
+            open: None,
         };
         args.write_redis_args(&mut packed);
         packed.finish();
@@ -47,8 +53,16 @@ impl Packed {
         &self.buf[self.start..]
     }
 
+    /// Drops the bytes of an argument whose writer was never dropped.
+    fn close(&mut self) {
+        if let Some(at) = self.open.take() {
+            self.buf.truncate(at);
+        }
+    }
+
     /// Writes the count before the arguments.
     fn finish(&mut self) {
+        self.close();
         let mut digits = [0u8; 20];
         let n = decimal(self.args, &mut digits);
         let head = 3 + n.len();
@@ -75,6 +89,7 @@ fn decimal(mut n: usize, digits: &mut [u8; 20]) -> &[u8] {
 
 impl RedisWrite for Packed {
     fn write_arg(&mut self, arg: &[u8]) {
+        self.close();
         let mut digits = [0u8; 20];
         self.buf.push(b'$');
         self.buf.extend_from_slice(decimal(arg.len(), &mut digits));
@@ -85,7 +100,9 @@ impl RedisWrite for Packed {
     }
 
     fn writer_for_next_arg(&mut self) -> impl io::Write + '_ {
+        self.close();
         let at = self.buf.len();
+        self.open = Some(at);
         ArgWriter { packed: self, at }
     }
 }
@@ -124,6 +141,7 @@ impl Drop for ArgWriter<'_> {
         at[head - 2..].copy_from_slice(b"\r\n");
         buf.extend_from_slice(b"\r\n");
         self.packed.args += 1;
+        self.packed.open = None;
     }
 }
 
@@ -182,5 +200,28 @@ mod tests {
             .arg(Parts(&["y"; 150]));
         let got = Packed::new(0, ("X", &parts, Parts(&[]), Parts(&["y"; 150])));
         assert_eq!(got.bytes(), &cmd.get_packed_command()[..]);
+    }
+
+    /// An argument whose writer is leaked: written in part, never closed.
+    struct Leaked(&'static str);
+
+    impl ToRedisArgs for Leaked {
+        fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+            use std::io::Write;
+            let mut arg = out.writer_for_next_arg();
+            arg.write_all(self.0.as_bytes()).unwrap();
+            std::mem::forget(arg);
+        }
+    }
+
+    #[test]
+    fn a_leaked_writers_bytes_are_left_out_never_sent_as_protocol() {
+        let inject = "\r\n*1\r\n$8\r\nFLUSHALL\r\n";
+        for got in [
+            Packed::new(0, ("GET", "k", Leaked(inject))),
+            Packed::new(0, ("GET", Leaked(inject), "k")),
+        ] {
+            assert_eq!(got.bytes(), &cmd_of(("GET", "k"))[..]);
+        }
     }
 }
