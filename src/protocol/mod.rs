@@ -43,6 +43,7 @@ use crate::options::Kind;
 use packed::Packed;
 
 pub(crate) use line::{element, element_place, GRANT_LEASE};
+pub(crate) use packed::decimal;
 pub(crate) use plain::{parse_grant, Fence, Successor, ACQUIRE, RELEASE};
 pub(crate) use rwlock::READ_KEEPALIVE;
 

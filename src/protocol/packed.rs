@@ -64,7 +64,7 @@ impl Packed {
     fn finish(&mut self) {
         self.close();
         let mut digits = [0u8; 20];
-        let n = decimal(self.args, &mut digits);
+        let n = decimal(self.args as u64, &mut digits);
         let head = 3 + n.len();
         self.start = HEAD - head;
         let at = &mut self.buf[self.start..HEAD];
@@ -74,8 +74,9 @@ impl Packed {
     }
 }
 
-/// `n` in decimal, in `digits` (no allocation, no formatting machinery).
-fn decimal(mut n: usize, digits: &mut [u8; 20]) -> &[u8] {
+/// `n` in decimal, in `digits` (no allocation, no formatting machinery:
+/// the lock path writes a few a call).
+pub(crate) fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut i = digits.len();
     loop {
         i -= 1;
@@ -92,7 +93,8 @@ impl RedisWrite for Packed {
         self.close();
         let mut digits = [0u8; 20];
         self.buf.push(b'$');
-        self.buf.extend_from_slice(decimal(arg.len(), &mut digits));
+        self.buf
+            .extend_from_slice(decimal(arg.len() as u64, &mut digits));
         self.buf.extend_from_slice(b"\r\n");
         self.buf.extend_from_slice(arg);
         self.buf.extend_from_slice(b"\r\n");
@@ -131,7 +133,7 @@ impl Drop for ArgWriter<'_> {
         let buf = &mut self.packed.buf;
         let len = buf.len() - self.at;
         let mut digits = [0u8; 20];
-        let n = decimal(len, &mut digits);
+        let n = decimal(len as u64, &mut digits);
         let head = 3 + n.len();
         buf.resize(buf.len() + head, 0);
         buf.copy_within(self.at..self.at + len, self.at + head);

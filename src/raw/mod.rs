@@ -548,18 +548,9 @@ fn thread_number() -> u64 {
 }
 
 /// Appends `n` in decimal without the formatting machinery (hot path).
-fn push_decimal(out: &mut String, mut n: u64) {
+fn push_decimal(out: &mut String, n: u64) {
     let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[i..] {
+    for &d in protocol::decimal(n, &mut digits) {
         out.push(char::from(d));
     }
 }
