@@ -11,7 +11,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 /// What a count is of: `plain`, `fair`, `read`, `write`, `permits`, `job`,
-/// `redlock` (its loss only: a Redlock's acquisitions are its own rounds).
+/// `redlock` (one acquisition per call, however many rounds it took).
 pub(crate) type Kind = &'static str;
 
 /// An acquisition began (one call, however many round trips).

@@ -243,7 +243,25 @@ impl Redlock {
         self.acquire(name, &Common::default(), Some(deadline))
     }
 
+    /// [`rounds`](Self::rounds), counted as every hold's acquisitions are
+    /// (`meter`; an error counts as an attempt only).
     fn acquire(
+        &self,
+        name: &str,
+        options: &Common,
+        deadline: Option<Instant>,
+    ) -> Result<Option<RedlockGuard>> {
+        crate::meter::attempt(METER);
+        let got = self.rounds(name, options, deadline);
+        match &got {
+            Ok(Some(_)) => crate::meter::acquired(METER),
+            Ok(None) => crate::meter::busy(METER),
+            Err(_) => {}
+        }
+        got
+    }
+
+    fn rounds(
         &self,
         name: &str,
         options: &Common,
@@ -391,6 +409,7 @@ impl Redlock {
             watch: LeaseWatch::of([Arc::clone(&state)]),
             state,
             nodes,
+            since: crate::meter::Since::now(),
         })
     }
 
@@ -429,6 +448,9 @@ impl fmt::Debug for Redlock {
 }
 
 /// ⌊n/2⌋ + 1.
+/// What the counters call a Redlock's holds (`meter::Kind`).
+const METER: crate::meter::Kind = "redlock";
+
 fn majority(n: usize) -> usize {
     n / 2 + 1
 }
@@ -475,6 +497,8 @@ pub struct RedlockGuard {
     state: Arc<LeaseState>,
     /// That signal, one for the guard (`lost()` hands out clones).
     watch: LeaseWatch,
+    /// When it was taken (for the held-time histogram, `meter`).
+    since: crate::meter::Since,
     /// The nodes that granted the hold, with the hold each keeps (renewed
     /// there with a watchdog lease); empty once released.
     nodes: Vec<(usize, Hold)>,
@@ -566,6 +590,7 @@ impl RedlockGuard {
     /// as ours; the first connection error when too many nodes could not be
     /// reached to tell.
     pub fn unlock(mut self) -> Result<()> {
+        crate::meter::held(METER, self.since);
         let holds = std::mem::take(&mut self.nodes);
         release(&self.redlock, &self.name, &self.state, &holds)
     }
@@ -610,6 +635,7 @@ impl Drop for RedlockGuard {
         if self.nodes.is_empty() {
             return;
         }
+        crate::meter::held(METER, self.since);
         let (redlock, state) = (self.redlock.clone(), Arc::clone(&self.state));
         let (name, holds) = (self.name.clone(), std::mem::take(&mut self.nodes));
         let release = move || {
@@ -644,38 +670,4 @@ fn drift(lease: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn majority_is_more_than_half() {
-        assert_eq!(majority(1), 1);
-        assert_eq!(majority(2), 2);
-        assert_eq!(majority(3), 2);
-        assert_eq!(majority(4), 3);
-        assert_eq!(majority(5), 3);
-    }
-
-    #[test]
-    fn settings_are_checked() {
-        let none: [&str; 0] = [];
-        assert!(Redlock::new(&none).is_err());
-        let lease_too_short = Redlock::builder(&["redis://127.0.0.1:1/"])
-            .node_timeout(Duration::from_millis(50))
-            .watchdog_lease(Duration::from_millis(400))
-            .build();
-        assert!(matches!(
-            lease_too_short,
-            Err(Error::InvalidArgument { .. })
-        ));
-        let bad_url = Redlock::new(&["redis://127.0.0.1:1/", "nope://"]);
-        assert!(matches!(bad_url, Err(Error::InvalidUrl { .. })));
-    }
-
-    #[test]
-    fn guards_and_redlocks_are_send_sync() {
-        fn assert_send_sync<T: Send + Sync + 'static>() {}
-        assert_send_sync::<Redlock>();
-        assert_send_sync::<RedlockGuard>();
-    }
-}
+mod tests;

@@ -117,6 +117,26 @@ fn holds_and_jobs_are_counted_for_a_dashboard() {
     let plain = recorded.samples("leasehold_lock_held_seconds{kind=plain}");
     assert!(plain.len() == 1 && plain[0] >= 0.05, "{plain:?}");
 
+    // A Redlock (one node here): its acquisitions and held time too, not
+    // only its losses.
+    let redlock = leasehold::Redlock::new(&[server.url()]).unwrap();
+    let first = redlock.lock("r").unwrap();
+    assert!(redlock.try_lock("r").unwrap().is_none());
+    std::thread::sleep(Duration::from_millis(30));
+    first.unlock().unwrap();
+    drop(redlock.lock("r").unwrap());
+    assert_eq!(
+        recorded.count("leasehold_lock_attempts_total{kind=redlock}"),
+        3
+    );
+    assert_eq!(
+        recorded.count("leasehold_lock_acquired_total{kind=redlock}"),
+        2
+    );
+    assert_eq!(recorded.count("leasehold_lock_busy_total{kind=redlock}"), 1);
+    let held = recorded.samples("leasehold_lock_held_seconds{kind=redlock}");
+    assert!(held.len() == 2 && held[0] >= 0.03, "{held:?}");
+
     let sem = client.semaphore("s");
     sem.set_permits(1).unwrap();
     drop(sem.acquire().unwrap());
