@@ -173,4 +173,12 @@ mod tests {
         assert_eq!(line_lease_ms!(), millis(2 * PLACE_LEASE).to_string());
         assert_eq!(grant_lease_ms!(), millis(GRANT_LEASE).to_string());
     }
+
+    #[test]
+    fn an_elements_place_is_what_follows_its_expiry() {
+        let place = "c:1#2@3000/3000f";
+        assert_eq!(element_place(&element(1_700_000_000_000, place)), place);
+        assert_eq!(element_place(&element(0, place)), place);
+        assert_eq!(element_place(place), place);
+    }
 }

@@ -63,15 +63,22 @@ impl Packed {
     /// Writes the count before the arguments.
     fn finish(&mut self) {
         self.close();
-        let mut digits = [0u8; 20];
-        let n = decimal(self.args as u64, &mut digits);
-        let head = 3 + n.len();
-        self.start = HEAD - head;
-        let at = &mut self.buf[self.start..HEAD];
-        at[0] = b'*';
-        at[1..=n.len()].copy_from_slice(n);
-        at[head - 2..].copy_from_slice(b"\r\n");
+        let (head, len) = head(b'*', self.args);
+        self.start = HEAD - len;
+        self.buf[self.start..HEAD].copy_from_slice(&head[..len]);
     }
+}
+
+/// A count or a length as RESP puts it before what it counts: `mark`
+/// (`*` or `$`), `n` in decimal, CRLF — and how many bytes that is.
+fn head(mark: u8, n: usize) -> ([u8; HEAD], usize) {
+    let mut digits = [0u8; 20];
+    let n = decimal(n as u64, &mut digits);
+    let mut head = [0u8; HEAD];
+    head[0] = mark;
+    head[1..=n.len()].copy_from_slice(n);
+    head[n.len() + 1..n.len() + 3].copy_from_slice(b"\r\n");
+    (head, n.len() + 3)
 }
 
 /// `n` in decimal, in `digits` (no allocation, no formatting machinery:
@@ -91,11 +98,8 @@ pub(crate) fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
 impl RedisWrite for Packed {
     fn write_arg(&mut self, arg: &[u8]) {
         self.close();
-        let mut digits = [0u8; 20];
-        self.buf.push(b'$');
-        self.buf
-            .extend_from_slice(decimal(arg.len() as u64, &mut digits));
-        self.buf.extend_from_slice(b"\r\n");
+        let (head, len) = head(b'$', arg.len());
+        self.buf.extend_from_slice(&head[..len]);
         self.buf.extend_from_slice(arg);
         self.buf.extend_from_slice(b"\r\n");
         self.args += 1;
@@ -132,15 +136,10 @@ impl Drop for ArgWriter<'_> {
     fn drop(&mut self) {
         let buf = &mut self.packed.buf;
         let len = buf.len() - self.at;
-        let mut digits = [0u8; 20];
-        let n = decimal(len as u64, &mut digits);
-        let head = 3 + n.len();
-        buf.resize(buf.len() + head, 0);
-        buf.copy_within(self.at..self.at + len, self.at + head);
-        let at = &mut buf[self.at..self.at + head];
-        at[0] = b'$';
-        at[1..=n.len()].copy_from_slice(n);
-        at[head - 2..].copy_from_slice(b"\r\n");
+        let (head, n) = head(b'$', len);
+        buf.resize(buf.len() + n, 0);
+        buf.copy_within(self.at..self.at + len, self.at + n);
+        buf[self.at..self.at + n].copy_from_slice(&head[..n]);
         buf.extend_from_slice(b"\r\n");
         self.packed.args += 1;
         self.packed.open = None;

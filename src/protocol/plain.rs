@@ -429,19 +429,14 @@ return 1
 "#
 );
 
-/// Leave the line: KEYS lock, line; ARGV place (or its element,
-/// `<until>|<place>`), owner. Drops the place's element, whatever its
-/// expiry (the one caller that may not know it is the undo of an attempt
-/// whose reply was lost): the line is read whole, which a wait does only
-/// when it gives up. Returns 1 when the lock is set to the owner — a grant
-/// that came while its waiter gave up, which the caller then releases.
+/// Leave the line: KEYS lock, line; ARGV place (bare, never an element),
+/// owner. Drops the place's element, whatever its expiry (the one caller
+/// that may not know it is the undo of an attempt whose reply was lost):
+/// the line is read whole, which a wait does only when it gives up.
+/// Returns 1 when the lock is set to the owner — a grant that came while
+/// its waiter gave up, which the caller then releases.
 pub(crate) const LEAVE: &str = r#"
-local place = ARGV[1]
-local bar = string.find(place, '|', 2, true)
-if bar then
-    place = string.sub(place, bar + 1)
-end
-local tail = '|' .. place
+local tail = '|' .. ARGV[1]
 local els = redis.call('lrange', KEYS[2], 0, -1)
 for i = 1, #els do
     if string.sub(els[i], -#tail) == tail then

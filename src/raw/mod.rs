@@ -266,8 +266,10 @@ impl Raw {
             .acquire_call(req)
             .then_wait(self.wait(protocol::took_lock));
         let sent_at = Instant::now();
-        // What a lost reply may have left.
-        let lost = || Orphan::lost(req.kind, req.key, req.owner, req.lease, req.place, sent_at);
+        // What a lost reply may have left: the hold, and our place in line
+        // (named bare: an attempt may send our element, `<until>|<place>`).
+        let place = req.place.map(protocol::element_place);
+        let lost = || Orphan::lost(req.kind, req.key, req.owner, req.lease, place, sent_at);
         let forsaken = || self.forsaken(lost(), Undoing::Acquire);
         let forsaken = req.fresh().then_some(&forsaken as MakeForsaken<'_>);
         let kind = req.kind;
