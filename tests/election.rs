@@ -49,7 +49,17 @@ fn one_leader_at_a_time_visible_to_all_and_a_resignation_hands_over_at_once() {
     assert!(b.election("e").try_campaign().unwrap().is_none());
     let leader = observer.election("e").leader().unwrap().expect("a leader");
     assert_eq!(leader.term, first.term());
-    let who = leader.client.expect("a registered client");
+    // The client's registration is written by its renewal thread a moment
+    // after the campaign (never on the lock path): wait for it, at most 5 s.
+    let mut leader = leader;
+    assert!(
+        support::eventually(Duration::from_secs(5), || {
+            leader = observer.election("e").leader().unwrap().expect("a leader");
+            leader.client.is_some()
+        }),
+        "the leader's client never registered"
+    );
+    let who = leader.client.clone().expect("a registered client");
     assert_eq!(
         (who.pid, who.name.as_deref()),
         (Some(std::process::id()), Some("candidate"))
