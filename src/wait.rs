@@ -98,7 +98,11 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
     deadline: Option<Instant>,
 ) -> Result<Option<Got<K::Held>>> {
     let wake = kind.wake();
-    let mut place = Place { kind, armed: false };
+    let mut place = Place {
+        kind,
+        armed: false,
+        heard: true,
+    };
     // Set once an attempt found the lock held: from then on we wait, and an
     // outage shorter than the limit is ridden out. A bounded wait (its
     // deadline still ahead) rides an outage out from its first attempt, up
@@ -131,15 +135,25 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
         }
         // The lease counts from when the request was sent, not answered.
         let sent_at = env.now();
-        let cap = match place.kind.attempt().await {
+        let answer = place.kind.attempt().await;
+        // A try sent and not answered, or no server reached: a place left
+        // from here on is left once Redis answers, not waited for now. (One
+        // not sent for want of time changes nothing: Redis answered last.)
+        place.heard = match &answer {
+            Err(Error::TimedOut { timeout, .. }) if timeout.is_zero() => place.heard,
+            Err(e) => !e.is_transient(),
+            Ok(_) => true,
+        };
+        let cap = match answer {
             // Redis answered that the lock is held and has not failed
-            // since, and no time was left to send the last try: the wait
-            // ran out, Redis did not fail. (A try sent and not answered by
-            // the deadline is Redis's silence: its error.)
+            // since, and the last try had only the rest of the wait, less
+            // than the socket timeout, for its reply (or nothing: not
+            // sent): the wait ran out, Redis did not fail. A reply waited
+            // for less than the socket timeout is not late by the client's
+            // own measure (`Unavailable` is for a silence the wait rode
+            // out as an outage).
             Err(Error::TimedOut {
-                by_deadline: true,
-                timeout: Duration::ZERO,
-                ..
+                by_deadline: true, ..
             }) if waiting && outage.since.is_none() => return Ok(None),
             Err(e) if (waiting || bounded) && e.is_transient() => {
                 outage
@@ -287,12 +301,16 @@ pub(crate) async fn ride_out<T, E: Env, F: std::future::Future<Output = Result<T
 struct Place<'k, K: LockKind> {
     kind: &'k mut K,
     armed: bool,
+    /// Redis answered the wait's last call: the place is left at once.
+    /// Not (Redis silent): sending the leave now would wait out the socket
+    /// timeout past the wait's deadline — it is left once Redis answers.
+    heard: bool,
 }
 
 impl<K: LockKind> Drop for Place<'_, K> {
     fn drop(&mut self) {
         if self.armed {
-            self.kind.leave();
+            self.kind.leave(self.heard);
         }
     }
 }

@@ -3,7 +3,8 @@
 //! for every lock kind, owned guards and Redlock; within its deadline it
 //! rides out an outage — also one that began before it, and also a second
 //! wait right after a first one failed — and gets the lock once Redis is
-//! back.
+//! back; a last try cut short by the deadline ends the wait as its deadline
+//! does, and its waiting place is left once Redis answers.
 
 mod support;
 
@@ -339,4 +340,70 @@ fn a_request_that_never_reached_a_restarted_redis_leaves_nothing_to_undo() {
     assert!(held.is_some());
     let calls = server.command_calls();
     assert_eq!(calls.get("hdel"), None, "an undo ran: {calls:?}");
+}
+
+#[test]
+fn a_last_try_unanswered_within_what_was_left_of_the_wait_ends_it_as_its_deadline() {
+    // Redis answered that the lock is held (someone else's, expiring in
+    // 1 s), then hung (SIGSTOP at 0.5 s). The waiter wakes at the expiry and
+    // sends its last try with 1 s of its 2 s wait left, far below its
+    // socket timeout (12 s): unanswered by the deadline, that is the wait
+    // running out — `Ok(None)`, as if Redis had answered "held" — not
+    // `Unavailable`, which a silence shorter than the client's own measure
+    // of lateness does not show (a loaded run once reported it for 12 ms).
+    // And by its deadline: leaving its place in the line is not waited for
+    // on a silent Redis (it was: 14 s, the socket timeout after the wait).
+    let server = RedisServer::start();
+    let client = long_timeout_client(&server);
+    drop(client.lock("tail:warm").unwrap());
+    let mut con = server.connection();
+    redis::pipe()
+        .hset("tail", "6f1c2a3e-5b7d-4c8e-9a0b-1c2d3e4f5a6b:1", 1)
+        .pexpire("tail", 1_000)
+        .exec(&mut con)
+        .unwrap();
+    let started = Instant::now();
+    let wait = Duration::from_secs(2);
+    let waiting = {
+        let client = client.clone();
+        thread::spawn(move || client.try_lock_for("tail", wait).map(|g| g.is_some()))
+    };
+    thread::sleep(Duration::from_millis(500));
+    // Held on past the wake-up, with no unlock message.
+    redis::cmd("PEXPIRE")
+        .arg("tail")
+        .arg(60_000)
+        .exec(&mut con)
+        .unwrap();
+    server.signal("STOP");
+    let got = waiting.join().unwrap();
+    let took = started.elapsed();
+    server.signal("CONT");
+    assert!(
+        matches!(got, Ok(false)),
+        "after {took:?}: {got:?} (Redis answered every try but the last)"
+    );
+    assert!(took <= wait + SLACK, "{took:?}");
+    // Redis is back: the lock is still the other owner's, nothing of the
+    // waiter's is left in it.
+    let fields: Vec<String> = redis::cmd("HKEYS").arg("tail").query(&mut con).unwrap();
+    assert_eq!(fields, ["6f1c2a3e-5b7d-4c8e-9a0b-1c2d3e4f5a6b:1"]);
+    // Its place in the line was not left by the wait (the leave's reply
+    // would have been waited for up to 12 s, past the deadline): the undo
+    // thread leaves it now that Redis answers, long before it would expire.
+    let line = "leasehold_line:{tail}";
+    let expires_in: i64 = redis::cmd("PTTL").arg(line).query(&mut con).unwrap();
+    assert!(
+        expires_in == -2 || expires_in > 3_000,
+        "{expires_in} ms: gone already, or it would stay seconds more"
+    );
+    let left_by = Instant::now() + Duration::from_millis(1_500);
+    while redis::cmd("EXISTS")
+        .arg(line)
+        .query::<bool>(&mut con)
+        .unwrap()
+    {
+        assert!(Instant::now() < left_by, "the waiting place was not left");
+        thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -84,9 +84,13 @@ pub enum Error {
     },
 
     /// A wait ended without the lock because Redis could not be reached, or
-    /// did not answer, for the last part of it: until the wait's deadline,
-    /// or (a wait without one) for longer than a wait rides out an outage —
-    /// the connect timeout. Nothing is held and no waiting place is left.
+    /// did not answer within the socket timeout, for the last part of it:
+    /// until the wait's deadline, or (a wait without one) for longer than a
+    /// wait rides out an outage — the connect timeout. Nothing is held and
+    /// no waiting place is left (one Redis may still keep is left once it
+    /// answers). A last try the deadline cut short, after Redis had
+    /// answered the wait, is not an outage: such a wait ends as at its
+    /// deadline (`Ok(None)`).
     #[error("lock {name:?}: redis could not be reached or did not answer for the last {outage:?} of the wait, which ended without the lock; nothing is held")]
     Unavailable {
         /// The lock name as the caller gave it.

@@ -335,7 +335,7 @@ impl PermitWaiting<'_> {
 impl Drop for PermitWaiting<'_> {
     fn drop(&mut self) {
         if self.unsettled {
-            self.leave();
+            self.leave(true);
         }
     }
 }
@@ -467,10 +467,23 @@ impl LockKind for PermitWaiting<'_> {
     }
 
     /// Also gives back our permits (by id): for a thread inline, for a
-    /// task in the background.
-    fn leave(&mut self) {
+    /// task in the background; Redis silent, by the undo thread.
+    fn leave(&mut self, heard: bool) {
         self.unsettled = false;
-        self.raw.detach(self.park, self.leaving(self.place.clone()));
+        if heard {
+            self.raw.detach(self.park, self.leaving(self.place.clone()));
+        } else {
+            let (owner, place) = (&self.owner, self.place.as_deref());
+            let lost = Orphan::lost_permits(
+                &self.keys,
+                &self.ids,
+                owner,
+                self.lease,
+                place,
+                Instant::now(),
+            );
+            self.raw.orphaned(lost);
+        }
     }
 
     fn claim(&self) -> Option<&str> {

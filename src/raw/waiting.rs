@@ -109,8 +109,11 @@ pub(crate) trait LockKind {
     /// place, a waiting writer's place) that must be left on giving up.
     fn holds_place(&self) -> bool;
     /// Leaves that place (owner-checked, best effort; a task's leave runs in
-    /// the background).
-    fn leave(&mut self);
+    /// the background). Not `heard` (Redis did not answer the wait's last
+    /// call): not sent now, where its reply would be waited for up to the
+    /// socket timeout, past the wait's deadline — the undo thread leaves it
+    /// once Redis answers, and before this owner's next acquire of the key.
+    fn leave(&mut self, heard: bool);
     /// [`Wake::Claim`]: the place a grant for this wait names, once it has
     /// one.
     fn claim(&self) -> Option<&str> {
@@ -556,8 +559,23 @@ impl LockKind for Waiting<'_> {
         }
     }
 
-    fn leave(&mut self) {
-        self.raw.detach(self.park, self.giving_back(true));
+    fn leave(&mut self, heard: bool) {
+        // An undo thread's undo gives back a whole hold: only for an owner
+        // with no guard alive here (else one count, sent now).
+        if heard || self.alive > 0 {
+            self.raw.detach(self.park, self.giving_back(true));
+        } else {
+            let (kind, place) = (self.kind, self.place.as_deref());
+            let lost = Orphan::lost(
+                kind,
+                &self.key,
+                &self.owner,
+                self.lease,
+                place,
+                Instant::now(),
+            );
+            self.raw.orphaned(lost);
+        }
     }
 }
 

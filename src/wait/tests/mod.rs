@@ -82,6 +82,8 @@ struct Scripted {
     attempts: u32,
     undone: u32,
     left: u32,
+    /// Of those, left with Redis silent (by the undo thread, later).
+    unheard: u32,
     /// The last attempt found another library's holder.
     foreign: bool,
     /// The attempt of this number panics (a bug in it).
@@ -98,6 +100,7 @@ impl Scripted {
             attempts: 0,
             undone: 0,
             left: 0,
+            unheard: 0,
             foreign: false,
             panic_at: None,
         }
@@ -173,8 +176,9 @@ impl LockKind for Scripted {
         self.place
     }
 
-    fn leave(&mut self) {
+    fn leave(&mut self, heard: bool) {
         self.left += 1;
+        self.unheard += u32::from(!heard);
     }
 
     /// A waiter whose grants are claimed names its place `mine`.
