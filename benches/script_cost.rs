@@ -9,6 +9,7 @@
 //! - the raw floor's pair (`SET NX PX`, a compare-and-delete `EVALSHA`),
 //!   Redisson's own `RLock` pair (its scripts as it sends them,
 //!   `tests/support/redisson.rs`), and leasehold's uncontended pair;
+//! - leasehold's semaphore: an uncontended acquire + release of one permit;
 //! - leasehold's contended acquire (the lock held by another client: it
 //!   takes a new place at the end of the line), and its release that grants
 //!   the lock to the first place in line (less the plain commands that put
@@ -88,6 +89,10 @@ fn main() {
     );
     let (rs_acquire, rs_release) = (load(redisson::ACQUIRE), load(redisson::RELEASE));
     let compare_and_delete = load(COMPARE_AND_DELETE);
+    let (sem_acquire, sem_release) = (
+        load(scripts["semaphore acquire"]),
+        load(scripts["semaphore release"]),
+    );
     let counter = Counter {
         pid: server.pid(),
         dir: dir.clone(),
@@ -138,6 +143,38 @@ fn main() {
             evalsha(&release, &release_keys("lh"), &["=30001", ME, "1"]),
         ]
     });
+    // A semaphore of one permit, uncontended: acquire and release one
+    // permit (a 16-byte id of a leasehold client, as `raw::permits` makes
+    // them), nobody in line.
+    let sem_keys: Vec<String> = [
+        "sem",
+        "{sem}:timeout",
+        "redisson_sc:{sem}",
+        "leasehold_sline:{sem}",
+        "leasehold_sline:{sem}:places",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let _: () = redis::cmd("SET").arg("sem").arg(1).query(&mut con).unwrap();
+    let sem_pair = counter.per_iteration(&mut con, |i| {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&i.to_be_bytes());
+        id[6] = 0x80;
+        id[8] = 30;
+        id[9] = 165;
+        vec![
+            evalsha(&sem_acquire, &sem_keys, &[])
+                .arg("1")
+                .arg("30000")
+                .arg("")
+                .arg(&id[..])
+                .clone(),
+            evalsha(&sem_release, &sem_keys, &[]).arg(&id[..]).clone(),
+        ]
+    });
+    let left: i64 = redis::cmd("GET").arg("sem").query(&mut con).unwrap();
+    assert_eq!(left, 1, "every pair took the permit and gave it back");
+
     // Contended: the lock held by another client for the whole row; each
     // acquire takes a new place (the line grows: O(1) per push).
     let _: () = redis::pipe()
@@ -256,6 +293,10 @@ fn main() {
     );
     row("Redisson's RLock pair (its own scripts)", rs);
     row("leasehold uncontended pair (acquire + release)", pair);
+    row(
+        "leasehold semaphore uncontended pair (one permit)",
+        sem_pair,
+    );
     row("leasehold contended acquire (takes a place in line)", join);
     row("leasehold release that grants to the first in line", grant);
     row(
