@@ -19,9 +19,11 @@
 /// what each asks for fits — each set with the short lease its place names,
 /// its place gone, its client told on its grant channel
 /// `leasehold_sgrant:{<key>}:<client id>` with the place, unless it is the
-/// place of the acquire running (`me`), which answers it — then, with
-/// `announce`, the count left available on Redisson's channel, for its
-/// waiters: they are not in our line) and `join(place, blob)` (takes a
+/// place of the acquire running (`me`), which answers it (`mine_given`) —
+/// then, with `announce`, the count left available on Redisson's channel,
+/// for its waiters: they are not in our line; returns the count available
+/// after, or nil when nothing came back, nobody waits and nothing is
+/// announced: the counter untouched and unread) and `join(place, blob)` (takes a
 /// place at the end of the line, or confirms it where it stands; true when
 /// it was new).
 ///
@@ -51,6 +53,7 @@ local N, T, C, L, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local me = false
+local mine_given = false
 local function counter()
     local v = redis.pcall('get', N)
     if type(v) == 'table' then
@@ -85,8 +88,8 @@ local function place(p)
     return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1)
 end
 local function head()
-    local all = total()
     local first = redis.call('lindex', L, 0)
+    local all = first and total()
     while first do
         local until_ms, blob = place(first)
         if until_ms and until_ms > now and string.match(first, '^.+:.+#.+$')
@@ -114,13 +117,13 @@ local function others()
 end
 local YIELD = '~yield:0#0'
 local function give(n, announce)
-    local avail
-    if n > 0 then
-        avail = redis.call('incrby', N, n)
-    else
-        avail = tonumber(redis.call('get', N) or '0')
-    end
+    local avail = n > 0 and redis.call('incrby', N, n)
     local first, blob = head()
+    if not (avail or first or announce) then
+        -- Nothing came back, nobody waits, nothing to announce.
+        return nil
+    end
+    avail = avail or tonumber(redis.call('get', N) or '0')
     if first == YIELD and n > 0 then
         -- What was left to Redisson's waiters had its turn: permits coming
         -- back are ours to give again.
@@ -144,7 +147,7 @@ local function give(n, announce)
             $crate::protocol::semaphore::yield_ms!(),
             r#") .. ' ')
             redis.call('publish', C, avail)
-            return
+            return avail
         end
     end
     while first and first ~= YIELD and math.floor(#blob / 16) <= avail do
@@ -158,12 +161,15 @@ local function give(n, announce)
         if first ~= me then
             redis.call('publish', 'leasehold_sgrant' .. string.sub(L, 16) .. ':'
                 .. string.match(first, '^(.*):'), first)
+        else
+            mine_given = true
         end
         first, blob = head()
     end
     if announce and avail > 0 then
         redis.call('publish', C, avail)
     end
+    return avail
 end
 local function join(p, blob)
     local new = redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1
@@ -227,31 +233,41 @@ me = ARGV[3]
 local k = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local mine = ids(ARGV[4])
+-- Our ids given to us before (a grant heard, or not yet): ours, unless
+-- their lease ran out (then they go back with the expired ones).
 local back = 0
-for _, id in ipairs(mine) do
+local given = false
+for i, id in ipairs(mine) do
     local score = redis.call('zscore', T, id)
     if score and tonumber(score) <= now then
         back = back + redis.call('zrem', T, id)
+    elseif score and i == 1 then
+        given = true
     end
 end
 back = back + reclaim()
-give(back, back > 0)
-if redis.call('zscore', T, mine[1]) then
+-- The counter as it is now: `give` read or moved it, or (nil: it found
+-- nobody in line) left it as `counter()` read it.
+local avail = give(back, back > 0)
+local busy = avail ~= nil
+avail = avail or tonumber(set)
+if given or mine_given then
     for _, id in ipairs(mine) do
         redis.call('zadd', T, 'xx', now + lease, id)
     end
     return {1}
 end
-local all = total()
-if all and k > all then
+-- All the semaphore has (available and out) is read only when what is
+-- available is not enough: it is never less.
+local all = avail >= k and avail or total()
+if k > all then
     if ARGV[3] ~= '' and redis.call('hdel', P, ARGV[3]) == 1 then
         redis.call('lrem', L, 1, ARGV[3])
     end
     return {2, all}
 end
-local first = head()
-local avail = tonumber(redis.call('get', N) or '0')
-if all and (not first or first == ARGV[3]) and avail >= k then
+local first = busy and head()
+if (not first or first == ARGV[3]) and avail >= k then
     redis.call('decrby', N, k)
     for _, id in ipairs(mine) do
         redis.call('zadd', T, now + lease, id)
@@ -283,10 +299,7 @@ if first == YIELD then
         wait = left
     end
 end
-if all then
-    return {0, wait, avail, 1, joined}
-end
-return {0, wait, 0, 0, joined}
+return {0, wait, avail, 1, joined}
 "#
 );
 
