@@ -9,7 +9,8 @@
 //! - the raw floor's pair (`SET NX PX`, a compare-and-delete `EVALSHA`),
 //!   Redisson's own `RLock` pair (its scripts as it sends them,
 //!   `tests/support/redisson.rs`), and leasehold's uncontended pair;
-//! - leasehold's semaphore: an uncontended acquire + release of one permit;
+//! - leasehold's semaphore: an uncontended acquire + release of one permit,
+//!   and a release that grants its permit to the first place in line;
 //! - leasehold's contended acquire (the lock held by another client: it
 //!   takes a new place at the end of the line), and its release that grants
 //!   the lock to the first place in line (less the plain commands that put
@@ -174,6 +175,57 @@ fn main() {
     });
     let left: i64 = redis::cmd("GET").arg("sem").query(&mut con).unwrap();
     assert_eq!(left, 1, "every pair took the permit and gave it back");
+    // A semaphore release that grants: each time our permit is out (none
+    // available) and one live place waits for one (put there by plain
+    // commands, counted apart and taken off); the permit it is granted is
+    // taken out of the table again after.
+    let _: () = redis::cmd("SET").arg("sem").arg(0).query(&mut con).unwrap();
+    let far = (i64::MAX / 4).to_string();
+    let sem_granting = |i: u64, with_release: bool| {
+        let id = |who: u8| {
+            let mut id = [who; 16];
+            id[..8].copy_from_slice(&i.to_be_bytes());
+            id[6] = 0x80;
+            (id[8], id[9]) = (30, 165);
+            id
+        };
+        let (ours, theirs) = (id(1), id(2));
+        let place = format!("{OTHER}#{i}@3000/3000");
+        let mut out = redis::cmd("ZADD");
+        out.arg("{sem}:timeout").arg(&far).arg(&ours[..]);
+        let mut push = redis::cmd("RPUSH");
+        push.arg("leasehold_sline:{sem}").arg(&place);
+        let mut asks = redis::cmd("HSET");
+        let mut value = format!("{far} ").into_bytes();
+        value.extend_from_slice(&theirs);
+        asks.arg("leasehold_sline:{sem}:places")
+            .arg(&place)
+            .arg(value);
+        let mut cmds = vec![out, push, asks];
+        if with_release {
+            cmds.push(evalsha(&sem_release, &sem_keys, &[]).arg(&ours[..]).clone());
+        }
+        let mut back = redis::cmd("ZREM");
+        back.arg("{sem}:timeout").arg(&theirs[..]);
+        cmds.push(back);
+        cmds
+    };
+    let sem_setup = counter.per_iteration(&mut con, |i| sem_granting(i, false));
+    let _: () = redis::cmd("DEL")
+        .arg("{sem}:timeout")
+        .arg("leasehold_sline:{sem}")
+        .arg("leasehold_sline:{sem}:places")
+        .query(&mut con)
+        .unwrap();
+    let sem_grant = counter.per_iteration(&mut con, |i| sem_granting(i, true)) - sem_setup;
+    let waiting: i64 = redis::cmd("LLEN")
+        .arg("leasehold_sline:{sem}")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        waiting, 0,
+        "every release granted its permit to the place in line"
+    );
 
     // Contended: the lock held by another client for the whole row; each
     // acquire takes a new place (the line grows: O(1) per push).
@@ -296,6 +348,10 @@ fn main() {
     row(
         "leasehold semaphore uncontended pair (one permit)",
         sem_pair,
+    );
+    row(
+        "leasehold semaphore release that grants to the first in line",
+        sem_grant,
     );
     row("leasehold contended acquire (takes a place in line)", join);
     row("leasehold release that grants to the first in line", grant);
