@@ -163,8 +163,10 @@ pub(crate) struct Orphans {
 }
 
 impl Orphans {
-    /// Records `orphan` (replacing an older one of the same owner, key and
-    /// kind: undoing the newer undoes both).
+    /// Records `orphan`, replacing an older one of the same owner, key and
+    /// kind (undoing the newer undoes both) — unless an undo of that one
+    /// is in flight: then both stay, so the owner's next acquire waits for
+    /// it, and none of it lands after that acquire's hold.
     pub(crate) fn add(&self, orphan: Orphan) {
         let id = (orphan.key.clone(), orphan.owner.clone());
         let kind = orphan.kind;
@@ -174,13 +176,27 @@ impl Orphans {
         });
         let mut map = self.map.lock();
         let entries = map.entry(id).or_default();
-        match entries.iter_mut().find(|e| e.orphan.kind == kind) {
+        // Idle: its lock free (`finish` looks again, under the map's lock,
+        // before each undo it sends).
+        let idle = entries
+            .iter_mut()
+            .find(|e| e.orphan.kind == kind && e.answered.try_lock().is_some());
+        match idle {
             Some(old) => *old = entry,
             None => {
                 entries.push(entry);
                 self.count.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether `entry` is still pending (not replaced by a newer one).
+    fn pending(&self, entry: &Arc<Entry>) -> bool {
+        let id = (entry.orphan.key.clone(), entry.orphan.owner.clone());
+        self.map
+            .lock()
+            .get(&id)
+            .is_some_and(|entries| entries.iter().any(|e| Arc::ptr_eq(e, entry)))
     }
 
     /// Whether any orphan is pending.
@@ -241,7 +257,9 @@ impl Orphans {
                 .try_lock_until(end)
                 .ok_or_else(still_undoing)?,
         };
-        while *answered < 2 && Instant::now() < entry.orphan.until {
+        // Replaced meanwhile (taken by a pass before): the newer one's
+        // undo undoes it, and only that one is waited for.
+        while *answered < 2 && Instant::now() < entry.orphan.until && self.pending(entry) {
             undo(&entry.orphan)?;
             *answered += 1;
         }
@@ -435,6 +453,68 @@ mod tests {
 
     fn down() -> Error {
         Error::invalid("redis is down")
+    }
+
+    #[test]
+    fn a_newer_orphan_never_lets_an_undo_in_flight_land_after_the_owners_next_acquire() {
+        // The background undoes orphan `a` (an acquire's lost reply), Redis
+        // silent; meanwhile the same owner's wait ends and leaves its place
+        // the same way (`b`, same key and kind). The owner's next acquire
+        // settles what is pending: it must wait for `a`'s undo in flight —
+        // an undo of `a` after that acquire would delete its real hold.
+        let orphans = Arc::new(Orphans::default());
+        let later = Instant::now() + Duration::from_secs(30);
+        let mut a = orphan("k", "o", later);
+        a.place = Some("a".into());
+        orphans.add(a);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (in_flight_tx, in_flight_rx) = std::sync::mpsc::channel();
+        let (answer_tx, answer_rx) = std::sync::mpsc::channel::<()>();
+        let background = {
+            let (orphans, log) = (Arc::clone(&orphans), Arc::clone(&log));
+            std::thread::spawn(move || {
+                let answer = Mutex::new(answer_rx);
+                orphans.pass(|o| {
+                    if o.place.as_deref() == Some("a") && log.lock().is_empty() {
+                        in_flight_tx.send(()).unwrap();
+                        answer.lock().recv().unwrap(); // Redis paused
+                    }
+                    log.lock()
+                        .push(format!("undo {}", o.place.as_deref().unwrap_or("")));
+                    Ok(())
+                })
+            })
+        };
+        in_flight_rx.recv().unwrap();
+        let mut b = orphan("k", "o", later);
+        b.place = Some("b".into());
+        orphans.add(b);
+        let settled = {
+            let (orphans, log) = (Arc::clone(&orphans), Arc::clone(&log));
+            std::thread::spawn(move || {
+                let end = Instant::now() + Duration::from_secs(10);
+                orphans
+                    .settle("k", "o", Some(end), |o| {
+                        log.lock()
+                            .push(format!("settle {}", o.place.as_deref().unwrap_or("")));
+                        Ok(())
+                    })
+                    .unwrap();
+                log.lock().push("acquire".into());
+            })
+        };
+        // A settle that does not wait for `a` is done long before this.
+        std::thread::sleep(Duration::from_millis(200));
+        answer_tx.send(()).unwrap(); // Redis answers again
+        settled.join().unwrap();
+        background.join().unwrap();
+        let log = log.lock().clone();
+        let acquired = log.iter().position(|l| l == "acquire").unwrap();
+        assert!(
+            log[acquired..].iter().all(|l| l != "undo a"),
+            "an undo of `a` after the acquire: {log:?}"
+        );
+        assert!(!orphans.any(), "{log:?}");
     }
 
     #[test]
