@@ -1,6 +1,6 @@
 //! Deadlines kept under faults (issue 25, items 1 and 2): a bounded wait
 //! returns by its deadline plus a round trip while Redis hangs (SIGSTOP),
-//! for every lock kind, owned guards and Redlock; within its deadline it
+//! for every lock kind, owned guards, Redlock and a semaphore; within its deadline it
 //! rides out an outage — also one that began before it, and also a second
 //! wait right after a first one failed — and gets the lock once Redis is
 //! back; a last try cut short by the deadline ends the wait as its deadline
@@ -87,6 +87,9 @@ fn a_bounded_wait_returns_by_its_deadline_while_redis_is_paused() {
         );
     }
     drop(redlock.lock("deadline:redlock:warm").unwrap());
+    let semaphore = client.semaphore("deadline:semaphore");
+    semaphore.set_permits(1).unwrap();
+    drop(semaphore.acquire().unwrap());
     server.signal("STOP");
     let wait = Duration::from_secs(1);
     let mut waits: Vec<_> = kinds()
@@ -111,6 +114,17 @@ fn a_bounded_wait_returns_by_its_deadline_while_redis_is_paused() {
             )
         })
     });
+    // A semaphore's permit: its attempt unanswered, what it may have taken
+    // is given back once Redis answers, not waited for past the deadline.
+    waits.push(thread::spawn(move || {
+        let started = Instant::now();
+        let got = semaphore.try_acquire_for(wait);
+        (
+            "semaphore",
+            started.elapsed(),
+            got.map(|g| g.is_some()).map_err(|e| format!("{e:?}")),
+        )
+    }));
     let results: Vec<_> = waits.into_iter().map(|h| h.join().unwrap()).collect();
     server.signal("CONT");
     for (kind, took, got) in &results {

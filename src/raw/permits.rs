@@ -330,12 +330,14 @@ impl PermitWaiting<'_> {
 
 /// A wait that ended without the permits (a deadline, a cancel, an error),
 /// or was dropped (a task's future), while an attempt of it may have taken
-/// permits (its reply lost): they are given back, in the background. The
-/// loop leaves a place it knows of itself.
+/// permits (its reply lost): they are given back by the undo thread once
+/// Redis answers — not sent from here, where a thread would wait up to the
+/// socket timeout for a silent Redis, past its deadline. The loop leaves a
+/// place it knows of itself.
 impl Drop for PermitWaiting<'_> {
     fn drop(&mut self) {
         if self.unsettled {
-            self.leave(true);
+            self.leave(false);
         }
     }
 }
