@@ -310,7 +310,7 @@ back = back + reclaim()
 local avail = give(back, back > 0)
 local busy = avail ~= nil
 avail = avail or tonumber(set)
-if given or mine_given then
+if given or (mine_given and redis.call('zscore', T, mine[1])) then
     for _, id in ipairs(mine) do
         redis.call('zadd', T, 'xx', now + lease, id)
     end
@@ -362,6 +362,9 @@ return {0, wait, avail, 1, joined}
 pub(crate) const RELEASE: &str = concat!(
     base!(),
     r#"
+-- Read before anything is written (a line key that is no list fails the
+-- call here, with nothing changed).
+local nobody = not redis.call('lindex', L, 0)
 local present, alive = 0, 0
 for i = 1, #ARGV[1] - 15, 16 do
     local id = string.sub(ARGV[1], i, i + 15)
@@ -378,7 +381,7 @@ local n = present + reclaim()
 -- Nobody in line, before the helpers are defined: what came back goes to
 -- the counter and is announced, all `give` does then (checked against it:
 -- tests/semaphore_paths.rs, `the_uncontended_paths_do_what_the_full_ones_do`).
-if not redis.call('lindex', L, 0) then
+if nobody then
     local avail = n > 0 and redis.call('incrby', N, n)
     if avail and avail > 0 then
         redis.call('publish', C, avail)
