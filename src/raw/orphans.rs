@@ -311,17 +311,22 @@ impl Raw {
         let spawned = std::thread::Builder::new()
             .name("leasehold-undo".into())
             .spawn(move || loop {
-                std::thread::sleep(UNDO_RETRY);
-                let Some(raw) = weak.upgrade() else {
-                    return; // the client is gone; what is left expires
-                };
-                if !raw.orphans.pass(|o| raw.undo(o, Bound::default())) {
-                    let mut undoing = raw.undoing.lock();
-                    if !raw.orphans.any() {
-                        *undoing = false;
-                        return;
+                // A first pass at once: a reply lost to a slow moment (a
+                // last try cut short by its deadline) is undone, and the
+                // place its waiter left behind freed, a round trip later.
+                {
+                    let Some(raw) = weak.upgrade() else {
+                        return; // the client is gone; what is left expires
+                    };
+                    if !raw.orphans.pass(|o| raw.undo(o, Bound::default())) {
+                        let mut undoing = raw.undoing.lock();
+                        if !raw.orphans.any() {
+                            *undoing = false;
+                            return;
+                        }
                     }
                 }
+                std::thread::sleep(UNDO_RETRY);
             });
         match spawned {
             Ok(_) => *undoing = true,
