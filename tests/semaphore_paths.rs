@@ -11,7 +11,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use redis::Value;
-use support::RedisServer;
+use support::{RedisServer, Rng};
 
 /// A leasehold client's id (`raw::permits::permit_id`'s marks): byte 7's
 /// high nibble 8, bytes 9 and 10 = 30, 165.
@@ -32,18 +32,6 @@ fn keys(name: &str) -> [String; 5] {
         format!("leasehold_sline:{{{name}}}"),
         format!("leasehold_sline:{{{name}}}:places"),
     ]
-}
-
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// `script` with `from` replaced by `to`, exactly once.

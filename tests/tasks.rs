@@ -20,6 +20,7 @@ use leasehold::{AsyncLockClient, LockClient, LockOptions};
 use redis::Commands;
 use support::{
     check_history, child_command, children_done, signal_pid, ChildProcess, Monitor, RedisServer,
+    Rng,
 };
 
 /// The tests of this binary count threads and memory of the process: one
@@ -247,18 +248,6 @@ fn ten_thousand_waiting_tasks_cost_a_handful_of_threads_and_each_gets_its_turn()
         started.elapsed()
     );
     assert_eq!(got.load(Ordering::Relaxed), TASKS);
-}
-
-/// A small deterministic generator (xorshift) for random points.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// Every member, field and value of every key on `server` (to look for a

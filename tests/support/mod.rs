@@ -103,3 +103,18 @@ pub fn multi_thread() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// A small deterministic generator (xorshift) for random points and
+/// states; seed it with a non-zero number. (The simulator has its own,
+/// with more to it.)
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
