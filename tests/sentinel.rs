@@ -94,8 +94,19 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
     let plain = build(false);
     let waiter_client = build(false);
 
-    // Acknowledged by the replica: survives the failover.
-    let kept = safe.lock("s:kept").unwrap();
+    // Acknowledged by the replica: survives the failover. (A replica
+    // starved of CPU — a loaded machine — may miss the 500 ms for its
+    // acknowledgement once: the lock is given back then, and taken again.)
+    let kept = (0..5)
+        .find_map(|_| match safe.lock("s:kept") {
+            Ok(kept) => Some(kept),
+            Err(e @ leasehold::Error::NotReplicated { .. }) => {
+                eprintln!("not acknowledged in time, taken again: {e}");
+                None
+            }
+            Err(e) => panic!("{e:?}"),
+        })
+        .expect("acknowledged by the replica within five tries");
     // Not on the replica (we delete it there, as an asynchronous
     // replication that lost the write would): lost in the failover.
     let doomed = plain.lock("s:lost").unwrap();
