@@ -561,9 +561,14 @@ impl LockKind for Waiting<'_> {
 
     fn leave(&mut self, heard: bool) {
         // An undo thread's undo gives back a whole hold: only for an owner
-        // with no guard alive here (else one count, sent now).
-        if heard || self.alive > 0 {
+        // with no guard alive here. A re-entry (guards alive) leaves itself,
+        // giving back one count if granted meanwhile — after an unanswered
+        // call, on an I/O thread: its reply may take the socket timeout,
+        // and the wait ends by its deadline.
+        if heard {
             self.raw.detach(self.park, self.giving_back(true));
+        } else if self.alive > 0 {
+            self.raw.detach(Park::Task, self.giving_back(true));
         } else {
             let (kind, place) = (self.kind, self.place.as_deref());
             let lost = Orphan::lost(
