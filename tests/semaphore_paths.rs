@@ -224,7 +224,7 @@ fn the_uncontended_paths_do_what_the_full_ones_do() {
         "if type(free) == 'string'",
         "if false and type(free) == 'string'",
     );
-    let full_release = switched_off(&release, "if nobody then", "if false then");
+    let full_release = switched_off(&release, "if not first then", "if false then");
     let load = |con: &mut redis::Connection, s: &str| -> String {
         redis::cmd("SCRIPT").arg("LOAD").arg(s).query(con).unwrap()
     };

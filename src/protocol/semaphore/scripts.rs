@@ -9,13 +9,14 @@
 /// application's hash, list or string: the calls that write refuse it,
 /// untouched), `ids(blob)` (16-byte permit ids),
 /// `total()` (permits available and out; nil while the counter does not
-/// exist), `head()` (the first live place in line and the ids it asks for,
+/// exist), `head(first)` (the first live place in line and the ids it asks
+/// for — `first`, when given, the line's head as the script read it —
 /// dropping on the way dead places and places asking for more permits than
 /// the semaphore has — their waiters' next attempt is refused), `reclaim()`
 /// (takes expired permits out of the lease table: how many), `place(p)`
 /// (until when place `p` lives, ms, and the ids it asks for; nil when it
-/// has no entry), `give(n,
-/// announce)` (gives `n` permits back: to the places first in line while
+/// has no entry), `give(n, announce, first)`
+/// (gives `n` permits back: to the places first in line while
 /// what each asks for fits — each set with the short lease its place names,
 /// its place gone, its client told on its grant channel
 /// `leasehold_sgrant:{<key>}:<client id>` with the place, unless it is the
@@ -23,9 +24,11 @@
 /// then, with `announce`, the count left available on Redisson's channel,
 /// for its waiters: they are not in our line; returns the count available
 /// after, or nil when nothing came back, nobody waits and nothing is
-/// announced: the counter untouched and unread) and `join(place, blob)` (takes a
-/// place at the end of the line, or confirms it where it stands; true when
-/// it was new).
+/// announced: the counter untouched and unread; `first` is passed to
+/// `head`) and, only in the scripts that use them ([`counter_fn!`],
+/// [`join_fn!`]), `counter()` and `join(place, blob)` (takes a place at
+/// the end of the line, or confirms it where it stands; true when it was
+/// new).
 ///
 /// Redisson's waiters beside ours (`others()`: the subscribers of
 /// Redisson's channel that are not leasehold clients' — each leasehold
@@ -46,7 +49,53 @@
 /// about half of the permits.
 macro_rules! prelude {
     () => {
-        concat!(base!(), helpers!())
+        concat!(base!(), helpers!(), counter_fn!())
+    };
+}
+
+/// The helper `counter()` (see [`prelude!`]): only in the scripts that
+/// read the counter as a whole (each helper defined costs Redis a closure
+/// on every call that reaches it).
+macro_rules! counter_fn {
+    () => {
+        r#"
+local function counter()
+    local v = redis.pcall('get', N)
+    if type(v) == 'table' then
+        return nil, redis.error_reply('NOTASEMAPHORE a ' .. redis.call('type', N)['ok'])
+    end
+    if v and not string.match(v, '^%-?%d+$') then
+        return nil, redis.error_reply('NOTASEMAPHORE a string holding "'
+            .. string.sub(v, 1, 60) .. '", which is no count of permits')
+    end
+    return v, nil
+end
+"#
+    };
+}
+
+/// The helper `join(place, blob)` (see [`prelude!`]): the acquire's only.
+macro_rules! join_fn {
+    () => {
+        concat!(
+            r#"
+local function join(p, blob)
+    local new = redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1
+    if new then
+        redis.call('rpush', L, p)
+    end
+    -- No place lives longer: the line of waiters that all died goes by
+    -- itself, its list with its places.
+    redis.call('pexpire', P, "#,
+            $crate::protocol::line::place_lease_ms!(),
+            r#")
+    redis.call('pexpire', L, "#,
+            $crate::protocol::line::place_lease_ms!(),
+            r#")
+    return new
+end
+"#
+        )
     };
 }
 
@@ -85,17 +134,6 @@ macro_rules! helpers {
             r#"
 local me = false
 local mine_given = false
-local function counter()
-    local v = redis.pcall('get', N)
-    if type(v) == 'table' then
-        return nil, redis.error_reply('NOTASEMAPHORE a ' .. redis.call('type', N)['ok'])
-    end
-    if v and not string.match(v, '^%-?%d+$') then
-        return nil, redis.error_reply('NOTASEMAPHORE a string holding "'
-            .. string.sub(v, 1, 60) .. '", which is no count of permits')
-    end
-    return v, nil
-end
 local function ids(blob)
     local out = {}
     for i = 1, #blob - 15, 16 do
@@ -118,8 +156,8 @@ local function place(p)
     end
     return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1)
 end
-local function head()
-    local first = redis.call('lindex', L, 0)
+local function head(first)
+    first = first or redis.call('lindex', L, 0)
     local all = first and total()
     while first do
         local until_ms, blob = place(first)
@@ -142,9 +180,9 @@ local function others()
     return n[2] - n[4]
 end
 local YIELD = '~yield:0#0'
-local function give(n, announce)
+local function give(n, announce, first)
     local avail = n > 0 and redis.call('incrby', N, n)
-    local first, blob = head()
+    local first, blob = head(first)
     if not (avail or first or announce) then
         -- Nothing came back, nobody waits, nothing to announce.
         return nil
@@ -198,21 +236,6 @@ local function give(n, announce)
         redis.call('publish', C, avail)
     end
     return avail
-end
-local function join(p, blob)
-    local new = redis.call('hset', P, p, (now + placed(p)) .. ' ' .. blob) == 1
-    if new then
-        redis.call('rpush', L, p)
-    end
-    -- No place lives longer: the line of waiters that all died goes by
-    -- itself, its list with its places.
-    redis.call('pexpire', P, "#,
-            $crate::protocol::line::place_lease_ms!(),
-            r#")
-    redis.call('pexpire', L, "#,
-            $crate::protocol::line::place_lease_ms!(),
-            r#")
-    return new
 end
 "#
         )
@@ -280,6 +303,8 @@ if type(free) == 'string' and string.match(free, '^%-?%d+$')
 end
 "#,
     helpers!(),
+    counter_fn!(),
+    join_fn!(),
     r#"
 local set, bad = counter()
 if bad then
@@ -364,7 +389,7 @@ pub(crate) const RELEASE: &str = concat!(
     r#"
 -- Read before anything is written (a line key that is no list fails the
 -- call here, with nothing changed).
-local nobody = not redis.call('lindex', L, 0)
+local first = redis.call('lindex', L, 0)
 local present, alive = 0, 0
 for i = 1, #ARGV[1] - 15, 16 do
     local id = string.sub(ARGV[1], i, i + 15)
@@ -381,7 +406,7 @@ local n = present + reclaim()
 -- Nobody in line, before the helpers are defined: what came back goes to
 -- the counter and is announced, all `give` does then (checked against it:
 -- tests/semaphore_paths.rs, `the_uncontended_paths_do_what_the_full_ones_do`).
-if nobody then
+if not first then
     local avail = n > 0 and redis.call('incrby', N, n)
     if avail and avail > 0 then
         redis.call('publish', C, avail)
@@ -391,7 +416,8 @@ end
 "#,
     helpers!(),
     r#"
-give(n, n > 0)
+-- The line's head as read above: nothing since changed the line.
+give(n, n > 0, first)
 return {present, alive}
 "#
 );
