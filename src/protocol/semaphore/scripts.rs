@@ -99,12 +99,11 @@ end
     };
 }
 
-/// What every semaphore script starts with (see [`prelude!`]): the keys,
-/// `now`, and `reclaim()` — all the acquire's and the release's uncontended
-/// paths need before the rest of the prelude ([`helpers!`]) is defined:
-/// each helper costs Redis a closure, and one more for each local it
-/// uses, on every call (together about a third of an uncontended call's
-/// time on Redis).
+/// What every semaphore script starts with (see [`prelude!`]): the keys
+/// and `now` — all the acquire's and the release's uncontended paths need
+/// before the rest of the prelude ([`helpers!`]) is defined: each helper
+/// costs Redis a closure, and one more for each local it uses, on every
+/// call (together about a third of an uncontended call's time on Redis).
 macro_rules! base {
     () => {
         concat!(
@@ -112,15 +111,6 @@ macro_rules! base {
 local N, T, C, L, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local function reclaim()
-    local expired = redis.call('zrangebyscore', T, 0, now, 'limit', 0, "#,
-            $crate::protocol::semaphore::reclaim_max!(),
-            r#")
-    if #expired > 0 then
-        redis.call('zrem', T, unpack(expired))
-    end
-    return #expired
-end
 "#
         )
     };
@@ -132,6 +122,15 @@ macro_rules! helpers {
         concat!(
             $crate::protocol::line::granted_fn!(),
             r#"
+local function reclaim()
+    local expired = redis.call('zrangebyscore', T, 0, now, 'limit', 0, "#,
+            $crate::protocol::semaphore::reclaim_max!(),
+            r#")
+    if #expired > 0 then
+        redis.call('zrem', T, unpack(expired))
+    end
+    return #expired
+end
 local me = false
 local mine_given = false
 local function ids(blob)
@@ -390,19 +389,41 @@ pub(crate) const RELEASE: &str = concat!(
 -- Read before anything is written (a line key that is no list fails the
 -- call here, with nothing changed).
 local first = redis.call('lindex', L, 0)
-local present, alive = 0, 0
+-- Expired permits go back (as `reclaim` takes them, not defined here):
+-- ours among them were present, not alive. When they were all read (fewer
+-- than the most one script takes), one of ours still in the table is
+-- alive — taken out in one call, without reading its lease first.
+local expired = redis.call('zrangebyscore', T, 0, now, 'limit', 0, "#,
+    reclaim_max!(),
+    r#")
+if #expired > 0 then
+    redis.call('zrem', T, unpack(expired))
+end
+local all_read = #expired < "#,
+    reclaim_max!(),
+    r#"
+local present, alive, n = 0, 0, #expired
 for i = 1, #ARGV[1] - 15, 16 do
     local id = string.sub(ARGV[1], i, i + 15)
-    local score = redis.call('zscore', T, id)
-    if score then
-        redis.call('zrem', T, id)
+    local gone = false
+    for _, e in ipairs(expired) do
+        if e == id then
+            gone = true
+            break
+        end
+    end
+    if gone then
         present = present + 1
-        if tonumber(score) > now then
-            alive = alive + 1
+    else
+        local score = not all_read and redis.call('zscore', T, id)
+        if redis.call('zrem', T, id) == 1 then
+            present, n = present + 1, n + 1
+            if all_read or tonumber(score) > now then
+                alive = alive + 1
+            end
         end
     end
 end
-local n = present + reclaim()
 -- Nobody in line, before the helpers are defined: what came back goes to
 -- the counter and is announced, all `give` does then (checked against it:
 -- tests/semaphore_paths.rs, `the_uncontended_paths_do_what_the_full_ones_do`).
