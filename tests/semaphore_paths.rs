@@ -4,7 +4,9 @@
 //! script as shipped and with its early end switched off on the same
 //! random states (counter, lease table, line, places), on a real server,
 //! and checks that both answer alike, leave the same data and publish the
-//! same messages.
+//! same messages. And the release's shortcut past the lease table (one of
+//! ours still there is alive when every expired permit was read), beyond
+//! the most expired permits one script takes back.
 
 mod support;
 
@@ -328,4 +330,55 @@ fn a_release_that_finds_the_line_key_no_list_changes_nothing() {
         (0, 1),
         "the permit is still out, back at its lease's end ({e})"
     );
+}
+
+#[test]
+fn a_release_beyond_the_expired_permits_one_script_takes_back_tells_alive_from_expired() {
+    // The release reads the expired permits (at most 1,000 a script) and
+    // takes one of ours still in the table out without reading its lease:
+    // alive, when every expired one was read. With 1,500 other expired
+    // permits ahead of ours, it is not: ours must be told by its lease.
+    let server = RedisServer::start();
+    let client = leasehold::LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let [n, t, ..] = keys("crowded");
+    let semaphore = client.semaphore("crowded");
+    semaphore.set_permits(1).unwrap();
+    for ours_expired in [false, true] {
+        let permit = semaphore.acquire().unwrap();
+        let ours: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(&t)
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(ours.len(), 1);
+        let mut add = redis::pipe();
+        for i in 0..1_500u32 {
+            let mut id = vec![0u8; 16];
+            id[12..].copy_from_slice(&i.to_be_bytes());
+            add.zadd(&t, id, 1).ignore();
+        }
+        if ours_expired {
+            // Past its lease, and after the 1,500 (a greater score).
+            add.zadd(&t, &ours[0][..], 2).ignore();
+        }
+        add.exec(&mut con).unwrap();
+        let released = permit.unlock();
+        assert_eq!(
+            released.is_ok(),
+            !ours_expired,
+            "ours expired: {ours_expired}, {released:?}"
+        );
+        // Back: the 1,000 read, and ours.
+        let available: i64 = redis::cmd("GET").arg(&n).query(&mut con).unwrap();
+        let left: i64 = redis::cmd("ZCARD").arg(&t).query(&mut con).unwrap();
+        assert_eq!(
+            (available, left),
+            (1_001, 500),
+            "ours expired: {ours_expired}"
+        );
+        let _: () = redis::cmd("DEL").arg(&t).query(&mut con).unwrap();
+        semaphore.set_permits(1).unwrap();
+    }
 }
