@@ -167,6 +167,28 @@ fn keys_of_other_types_are_wrongtype_not_an_endless_wait() {
     assert_eq!(len, 1, "the list was left alone");
 }
 
+/// A key kept beside a lock (its line of waiters, named after it in
+/// braces) overwritten by something of another type: the error is
+/// `WrongType`, and it points the operator at the keys beside the lock —
+/// it said the lock's own key, which holds nothing here, "is not a lock
+/// hash".
+#[test]
+fn a_key_kept_beside_a_lock_of_another_type_is_named_as_such() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    let _: () = con
+        .set("leasehold_line:{beside}", "an application's string")
+        .unwrap();
+    let e = client.lock("beside").unwrap_err();
+    assert!(e.is_wrong_type(), "{e:?}");
+    let said = e.to_string();
+    assert!(
+        said.contains("{beside}") && !said.contains("not a lock hash"),
+        "{said}"
+    );
+}
+
 /// Application data under every lock kind's acquire — a hash
 /// (`HSET user:1 …`), a string, a counter (`SET stock:5 12`): refused at
 /// once as `NotALock`, whatever the call (one attempt, a bounded wait, an
