@@ -215,10 +215,15 @@ pub(crate) fn list(raw: &Raw, pattern: &str, limit: usize) -> Result<Vec<LockInf
         .flatten()
         .filter_map(|key| key.strip_prefix(prefix))
         .collect();
-    let mut locks = Vec::new();
+    // Each client's registration is read once for the whole list.
+    let (mut locks, mut clients) = (Vec::new(), Clients::new());
     for name in names {
-        match inspect(raw, name, &raw.key(name)) {
-            Ok(info) if info.kind != LockKind::Free => locks.push(info),
+        let key = raw.key(name);
+        match read(raw, name, &key) {
+            Ok(mut info) if info.kind != LockKind::Free => {
+                name_clients(raw, &mut info, &mut clients)?;
+                locks.push(info);
+            }
             Ok(_) | Err(Error::NotALock { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -229,9 +234,12 @@ pub(crate) fn list(raw: &Raw, pattern: &str, limit: usize) -> Result<Vec<LockInf
 /// Reads lock `name` (key `key`) as [`LockInfo`].
 pub(crate) fn inspect(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
     let mut info = read(raw, name, key)?;
-    name_clients(raw, &mut info)?;
+    name_clients(raw, &mut info, &mut Clients::new())?;
     Ok(info)
 }
+
+/// Clients' registrations read so far, by client id (`None`: none found).
+type Clients = HashMap<String, Option<ClientInfo>>;
 
 /// Reads lock `name` (key `key`): what the key is (anything but a lock
 /// is [`Error::NotALock`]), then one pipeline; owners not yet turned into
@@ -360,16 +368,19 @@ fn read_job(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
 }
 
 /// Turns every holder's and waiter's owner into its client, from the
-/// clients' registrations: one `HGETALL` per client.
-fn name_clients(raw: &Raw, info: &mut LockInfo) -> Result<()> {
+/// clients' registrations: one `HGETALL` per client not in `clients` yet
+/// (which keeps what it read).
+fn name_clients(raw: &Raw, info: &mut LockInfo, clients: &mut Clients) -> Result<()> {
     if info.kind == LockKind::Job {
         return Ok(()); // its owner is a ShedLock value, naming its host
     }
     let owners = info.holders.iter().map(|h| &h.owner);
     let owners = owners.chain(info.waiters.iter().map(|w| &w.owner));
     let ids: BTreeSet<&str> = owners.map(|owner| split_owner(owner).0).collect();
-    let mut clients = HashMap::new();
     for id in ids {
+        if clients.contains_key(id) {
+            continue;
+        }
         let ckey = client_key(raw.key_prefix(), id);
         let reply: Value = raw.on_node(&ckey, |con| redis::cmd("HGETALL").arg(&ckey).query(con))?;
         let fields: HashMap<String, String> = pairs(&reply).into_iter().collect();

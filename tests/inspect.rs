@@ -235,3 +235,27 @@ fn list_shows_every_kind_of_lock_under_the_prefix_and_nothing_else() {
     drop(plain);
     assert_eq!(names("order:*").len(), 1, "a released lock is not listed");
 }
+
+/// `list` reads each client's registration once, however many of the
+/// listed locks its threads hold or wait for (it read it again for every
+/// lock: a round trip per lock more than needed).
+#[test]
+fn list_reads_each_clients_registration_once() {
+    let server = RedisServer::start();
+    let ops = named(&server, "many");
+    let guards: Vec<_> = (0..20)
+        .map(|i| ops.lock(&format!("batch:{i}")).unwrap())
+        .collect();
+    server.reset_stats();
+    let listed = ops.list("batch:*", 10_000).unwrap();
+    assert_eq!(listed.len(), guards.len());
+    assert!(
+        listed.iter().all(|info| who(info).0 == ["many"]),
+        "every holder named: {listed:?}"
+    );
+    // Two HGETALLs per lock (its shape checked, then read), one for the
+    // one client (it was one per lock: 3 per lock in all).
+    let calls = server.command_calls();
+    let locks = guards.len() as u64;
+    assert_eq!(calls.get("hgetall"), Some(&(2 * locks + 1)), "{calls:?}");
+}
