@@ -4,8 +4,7 @@
 //! rides out an outage — also one that began before it, and also a second
 //! wait right after a first one failed — and gets the lock once Redis is
 //! back; a last try cut short by the deadline ends the wait as its deadline
-//! does (a re-entrant wait's too), and its waiting place is left once Redis
-//! answers.
+//! does, and its waiting place is left once Redis answers.
 
 mod support;
 
@@ -368,53 +367,32 @@ fn a_last_try_unanswered_within_what_was_left_of_the_wait_ends_it_as_its_deadlin
     // of lateness does not show (a loaded run once reported it for 12 ms).
     // And by its deadline: leaving its place in the line is not waited for
     // on a silent Redis (it was: 14 s, the socket timeout after the wait).
-    last_try_unanswered(false);
-}
-
-#[test]
-fn a_reentrant_wait_whose_last_try_went_unanswered_keeps_its_deadline_too() {
-    // The same, by a thread that holds the lock already (a guard alive)
-    // whose hold Redis lost (another owner has the key now): its wait is a
-    // re-entry, which leaves its place itself (the undo thread gives back
-    // whole holds; a re-entry may give back one count only). It did so
-    // inline, and waited the socket timeout (12 s) on the silent Redis.
-    last_try_unanswered(true);
-}
-
-fn last_try_unanswered(reentrant: bool) {
     let server = RedisServer::start();
     let client = long_timeout_client(&server);
     drop(client.lock("tail:warm").unwrap());
-    let held = reentrant.then(|| client.lock("tail").unwrap());
     let mut con = server.connection();
     redis::pipe()
-        .del("tail")
         .hset("tail", "6f1c2a3e-5b7d-4c8e-9a0b-1c2d3e4f5a6b:1", 1)
         .pexpire("tail", 1_000)
         .exec(&mut con)
         .unwrap();
     let started = Instant::now();
     let wait = Duration::from_secs(2);
-    let stopper = {
-        let server_pid = server.pid();
-        let mut con = server.connection();
-        thread::spawn(move || {
-            thread::sleep(Duration::from_millis(500));
-            // Held on past the wake-up, with no unlock message.
-            redis::cmd("PEXPIRE")
-                .arg("tail")
-                .arg(60_000)
-                .exec(&mut con)
-                .unwrap();
-            support::signal_pid(server_pid, "STOP");
-        })
+    let waiting = {
+        let client = client.clone();
+        thread::spawn(move || client.try_lock_for("tail", wait).map(|g| g.is_some()))
     };
-    // The guard's thread waits (its owner is the thread's).
-    let got = client.try_lock_for("tail", wait).map(|g| g.is_some());
+    thread::sleep(Duration::from_millis(500));
+    // Held on past the wake-up, with no unlock message.
+    redis::cmd("PEXPIRE")
+        .arg("tail")
+        .arg(60_000)
+        .exec(&mut con)
+        .unwrap();
+    server.signal("STOP");
+    let got = waiting.join().unwrap();
     let took = started.elapsed();
-    stopper.join().unwrap();
     server.signal("CONT");
-    drop(held);
     assert!(
         matches!(got, Ok(false)),
         "after {took:?}: {got:?} (Redis answered every try but the last)"

@@ -561,14 +561,16 @@ impl LockKind for Waiting<'_> {
 
     fn leave(&mut self, heard: bool) {
         // An undo thread's undo gives back a whole hold: only for an owner
-        // with no guard alive here. A re-entry (guards alive) leaves itself,
-        // giving back one count if granted meanwhile — after an unanswered
-        // call, on an I/O thread: its reply may take the socket timeout,
-        // and the wait ends by its deadline.
-        if heard {
+        // with no guard alive here (else one count, sent now). A re-entry
+        // leaves inline even after an unanswered call, though on a silent
+        // Redis that waits out the socket timeout past the deadline: the
+        // leave tells a grant to it by owner, not by place, so sent in the
+        // background it could land after this owner's next acquire of the
+        // key and give back a count of that new hold (its guards would then
+        // outnumber the counts in Redis, and the last release would free
+        // the lock under a live guard).
+        if heard || self.alive > 0 {
             self.raw.detach(self.park, self.giving_back(true));
-        } else if self.alive > 0 {
-            self.raw.detach(Park::Task, self.giving_back(true));
         } else {
             let (kind, place) = (self.kind, self.place.as_deref());
             let lost = Orphan::lost(
