@@ -359,7 +359,8 @@ fn a_request_that_never_reached_a_restarted_redis_leaves_nothing_to_undo() {
 #[test]
 fn a_last_try_unanswered_within_what_was_left_of_the_wait_ends_it_as_its_deadline() {
     // Redis answered that the lock is held (someone else's, expiring in
-    // 1 s), then hung (SIGSTOP at 0.5 s). The waiter wakes at the expiry and
+    // 1 s), then hung (SIGSTOP once the waiter stands in line: milliseconds,
+    // not the second the lock has left). The waiter wakes at the expiry and
     // sends its last try with 1 s of its 2 s wait left, far below its
     // socket timeout (12 s): unanswered by the deadline, that is the wait
     // running out — `Ok(None)`, as if Redis had answered "held" — not
@@ -382,7 +383,12 @@ fn a_last_try_unanswered_within_what_was_left_of_the_wait_ends_it_as_its_deadlin
         let client = client.clone();
         thread::spawn(move || client.try_lock_for("tail", wait).map(|g| g.is_some()))
     };
-    thread::sleep(Duration::from_millis(500));
+    // In line: its first attempt ran, and its reply left Redis before this
+    // read's did.
+    let line = "leasehold_line:{tail}";
+    while redis::cmd("LLEN").arg(line).query::<i64>(&mut con).unwrap() == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
     // Held on past the wake-up, with no unlock message.
     redis::cmd("PEXPIRE")
         .arg("tail")
@@ -405,7 +411,6 @@ fn a_last_try_unanswered_within_what_was_left_of_the_wait_ends_it_as_its_deadlin
     // Its place in the line was not left by the wait (the leave's reply
     // would have been waited for up to 12 s, past the deadline): the undo
     // thread leaves it now that Redis answers, long before it would expire.
-    let line = "leasehold_line:{tail}";
     let expires_in: i64 = redis::cmd("PTTL").arg(line).query(&mut con).unwrap();
     assert!(
         expires_in == -2 || expires_in > 3_000,
