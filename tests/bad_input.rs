@@ -184,7 +184,7 @@ fn a_key_kept_beside_a_lock_of_another_type_is_named_as_such() {
     assert!(e.is_wrong_type(), "{e:?}");
     let said = e.to_string();
     assert!(
-        said.contains("{beside}") && !said.contains("not a lock hash"),
+        said.contains("beside it") && !said.contains("not a lock hash"),
         "{said}"
     );
 }

@@ -204,10 +204,11 @@ pub enum Error {
 
     /// A key of the lock or semaphore holds a value of another type than
     /// the one leasehold keeps there (`WRONGTYPE`): the key itself, or a key
-    /// kept beside it — its line of waiters, fair queue, lease table, token
-    /// counter — each named after it in braces (`leasehold_line:{<key>}`).
-    /// Redis does not say which; `TYPE` on each tells.
-    #[error("key {key:?}, or a key kept beside it (its name holds \"{{{key}}}\": the line of waiters, fair queue, lease table, token counter), holds a value of another type than leasehold keeps there (WRONGTYPE); delete what another program wrote there, or choose another name or a key prefix")]
+    /// kept beside it and named after it — its line of waiters
+    /// (`leasehold_line:{<key>}`), fair queue, waiting writers, lease
+    /// table, token counter. Redis does not say which; `TYPE` on each
+    /// tells.
+    #[error("key {key:?}, or a key kept beside it and named after it (its line of waiters, fair queue, waiting writers, lease table, token counter), holds a value of another type than leasehold keeps there (WRONGTYPE); delete what another program wrote there, or choose another name or a key prefix")]
     WrongType {
         /// The full Redis key (after the client's key prefix).
         key: String,
