@@ -4,6 +4,7 @@
 //! out.
 
 use super::*;
+use crate::sim::store::{Entry, Val};
 
 impl Sim {
     /// The invariants, now.
@@ -68,12 +69,18 @@ impl Sim {
         // within two place leases (a dead place first in line costs one)
         // and the longest lease (a grantee that died holds its grant).
         // (A waiter cut off — paused, or its call held up on the network —
-        // is not counted.)
+        // is not counted. Nor is Redisson's in the fair queue: it sleeps
+        // until its message or the timeout of the place before it, in
+        // Redisson's 300 s steps — behind a dead leasehold place too, whose
+        // waiter can no longer purge it, as behind a dead Redisson waiter:
+        // Redisson's protocol, not leasehold's bound.)
+        let fair = self.cfg.lock == Lock::Fair;
         let waiting = (0..self.clients.len()).any(|c| {
             let cl = &self.clients[c];
             matches!(cl.state, State::Waiting { .. })
                 && cl.paused_until <= now
                 && !self.w.held_up(c)
+                && !(fair && cl.redisson)
         });
         let free = !self.w.exists(KEY) && !self.redisson_first();
         if waiting && free {
@@ -136,7 +143,28 @@ impl Sim {
             } + self.w.stepped_back_ms,
         );
         // The fencing counter stays on purpose: tokens keep growing across
-        // holds (`mint`); nothing else may.
+        // holds (`mint`); nothing else may — but Redisson's fair queue,
+        // which its scripts never give an expiry: a Redisson waiter gone
+        // from it (crashed, or given up: its own clean-up is not played
+        // here) stays in it until the next acquire drops it as stale. Kept
+        // only when nothing but Redisson's waiters is in it and it has no
+        // expiry (leasehold's scripts set one on every queue they touch).
+        let redisson: Vec<&[u8]> = (self.clients.iter())
+            .filter(|cl| cl.redisson)
+            .map(|cl| cl.owner.as_bytes())
+            .collect();
+        let redissons_own = |k: &[u8], e: &Entry| {
+            let members: Vec<&[u8]> = match &e.val {
+                Val::List(items) if k == QUEUE.as_bytes() => {
+                    items.iter().map(|m| m.as_slice()).collect()
+                }
+                Val::ZSet(items) if k == TIMEOUTS.as_bytes() => {
+                    items.keys().map(|m| m.as_slice()).collect()
+                }
+                _ => return false,
+            };
+            e.expires_at.is_none() && members.iter().all(|m| redisson.contains(m))
+        };
         let left: Vec<_> = self
             .w
             .engine
@@ -144,7 +172,7 @@ impl Sim {
             .borrow_mut()
             .dump()
             .into_iter()
-            .filter(|(k, _)| k != TOKENS.as_bytes())
+            .filter(|(k, e)| k != TOKENS.as_bytes() && !redissons_own(k, e))
             .collect();
         if !left.is_empty() {
             let keys: Vec<String> = left
