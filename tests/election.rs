@@ -66,27 +66,35 @@ fn one_leader_at_a_time_visible_to_all_and_a_resignation_hands_over_at_once() {
     );
     assert_eq!(leader.since, Some(first.since()));
 
-    // B waits as a follower; A resigns: B leads at once (a second of
-    // margin against a 2 s lease a poll would show).
+    // B waits as a follower; A resigns: B leads at once — the release
+    // hands the lock to B's place in the line in the same script, so B
+    // holds it in Redis as soon as the resignation returns (a poll would
+    // take it at B's next attempt, up to a third of a place lease later).
     let (term_a, b2) = (first.term(), b.clone());
-    let follower = std::thread::spawn(move || {
-        let l = b2.election("e").campaign().unwrap();
-        (Instant::now(), l)
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let resigned = Instant::now();
-    first.resign().unwrap();
-    let (elected, second) = follower.join().unwrap();
+    let key = first.key().to_owned();
+    let mut con = server.connection();
+    let follower = std::thread::spawn(move || b2.election("e").campaign().unwrap());
+    let line = format!("leasehold_line:{{{key}}}");
     assert!(
-        elected - resigned < Duration::from_millis(200),
-        "{:?}",
-        elected - resigned
+        support::eventually(Duration::from_secs(10), || con
+            .llen::<_, i64>(&line)
+            .unwrap()
+            == 1),
+        "B never stood in line"
     );
+    let a_holds: Vec<String> = con.hkeys(&key).unwrap();
+    first.resign().unwrap();
+    let b_holds: Vec<String> = con.hkeys(&key).unwrap();
+    assert!(
+        b_holds.len() == 1 && b_holds != a_holds,
+        "held by {b_holds:?} right after A ({a_holds:?}) resigned"
+    );
+    let second = follower.join().unwrap();
+    assert_eq!(second.key(), key);
     assert!(second.term() > term_a, "{} > {term_a}", second.term());
 
     // The deposed leader's term is refused by the fenced resource.
     let store = FencedStore::new("store");
-    let mut con = server.connection();
     assert!(store.write(&mut con, second.term(), "b").unwrap());
     assert!(!store.write(&mut con, term_a, "a, late").unwrap());
 
