@@ -224,10 +224,12 @@ fn crashed_holder_is_handed_over_within_its_lease() {
     let crashed = LockClient::new(&server.url()).unwrap();
     let waiter = LockClient::new(&server.url()).unwrap();
     let lease = Duration::from_millis(1500);
+    // Read before the lease began in Redis (read after, a thread descheduled
+    // on the way back would measure from later than it began).
+    let taken = Instant::now();
     let guard = crashed
         .lock_with("crash", LockOptions::new().lease(lease))
         .unwrap();
-    let taken = Instant::now();
     std::mem::forget(guard); // the holder dies: no unlock, no message
     let g = waiter.lock("crash").unwrap();
     let waited = taken.elapsed();
