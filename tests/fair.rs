@@ -79,7 +79,9 @@ fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     let mut con = server.connection();
     let g = holder.fair_lock("giveup").unwrap();
     let impatient = thread::spawn(move || {
-        a.try_fair_lock_for("giveup", Duration::from_millis(300))
+        // Long enough for the patient waiter's client to connect and queue
+        // behind it first (300 ms was not always, on a loaded machine).
+        a.try_fair_lock_for("giveup", Duration::from_secs(3))
             .unwrap()
             .is_some()
     });

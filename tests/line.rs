@@ -311,7 +311,8 @@ fn a_single_try_takes_no_place_and_a_waiter_that_gives_up_leaves_at_once() {
     let waiter = {
         let other = other.clone();
         thread::spawn(move || {
-            let got = other.try_lock_for(name, Duration::from_millis(300));
+            // Seconds: the checks below must see it waiting first.
+            let got = other.try_lock_for(name, Duration::from_secs(3));
             got.map(|g| g.is_some())
         })
     };

@@ -346,7 +346,8 @@ fn a_writer_that_gives_up_leaves_and_lets_readers_in() {
         let writer = writer.clone();
         thread::spawn(move || {
             writer
-                .try_write_lock_for("rw:giveup", Duration::from_millis(600))
+                // Seconds: the reads below must find it still waiting.
+                .try_write_lock_for("rw:giveup", Duration::from_secs(3))
                 .unwrap()
                 .is_none()
         })
