@@ -268,18 +268,26 @@ fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
     let before = threads();
     let (tx, rx) = std::sync::mpsc::channel();
     let elected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // A leader resigns when the test lets one go (a permit each).
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
     for _ in 0..1_000 {
         let (election, tx, elected) = (followers.election("e"), tx.clone(), Arc::clone(&elected));
+        let go = Arc::clone(&go);
         rt.spawn(async move {
             let l = election.campaign().await.unwrap();
             elected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             tx.send(l.term()).unwrap();
-            // Lead until told to resign (the channel of the test below).
-            let _ = tokio::time::timeout(Duration::from_millis(300), l.lost()).await;
+            go.acquire().await.unwrap().forget();
             l.resign().await.unwrap();
         });
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Every follower waits: one on Redis, the others queued behind it here.
+    assert!(
+        support::eventually(Duration::from_secs(30), || followers.stats().waiters_parked
+            == 1_000),
+        "the followers never all waited: {:?}",
+        followers.stats()
+    );
     let grown = threads().saturating_sub(before);
     assert!(grown <= 16, "1,000 waiting followers added {grown} threads");
 
@@ -309,8 +317,9 @@ fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
         "1,000 follower tasks added {grown} threads; a resignation: 1 follower elected, {} client commands",
         commands.len()
     );
-    // Each leader resigns after 300 ms: the next few take over one by one.
+    // Each leader resigns when let go: the next few take over one by one.
     for _ in 0..3 {
+        go.add_permits(1);
         let t = rx
             .recv_timeout(Duration::from_secs(5))
             .expect("the next leader");
