@@ -274,8 +274,10 @@ fn a_release_left_to_another_librarys_waiter_costs_leasehold_waiters_20_ms_not_a
     // A yield costs the next leasehold waiter about 20 ms: all 60 waits
     // take 1-2 s together with ~60 yields. Sleeping until it next confirms
     // its place instead (a second; half a second on average), each yield
-    // would cost about 500 ms. The budget: 100 ms a yield, and 2 s.
-    let budget = Duration::from_millis(100) * psetex as u32 + Duration::from_secs(2);
+    // would cost about 500 ms. The budget: 100 ms a yield (5× either
+    // way), and 5 s for the waits' own handoffs on a loaded machine (~60
+    // yields: 11 s, against about 30 s the other way).
+    let budget = Duration::from_millis(100) * psetex as u32 + Duration::from_secs(5);
     assert!(
         total < budget,
         "the waits took {total:?} for {psetex} yields (budget {budget:?}; longest {longest:?})"
