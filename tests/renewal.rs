@@ -220,12 +220,13 @@ fn script_flush_does_not_stop_renewal_of_1000_guards() {
 #[test]
 fn ten_thousand_guards_survive_with_batched_renewals() {
     let server = RedisServer::start();
-    // 1.5 s leases, renewed every 500 ms: a second to spare.
-    let client = client_with_lease(&server, 1_500);
+    // 3 s leases, renewed every second: two to spare (a debug build's
+    // renewal thread sharing a loaded machine's two cores).
+    let client = client_with_lease(&server, 3_000);
     let keys: Vec<String> = (0..10_000).map(|i| format!("many:{i}")).collect();
     let guards: Vec<_> = keys.iter().map(|k| client.lock(k).unwrap()).collect();
     let start = client.stats();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(6));
     let end = client.stats();
     let ttls = pttls(&server, &keys);
     assert_eq!(
@@ -237,10 +238,10 @@ fn ten_thousand_guards_survive_with_batched_renewals() {
     assert_eq!(end.live_leases, 10_000);
     let sent = end.renewals_sent - start.renewals_sent;
     let trips = end.renewal_round_trips - start.renewal_round_trips;
-    println!("10,000 guards, 1.5 s lease, 5 s: {sent} renewals in {trips} round trips");
-    // Every lease/3: ten times each in 5 s; half of that at least.
+    println!("10,000 guards, 3 s lease, 6 s: {sent} renewals in {trips} round trips");
+    // Every lease/3: six times each in 6 s; half of that at least.
     assert!(
-        sent >= 10_000 * 10 / 2,
+        sent >= 10_000 * 6 / 2,
         "renewed about every lease/3: {sent} renewals"
     );
     assert!(
