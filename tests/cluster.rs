@@ -102,12 +102,13 @@ fn locks_spread_over_every_primary_and_exclude_each_other_across_processes() {
 #[test]
 fn the_watchdog_keeps_a_thousand_locks_over_every_primary_alive() {
     let cluster = RedisCluster::start(3, 0);
-    let c = client(&cluster, Duration::from_millis(1_500));
+    // 3 s leases, renewed every second: two to spare on a loaded machine.
+    let c = client(&cluster, Duration::from_secs(3));
     let guards: Vec<_> = (0..1_000)
         .map(|i| c.lock(&format!("cl:many:{i}")).unwrap())
         .collect();
     let before = c.stats();
-    thread::sleep(Duration::from_millis(3_200)); // two renewal periods and more
+    thread::sleep(Duration::from_millis(6_200)); // two leases and more
     let after = c.stats();
     assert!(guards.iter().all(|g| g.is_held()));
     assert_eq!(after.leases_lost, 0);
@@ -128,7 +129,8 @@ fn the_watchdog_keeps_a_thousand_locks_over_every_primary_alive() {
     let trips = after.renewal_round_trips - before.renewal_round_trips;
     let renewals = after.renewals_sent - before.renewals_sent;
     eprintln!("cluster: {renewals} renewals in {trips} round trips");
-    assert!(renewals >= 4_000, "{renewals} renewals");
+    // About six a lease in 6.2 s; half of that at least.
+    assert!(renewals >= 3_000, "{renewals} renewals");
     assert!(
         trips * 10 <= renewals,
         "{trips} round trips for {renewals} renewals"
