@@ -29,7 +29,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn client(server: &RedisServer, lease: Duration) -> LockClient {
     LockClient::builder(&server.url())
         .watchdog_lease(lease)
-        .socket_timeout(Duration::from_millis(300))
+        // Well under the lease, well over a slow round trip on a loaded
+        // machine (a call past it is an error, and these tests unwrap).
+        .socket_timeout(Duration::from_millis(800))
         .client_name("candidate")
         .connect()
         .unwrap()
@@ -255,7 +257,7 @@ fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
     let leader = client(&server, lease);
     let followers = AsyncLockClient::builder(&server.url())
         .watchdog_lease(lease)
-        .socket_timeout(Duration::from_millis(300))
+        .socket_timeout(Duration::from_millis(800))
         .build()
         .unwrap();
     let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
