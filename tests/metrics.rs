@@ -90,7 +90,7 @@ fn holds_and_jobs_are_counted_for_a_dashboard() {
     metrics::set_global_recorder(Rec(Arc::clone(&recorded))).unwrap();
     let server = RedisServer::start();
     let client = LockClient::builder(&server.url())
-        .socket_timeout(Duration::from_millis(200))
+        .socket_timeout(Duration::from_millis(800))
         .connect()
         .unwrap();
     let other = LockClient::connect(&server.url()).unwrap();
@@ -149,7 +149,7 @@ fn holds_and_jobs_are_counted_for_a_dashboard() {
     let lost = client.lock_owned("gone").unwrap();
     let mut con = server.connection();
     let _: () = redis::Commands::del(&mut con, "gone").unwrap();
-    let short = client.job("j").lock_at_most_for(Duration::from_millis(600));
+    let short = client.job("j").lock_at_most_for(Duration::from_secs(2));
     let job = short.try_lock().unwrap().expect("free");
     let _: () = redis::Commands::del(&mut con, "job-lock:default:j").unwrap();
     assert!(job.lost().wait_timeout(Duration::from_secs(10)).is_some());
