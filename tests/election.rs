@@ -29,8 +29,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn client(server: &RedisServer, lease: Duration) -> LockClient {
     LockClient::builder(&server.url())
         .watchdog_lease(lease)
-        // Well under the lease, well over a slow round trip on a loaded
-        // machine (a call past it is an error, and these tests unwrap).
+        // Over a slow round trip on a loaded machine (a call past it is an
+        // error, and these tests unwrap); a renewal past it loses the lease.
         .socket_timeout(Duration::from_millis(800))
         .client_name("candidate")
         .connect()
@@ -41,7 +41,7 @@ fn client(server: &RedisServer, lease: Duration) -> LockClient {
 fn one_leader_at_a_time_visible_to_all_and_a_resignation_hands_over_at_once() {
     let _serial = serial();
     let server = RedisServer::start();
-    let lease = Duration::from_secs(2);
+    let lease = Duration::from_secs(3); // B's place: 3 s, confirmed every second
     let (a, b) = (client(&server, lease), client(&server, lease));
     let observer = LockClient::connect(&server.url()).unwrap();
     assert_eq!(observer.election("e").leader().unwrap(), None);
@@ -68,10 +68,10 @@ fn one_leader_at_a_time_visible_to_all_and_a_resignation_hands_over_at_once() {
     );
     assert_eq!(leader.since, Some(first.since()));
 
-    // B waits as a follower; A resigns: B leads at once — the release
-    // hands the lock to B's place in the line in the same script, so B
-    // holds it in Redis as soon as the resignation returns (a poll would
-    // take it at B's next attempt, up to a third of a place lease later).
+    // B waits as a follower; A resigns: the release hands the lock to B's
+    // place in the line in the same script, so B holds it in Redis as soon
+    // as the resignation returns — no attempt of B's needed (a release that
+    // only published would leave it free until B's next attempt).
     let (term_a, b2) = (first.term(), b.clone());
     let key = first.key().to_owned();
     let mut con = server.connection();
@@ -313,7 +313,7 @@ fn a_thousand_follower_tasks_cost_no_thread_each_and_a_resignation_wakes_one() {
     assert_eq!(
         elected.load(std::sync::atomic::Ordering::SeqCst),
         1,
-        "one woken, not all"
+        "one elected"
     );
     println!(
         "1,000 follower tasks added {grown} threads; a resignation: 1 follower elected, {} client commands",

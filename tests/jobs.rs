@@ -122,7 +122,7 @@ fn a_job_longer_than_lock_at_most_for_keeps_its_lock_while_it_runs() {
     let server = RedisServer::start();
     // A lease of 2 s renewed every 667 ms, each round trip bounded at
     // 800 ms (lock_at_most_for must exceed twice the socket timeout): a
-    // slow round trip on a loaded machine is not an error, nor a lease lost.
+    // slow round trip on a loaded machine is not an error (was 200 ms).
     let short = |url: &str| {
         LockClient::builder(url)
             .socket_timeout(Duration::from_millis(800))

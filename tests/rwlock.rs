@@ -365,7 +365,15 @@ fn a_writer_that_gives_up_leaves_and_lets_readers_in() {
     // that waits for it).
     let again = reader.read_lock("rw:giveup").unwrap();
     assert!(impatient.join().unwrap(), "the writer gave up");
-    assert_eq!(writers_waiting(&mut con, "rw:giveup"), 0, "left at once");
+    // Left at once — or, its last try answered after its deadline (a
+    // loaded machine), by the undo thread a round trip later.
+    assert!(
+        support::eventually(Duration::from_millis(300), || writers_waiting(
+            &mut con,
+            "rw:giveup"
+        ) == 0),
+        "left at once"
+    );
     let got = late.try_read_lock("rw:giveup");
     assert!(
         matches!(got, Ok(Some(_))),
