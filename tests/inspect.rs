@@ -199,6 +199,9 @@ fn list_shows_every_kind_of_lock_under_the_prefix_and_nothing_else() {
         .build()
         .unwrap();
     let plain = ops.lock("order:pay").unwrap();
+    // Its client's registration is written a moment later (see
+    // `inspect_named`).
+    inspect_named(&ops, "order:pay");
     let _fair = ops.fair_lock("order:ship").unwrap();
     let _read = ops.read_lock("catalog").unwrap();
     let _elsewhere = other_prefix.lock("order:pay").unwrap();
@@ -246,6 +249,8 @@ fn list_reads_each_clients_registration_once() {
     let guards: Vec<_> = (0..20)
         .map(|i| ops.lock(&format!("batch:{i}")).unwrap())
         .collect();
+    // Its registration is written a moment later (see `inspect_named`).
+    inspect_named(&ops, "batch:0");
     server.reset_stats();
     let listed = ops.list("batch:*", 10_000).unwrap();
     assert_eq!(listed.len(), guards.len());
