@@ -123,12 +123,9 @@ macro_rules! helpers {
             $crate::protocol::line::granted_fn!(),
             r#"
 local function reclaim()
-    local expired = redis.call('zrangebyscore', T, 0, now, 'limit', 0, "#,
-            $crate::protocol::semaphore::reclaim_max!(),
-            r#")
-    if #expired > 0 then
-        redis.call('zrem', T, unpack(expired))
-    end
+"#,
+            take_expired!(),
+            r#"
     return #expired
 end
 local me = false
@@ -237,6 +234,19 @@ local function give(n, announce, first)
     return avail
 end
 "#
+        )
+    };
+}
+
+/// The Lua that takes expired permits out of the lease table, at most
+/// [`reclaim_max!`] of them, into `local expired` (their ids): `reclaim()`'s
+/// body, and the release's, which needs the ids (and defines no helper).
+macro_rules! take_expired {
+    () => {
+        concat!(
+            "local expired = redis.call('zrangebyscore', T, 0, now, 'limit', 0, ",
+            $crate::protocol::semaphore::reclaim_max!(),
+            ")\nif #expired > 0 then\n    redis.call('zrem', T, unpack(expired))\nend\n"
         )
     };
 }
@@ -393,12 +403,9 @@ local first = redis.call('lindex', L, 0)
 -- ours among them were present, not alive. When they were all read (fewer
 -- than the most one script takes), one of ours still in the table is
 -- alive — taken out in one call, without reading its lease first.
-local expired = redis.call('zrangebyscore', T, 0, now, 'limit', 0, "#,
-    reclaim_max!(),
-    r#")
-if #expired > 0 then
-    redis.call('zrem', T, unpack(expired))
-end
+"#,
+    take_expired!(),
+    r#"
 local all_read = #expired < "#,
     reclaim_max!(),
     r#"
