@@ -277,20 +277,25 @@ fn the_uncontended_paths_do_what_the_full_ones_do() {
         }
         let (shipped_run, full_run) = (&results[0], &results[1]);
         assert_eq!(shipped_run.0, full_run.0, "case {case}: the same state");
-        assert!(
-            alike(&shipped_run.1, &full_run.1),
-            "case {case}: the acquire (k {k}, place {place:?}) from\n{}\nshipped {:#?}\nfull {:#?}",
-            shipped_run.0,
-            shipped_run.1,
-            full_run.1
-        );
-        assert!(
-            alike(&shipped_run.2, &full_run.2),
-            "case {case}: the release after it, from\n{}\nshipped {:#?}\nfull {:#?}",
-            shipped_run.0,
-            shipped_run.2,
-            full_run.2
-        );
+        let calls = [
+            (
+                format!("the acquire (k {k}, place {place:?})"),
+                &shipped_run.1,
+                &full_run.1,
+            ),
+            (
+                "the release after it".to_owned(),
+                &shipped_run.2,
+                &full_run.2,
+            ),
+        ];
+        for (call, shipped, full) in calls {
+            assert!(
+                alike(shipped, full),
+                "case {case}: {call} from\n{}\nshipped {shipped:#?}\nfull {full:#?}",
+                shipped_run.0
+            );
+        }
         taken_early += usize::from(shipped_run.0.contains("line []") && shipped_run.1[0] == "[1]");
         released_early += usize::from(shipped_run.1[1].contains("line []"));
     }
