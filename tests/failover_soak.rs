@@ -65,9 +65,24 @@ fn master_port(sentinel: &RedisServer) -> Option<u16> {
     let addr: Vec<String> = redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(MASTER)
-        .query(&mut sentinel.connection())
+        .query(&mut sentinel.try_connection().ok()?)
         .ok()?;
     addr.get(1)?.parse().ok()
+}
+
+/// Polls the Sentinels until `cond` holds or `within` passes, every 50 ms:
+/// each look opens a connection to each Sentinel, and polling every 5 ms for
+/// half a minute of a loaded failover once ran the machine out of
+/// ephemeral ports (`connect`: EAGAIN). A Sentinel that cannot be reached
+/// for a moment is one that does not say yes yet.
+fn poll(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    eventually(within, || {
+        let held = cond();
+        if !held {
+            std::thread::sleep(Duration::from_millis(45));
+        }
+        held
+    })
 }
 
 /// The master's port, when every Sentinel names the same one.
@@ -80,10 +95,13 @@ fn agreed_master(sentinels: &[RedisServer]) -> Option<u16> {
 /// Whether the Sentinel knows a healthy replica on `port` (one it could
 /// promote).
 fn replica_ready(sentinel: &RedisServer, port: u16) -> bool {
+    let Ok(mut con) = sentinel.try_connection() else {
+        return false;
+    };
     let replicas: Vec<Vec<String>> = match redis::cmd("SENTINEL")
         .arg("REPLICAS")
         .arg(MASTER)
-        .query(&mut sentinel.connection())
+        .query(&mut con)
     {
         Ok(r) => r,
         Err(_) => return false,
@@ -182,7 +200,7 @@ fn locks_through_repeated_sentinel_failovers() {
     let mut ready_at = Vec::new();
     for round in 0..FAILOVERS {
         let mut primary = 0;
-        let ready = eventually(Duration::from_secs(60), || {
+        let ready = poll(Duration::from_secs(60), || {
             let Some(port) = agreed_master(&sentinels) else {
                 return false;
             };
@@ -198,7 +216,7 @@ fn locks_through_repeated_sentinel_failovers() {
         let old = servers[primary].port();
         servers[primary].kill();
         let killed = now_us();
-        let promoted = eventually(Duration::from_secs(30), || {
+        let promoted = poll(Duration::from_secs(30), || {
             agreed_master(&sentinels).is_some_and(|port| port != old)
         });
         assert!(
@@ -215,7 +233,7 @@ fn locks_through_repeated_sentinel_failovers() {
         dead.restart_as_replica_of(alive);
         kills.push((killed, failed_over));
     }
-    assert!(eventually(Duration::from_secs(60), || {
+    assert!(poll(Duration::from_secs(60), || {
         agreed_master(&sentinels).is_some_and(|port| {
             let replica = if servers[0].port() == port { 1 } else { 0 };
             sentinels

@@ -190,7 +190,10 @@ impl RedisServer {
         self.server.pid()
     }
 
-    pub(super) fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+    /// A plain connection, or why there is none (a server that cannot be
+    /// reached for a moment, while others fail over).
+    #[allow(dead_code)]
+    pub fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
         #[cfg(feature = "tls")]
         let client = match &self.tls_ca {
             Some(ca) => redis::Client::build_with_tls(
