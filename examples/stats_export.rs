@@ -29,6 +29,18 @@ fn prometheus(client: &str, s: &Stats) -> String {
         s.acquisitions,
     );
     metric(
+        "woken_acquisitions_total",
+        "counter",
+        "Locks taken by a waiter a release's message woke.",
+        s.woken_acquisitions,
+    );
+    metric(
+        "retried_acquisitions_total",
+        "counter",
+        "Locks taken by a waiter at a retry of its own (no message woke it).",
+        s.retried_acquisitions,
+    );
+    metric(
         "wait_timeouts_total",
         "counter",
         "Bounded waits that ran out.",

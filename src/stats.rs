@@ -41,6 +41,18 @@ pub struct Stats {
     /// Locks taken since the client was built (every kind; a reentrant hold
     /// counts too).
     pub acquisitions: u64,
+    /// Of those, locks taken by a waiter (an attempt had found the lock
+    /// held) that a message woke: a release's unlock message, or a grant of
+    /// the lock to its place.
+    pub woken_acquisitions: u64,
+    /// Of those, locks taken by a waiter at a retry of its own: its timer
+    /// (the holder's lease ran out, its place's confirmation fell due, it
+    /// could not hear messages), the retry after it subscribed, or one
+    /// after an outage. While the subscriber is connected, most waits
+    /// should end woken instead: many of these say releases do not reach
+    /// the waiters (a lost message, another library that publishes
+    /// nothing).
+    pub retried_acquisitions: u64,
     /// Bounded waits (`try_lock_for`, `lock_with` with a wait, …) that ran
     /// out without the lock, single tries that found it held included.
     pub wait_timeouts: u64,
@@ -66,6 +78,8 @@ pub(crate) struct Counters {
     pub(crate) leases_lost: AtomicU64,
     pub(crate) waiters_parked: AtomicU64,
     pub(crate) acquisitions: AtomicU64,
+    pub(crate) woken_acquisitions: AtomicU64,
+    pub(crate) retried_acquisitions: AtomicU64,
     pub(crate) wait_timeouts: AtomicU64,
     pub(crate) waits_cancelled: AtomicU64,
     pub(crate) wait_time: [AtomicU64; WAIT_BUCKETS_MS.len() + 1],
@@ -80,6 +94,8 @@ impl Counters {
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
             waiters_parked: self.waiters_parked.load(Ordering::Relaxed),
             acquisitions: self.acquisitions.load(Ordering::Relaxed),
+            woken_acquisitions: self.woken_acquisitions.load(Ordering::Relaxed),
+            retried_acquisitions: self.retried_acquisitions.load(Ordering::Relaxed),
             wait_timeouts: self.wait_timeouts.load(Ordering::Relaxed),
             waits_cancelled: self.waits_cancelled.load(Ordering::Relaxed),
             wait_time: std::array::from_fn(|i| self.wait_time[i].load(Ordering::Relaxed)),

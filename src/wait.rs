@@ -49,7 +49,8 @@ pub(crate) trait Env {
     /// Wake-all messages seen on the channel so far.
     fn broadcasts(&self, sub: &Self::Sub) -> u64;
     /// Parks until woken by the rule (with `claim`, a [`Wake::Claim`]
-    /// waiter: a grant naming it or a wake-up), or `until`.
+    /// waiter: a grant naming it or a wake-up), or `until`. True when a
+    /// message woke it (not `until`, not a cancel).
     async fn park(
         &self,
         sub: &Self::Sub,
@@ -57,7 +58,11 @@ pub(crate) trait Env {
         seen: u64,
         claim: Option<&str>,
         until: Instant,
-    );
+    ) -> bool;
+    /// Counts a lock taken after the wait found it held: on a message that
+    /// woke the waiter (`woken`), or at a retry of its own (its timer, a
+    /// retry after subscribing or an outage).
+    fn got_after_waiting(&self, woken: bool);
     /// Whether Redis confirmed the subscription (the subscriber is
     /// connected): only then does an unlock message reach the waiter.
     fn listening(&self, sub: &Self::Sub) -> bool;
@@ -115,6 +120,8 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
     let mut deaf = DEAF_RETRY_MIN;
     // A subscription was dropped because its channel's slot moved.
     let mut moved = false;
+    // The last park ended on a message: the next attempt was set off by it.
+    let mut woken = false;
     loop {
         if env.cancelled() {
             return Ok(None); // `place` leaves a waiting place
@@ -133,6 +140,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             // to us); only grants after it are news.
             drop(grants(env, s, &*place.kind));
         }
+        let on_message = std::mem::take(&mut woken);
         // The lease counts from when the request was sent, not answered.
         let sent_at = env.now();
         let answer = place.kind.attempt().await;
@@ -167,6 +175,9 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
                 let lease = place.kind.lease();
                 if round_trip < lease {
                     place.armed = false;
+                    if waiting {
+                        env.got_after_waiting(on_message);
+                    }
                     return Ok(Some(Got {
                         held,
                         sent_at,
@@ -237,7 +248,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             deaf = (deaf * 2).min(DEAF_RETRY_MAX);
         }
         let claim = place.kind.claim().filter(|_| wake == Wake::Claim);
-        env.park(s, wake, seen, claim, wake_at).await;
+        woken = env.park(s, wake, seen, claim, wake_at).await;
         for grant in grants(env, s, &*place.kind) {
             match place.kind.granted(&grant) {
                 // Made after the attempt that left us waiting (sent at
@@ -248,6 +259,7 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
                     if env.now().saturating_duration_since(sent_at) < lease / 2 =>
                 {
                     place.armed = false;
+                    env.got_after_waiting(true);
                     return Ok(Some(Got {
                         held,
                         sent_at,
@@ -419,7 +431,7 @@ impl Env for Live<'_> {
         seen: u64,
         claim: Option<&str>,
         until: Instant,
-    ) {
+    ) -> bool {
         // Counted while parked, also when a task's wait is dropped here.
         let _parked = Unpark::counted(self.counters);
         let (park, stop) = (self.park, self.cancel);
@@ -427,7 +439,15 @@ impl Env for Live<'_> {
             (Wake::Claim, Some(claim)) => sub.wait_claim_until(park, claim, until, stop).await,
             (Wake::OneOrAll, _) => sub.wait_until(park, Some(seen), until, stop).await,
             _ => sub.wait_until(park, None, until, stop).await,
+        }
+    }
+
+    fn got_after_waiting(&self, woken: bool) {
+        let counter = match woken {
+            true => &self.counters.woken_acquisitions,
+            false => &self.counters.retried_acquisitions,
         };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     fn listening(&self, sub: &Subscription) -> bool {

@@ -352,9 +352,8 @@ fn a_redisson_client_and_leasehold_share_one_semaphore() {
         Tried::Later(Some(_))
     ));
     assert_eq!(java.available("mixed"), 0);
-    // A Redisson release wakes our waiter: released as soon as it parks,
-    // it gets in within half a second — woken by the message, not by its
-    // place's confirmation (a second after it parked).
+    // A Redisson release wakes our waiter: it gets in woken by the message,
+    // not at its place's confirmation (`Stats::woken_acquisitions`).
     let other = LockClient::new(&server.url()).unwrap();
     let waiter = {
         let other = other.clone();
@@ -363,21 +362,16 @@ fn a_redisson_client_and_leasehold_share_one_semaphore() {
                 .semaphore("mixed")
                 .try_acquire_for(Duration::from_secs(5))
                 .unwrap();
-            (p.is_some(), Instant::now())
+            p.is_some()
         })
     };
     assert!(support::eventually(Duration::from_secs(5), || other
         .stats()
         .waiters_parked
         == 1));
-    let released = Instant::now();
     assert!(java.release("mixed", &java_ids[0]));
-    let (got, at) = waiter.join().unwrap();
-    let took = at - released;
-    assert!(
-        got && took < Duration::from_millis(500),
-        "{got} after {took:?}"
-    );
+    assert!(waiter.join().unwrap(), "the waiter got a permit");
+    assert_eq!(other.stats().woken_acquisitions, 1, "{:?}", other.stats());
     // Redisson releases ours by id (hex), as its users would.
     let ids = ours.ids();
     assert!(java.release("mixed", &ids[0]));

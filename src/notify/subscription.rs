@@ -182,7 +182,7 @@ impl Subscription {
         claim: &str,
         until: Instant,
         stop: Option<&Cancel>,
-    ) {
+    ) -> bool {
         self.wait_permit(park, until, stop, |c| {
             c.grants.iter().any(|g| names(g, claim))
         })
@@ -215,27 +215,28 @@ impl Subscription {
 
     /// Parks until an unlock message (or a reconnect) grants this waiter a
     /// wake-up (taken), a wake-all message after the first `broadcasts`
-    /// (when given), `until`, or `stop` is cancelled.
+    /// (when given), `until`, or `stop` is cancelled. True when woken by a
+    /// message (or a reconnect), not by `until` or a cancel.
     pub(crate) async fn wait_until(
         &self,
         park: Park,
         broadcasts: Option<u64>,
         until: Instant,
         stop: Option<&Cancel>,
-    ) {
+    ) -> bool {
         let woken = |c: &Channel| broadcasts.is_some_and(|seen| c.broadcasts > seen);
         self.wait_permit(park, until, stop, woken).await
     }
 
     /// The waits above: until `woken` (nothing taken) or a wake-up permit
-    /// (taken).
+    /// (taken). True when either came.
     async fn wait_permit(
         &self,
         park: Park,
         until: Instant,
         stop: Option<&Cancel>,
         woken: impl Fn(&Channel) -> bool,
-    ) {
+    ) -> bool {
         self.wait_on(park, until, stop, |st, channel| {
             let c = st.channels.get_mut(channel)?;
             if !woken(c) {
@@ -243,7 +244,8 @@ impl Subscription {
             }
             Some(())
         })
-        .await;
+        .await
+        .is_some()
     }
 }
 

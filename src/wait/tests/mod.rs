@@ -205,6 +205,8 @@ struct Fake {
     cancel_after_parks: Cell<Option<usize>>,
     /// The subscription hears the unlock channel.
     unlock: Cell<bool>,
+    /// Locks taken after waiting, each: woken by a message (or a retry).
+    got: RefCell<Vec<bool>>,
 }
 
 impl Fake {
@@ -255,7 +257,16 @@ impl Env for Fake {
         7
     }
 
-    async fn park(&self, _sub: &(), wake: Wake, seen: u64, claim: Option<&str>, until: Instant) {
+    /// A message (`grants`' next entry, maybe no grant in it) wakes the
+    /// waiter at once; without one, the park lasts until `until`.
+    async fn park(
+        &self,
+        _sub: &(),
+        wake: Wake,
+        seen: u64,
+        claim: Option<&str>,
+        until: Instant,
+    ) -> bool {
         if let Some(claim) = claim {
             self.log.borrow_mut().push(format!("claim {claim}"));
         }
@@ -263,14 +274,22 @@ impl Env for Fake {
         self.log
             .borrow_mut()
             .push(format!("park {wake:?} seen {seen} ~{ms} ms"));
-        match self.grants.borrow_mut().pop_front() {
-            // A grant wakes the waiter at once.
-            Some(grants) => self
-                .delivered
-                .borrow_mut()
-                .extend(grants.into_iter().map(<[u8]>::to_vec)),
-            None => advance_to(until),
+        let message = self.grants.borrow_mut().pop_front();
+        match message {
+            Some(grants) => {
+                let grants = grants.into_iter().map(<[u8]>::to_vec);
+                self.delivered.borrow_mut().extend(grants);
+                true
+            }
+            None => {
+                advance_to(until);
+                false
+            }
         }
+    }
+
+    fn got_after_waiting(&self, woken: bool) {
+        self.got.borrow_mut().push(woken);
     }
 
     fn listening(&self, sub: &()) -> bool {
@@ -333,6 +352,66 @@ fn a_free_lock_is_one_attempt_and_no_subscription() {
     assert_eq!(run(&mut kind, &env, None).unwrap(), Some(1));
     assert_eq!(kind.attempts, 1);
     assert!(env.log().is_empty(), "{:?}", env.log());
+    assert!(
+        env.got.borrow().is_empty(),
+        "no wait: neither woken nor retried"
+    );
+}
+
+/// A lock taken after waiting is counted as woken (a message ended the park
+/// before the attempt that took it, or brought a grant) or retried (the
+/// park ran to its end, or the retry came after subscribing): what
+/// `Stats::woken_acquisitions` and `retried_acquisitions` count.
+#[test]
+fn what_set_off_the_attempt_that_took_the_lock_is_counted() {
+    let wait = |ms| Step::Wait(Duration::from_millis(ms));
+    // Each park in turn: woken by a message bringing these grants (none:
+    // an unlock message), or (past the list) run to its end.
+    let check = |case: &str, parks: Vec<Vec<&'static [u8]>>, steps, sub, woken: bool| {
+        let mut kind = Scripted::new(steps);
+        kind.place = true;
+        let env = fake();
+        *env.grants.borrow_mut() = parks.into();
+        let mut sub = sub;
+        assert!(run_on(&mut kind, &env, &mut sub).is_some(), "{case}");
+        assert_eq!(*env.got.borrow(), [woken], "{case}: {:?}", env.log());
+    };
+    let subscribed = Some(());
+    check(
+        "the park ran out",
+        vec![],
+        vec![wait(50), HELD],
+        subscribed,
+        false,
+    );
+    check(
+        "a message",
+        vec![vec![]],
+        vec![wait(10_000), HELD],
+        subscribed,
+        true,
+    );
+    check(
+        "a grant",
+        vec![vec![b"mine"]],
+        vec![wait(10_000)],
+        subscribed,
+        true,
+    );
+    check(
+        "a message, then the park ran out",
+        vec![vec![]],
+        vec![wait(10_000), wait(50), HELD],
+        subscribed,
+        false,
+    );
+    check(
+        "the retry after subscribing",
+        vec![],
+        vec![wait(50), HELD],
+        None,
+        false,
+    );
 }
 
 #[test]
