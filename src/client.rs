@@ -309,8 +309,10 @@ impl LockClient {
     /// that registered (they do while they hold or renew anything), the
     /// remaining lease, the waiters Redis knows of (the line of waiting
     /// clients, the fair queue, the waiting writers) and the last fencing
-    /// token. A few reads, never part of the lock path; the answer may be
-    /// stale by the time it arrives.
+    /// token. One script reads the lock's whole state at one moment (a
+    /// holder and its waiters never come from two different moments),
+    /// then one read per client named; never part of the lock path, and
+    /// the answer may be stale by the time it arrives.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), leasehold::Error> {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::names::{client_key, line_key, queue_key, token_key, writers_key};
+use crate::names::client_key;
+use crate::protocol::admin::Read;
 use crate::raw::Raw;
 
 /// What Redis knows of one lock now (see [`LockClient::inspect`]).
@@ -241,28 +242,18 @@ pub(crate) fn inspect(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
 /// Clients' registrations read so far, by client id (`None`: none found).
 type Clients = HashMap<String, Option<ClientInfo>>;
 
-/// Reads lock `name` (key `key`): what the key is (anything but a lock
-/// is [`Error::NotALock`]), then one pipeline; owners not yet turned into
-/// clients.
+/// Reads lock `name` (key `key`) in one script, at one moment: anything but
+/// a lock, nothing or a job's lock is [`Error::NotALock`]; owners not yet
+/// turned into clients.
 fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
-    match raw.lock_shape(key) {
-        Err(Error::NotALock { what, .. }) if what == "a string" => return read_job(raw, name, key),
-        shape => shape?,
-    };
-    // The queues waiters stand in: how each is listed, in reply order.
-    let queues: [(WaitQueue, &str, String); 3] = [
-        (WaitQueue::Line, "LRANGE", line_key(key).to_string()),
-        (WaitQueue::Fair, "LRANGE", queue_key(key)),
-        (WaitQueue::Writers, "ZRANGE", writers_key(key)),
-    ];
-    let replies: Vec<Value> = raw.on_node(key, |con| {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL").arg(key).cmd("PTTL").arg(key);
-        for (_, list, queue) in &queues {
-            pipe.cmd(list).arg(queue).arg(0).arg(-1);
+    let replies = match raw.read_lock(key)? {
+        Read::Lock(replies) => replies,
+        Read::String(value, ttl) => return job(name, key, value, ttl),
+        Read::Other(what) => {
+            let key = key.to_owned();
+            return Err(Error::NotALock { key, what });
         }
-        pipe.cmd("GET").arg(token_key(key)).query(con)
-    })?;
+    };
     let get = |i: usize| replies.get(i).cloned().unwrap_or(Value::Nil);
     let hash = pairs(&get(0));
     let ttl = match get(1) {
@@ -295,8 +286,10 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
         })
         .collect();
     holders.sort_by(|a, b| a.owner.cmp(&b.owner));
+    // The queues waiters stand in, in reply order after the hash and TTL.
+    let queues = [WaitQueue::Line, WaitQueue::Fair, WaitQueue::Writers];
     let mut waiters = Vec::new();
-    for (reply, (queue, _, _)) in queues.into_iter().enumerate() {
+    for (reply, queue) in queues.into_iter().enumerate() {
         let Value::Array(entries) = get(reply + 2) else {
             continue;
         };
@@ -329,20 +322,9 @@ fn read(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
     })
 }
 
-/// Reads the scheduled job's lock at `key` (a string): its run's value and
-/// what is left of it; [`Error::NotALock`] for a string of another shape.
-fn read_job(raw: &Raw, name: &str, key: &str) -> Result<LockInfo> {
-    let (value, ttl): (Option<String>, i64) = raw.on_node(key, |con| {
-        redis::pipe()
-            .cmd("GET")
-            .arg(key)
-            .cmd("PTTL")
-            .arg(key)
-            .query(con)
-    })?;
-    let Some(value) = value else {
-        return read(raw, name, key); // gone meanwhile: free
-    };
+/// The scheduled job's lock at `key`, a string holding `value` for `ttl`
+/// ms more; [`Error::NotALock`] for a string of another shape.
+fn job(name: &str, key: &str, value: String, ttl: i64) -> Result<LockInfo> {
     if crate::protocol::job::value_host(&value).is_none() {
         let what = "a string that is no job's lock (ShedLock's ADDED:<time>@<host>:<uuid>)";
         return Err(Error::NotALock {

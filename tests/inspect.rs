@@ -264,3 +264,47 @@ fn list_reads_each_clients_registration_once() {
     let locks = guards.len() as u64;
     assert_eq!(calls.get("hgetall"), Some(&(2 * locks + 1)), "{calls:?}");
 }
+
+/// `list` reads each lock in one script: what the key is and everything an
+/// operator sees of it, in one round trip and at one moment. (It checked
+/// the key's shape, then read the lock in a pipeline: two round trips a
+/// lock, and three for a job's.) For 20 locks and a running job: one
+/// `EVALSHA` each, beside the `SCAN`s and the one read of the client's
+/// registration — and one for that registration's own key, a hash that
+/// `*` matches too (read, and left out: no lock).
+#[test]
+fn list_reads_each_lock_in_one_round_trip() {
+    let server = RedisServer::start();
+    let ops = named(&server, "one-trip");
+    // Explicit leases: no renewal is sent while the commands are counted.
+    let lease = LockOptions::new().lease(Duration::from_secs(60));
+    let guards: Vec<_> = (0..20)
+        .map(|i| ops.lock_with(&format!("batch:{i}"), lease.clone()).unwrap())
+        .collect();
+    inspect_named(&ops, "batch:0");
+    let run = ops.job("nightly").run(|| {
+        let monitor = support::Monitor::start(&server);
+        let listed = ops.list("*", 10_000).unwrap();
+        // The renewal thread's writes of the registration (every 2 s while
+        // the client is active) are off the list's path.
+        let sent = monitor.client_commands();
+        (listed, sent)
+    });
+    let Ok(leasehold::JobRun::Ran((listed, sent))) = run else {
+        panic!("the job ran: {run:?}");
+    };
+    assert_eq!(listed.len(), guards.len() + 1, "{listed:?}");
+    assert_eq!(
+        listed.iter().filter(|l| l.kind == LockKind::Job).count(),
+        1,
+        "{listed:?}"
+    );
+    let mut sent: Vec<_> = sent
+        .into_iter()
+        .filter(|c| !["scan", "hset", "pexpire"].contains(&c.as_str()))
+        .collect();
+    sent.sort();
+    let mut expected = vec!["evalsha"; listed.len() + 1];
+    expected.push("hgetall");
+    assert_eq!(sent, expected, "a script per lock, a read per client");
+}

@@ -1,13 +1,14 @@
 //! What an operator sends, with no threads: what a key is (a lock of any
-//! kind, nothing, or something else — [`Shape`]), and the forced release of
-//! a lock of any kind (Redisson's `forceUnlock`), which tells that kind's
-//! waiters and refuses to touch anything that is not a lock.
+//! kind, nothing, or something else — [`Shape`]), a lock's whole state read
+//! at one moment ([`Read`]), and the forced release of a lock of any kind
+//! (Redisson's `forceUnlock`), which tells that kind's waiters and refuses
+//! to touch anything that is not a lock.
 
 use redis::{ConnectionLike, RedisResult, Value};
 
 use super::plain::companion_fn;
 use super::{items, unexpected, Lua, PubSub, Scripts};
-use crate::names::{channel_name, line_key, queue_key, rw_channel};
+use crate::names::{channel_name, line_key, queue_key, rw_channel, token_key, writers_key};
 
 /// The Lua functions `lock_owner(f)` — whether hash field `f` names a
 /// lock owner (`<client-uuid>:<n>`, `<client-uuid>:<n>:write` — leasehold's
@@ -82,6 +83,43 @@ pub(crate) enum Shape {
 
 /// What a key is: KEYS the key. See [`shape_fn!`].
 pub(super) const SHAPE: &str = concat!(shape_fn!(), "return shape(KEYS[1])\n");
+
+/// What an operator sees of a lock, in one script (one round trip, one
+/// moment): KEYS lock, line of waiting clients, fair queue, waiting
+/// writers, token counter. A lock (or no key): `{'lock', <HGETALL>,
+/// <PTTL>, <the line>, <the fair queue>, <the waiting writers>, <the
+/// token>}`; a string (a job's lock, or not): `{'string', <value>,
+/// <PTTL>}`; anything else: its `shape`.
+pub(super) const READ: &str = concat!(
+    shape_fn!(),
+    r#"
+local what = shape(KEYS[1])
+if what[1] == 'type' and what[2] == 'string' then
+    return {'string', redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1])}
+end
+if what[1] ~= 'lock' and what[1] ~= 'none' then
+    return what
+end
+return {'lock', redis.call('hgetall', KEYS[1]), redis.call('pttl', KEYS[1]),
+    redis.call('lrange', KEYS[2], 0, -1), redis.call('lrange', KEYS[3], 0, -1),
+    redis.call('zrange', KEYS[4], 0, -1), redis.call('get', KEYS[5])}
+"#
+);
+
+/// A lock's state as [`READ`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Read {
+    /// A lock, or no key (nobody holds it; waiters may stand in line):
+    /// the replies of `HGETALL`, `PTTL`, the line's `LRANGE`, the fair
+    /// queue's, the waiting writers' `ZRANGE` and the token counter's
+    /// `GET`, in that order.
+    Lock(Vec<Value>),
+    /// A string (a scheduled job's lock, or another string): its value
+    /// and its `PTTL`.
+    String(String, i64),
+    /// Not a lock: what it is, in words.
+    Other(String),
+}
 
 /// A value in what [`Shape::Other`] says, shortened to something a person
 /// reads (a field of an application hash may be anything).
@@ -203,6 +241,7 @@ pub(crate) enum Forced {
 pub(crate) struct AdminScripts {
     force_unlock: Lua,
     shape: Lua,
+    read: Lua,
 }
 
 impl AdminScripts {
@@ -210,6 +249,7 @@ impl AdminScripts {
         AdminScripts {
             force_unlock: pubsub.lua(FORCE_UNLOCK),
             shape: pubsub.lua(SHAPE),
+            read: pubsub.lua(READ),
         }
     }
 }
@@ -239,6 +279,28 @@ impl Scripts {
     /// read; one script, read only).
     pub(crate) fn shape(&self, con: &mut dyn ConnectionLike, key: &str) -> RedisResult<Shape> {
         shape_of(&self.admin.shape.query(con, 1, key)?)
+    }
+
+    /// Everything an operator sees of lock `key`, at one moment (one
+    /// script, read only): see [`READ`].
+    pub(crate) fn read(&self, con: &mut dyn ConnectionLike, key: &str) -> RedisResult<Read> {
+        let keys = (key, line_key(key), queue_key(key), writers_key(key));
+        let reply: Value = self.admin.read.query(con, 5, (keys, token_key(key)))?;
+        let mut parts = items(&reply).iter();
+        let read = match parts.next() {
+            Some(Value::BulkString(w)) if w == b"lock" => Read::Lock(parts.cloned().collect()),
+            Some(Value::BulkString(w)) if w == b"string" => match (parts.next(), parts.next()) {
+                (Some(Value::BulkString(v)), Some(Value::Int(ttl))) => {
+                    Read::String(String::from_utf8_lossy(v).into_owned(), *ttl)
+                }
+                _ => return Err(unexpected("read", &reply)),
+            },
+            _ => match shape_of(&reply)? {
+                Shape::Other(what) => Read::Other(what),
+                _ => return Err(unexpected("read", &reply)),
+            },
+        };
+        Ok(read)
     }
 }
 

@@ -34,6 +34,7 @@ fn whole_scripts() -> Vec<(&'static str, String)> {
         ("cancel writer", format!("{now}{}", rwlock::CANCEL_WRITER)),
         ("force unlock", admin::FORCE_UNLOCK.to_owned()),
         ("shape", admin::SHAPE.to_owned()),
+        ("read", admin::READ.to_owned()),
         ("semaphore acquire", semaphore::ACQUIRE.to_owned()),
         ("semaphore release", semaphore::RELEASE.to_owned()),
         ("semaphore leave", semaphore::LEAVE.to_owned()),

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::options::Kind;
 use crate::park::{block_on, Park, Pending};
-use crate::protocol::admin::{Forced, Shape};
+use crate::protocol::admin::{Forced, Read, Shape};
 use crate::protocol::{self, Attempt, Fence, Keep, Release, Reply, Request, Scripts, Wait};
 use crate::renewal::{LeaseState, Renewer};
 use crate::stats::Counters;
@@ -455,6 +455,21 @@ impl Raw {
             Shape::Lock => Ok(true),
             Shape::None => Ok(false),
             Shape::Other(what) => Err(not_a_lock(key, what)),
+        }
+    }
+
+    /// Everything an operator sees of lock `key`, at one moment (one
+    /// script, read only).
+    ///
+    /// # Errors
+    /// [`Error::NotALock`] when it is neither a lock, nothing, nor a string.
+    pub(crate) fn read_lock(&self, key: &str) -> Result<Read> {
+        let read = self
+            .conns
+            .run(key, Bound::default(), |con| self.scripts().read(con, key))?;
+        match read {
+            Read::Other(what) => Err(not_a_lock(key, what)),
+            read => Ok(read),
         }
     }
 
