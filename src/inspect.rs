@@ -14,8 +14,7 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::names::client_key;
-use crate::protocol::admin::Read;
-use crate::raw::Raw;
+use crate::raw::{Raw, Read};
 
 /// What Redis knows of one lock now (see [`LockClient::inspect`]).
 ///
