@@ -180,6 +180,89 @@ fn resident_bytes() -> u64 {
     pages * 4096
 }
 
+/// A release awaited while the renewal thread has a batch in flight parks
+/// the task, not the executor's thread. The release waits that batch out
+/// (no renewal may reach Redis after it), on a signal.
+///
+/// A lock and a job's lock are taken with 4.5 s leases (renewed 1.5 s in;
+/// socket timeout 2 s), and Redis is stopped (`SIGSTOP`) once the
+/// renewal thread wrote the client's registration (so its next write of
+/// it, 2 s on, comes after the renewal). The batch due 1.5 s in hangs on
+/// the stopped server until its socket timeout, 3.5 s in. `unlock().await`
+/// of both, 2.5 s in (each lease has 2 s left, and the batch has been out
+/// a second), must not hold a 1 ms ticker on a current-thread runtime. A
+/// wait that blocked the thread would hold it until the batch gave up, a
+/// second later (the runtime could not resume Redis either): ten times
+/// the 100 ms bound, itself ten times the scheduling noise of a loaded
+/// machine. A third guard's `unlock()` future, dropped while it waits for
+/// the batch, leaves its release to the background: the lock is gone once
+/// Redis resumes.
+#[test]
+fn a_release_while_a_renewal_is_in_flight_parks_the_task_not_the_executor() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(4_500);
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(lease)
+        .socket_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+        .to_async();
+    let rt = current_thread();
+    let (gap, ended) = rt.block_on(async {
+        let ticker = Ticker::default();
+        let tick = ticker.spawn();
+        let taken = Instant::now();
+        let guard = client.lock("in-flight").await.unwrap();
+        let dropped = client.lock("in-flight:dropped").await.unwrap();
+        let job = client.job("in-flight").lock_at_most_for(lease);
+        let job = job
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("the job's lock is free");
+        let mut con = server.connection();
+        assert!(support::eventually(Duration::from_secs(1), || !con
+            .keys::<_, Vec<String>>("leasehold_client:*")
+            .unwrap()
+            .is_empty()));
+        let pid = server.pid();
+        let signal = |sig| tokio::task::spawn_blocking(move || signal_pid(pid, sig));
+        signal("STOP").await.unwrap();
+        tokio::time::sleep_until((taken + Duration::from_millis(2_500)).into()).await;
+        ticker.take();
+        let unlocks = (tokio::spawn(guard.unlock()), tokio::spawn(job.unlock()));
+        let gone = tokio::time::timeout(Duration::from_millis(200), dropped.unlock()).await;
+        assert!(gone.is_err(), "the release waited for the batch: {gone:?}");
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let gap = ticker.take();
+        signal("CONT").await.unwrap();
+        // Each ends, sent once the batch is back (held or not by then).
+        let ended = (unlocks.0.await.is_ok(), unlocks.1.await.is_ok());
+        ticker.stop.store(true, Ordering::Relaxed);
+        tick.await.unwrap();
+        (gap, ended)
+    });
+    assert!(
+        gap < Duration::from_millis(100),
+        "the executor was held {gap:?} by releases waiting for a renewal in flight"
+    );
+    assert_eq!(ended, (true, true), "both releases ended");
+    let mut con = server.connection();
+    for key in ["in-flight", "job-lock:default:in-flight"] {
+        assert!(!con.exists::<_, bool>(key).unwrap(), "{key} left in redis");
+    }
+    assert!(
+        support::eventually(Duration::from_secs(10), || !con
+            .exists::<_, bool>("in-flight:dropped")
+            .unwrap()),
+        "the dropped unlock's release was sent in the background"
+    );
+    // Released, not expired (its lease had seconds left).
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut con).unwrap();
+    assert!(info.contains("expired_keys:0\r\n"), "{info}");
+}
+
 #[test]
 fn ten_thousand_waiting_tasks_cost_a_handful_of_threads_and_each_gets_its_turn() {
     let _serial = serial();

@@ -15,7 +15,7 @@ use crate::ledger::{Handover, NewHold, Outcome, Removed};
 use crate::options::Kind;
 use crate::park::Park;
 use crate::protocol::{self, Release, Released, Reply, Scripts};
-use crate::renewal::LeaseState;
+use crate::renewal::{InFlight, LeaseState};
 
 /// One hold, as a guard keeps it and [`Raw::release`] gives it back
 /// (cloned only to be released elsewhere, by a guard that is gone).
@@ -66,6 +66,8 @@ fn release_orphan(hold: &Hold) -> Orphan {
 struct Releasing<'a> {
     removed: Removed,
     handover: Option<Handover<'a>>,
+    /// The renewal batch in flight as its renewal stopped, to wait out.
+    in_flight: InFlight,
 }
 
 impl Releasing<'_> {
@@ -170,6 +172,8 @@ impl Raw {
         let call = self.scripts().release_call(&rel);
         let forsaken = || self.forsaken(release_orphan(hold), Undoing::Release);
         let forsaken = rel.last.then_some(&forsaken as MakeForsaken<'_>);
+        self.renewal_settled(park, releasing.in_flight, forsaken)
+            .await;
         let kind = rel.kind;
         let read = move |r: Reply| Scripts::release_reply(kind, r.value);
         let sent_at = Instant::now();
@@ -215,17 +219,24 @@ impl Raw {
                 .remove(key, field, hold.generation, state, hold.renewed);
             (removed, None)
         };
-        if hold.renewed {
-            if removed.stop_renewal {
-                self.renewer.cancel(state, true);
+        let in_flight = if hold.renewed {
+            match removed.stop_renewal {
+                true => self.renewer.cancel(state, true),
+                false => InFlight::default(),
             }
         } else if hold.kind == Kind::Read {
-            self.renewer.cancel(state, false);
-        }
+            self.renewer.cancel(state, false)
+        } else {
+            InFlight::default()
+        };
         if removed.last {
             state.released();
         }
-        (!state.is_lost()).then_some(Releasing { removed, handover })
+        (!state.is_lost()).then_some(Releasing {
+            removed,
+            handover,
+            in_flight,
+        })
     }
 
     /// A release sent and not answered, sent again in the background as

@@ -152,15 +152,12 @@ impl Raw {
         hold: &JobHold,
         bound: Bound,
     ) -> Result<()> {
-        self.renewer.cancel(&hold.state, true);
+        let in_flight = self.renewer.cancel(&hold.state, true);
         hold.state.released();
-        let keep = hold.keep_until.saturating_duration_since(Instant::now());
-        let call = job::scripts().release_call(&hold.key, &hold.history, &hold.value, keep, false);
         // An end whose caller went away, or whose reply was lost: sent again
         // (owner-checked, keeping the rest of `lock_at_least_for`) until
         // Redis answers.
-        let sent_at = Instant::now();
-        let orphan = || {
+        let orphan = |sent_at: Instant| {
             let lost = LostJob {
                 history: hold.history.clone(),
                 keep_until: hold.keep_until,
@@ -168,7 +165,13 @@ impl Raw {
             let lease = hold.state.valid_until().saturating_duration_since(sent_at);
             Orphan::lost_job(&hold.key, &hold.value, lease, lost, sent_at)
         };
-        let forsaken = || self.forsaken(orphan(), Undoing::Release);
+        let settled = || self.forsaken(orphan(Instant::now()), Undoing::Release);
+        self.renewal_settled(park, in_flight, Some(&settled as MakeForsaken<'_>))
+            .await;
+        let sent_at = Instant::now();
+        let keep = hold.keep_until.saturating_duration_since(sent_at);
+        let call = job::scripts().release_call(&hold.key, &hold.history, &hold.value, keep, false);
+        let forsaken = || self.forsaken(orphan(sent_at), Undoing::Release);
         let read = |r: Reply| job::release_reply(r.value);
         let ran = (self.conns)
             .call(
@@ -183,7 +186,7 @@ impl Raw {
         let ours = match ran {
             (Err(e), true) if e.is_unanswered() => {
                 let until = hold.state.valid_until();
-                return Err(self.release_pending(&hold.name, orphan(), until, e));
+                return Err(self.release_pending(&hold.name, orphan(sent_at), until, e));
             }
             (ran, _) => ran?,
         };

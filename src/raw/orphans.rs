@@ -30,12 +30,13 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::Raw;
-use crate::conn::{Bound, Forsaken, Outcome};
+use crate::conn::{Bound, Forsaken, MakeForsaken, Outcome};
 use crate::error::{Error, Result};
 use crate::names::SemaphoreKeys;
 use crate::options::Kind;
 use crate::park::Park;
 use crate::protocol::LONGEST_PLACE;
+use crate::renewal::InFlight;
 
 /// What a call whose caller went away is (see [`Raw::forsaken`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,6 +353,25 @@ impl Raw {
         });
     }
 
+    /// Waits out the renewal batch `in_flight` (see `Renewer::settled`)
+    /// before a release is sent: a thread blocks, a task parks. A task's
+    /// future dropped meanwhile leaves the release to `forsaken`'s hook,
+    /// as one dropped before its call was sent (the hook sends it in the
+    /// background).
+    pub(crate) async fn renewal_settled(
+        &self,
+        park: Park,
+        in_flight: InFlight,
+        forsaken: Option<MakeForsaken<'_>>,
+    ) {
+        if !in_flight.is_some() {
+            return;
+        }
+        let mut unsent = Unsent(forsaken);
+        self.renewer.settled(park, in_flight).await;
+        unsent.0 = None;
+    }
+
     /// What a call leaves to undo when its caller's future is dropped while
     /// it is out — the one hook of every operation, run by the transport
     /// once the call's outcome is known (see `conn::Outcome`): an acquire
@@ -389,6 +409,18 @@ impl Raw {
         let released = self.undo_hold(o.kind, &o.key, &o.owner, true, bound)?;
         tracing::debug!(key = %o.key, ?released, granted, "leasehold: undid a call whose reply was lost");
         Ok(())
+    }
+}
+
+/// A release not sent yet: dropped with its hook still in it (its future
+/// dropped while waiting), the hook is told nothing was sent.
+struct Unsent<'a>(Option<MakeForsaken<'a>>);
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        if let Some(make) = self.0.take() {
+            make()(Outcome::NotSent);
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{not_held, Answer, Channels, Got, Granted, LockKind, Orphan, Raw, Undoing, Wake, Want};
-use crate::conn::Bound;
+use crate::conn::{Bound, MakeForsaken};
 use crate::error::{Error, Result};
 use crate::names::SemaphoreKeys;
 use crate::options::{check_lease, check_name, Kind};
@@ -174,12 +174,15 @@ impl Raw {
         hold: &PermitHold,
         bound: Bound,
     ) -> Result<()> {
-        self.renewer.cancel(&hold.state, hold.renewed);
+        let in_flight = self.renewer.cancel(&hold.state, hold.renewed);
         hold.state.released();
         let call = self
             .scripts()
             .semaphore()
             .release_call(&hold.keys, &hold.ids);
+        let settled = || self.forsaken(permits_orphan(hold, Instant::now()), Undoing::Release);
+        self.renewal_settled(park, in_flight, Some(&settled as MakeForsaken<'_>))
+            .await;
         let sent_at = Instant::now();
         let forsaken = || self.forsaken(permits_orphan(hold, sent_at), Undoing::Release);
         let read = |r: Reply| semaphore::release_reply(r.value);

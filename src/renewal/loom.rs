@@ -90,7 +90,8 @@ fn register(renewer: &Renewer) -> Arc<LeaseState> {
 /// The guard's drop: renewal stopped (as the raw hold's release does for
 /// its last watchdog guard); then, returned, the flag is set.
 fn drop_guard(renewer: &Renewer, state: &Arc<LeaseState>, dropped: &AtomicBool) -> Instant {
-    renewer.cancel(state, true);
+    let in_flight = renewer.cancel(state, true);
+    block_on(renewer.settled(crate::park::Park::Thread, in_flight));
     dropped.store(true, Ordering::SeqCst);
     *state.valid_until.lock()
 }

@@ -15,6 +15,7 @@
 //! client's internals (kept alive by every clone and guard) are dropped
 //! and the control channel disconnects.
 
+mod gate;
 mod lease;
 #[cfg(all(test, loom))]
 mod loom;
@@ -30,11 +31,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+pub(crate) use gate::InFlight;
 pub use lease::LeaseLost;
 pub(crate) use lease::{LeaseState, Quorum};
 pub use watch::{LeaseWatch, UntilLost};
 
 use crate::conn::Batches;
+use crate::park::Park;
 use crate::stats::Counters;
 use crate::sync::Mutex;
 use wheel::{Wheel, TICK};
@@ -70,9 +73,9 @@ pub(crate) struct Renewer {
     /// Wakes the thread; dropping it (with the client) makes the thread exit.
     wake: Sender<()>,
     pending: Arc<Pending>,
-    /// Held by the thread while it sends a batch; taken briefly at unlock so
-    /// that no renewal of a cancelled lease is sent after unlock returns.
-    gate: Arc<Mutex<()>>,
+    /// The thread's batches in flight, which a release waits out (see
+    /// `gate`).
+    gate: Arc<gate::Gate>,
     pub(crate) counters: Arc<Counters>,
     /// Until when the client's registration is written (see
     /// `registration`).
@@ -224,19 +227,31 @@ impl Renewer {
     }
 
     /// A lease is done with (its last guard went): the thread sends
-    /// nothing more for it once this returns (it drops the entry when it
-    /// next meets it). `registered`: it was a watchdog lease (counted live).
-    pub(crate) fn cancel(&self, state: &Arc<LeaseState>, registered: bool) {
+    /// nothing more for it in any batch it begins from now on (it drops
+    /// the entry when it next meets it). A batch already in flight may
+    /// still renew it: that one is returned, for the release to wait out
+    /// with [`settled`](Self::settled) before it is sent. `registered`: it
+    /// was a watchdog lease (counted live).
+    pub(crate) fn cancel(&self, state: &Arc<LeaseState>, registered: bool) -> InFlight {
         if state.cancelled.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        if !state.is_lost() {
-            // A lost lease is never sent again; a live one may be in flight.
-            drop(self.gate.lock()); // wait out a batch in flight
+            return InFlight(None);
         }
         if registered {
             self.counters.live_leases.fetch_sub(1, Ordering::Relaxed);
         }
+        // A lost lease is never sent again; a live one may be in flight.
+        match state.is_lost() {
+            true => InFlight(None),
+            false => self.gate.in_flight(),
+        }
+    }
+
+    /// Waits until the batch `in_flight` (from [`cancel`](Self::cancel))
+    /// ended: once this returns, no renewal of the cancelled lease is
+    /// on its way to Redis. A thread blocks (at most the batch's round
+    /// trip, bounded by the socket timeout); a task parks.
+    pub(crate) async fn settled(&self, park: Park, in_flight: InFlight) {
+        self.gate.ended(park, in_flight).await;
     }
 
     /// A new lease for the renewal thread, queued (see [`Pending`]); `more`
@@ -323,7 +338,8 @@ mod tests {
         let (renewer, mut worker) = Renewer::new(Renewed, Duration::ZERO, LEASE / 10, registration);
         let pair = || {
             let state = renewer.register("k", "o", LEASE, Instant::now(), LEASE, None, "plain");
-            renewer.cancel(&state, true);
+            let in_flight = renewer.cancel(&state, true);
+            assert!(!in_flight.is_some(), "no batch is in flight here");
         };
         pair();
         assert!(
@@ -352,6 +368,7 @@ mod tests {
             worker.rx.try_recv().is_ok(),
             "an earlier lease wakes the thread"
         );
-        renewer.cancel(&state, true);
+        let in_flight = renewer.cancel(&state, true);
+        assert!(!in_flight.is_some(), "no batch is in flight here");
     }
 }

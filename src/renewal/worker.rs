@@ -19,7 +19,6 @@ use crate::conn::{Batches, Sent};
 use crate::error::Retry;
 use crate::protocol::{renew, READ_KEEPALIVE};
 use crate::stats::Counters;
-use crate::sync::Mutex;
 
 pub(super) struct Entry {
     pub(super) key: Arc<str>,
@@ -83,7 +82,7 @@ pub(super) struct Worker<B = Batches> {
     pub(super) wheel: Wheel,
     pub(super) entries: HashMap<u64, Entry>,
     pub(super) next_id: u64,
-    pub(super) gate: Arc<Mutex<()>>,
+    pub(super) gate: Arc<super::gate::Gate>,
     pub(super) counters: Arc<Counters>,
     /// The client's registration, written while it is active.
     pub(super) registration: Registration,
@@ -193,7 +192,7 @@ impl<B: RoundTrips> Worker<B> {
     /// Renews one chunk in one batch and acts on each answer.
     pub(super) fn renew(&mut self, ids: &[u64]) {
         let gate = Arc::clone(&self.gate);
-        let _sending = gate.lock();
+        let _sending = gate.begin();
         let now = Instant::now();
         let mut live = Vec::with_capacity(ids.len());
         let mut commands = Vec::with_capacity(ids.len());
