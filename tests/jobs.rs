@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{assert_locked, running_job, JobRun, LockClient};
 use redis::Commands;
+use support::proxy::{Fault, FaultProxy};
 use support::{eventually, RedisServer};
 
 fn host() -> String {
@@ -479,4 +480,33 @@ fn a_take_whose_reply_was_lost_is_undone_once_redis_answers() {
         "the lost take's lock stayed"
     );
     assert!(job.run(|| 1).unwrap().ran().is_some());
+}
+
+/// A job's end that Redis refused (`LOADING`: it never ran) is sent again
+/// once Redis answers, as a lock's release is, and not left for the rest
+/// of `lock_at_most_for` (a minute here, against seconds). The run is
+/// told it ran, unconfirmed.
+#[test]
+fn a_refused_end_is_sent_again_once_redis_answers() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::connect(&proxy.url()).unwrap();
+    let job = client
+        .job("refused")
+        .lock_at_most_for(Duration::from_secs(60));
+    let refuse = || {
+        proxy.set(Fault::Refuse(
+            "LOADING Redis is loading the dataset in memory",
+        ))
+    };
+    let run = job.run(refuse).unwrap();
+    assert!(matches!(run, JobRun::RanUnconfirmed { .. }), "{run:?}");
+    proxy.set(Fault::Forward);
+    let mut con = server.connection();
+    assert!(
+        eventually(Duration::from_secs(10), || !con
+            .exists::<_, bool>("job-lock:default:refused")
+            .unwrap()),
+        "the refused end was not sent again: the lock stays its minute"
+    );
 }

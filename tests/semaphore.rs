@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, SemaphoreOptions};
 use redis::Commands;
+use support::proxy::{Fault, FaultProxy};
 use support::redisson_semaphore::{RedissonSemaphore, Tried};
 use support::{child_command, children_done, ChildProcess, RedisServer};
 
@@ -710,4 +711,37 @@ fn an_async_permits_lost_future_ends_at_release_or_loss() {
         assert!(matches!(ended, Ok(Ok(Some(_)))), "{ended:?}");
         assert!(p.unlock().await.unwrap_err().is_not_held());
     });
+}
+
+/// A release of permits that Redis refused (`LOADING`: it never ran) is
+/// sent again once Redis answers, as a lock's release is, and not left
+/// until the permits' lease runs out (a minute here, against seconds).
+#[test]
+fn a_refused_release_is_sent_again_once_redis_answers() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::new(&proxy.url()).unwrap();
+    let sem = client.semaphore("refused");
+    sem.set_permits(1).unwrap();
+    let options = SemaphoreOptions::new().lease(Duration::from_secs(60));
+    let permit = sem.acquire_with(1, options).unwrap();
+    proxy.set(Fault::Refuse(
+        "LOADING Redis is loading the dataset in memory",
+    ));
+    let e = permit.unlock().unwrap_err();
+    proxy.set(Fault::Forward);
+    let other = LockClient::new(&server.url()).unwrap();
+    let started = Instant::now();
+    let again = other
+        .semaphore("refused")
+        .try_acquire_for(Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        again.is_some(),
+        "the refused release ({e}) was not sent again: the permit stays its minute"
+    );
+    println!(
+        "the permit came back {:?} after the refusal ended",
+        started.elapsed()
+    );
 }

@@ -66,12 +66,14 @@ pub enum Error {
         lost: Option<LeaseLost>,
     },
 
-    /// A release was sent but Redis did not answer it: it may have run, or
-    /// not yet. Leasehold sends it again in the background (owner-checked,
+    /// A release (of a lock, permits or a job's lock) did not get through
+    /// for now: Redis could not be reached, refused it for the moment
+    /// (`LOADING`, `BUSY`, …), or did not answer it (it may have run, or
+    /// not yet). Leasehold sends it again in the background (owner-checked,
     /// so it can never release a later holder's lock) until Redis answers
     /// or the lease would have ended — and before this owner's next acquire
     /// of the same lock. The lock is free by then at the latest.
-    #[error("the release of lock {name:?} was sent but redis did not answer it; it is sent again in the background until redis answers, and the lock is free within {lease_left:?} at the latest (its lease)")]
+    #[error("the release of lock {name:?} did not get through (redis could not be reached, refused it for now, or did not answer: see the source); it is sent again in the background until redis answers, and the lock is free within {lease_left:?} at the latest (its lease)")]
     ReleasePending {
         /// The lock name as the caller gave it.
         name: String,

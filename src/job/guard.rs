@@ -76,7 +76,11 @@ impl JobGuard {
     ///
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when it was no longer this
-    /// run's; Redis errors (the lock then ends at its lease).
+    /// run's; [`Error::ReleasePending`](crate::Error::ReleasePending) when
+    /// Redis could not be reached, refused the end (`LOADING`, …) or its
+    /// reply was lost: it is sent again in the background until Redis
+    /// answers, or the lock ends at its lease; other Redis errors (the lock
+    /// then ends at its lease).
     pub fn unlock(self) -> Result<()> {
         block_on(self.held.release(Park::Thread))
     }

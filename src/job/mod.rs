@@ -271,9 +271,11 @@ pub enum JobRun<T> {
     /// This replica ran the job, but the end of its hold failed:
     /// [`Error::NotHeld`] — the lock was no longer this run's (lost while
     /// Redis was unreachable past `lock_at_most_for`, or removed): another
-    /// replica may have run it meanwhile — or a Redis error (the lock then
-    /// ends at its lease, or is ended once Redis answers). Not an `Err`: the
-    /// job did run, and a caller that retried on errors would run it twice.
+    /// replica may have run it meanwhile — or a Redis error (ended once
+    /// Redis answers when it failed transiently,
+    /// [`Error::ReleasePending`]; else the lock ends at its lease). Not an
+    /// `Err`: the job did run, and a caller that retried on errors would
+    /// run it twice.
     RanUnconfirmed {
         /// What the job returned.
         output: T,

@@ -145,7 +145,9 @@ impl Raw {
     /// # Errors
     /// [`Error::NotHeld`] when the lock was no longer this run's (its
     /// `lock_at_most_for` ran out while it could not be renewed, or it was
-    /// removed); Redis errors (the lock then ends at its lease).
+    /// removed); [`Error::ReleasePending`] when it failed transiently (sent
+    /// again in the background until Redis answers); other Redis errors
+    /// (the lock then ends at its lease).
     pub(crate) async fn release_job(
         self: &Arc<Self>,
         park: Park,
@@ -184,7 +186,10 @@ impl Raw {
             )
             .await;
         let ours = match ran {
-            (Err(e), true) if e.is_unanswered() => {
+            // Failed transiently (its reply lost, refused, Redis down): sent
+            // again in the background until Redis answers or the lease
+            // would have ended, as a lock's last release is.
+            (Err(e), _) if e.is_transient() => {
                 let until = hold.state.valid_until();
                 return Err(self.release_pending(&hold.name, orphan(sent_at), until, e));
             }

@@ -191,7 +191,10 @@ impl Raw {
             .call(park, &hold.keys.counter, bound, call, read, Some(&forsaken))
             .await;
         let released = match ran {
-            (Err(e), true) if e.is_unanswered() => {
+            // Failed transiently (its reply lost, refused, Redis down): sent
+            // again in the background until Redis answers or the lease
+            // would have ended, as a lock's last release is.
+            (Err(e), _) if e.is_transient() => {
                 let (orphan, until) = (permits_orphan(hold, sent_at), hold.state.valid_until());
                 return Err(self.release_pending(&hold.name, orphan, until, e));
             }

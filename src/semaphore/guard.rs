@@ -91,8 +91,12 @@ impl PermitGuard {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when one of them had been
     /// taken back (its lease ran out, or it was removed): the rest were
-    /// given back all the same. Redis errors: the permits come back when
-    /// their lease ends.
+    /// given back all the same.
+    /// [`Error::ReleasePending`](crate::Error::ReleasePending) when Redis
+    /// could not be reached, refused the release (`LOADING`, …) or its reply
+    /// was lost: it is sent again in the background until Redis answers (or
+    /// the permits come back when their lease ends). Other Redis errors: the
+    /// permits come back when their lease ends.
     pub fn unlock(self) -> Result<()> {
         block_on(self.held.release(Park::Thread))
     }
