@@ -745,3 +745,44 @@ fn a_refused_release_is_sent_again_once_redis_answers() {
         started.elapsed()
     );
 }
+
+/// A waiter whose semaphore is deleted while it stands in line (an
+/// operator's `DEL`, Redisson's `delete()`) ends its wait with
+/// `NoPermits` and leaves its place, as any wait that ends without
+/// permits does. A place left behind would stay in line for up to 3 s, and
+/// a semaphore set again meanwhile would give it a permit nobody holds.
+#[test]
+fn a_waiter_whose_semaphore_is_deleted_leaves_its_place() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(&server.url()).unwrap();
+    let sem = holder.semaphore("ghost");
+    sem.set_permits(1).unwrap();
+    let permit = sem.acquire().unwrap();
+    let waiter = LockClient::new(&server.url()).unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || {
+            waiter
+                .semaphore("ghost")
+                .try_acquire_for(Duration::from_secs(20))
+        })
+    };
+    assert!(support::eventually(Duration::from_secs(5), || sem
+        .inspect()
+        .unwrap()
+        .waiters
+        .len()
+        == 1));
+    let mut con = server.connection();
+    let _: () = con.del("ghost").unwrap();
+    // Its next confirmation of its place (within a second) finds no
+    // semaphore.
+    let ended = waiting.join().unwrap();
+    assert!(
+        matches!(ended, Err(leasehold::Error::NoPermits { .. })),
+        "{ended:?}"
+    );
+    let info = sem.inspect().unwrap();
+    assert!(info.waiters.is_empty(), "a place left in line: {info:?}");
+    drop(permit);
+}

@@ -399,7 +399,9 @@ impl LockKind for PermitWaiting<'_> {
                 )))
             }
             Acquire::NotSet => {
-                self.place = None; // none was taken
+                // The place stays ours to leave: a waiter already in line
+                // keeps its place there (the script changes nothing), and
+                // the wait's end leaves it.
                 Err(Error::NoPermits {
                     name: self.name.to_owned(),
                 })
