@@ -163,6 +163,9 @@ pub(crate) async fn wait_for<K: LockKind, E: Env>(
             Err(Error::TimedOut {
                 by_deadline: true, ..
             }) if waiting && outage.since.is_none() => return Ok(None),
+            // Cancelled while the try was out (its round trip could not be
+            // cut short): the wait ends cancelled, not with its timeout.
+            Err(e) if e.is_transient() && env.cancelled() => return Ok(None),
             Err(e) if (waiting || bounded) && e.is_transient() => {
                 outage
                     .ride(env, name, e, sent_at, deadline, sub.as_ref())

@@ -550,6 +550,37 @@ fn cancelled_waits_return_at_once_and_leave_nothing_behind() {
     assert_eq!(waiter.stats().acquisitions, 0);
 }
 
+/// A wait cancelled while its first try is out to a Redis that does not
+/// answer ends as cancelled (`Error::Cancelled`) when that round trip
+/// ends, not with the try's timeout: the round trip of a blocking call
+/// cannot be cut short, but its outcome is the cancel's.
+#[test]
+fn a_wait_cancelled_while_its_try_is_out_ends_cancelled() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .socket_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.lock("cancel:out").unwrap().unlock().unwrap(); // connected
+    let other = LockClient::new(&server.url()).unwrap();
+    let _held = other.lock("cancel:out").unwrap();
+    server.signal("STOP");
+    let cancel = Cancel::new();
+    let waiting = {
+        let (c, options) = (client.clone(), LockOptions::new().cancel_on(&cancel));
+        thread::spawn(move || c.lock_with("cancel:out", options).map(drop))
+    };
+    thread::sleep(Duration::from_millis(100));
+    cancel.cancel();
+    let ended = waiting.join().unwrap();
+    server.signal("CONT");
+    assert!(
+        ended.as_ref().is_err_and(leasehold::Error::is_cancelled),
+        "{ended:?}"
+    );
+    assert_eq!(client.stats().waits_cancelled, 1, "{:?}", client.stats());
+}
+
 /// What an operator graphs: acquisitions with their wait times in buckets,
 /// bounded waits that ran out.
 #[test]

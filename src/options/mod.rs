@@ -171,8 +171,10 @@ macro_rules! common_options {
         /// [`Cancel`](crate::Cancel)): the call returns
         /// [`Error::Cancelled`](crate::Error::Cancelled) as soon as
         /// [`Cancel::cancel`](crate::Cancel::cancel) is called (a Redlock:
-        /// once the round under way ended, within the node timeout),
-        /// holding nothing and leaving no waiting place.
+        /// once the round under way ended, within the node timeout; a try
+        /// out to a Redis that does not answer: once its round trip ended,
+        /// within the socket timeout), holding nothing and leaving no
+        /// waiting place.
         pub fn cancel_on(mut self, cancel: &Cancel) -> Self {
             self.common.cancel = Some(cancel.clone());
             self
