@@ -7,7 +7,6 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use redis::ConnectionAddr;
 
 use crate::client::LockClient;
@@ -381,8 +380,10 @@ impl<C> LockClientBuilder<C> {
                     let root_cert = self.tls_root_cert.as_deref();
                     #[cfg(not(feature = "tls"))]
                     let root_cert = None;
-                    let client = sentinel::client(urls, master, &self.primary, root_cert, &tcp)?;
-                    Target::Sentinel(Mutex::new(client))
+                    let timeouts = (self.connect_timeout, socket_timeout);
+                    let client =
+                        sentinel::client(urls, master, &self.primary, root_cert, &tcp, timeouts)?;
+                    Target::Sentinel(client)
                 }
             });
         let notifier = Notifier::new(

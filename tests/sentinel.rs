@@ -210,3 +210,46 @@ fn the_client_follows_a_failover_and_reports_what_it_lost() {
         );
     }
 }
+
+/// A Sentinel that stopped answering (paused, hung) holds up no lookup of
+/// the primary: each question to a Sentinel is bounded by the connect and
+/// socket timeouts, and the next Sentinel is asked. (The `redis` crate's
+/// Sentinel client asks with no timeout at all: a lock that needed a new
+/// connection waited for the paused Sentinel forever, and so did the
+/// renewal thread, whose leases were then neither renewed nor reported
+/// lost.)
+#[test]
+fn a_paused_sentinel_holds_up_no_lookup_of_the_primary() {
+    let primary = RedisServer::start();
+    let sentinels: Vec<RedisServer> = (0..2)
+        .map(|_| RedisServer::start_sentinel(&primary, MASTER))
+        .collect();
+    let urls: Vec<String> = sentinels.iter().map(|s| s.url()).collect();
+    let client = LockClient::sentinel_builder(&urls, MASTER)
+        .connect_timeout(Duration::from_secs(2))
+        .socket_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    client.lock("s:before").unwrap().unlock().unwrap();
+    sentinels[0].signal("STOP");
+    // Every connection of the client to the primary goes: the next lock
+    // needs a new one, found through the Sentinels.
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut primary.connection())
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let locking = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let _ = tx.send(client.lock("s:after").map(|g| g.unlock()));
+        })
+    };
+    let got = rx.recv_timeout(Duration::from_secs(15));
+    sentinels[0].signal("CONT");
+    let got = got.expect("a lock waited more than 15 s for a paused Sentinel");
+    assert!(matches!(got, Ok(Ok(()))), "{got:?}");
+    locking.join().unwrap();
+}

@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::cluster::Router;
+use super::sentinel::Sentinels;
 
 /// Where the primary is (see the module docs).
 pub(crate) enum Target {
     Fixed(redis::Client),
-    Sentinel(Mutex<redis::sentinel::SentinelClient>),
+    Sentinel(Sentinels),
     /// A Redis Cluster: pooled connections go through per-node pools; this
     /// target answers the subscriber with any reachable node.
     Cluster(Arc<Router>),
@@ -41,7 +40,7 @@ impl Target {
         match self {
             Target::Fixed(client) => Ok(client.clone()),
             Target::Cluster(router) => router.any_node(),
-            Target::Sentinel(sentinel) => sentinel.lock().get_client().map_err(|e| {
+            Target::Sentinel(sentinel) => sentinel.get_client().map_err(|e| {
                 // Refused credentials stay what they are: no waiting fixes them.
                 if crate::error::is_auth_failure(&e) {
                     return e;
