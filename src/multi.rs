@@ -210,7 +210,10 @@ impl LockClient {
     /// [`lock_all`](Self::lock_all) with options for every name: the kind
     /// (fair, read, write), fencing, an explicit lease, a bounded wait for
     /// all of them together (running out is [`Error::WaitTimedOut`]), a
-    /// cancel handle.
+    /// cancel handle. An explicit lease counts from when each name was
+    /// taken: one that ran out while a later name was waited for is never
+    /// returned — everything is given back and the names taken again, so
+    /// give a lease that outlasts the wait for the others.
     ///
     /// # Errors
     /// As [`lock_with`](Self::lock_with).
@@ -225,7 +228,10 @@ impl LockClient {
     }
 
     /// Every name in the canonical order until `deadline` (one for all);
-    /// `None` when it passed — what was taken is released by the drop.
+    /// `None` when it passed — what was taken is released by the drop. A
+    /// hold that is no longer ours by the time the last name is taken (an
+    /// explicit lease that ran out while a later name was waited for) is
+    /// never returned: everything is given back and taken again.
     fn take_all<S: AsRef<str>>(
         &self,
         names: &[S],
@@ -233,17 +239,22 @@ impl LockClient {
         deadline: Option<Instant>,
     ) -> Result<Option<MultiLockGuard>> {
         let names = canonical(names)?;
-        let mut all = MultiLockGuard {
-            watch: std::sync::OnceLock::new(),
-            guards: Vec::with_capacity(names.len()),
-        };
-        for name in names {
-            match self.take(name, options.clone(), deadline)? {
-                Some(guard) => all.guards.push(guard),
-                None => return Ok(None),
+        loop {
+            let mut all = MultiLockGuard {
+                watch: std::sync::OnceLock::new(),
+                guards: Vec::with_capacity(names.len()),
+            };
+            for name in &names {
+                match self.take(name, options.clone(), deadline)? {
+                    Some(guard) => all.guards.push(guard),
+                    None => return Ok(None),
+                }
             }
+            if all.is_held() {
+                return Ok(Some(all));
+            }
+            tracing::debug!(names = ?names, "leasehold: a hold ran out while lock_all waited for the others; taking them again");
         }
-        Ok(Some(all))
     }
 }
 

@@ -145,3 +145,58 @@ fn tasks_take_names_together_and_a_dropped_wait_gives_back_what_it_took() {
         drop(y);
     });
 }
+
+/// With an explicit lease, a name taken early may run out while a later
+/// one is waited for. `lock_all` never returns such a set: it gives back
+/// what it took and takes every name again, so each hold it returns is
+/// held. (Here `a`'s 1 s lease runs out two seconds before `b` is free,
+/// and the set is looked at within a second of its return.)
+#[test]
+fn an_explicit_lease_that_ran_out_during_the_wait_is_taken_again() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let b = other.lock("b").unwrap();
+    let taking = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let options = LockOptions::new()
+                .lease(Duration::from_secs(1))
+                .wait(Duration::from_secs(10));
+            let all = client.lock_all_with(&["a", "b"], options).unwrap();
+            (
+                all.is_held(),
+                all.guards().iter().map(|g| g.is_held()).collect::<Vec<_>>(),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    b.unlock().unwrap();
+    let (held, each) = taking.join().unwrap();
+    assert!(
+        held,
+        "a hold had run out when the set was returned: {each:?}"
+    );
+    // The same for a task.
+    let b = other.lock("d").unwrap();
+    let client = client.to_async();
+    let taking = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let options = LockOptions::new()
+                .lease(Duration::from_secs(1))
+                .wait(Duration::from_secs(10));
+            let all = client.lock_all_with(&["c", "d"], options).await.unwrap();
+            all.is_held()
+        })
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    b.unlock().unwrap();
+    assert!(
+        taking.join().unwrap(),
+        "a task's hold had run out when the set was returned"
+    );
+}

@@ -176,16 +176,22 @@ impl AsyncLockClient {
         deadline: Option<Instant>,
     ) -> Result<Option<AsyncMultiLockGuard>> {
         let names = canonical(names)?;
-        let mut all = AsyncMultiLockGuard {
-            watch: std::sync::OnceLock::new(),
-            guards: Vec::with_capacity(names.len()),
-        };
-        for name in names {
-            match self.take(name, &options, move || deadline, Ok).await? {
-                Some(guard) => all.guards.push(guard),
-                None => return Ok(None),
+        // As the blocking face's: a hold that ran out meanwhile is never
+        // returned; everything is given back and taken again.
+        loop {
+            let mut all = AsyncMultiLockGuard {
+                watch: std::sync::OnceLock::new(),
+                guards: Vec::with_capacity(names.len()),
+            };
+            for name in &names {
+                match self.take(name, &options, move || deadline, Ok).await? {
+                    Some(guard) => all.guards.push(guard),
+                    None => return Ok(None),
+                }
+            }
+            if all.is_held() {
+                return Ok(Some(all));
             }
         }
-        Ok(Some(all))
     }
 }
