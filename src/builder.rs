@@ -19,6 +19,10 @@ use crate::notify::Notifier;
 
 /// The socket timeout of a client whose watchdog lease is at least 9 s.
 const DEFAULT_SOCKET_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The longest connect or socket timeout taken: a day (a call waiting
+/// longer on one server is waiting on one that is gone).
+pub(crate) const LONGEST_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 use crate::options::{check_lease, check_renewable, ShardedPubSub};
 use crate::raw::{Parts, Raw};
 use crate::renewal::registration::Registration;
@@ -194,14 +198,14 @@ impl<C> LockClientBuilder<C> {
         watchdog_lease(lease: Duration) => watchdog_lease = lease;
 
         /// How long to wait for a new connection to Redis, and for a pooled one
-        /// when all are busy. Defaults to 5 s.
+        /// when all are busy. Defaults to 5 s; from 1 ms to a day.
         connect_timeout(timeout: Duration) => connect_timeout = timeout;
 
         /// How long one Redis reply may take before the call fails with a timeout
         /// error; it also bounds how long a guard's `Drop` can block when Redis is
         /// unreachable. Defaults to 3 s, or a third of the
         /// [watchdog lease](Self::watchdog_lease) if that is shorter; must be at
-        /// least 1 ms and below half the watchdog lease.
+        /// least 1 ms, at most a day, and below half the watchdog lease.
         socket_timeout(timeout: Duration) => socket_timeout = Some(timeout);
 
         /// Require `replicas` replicas of the primary to acknowledge every
@@ -303,6 +307,12 @@ impl<C> LockClientBuilder<C> {
             if d < Duration::from_millis(1) {
                 return Err(Error::invalid(format_args!(
                     "the {what} ({d:?}) must be at least 1 ms: no Redis reply comes faster"
+                )));
+            }
+            if d > LONGEST_TIMEOUT {
+                return Err(Error::invalid(format_args!(
+                    "the {what} ({d:?}) must be at most {LONGEST_TIMEOUT:?}: a longer one would keep a call \
+                     waiting on a server that is gone for good (and overflow the clock's deadlines)"
                 )));
             }
         }

@@ -117,7 +117,7 @@ impl RedlockBuilder {
             return Err(Error::invalid("the node timeout must be greater than zero"));
         }
         check_lease("watchdog lease", self.lease)?;
-        if self.lease < self.node_timeout * 10 {
+        if self.lease < self.node_timeout.saturating_mul(10) {
             return Err(Error::invalid(format_args!(
                 "the lease ({:?}) must be at least ten node timeouts ({:?}): an attempt may take a node timeout, and what is left of the lease is the hold's validity",
                 self.lease, self.node_timeout

@@ -619,3 +619,54 @@ fn guards_outlive_their_client_and_still_release() {
     let exists: bool = server.connection().exists("orphan").unwrap();
     assert!(!exists);
 }
+
+/// The longest durations a setting takes are refused with a reason or
+/// work: none overflows into a panic (`socket_timeout` of `Duration::MAX`
+/// was doubled for the lease check; a Redlock node timeout multiplied by
+/// ten).
+#[test]
+fn the_longest_durations_in_settings_never_panic() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let max = Duration::MAX;
+    let built = [
+        LockClient::builder(&url).socket_timeout(max).build(),
+        LockClient::builder(&url).connect_timeout(max).build(),
+        LockClient::builder(&url).watchdog_lease(max).build(),
+    ];
+    for (i, b) in built.into_iter().enumerate() {
+        match b {
+            Ok(client) => client.lock("max").unwrap().unlock().unwrap(),
+            Err(e) => assert!(e.is_invalid_argument(), "setting {i}: {e:?}"),
+        }
+    }
+    let redlock = [
+        leasehold::Redlock::builder(&[&url])
+            .node_timeout(max)
+            .build(),
+        leasehold::Redlock::builder(&[&url])
+            .watchdog_lease(max)
+            .build(),
+        leasehold::Redlock::builder(&[&url])
+            .retry_delay(max)
+            .build(),
+        leasehold::Redlock::builder(&[&url])
+            .give_up_after(max)
+            .build(),
+    ];
+    let holder = leasehold::Redlock::new(&[&url]).unwrap();
+    let held = holder.lock("max:held").unwrap();
+    for (i, r) in redlock.into_iter().enumerate() {
+        match r {
+            Ok(redlock) => {
+                redlock.lock("max").unwrap().unlock().unwrap();
+                // Busy: the pause between attempts (up to the retry
+                // delay) ends at the wait's deadline.
+                let busy = redlock.try_lock_for("max:held", Duration::from_millis(200));
+                assert!(busy.unwrap().is_none(), "redlock setting {i}");
+            }
+            Err(e) => assert!(e.is_invalid_argument(), "redlock setting {i}: {e:?}"),
+        }
+    }
+    held.unlock().unwrap();
+}

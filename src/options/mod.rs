@@ -102,7 +102,7 @@ pub(crate) fn check_lease(what: &str, lease: Duration) -> Result<()> {
 /// write and a read), so the lease could run out before the client learns
 /// whether it was renewed.
 pub(crate) fn check_renewable(what: &str, lease: Duration, socket_timeout: Duration) -> Result<()> {
-    if lease <= socket_timeout * 2 {
+    if lease <= socket_timeout.saturating_mul(2) {
         return Err(Error::invalid(format_args!(
             "the {what} ({lease:?}) must be longer than twice the socket timeout ({socket_timeout:?}): \
              one renewal may take two socket timeouts (a write and a read), so the lease could run out \
