@@ -271,6 +271,19 @@ impl Redlock {
         let lease = options.lease;
         if let Some(lease) = lease {
             check_lease("lease", lease)?;
+            // What an attempt leaves of the lease, less the drift, is the
+            // hold's validity: none at all, and every round would take the
+            // lock and give it back.
+            let floor = self
+                .inner
+                .settings
+                .node_timeout
+                .saturating_add(drift(lease));
+            if lease <= floor {
+                return Err(Error::invalid(format_args!(
+                    "the lease ({lease:?}) must be longer than a node timeout plus the drift allowance ({floor:?}): an attempt may take a node timeout, and what is left of the lease less the drift allowance is the hold's validity; raise the lease or lower the node timeout"
+                )));
+            }
         }
         // A cancel unparks this thread: a pause between rounds ends at once
         // (an unpark before the park is kept, so none is missed).
@@ -506,22 +519,11 @@ pub struct RedlockGuard {
 
 impl RedlockGuard {
     /// Whether the hold is still valid as far as this client knows: a
-    /// majority of nodes still renew it (watchdog), or the validity computed
-    /// at acquire time has not run out (explicit lease). Never touches the
-    /// network.
+    /// majority of nodes still renew it (watchdog), and the validity —
+    /// the nodes' leases less the drift allowance — has not run out (see
+    /// [`valid_until`](Self::valid_until)). Never touches the network.
     pub fn is_held(&self) -> bool {
-        if self.state.is_lost() {
-            return false;
-        }
-        if !self.watchdog {
-            return Instant::now() < self.valid_until;
-        }
-        let alive = self
-            .nodes
-            .iter()
-            .filter(|(_, hold)| hold.state.is_held())
-            .count();
-        alive >= self.redlock.majority()
+        self.held_until().is_some()
     }
 
     /// The lease-lost signal of this hold (see [`LeaseWatch`]): lost when
@@ -559,22 +561,30 @@ impl RedlockGuard {
     /// nodes' renewed leases last, less the drift. `None` once it is not
     /// held (as [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
     pub fn valid_until(&self) -> Option<Instant> {
-        if !self.is_held() {
+        self.held_until()
+    }
+
+    /// The validity, while it lasts: `None` once the hold is lost or the
+    /// validity ran out.
+    fn held_until(&self) -> Option<Instant> {
+        if self.state.is_lost() {
             return None;
         }
-        if !self.watchdog {
-            return Some(self.valid_until);
-        }
-        // Renewed: until when a majority of the nodes' leases is known to
-        // last (each from its last renewal's send time), less the drift.
-        let mut ends: Vec<Instant> = (self.nodes.iter())
-            .filter(|(_, hold)| hold.state.is_held())
-            .map(|(_, hold)| hold.state.valid_until())
-            .collect();
-        ends.sort_unstable_by(|a, b| b.cmp(a));
-        let drift = drift(self.lease);
-        let until = *ends.get(self.redlock.majority().checked_sub(1)?)?;
-        Some(until.checked_sub(drift).unwrap_or(until))
+        let until = if self.watchdog {
+            // Renewed: until when a majority of the nodes' leases is known
+            // to last (each from its last renewal's send time), less the
+            // drift.
+            let mut ends: Vec<Instant> = (self.nodes.iter())
+                .filter(|(_, hold)| hold.state.is_held())
+                .map(|(_, hold)| hold.state.valid_until())
+                .collect();
+            ends.sort_unstable_by(|a, b| b.cmp(a));
+            let until = *ends.get(self.redlock.majority().checked_sub(1)?)?;
+            until.checked_sub(drift(self.lease)).unwrap_or(until)
+        } else {
+            self.valid_until
+        };
+        (Instant::now() < until).then_some(until)
     }
 
     /// How long the hold is known to stay valid from now, by

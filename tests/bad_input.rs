@@ -670,3 +670,20 @@ fn the_longest_durations_in_settings_never_panic() {
     }
     held.unlock().unwrap();
 }
+
+/// A Redlock's explicit lease must leave a validity (the lease less the
+/// round's time and the drift allowance) it could ever hold: one shorter
+/// than a node timeout plus the drift allowance is refused. (A 1 ms
+/// lease was taken and given back on every node, round after round, and a
+/// bounded wait said the lock was busy.)
+#[test]
+fn a_redlock_lease_too_short_to_ever_be_valid_is_refused() {
+    let server = RedisServer::start();
+    let redlock = leasehold::Redlock::new(&[server.url()]).unwrap();
+    let options = leasehold::RedlockOptions::new()
+        .lease(Duration::from_millis(1))
+        .wait(Duration::from_secs(1));
+    let e = redlock.lock_with("rl:short", options).unwrap_err();
+    assert!(e.is_invalid_argument(), "{e:?}");
+    assert!(e.to_string().contains("node timeout"), "{e}");
+}

@@ -405,3 +405,32 @@ fn a_renewed_hold_stays_valid_and_its_lost_signal_ends_at_the_release() {
     assert_eq!(ended, Ok(None), "the wait did not end at the release");
     waiter.join().unwrap();
 }
+
+/// A watchdog hold whose renewals stopped reaching the nodes is held, as
+/// its guard tells it, only until its validity: the nodes' leases less the
+/// drift allowance (`valid_until()`), not until the nodes' leases
+/// themselves. (A 5 s lease allows 52 ms of drift; the renewal thread
+/// reports a node lost 30 ms before its lease ends with a 10 ms node
+/// timeout: `is_held()` said true for the 22 ms between.)
+#[test]
+fn a_watchdog_hold_is_held_no_longer_than_its_validity() {
+    let nodes = Nodes::start();
+    let urls: Vec<String> = nodes.proxies.iter().map(|p| p.url()).collect();
+    let redlock = Redlock::builder(&urls)
+        .node_timeout(Duration::from_millis(10))
+        .watchdog_lease(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let guard = redlock.lock("rl:drift").unwrap();
+    nodes.set(&[0, 1, 2, 3, 4], Fault::Blackhole);
+    let valid_until = guard.valid_until().expect("held");
+    std::thread::sleep(valid_until.saturating_duration_since(Instant::now()));
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(
+        !guard.is_held(),
+        "held {:?} past its validity",
+        valid_until.elapsed()
+    );
+    assert_eq!(guard.valid_until(), None);
+    nodes.set(&[0, 1, 2, 3, 4], Fault::Forward);
+}
