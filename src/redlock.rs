@@ -303,6 +303,8 @@ impl Redlock {
         // (a deadline already passed) take the node timeout.
         let bound = Bound::until(deadline.filter(|d| *d > Instant::now()));
         let mut unreachable_since: Option<Instant> = None;
+        // The last round was answered by a majority (the lock was busy).
+        let mut answered = false;
         loop {
             if cancelled() {
                 return Err(Error::Cancelled {
@@ -318,6 +320,12 @@ impl Redlock {
             // anyone holds it (and nobody can take it either).
             let now = Instant::now();
             if acquired + busy < self.majority() {
+                // The round the deadline cut short, its nodes having
+                // answered the round before: the wait ran out, nothing
+                // failed (as the one-server wait's last try).
+                if std::mem::replace(&mut answered, false) && deadline.is_some_and(|d| d <= now) {
+                    return Ok(None);
+                }
                 let since = *unreachable_since.get_or_insert(now);
                 if deadline.map_or(now - since >= inner.settings.give_up_after, |d| d <= now) {
                     // At a deadline, the last round's silent nodes are the
@@ -336,6 +344,7 @@ impl Redlock {
                 }
             } else {
                 unreachable_since = None;
+                answered = true;
                 if deadline.is_some_and(|d| d <= now) {
                     return Ok(None);
                 }

@@ -434,3 +434,29 @@ fn a_watchdog_hold_is_held_no_longer_than_its_validity() {
     assert_eq!(guard.valid_until(), None);
     nodes.set(&[0, 1, 2, 3, 4], Fault::Forward);
 }
+
+/// A bounded wait on a lock held elsewhere ends as its deadline (`None`),
+/// also when the round at the deadline is cut short: its nodes answered
+/// every earlier round, so their silence is the wait running out, not
+/// Redis failing. (Round trips of 30 ms here, longer than the 20 ms a last
+/// round at the deadline is given: it ended `NoQuorum`.)
+#[test]
+fn a_bounded_wait_on_a_busy_lock_over_a_slow_network_ends_as_its_deadline() {
+    let nodes = Nodes::start();
+    let holder = nodes.redlock(Duration::from_secs(30));
+    let held = holder.lock("rl:busy").unwrap();
+    nodes.set(&[0, 1, 2, 3, 4], Fault::Delay(Duration::from_millis(15)));
+    let urls: Vec<String> = nodes.proxies.iter().map(|p| p.url()).collect();
+    // Its pause between rounds is always cut short by the deadline.
+    let waiter = Redlock::builder(&urls)
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let got = waiter.try_lock_for("rl:busy", Duration::from_millis(300));
+        assert!(matches!(got, Ok(None)), "{got:?}");
+    }
+    nodes.set(&[0, 1, 2, 3, 4], Fault::Forward);
+    held.unlock().unwrap();
+}
