@@ -502,3 +502,75 @@ fn sharded_pubsub_on_stays_sharded_when_the_probe_is_refused() {
         client.stats()
     );
 }
+
+/// A renewal whose slot moved on (`MOVED` from the node the client knew)
+/// and is moving again (`ASK` from the node it moved to) is renewed once
+/// the client has followed, not taken for a lease that is not ours. Slot
+/// `S` of a held lock moves from A to B, then starts moving on to C, the
+/// key with it, between two renewals (every 2 s).
+#[test]
+fn a_renewal_redirected_twice_keeps_the_lease() {
+    let cluster = RedisCluster::start(3, 0);
+    let primaries = cluster.primaries();
+    let (a, b, c) = (primaries[0], primaries[1], primaries[2]);
+    let slot = cluster.first_slot_of(a);
+    let name = support::name_in_slot(&cluster, slot, "cl:twice:");
+    let holder = client(&cluster, Duration::from_secs(6));
+    let g = holder.lock(&name).unwrap();
+    let lost = g.lost().receiver();
+    let setslot = |node: usize, how: &str, id: &str| {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query(&mut cluster.nodes[node].connection())
+            .unwrap();
+    };
+    let migrate = |from: usize, to: usize| {
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(cluster.nodes[to].port())
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(&name)
+            .query(&mut cluster.nodes[from].connection())
+            .unwrap();
+    };
+    let (id_a, id_b, id_c) = (cluster.node_id(a), cluster.node_id(b), cluster.node_id(c));
+    // A → B, done.
+    setslot(b, "IMPORTING", &id_a);
+    setslot(a, "MIGRATING", &id_b);
+    migrate(a, b);
+    for node in [b, a, c] {
+        setslot(node, "NODE", &id_b);
+    }
+    // B → C, under way: the key is on C already.
+    setslot(c, "IMPORTING", &id_b);
+    setslot(b, "MIGRATING", &id_c);
+    migrate(b, c);
+    // Renewed on C (read there with ASKING, as the slot is importing).
+    let mut on_c = cluster.nodes[c].connection();
+    let mut pttl = || -> i64 {
+        let (pttl,): (i64,) = redis::pipe()
+            .cmd("ASKING")
+            .ignore()
+            .cmd("PTTL")
+            .arg(&name)
+            .query(&mut on_c)
+            .unwrap();
+        pttl
+    };
+    let mut lowest = i64::MAX;
+    let renewed = eventually(Duration::from_secs(10), || {
+        let now = pttl();
+        let up = now > 0 && now > lowest;
+        lowest = lowest.min(now);
+        up
+    });
+    assert!(renewed, "not renewed on C: {:?}", lost.try_recv());
+    assert!(g.is_held(), "{:?}", lost.try_recv());
+    assert!(lost.try_recv().is_err());
+}

@@ -99,9 +99,31 @@ impl Batches {
             }
         }
         // Slots that moved (MOVED) or are moving (ASK: the key is on the
-        // target already): once more, at once, where the node pointed.
-        for ((node, ask), group) in redirected {
-            self.send_on(Some(&node), head, commands, &group, ask, &mut sent);
+        // target already): once more, at once, where the node pointed — and
+        // again for a slot that moved and is moving on (MOVED, then ASK),
+        // up to the redirects any call follows. One still redirected is no
+        // answer about its lease: retried.
+        for _ in 0..super::CLUSTER_REDIRECTS {
+            let mut again: HashMap<(Arc<str>, bool), Vec<usize>> = HashMap::new();
+            for ((node, ask), group) in redirected {
+                let sent_on = self.send_on(Some(&node), head, commands, &group, ask, &mut sent);
+                for (i, to, ask) in sent_on {
+                    again.entry((to, ask)).or_default().push(i);
+                }
+            }
+            redirected = again;
+            if redirected.is_empty() {
+                break;
+            }
+        }
+        for (i, to) in redirected
+            .into_iter()
+            .flat_map(|((to, _), g)| g.into_iter().map(move |i| (i, Arc::clone(&to))))
+        {
+            sent.answers[i] = Err(cluster::no_node(format!(
+                "the slot of {:?} kept moving (last to {to}); retried",
+                commands[i].0
+            )));
         }
         sent
     }
