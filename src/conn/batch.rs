@@ -116,14 +116,13 @@ impl Batches {
                 break;
             }
         }
-        for (i, to) in redirected
-            .into_iter()
-            .flat_map(|((to, _), g)| g.into_iter().map(move |i| (i, Arc::clone(&to))))
-        {
-            sent.answers[i] = Err(cluster::no_node(format!(
-                "the slot of {:?} kept moving (last to {to}); retried",
-                commands[i].0
-            )));
+        for ((to, _), group) in redirected {
+            for i in group {
+                sent.answers[i] = Err(cluster::no_node(format!(
+                    "the slot of {:?} kept moving (last to {to}); retried",
+                    commands[i].0
+                )));
+            }
         }
         sent
     }
