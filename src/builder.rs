@@ -80,6 +80,10 @@ pub struct LockClientBuilder<C = LockClient> {
     client_name: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
+    /// How much earlier than its socket timeouts require a lease whose
+    /// renewal fails is reported lost (a Redlock node's: the drift
+    /// allowance, so the hold's loss is told by its validity).
+    loss_margin: Duration,
     /// The client it builds.
     face: PhantomData<fn() -> C>,
 }
@@ -101,6 +105,7 @@ impl<C> Clone for LockClientBuilder<C> {
             client_name: self.client_name.clone(),
             #[cfg(feature = "tls")]
             tls_root_cert: self.tls_root_cert.clone(),
+            loss_margin: self.loss_margin,
             face: PhantomData,
         }
     }
@@ -150,8 +155,17 @@ impl<C> LockClientBuilder<C> {
             client_name: None,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
+            loss_margin: Duration::ZERO,
             face: PhantomData,
         }
+    }
+
+    /// Reports a lease whose renewal fails lost `margin` earlier than the
+    /// socket timeouts require (a Redlock node's client: the drift
+    /// allowance).
+    pub(crate) fn loss_margin(mut self, margin: Duration) -> Self {
+        self.loss_margin = margin;
+        self
     }
 
     /// Every default, for a Redis Cluster of `seeds`.
@@ -425,7 +439,7 @@ impl<C> LockClientBuilder<C> {
             Renewer::start(
                 Batches::new(connector, router, socket).acknowledged(self.replicas),
                 self.watchdog_lease / 30,
-                socket,
+                (socket, self.loss_margin),
                 registration,
             )
             .map_err(|source| Error::Thread { source })?

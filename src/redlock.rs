@@ -132,6 +132,9 @@ impl RedlockBuilder {
                     .watchdog_lease(self.lease)
                     .connect_timeout(self.node_timeout)
                     .socket_timeout(self.node_timeout)
+                    // A node's lease is told lost by the hold's validity:
+                    // the drift allowance before it runs out.
+                    .loss_margin(drift(self.lease))
                     .build()
             })
             .collect::<Result<Vec<_>>>()?;

@@ -409,9 +409,10 @@ fn a_renewed_hold_stays_valid_and_its_lost_signal_ends_at_the_release() {
 /// A watchdog hold whose renewals stopped reaching the nodes is held, as
 /// its guard tells it, only until its validity: the nodes' leases less the
 /// drift allowance (`valid_until()`), not until the nodes' leases
-/// themselves. (A 5 s lease allows 52 ms of drift; the renewal thread
-/// reports a node lost 30 ms before its lease ends with a 10 ms node
-/// timeout: `is_held()` said true for the 22 ms between.)
+/// themselves, and its lost signal has fired by then. (A 5 s lease allows
+/// 52 ms of drift; the renewal thread reported a node lost 30 ms before its
+/// lease ended with a 10 ms node timeout: `is_held()` said true, and
+/// `lost()` nothing, for the 22 ms between.)
 #[test]
 fn a_watchdog_hold_is_held_no_longer_than_its_validity() {
     let nodes = Nodes::start();
@@ -432,6 +433,12 @@ fn a_watchdog_hold_is_held_no_longer_than_its_validity() {
         valid_until.elapsed()
     );
     assert_eq!(guard.valid_until(), None);
+    // And its lost signal has told it by then.
+    assert!(
+        guard.lost().check().is_some(),
+        "not told lost {:?} past its validity",
+        valid_until.elapsed()
+    );
     nodes.set(&[0, 1, 2, 3, 4], Fault::Forward);
 }
 

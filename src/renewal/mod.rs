@@ -91,17 +91,18 @@ impl Renewer {
     ///
     /// `io_budget`: the socket timeout; one round trip may take twice that
     /// (a write and a read timing out, or a reconnect and a read). A
-    /// lease whose renewal failed with less than that left before it runs
-    /// out is reported lost at once — the client could not learn in time
-    /// whether another renewal went through, so it may hold the lock no
-    /// longer than it can be sure of.
+    /// lease whose renewal failed with less than that (and `margin` more)
+    /// left before it runs out is reported lost at once — the client could
+    /// not learn in time whether another renewal went through, so it may
+    /// hold the lock no longer than it can be sure of.
     pub(crate) fn start(
         batches: Batches,
         coalesce: Duration,
-        io_budget: Duration,
+        (io_budget, margin): (Duration, Duration),
         registration: registration::Registration,
     ) -> std::io::Result<Self> {
         let (renewer, mut worker) = Self::new(batches, coalesce, io_budget, registration);
+        worker.io_budget += margin;
         std::thread::Builder::new()
             .name("leasehold-renew".into())
             .spawn(move || worker.run())?;
