@@ -574,3 +574,33 @@ fn a_renewal_redirected_twice_keeps_the_lease() {
     assert!(g.is_held(), "{:?}", lost.try_recv());
     assert!(lost.try_recv().is_err());
 }
+
+/// A bounded wait on a key whose primary stopped answering (paused) ends by
+/// its deadline: the read of the slot table the failure sets off is
+/// bounded by what is left of the wait, not by the connect and socket
+/// timeouts (5 s here). The paused primary serves slot 0, so it is the
+/// first node that read asks.
+#[test]
+fn a_bounded_wait_on_a_paused_primary_ends_by_its_deadline() {
+    let cluster = RedisCluster::start(3, 0);
+    let paused = cluster.primary_of_slot(0, 0);
+    let name = support::name_in_slot(&cluster, 0, "cl:paused:");
+    let client = LockClient::cluster_builder(&cluster.urls())
+        .socket_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    client.lock(&name).unwrap().unlock().unwrap(); // connected
+    cluster.nodes[paused].signal("STOP");
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let got = client.try_lock_for(&name, wait);
+    let took = started.elapsed();
+    cluster.nodes[paused].signal("CONT");
+    assert!(!matches!(got, Ok(Some(_))), "{got:?}");
+    // The wait and its last round trip, and a second for a loaded machine:
+    // a read of the table from the paused node would take 5 s more.
+    assert!(
+        took < wait + Duration::from_millis(1_200),
+        "returned {took:?} into a {wait:?} wait: {got:?}"
+    );
+}

@@ -211,14 +211,36 @@ impl Router {
     /// answers (see [`candidates`](Self::candidates)), at most once per
     /// [`REFRESH_EVERY`].
     pub(crate) fn refresh(&self) -> RedisResult<()> {
+        self.refresh_by(None)
+    }
+
+    /// [`refresh`](Self::refresh) for a call that must end by `end`: the
+    /// wait for another refresh under way, and each node's connect and
+    /// reply, are bounded by what is left (a node that stopped answering
+    /// would otherwise hold the call its connect and socket timeouts).
+    pub(crate) fn refresh_by(&self, end: Option<Instant>) -> RedisResult<()> {
         // One refresh at a time; whoever waited for it uses its result.
-        let mut last = self.last_refresh.lock();
+        let mut last = match end {
+            None => self.last_refresh.lock(),
+            Some(end) => self
+                .last_refresh
+                .try_lock_until(end)
+                .ok_or_else(|| no_node("no time left to read the slot table".into()))?,
+        };
         if last.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
             return Ok(());
         }
         let mut last_err = None;
         for info in self.candidates() {
-            match self.read_slots(&info) {
+            let mut timeouts = (self.connect_timeout, self.socket_timeout);
+            if let Some(end) = end {
+                let left = end.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                timeouts = (timeouts.0.min(left), timeouts.1.min(left));
+            }
+            match self.read_slots(&info, timeouts) {
                 Ok(table) => {
                     *self.table.write() = table;
                     *last = Some(Instant::now());
@@ -230,8 +252,12 @@ impl Router {
         Err(last_err.unwrap_or_else(|| no_node("no cluster node to ask".into())))
     }
 
-    fn read_slots(&self, info: &ConnectionInfo) -> RedisResult<Vec<Option<Arc<str>>>> {
-        let mut con = Wire::connect(info, &self.tls, self.connect_timeout, self.socket_timeout)?;
+    fn read_slots(
+        &self,
+        info: &ConnectionInfo,
+        (connect, socket): (Duration, Duration),
+    ) -> RedisResult<Vec<Option<Arc<str>>>> {
+        let mut con = Wire::connect(info, &self.tls, connect, socket)?;
         let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
         let asked = self.pubsub.load(Ordering::Relaxed);
         if asked == UNKNOWN || asked == WANTED {

@@ -317,7 +317,7 @@ impl Connections {
                     // Its primary unreachable (failed over?): read the
                     // table again; retry if the slot has a new primary.
                     redirects += 1;
-                    let _ = cluster.router.refresh();
+                    let _ = cluster.router.refresh_by(bound.end);
                     if cluster.router.node_for(key).ok() == node {
                         return Err(e);
                     }
@@ -367,13 +367,13 @@ impl Connections {
                 (Retry::Later, Some("CLUSTERDOWN"), _) => {
                     // The caller (a waiter) rides it out; the table may have
                     // changed meanwhile.
-                    let _ = cluster.router.refresh();
+                    let _ = cluster.router.refresh_by(bound.end);
                     return Err(Error::from_redis(e, key));
                 }
                 (Retry::Reconnect, _, _) => {
                     // The node may be gone (a failover): read the table
                     // again, and try the new primary if there is one.
-                    let _ = cluster.router.refresh();
+                    let _ = cluster.router.refresh_by(bound.end);
                     if cluster.router.node_for(key).ok() == node {
                         return Err(Error::from_redis(e, key));
                     }
