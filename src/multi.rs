@@ -213,7 +213,9 @@ impl LockClient {
     /// cancel handle. An explicit lease counts from when each name was
     /// taken: one that ran out while a later name was waited for is never
     /// returned — everything is given back and the names taken again, so
-    /// give a lease that outlasts the wait for the others.
+    /// give a lease that outlasts the wait for the others (after three
+    /// sets whose holds ran out, [`Error::LeaseExpiredOnArrival`]; past
+    /// the wait's deadline, as it running out).
     ///
     /// # Errors
     /// As [`lock_with`](Self::lock_with).
@@ -231,7 +233,8 @@ impl LockClient {
     /// `None` when it passed — what was taken is released by the drop. A
     /// hold that is no longer ours by the time the last name is taken (an
     /// explicit lease that ran out while a later name was waited for) is
-    /// never returned: everything is given back and taken again.
+    /// never returned: everything is given back and taken again — while the
+    /// deadline allows, and at most [`SETS_MAX`] times (see [`ran_out`]).
     fn take_all<S: AsRef<str>>(
         &self,
         names: &[S],
@@ -239,7 +242,8 @@ impl LockClient {
         deadline: Option<Instant>,
     ) -> Result<Option<MultiLockGuard>> {
         let names = canonical(names)?;
-        loop {
+        for tries in 1.. {
+            let started = Instant::now();
             let mut all = MultiLockGuard {
                 watch: std::sync::OnceLock::new(),
                 guards: Vec::with_capacity(names.len()),
@@ -253,9 +257,44 @@ impl LockClient {
             if all.is_held() {
                 return Ok(Some(all));
             }
+            let expired = all.guards.iter().find(|g| !g.is_held());
+            let expired = expired.map_or(names[0], |g| g.name()).to_owned();
+            if !ran_out(expired, options, started, tries, deadline)? {
+                return Ok(None);
+            }
             tracing::debug!(names = ?names, "leasehold: a hold ran out while lock_all waited for the others; taking them again");
         }
+        Ok(None)
     }
+}
+
+/// Sets taken whose holds ran out before a `lock_all` gives up.
+pub(crate) const SETS_MAX: u32 = 3;
+
+/// A set of holds was complete, but hold `name`'s lease had run out (the
+/// set was taken from `started`, try `tries`): whether to take them all
+/// again (`true`), or end the call with `None` (`false`: its deadline
+/// passed); [`Error::LeaseExpiredOnArrival`] after [`SETS_MAX`] sets — a
+/// lease too short to cover taking the names would never do.
+pub(crate) fn ran_out(
+    name: String,
+    options: &LockOptions,
+    started: Instant,
+    tries: u32,
+    deadline: Option<Instant>,
+) -> Result<bool> {
+    if deadline.is_some_and(|d| d <= Instant::now()) {
+        return Ok(false);
+    }
+    if tries >= SETS_MAX {
+        return Err(Error::LeaseExpiredOnArrival {
+            name,
+            lease: options.lease_time().unwrap_or_default(),
+            round_trip: started.elapsed(),
+            tries,
+        });
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

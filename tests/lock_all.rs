@@ -200,3 +200,37 @@ fn an_explicit_lease_that_ran_out_during_the_wait_is_taken_again() {
         "a task's hold had run out when the set was returned"
     );
 }
+
+/// A lease too short to cover taking the names (2 ms for 300 names) never
+/// loops: a single try ends at its deadline (`None`), and a wait with no
+/// deadline fails, after a few sets whose first holds all ran out, with
+/// `LeaseExpiredOnArrival` (use a longer lease) — as one name's acquire
+/// does when its own reply comes after its lease. Each call is given 10 s
+/// on a thread; it ran on without end.
+#[test]
+fn a_lease_too_short_for_the_set_ends_the_call() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let short = || LockOptions::new().lease(Duration::from_millis(2));
+    let within = |call: Box<dyn FnOnce() -> String + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(call()));
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the call ran on past 10 s")
+    };
+    let ended = |got: leasehold::Result<Option<bool>>| match got {
+        Err(leasehold::Error::LeaseExpiredOnArrival { .. }) => "expired".to_owned(),
+        other => format!("{other:?}"),
+    };
+    let names: Vec<String> = (0..300).map(|i| format!("short:{i}")).collect();
+    let (c, n, o) = (client.clone(), names.clone(), short());
+    let tried = within(Box::new(move || {
+        ended(c.try_lock_all_with(&n, o).map(|g| g.map(|g| g.is_held())))
+    }));
+    assert!(["Ok(None)", "expired"].contains(&tried.as_str()), "{tried}");
+    let (c, n, o) = (client.clone(), names, short());
+    let waited = within(Box::new(move || {
+        ended(c.lock_all_with(&n, o).map(|g| Some(g.is_held())))
+    }));
+    assert_eq!(waited, "expired");
+}

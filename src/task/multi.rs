@@ -177,8 +177,10 @@ impl AsyncLockClient {
     ) -> Result<Option<AsyncMultiLockGuard>> {
         let names = canonical(names)?;
         // As the blocking face's: a hold that ran out meanwhile is never
-        // returned; everything is given back and taken again.
-        loop {
+        // returned; everything is given back and taken again, while
+        // `ran_out` allows.
+        for tries in 1.. {
+            let started = Instant::now();
             let mut all = AsyncMultiLockGuard {
                 watch: std::sync::OnceLock::new(),
                 guards: Vec::with_capacity(names.len()),
@@ -192,6 +194,12 @@ impl AsyncLockClient {
             if all.is_held() {
                 return Ok(Some(all));
             }
+            let expired = all.guards.iter().find(|g| !g.is_held());
+            let expired = expired.map_or(names[0], |g| g.name()).to_owned();
+            if !crate::multi::ran_out(expired, &options, started, tries, deadline)? {
+                return Ok(None);
+            }
         }
+        Ok(None)
     }
 }
