@@ -253,3 +253,28 @@ fn a_paused_sentinel_holds_up_no_lookup_of_the_primary() {
     assert!(matches!(got, Ok(Ok(()))), "{got:?}");
     locking.join().unwrap();
 }
+
+/// The Sentinels' URLs give the Sentinels' address and credentials only: a
+/// database number in them (`/2`) is not sent to a Sentinel, which has
+/// none (the primary's comes from `sentinel_primary_db`). A Sentinel that
+/// refuses the credentials (its password changed first, in a rolling
+/// change) is passed over for the next one: only the primary's refusal
+/// ends a lookup.
+#[test]
+fn the_sentinel_urls_give_address_and_credentials_and_a_refusing_sentinel_is_passed_over() {
+    let primary = RedisServer::start();
+    let sentinels: Vec<RedisServer> = ["n3w", "s3ntinel", "s3ntinel"]
+        .into_iter()
+        .map(|pw| RedisServer::start_sentinel_with_password(&primary, MASTER, Some(pw)))
+        .collect();
+    let urls: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("redis://:s3ntinel@127.0.0.1:{}/2", s.port()))
+        .collect();
+    let client = LockClient::sentinel_builder(&urls, MASTER)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let got = client.lock("s:urls").map(|g| g.unlock());
+    assert!(matches!(got, Ok(Ok(()))), "{got:?}");
+}

@@ -61,8 +61,16 @@ pub(crate) fn client(
     };
     #[cfg(not(feature = "tls"))]
     let _ = (root_cert, tls); // no TLS without the feature (refused before)
-                              // Every Sentinel with the first URL's credentials.
-    let auth = infos[0].redis_settings().clone();
+                              // Every Sentinel with the first URL's credentials, and nothing else of
+                              // it (a database number is the primary's, `sentinel_primary_db`).
+    let first = infos[0].redis_settings();
+    let mut auth = redis::RedisConnectionInfo::default();
+    if let Some(user) = first.username() {
+        auth = auth.set_username(user);
+    }
+    if let Some(password) = first.password() {
+        auth = auth.set_password(password);
+    }
     let sentinels = infos
         .iter()
         .map(|info| {
@@ -134,9 +142,11 @@ pub(crate) struct Sentinels {
 }
 
 impl Sentinels {
-    /// A client for the primary as of now. A refusal of credentials ends
-    /// the lookup at once (no other Sentinel changes it); otherwise the
-    /// last Sentinel's error when none named a primary that says it is one.
+    /// A client for the primary as of now. The primary refusing its
+    /// credentials ends the lookup at once (no other Sentinel changes it);
+    /// a Sentinel refusing them is passed over, as one that does not
+    /// answer (its password may be changing). Otherwise the last error
+    /// when no Sentinel named a primary that says it is one.
     pub(crate) fn get_client(&self) -> redis::RedisResult<redis::Client> {
         let n = self.sentinels.len();
         let first = self.first.load(Ordering::Relaxed);
@@ -147,33 +157,35 @@ impl Sentinels {
                     self.first.store(at, Ordering::Relaxed);
                     return Ok(client);
                 }
-                Err(e) if crate::error::is_auth_failure(&e) => return Err(e),
-                Err(e) => failed = Some(e),
+                Err(Failed::Primary(e)) if crate::error::is_auth_failure(&e) => return Err(e),
+                Err(Failed::Primary(e) | Failed::Sentinel(e)) => failed = Some(e),
             }
         }
         Err(failed.unwrap_or_else(|| no_primary("no Sentinel to ask")))
     }
 
     /// Asks one Sentinel, then checks the primary it names.
-    fn ask(&self, sentinel: &redis::Client) -> redis::RedisResult<redis::Client> {
-        let mut con = self.connection(sentinel)?;
+    fn ask(&self, sentinel: &redis::Client) -> Result<redis::Client, Failed> {
+        let mut con = self.connection(sentinel).map_err(Failed::Sentinel)?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master)
-            .query(&mut con)?;
+            .query(&mut con)
+            .map_err(Failed::Sentinel)?;
         let Some((host, port)) = named else {
-            return Err(no_primary(format!(
-                "the Sentinel knows no {:?}",
-                self.master
-            )));
+            let why = format!("the Sentinel knows no {:?}", self.master);
+            return Err(Failed::Sentinel(no_primary(why)));
         };
-        let primary = self.primary(host, port)?;
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut self.connection(&primary)?)?;
+        let primary = self.primary(host, port).map_err(Failed::Primary)?;
+        let role: Vec<redis::Value> = self
+            .connection(&primary)
+            .and_then(|mut con| redis::cmd("ROLE").query(&mut con))
+            .map_err(Failed::Primary)?;
         match role.first() {
             Some(redis::Value::BulkString(r)) if r == b"master" => Ok(primary),
-            _ => Err(no_primary(
+            _ => Err(Failed::Primary(no_primary(
                 "the server the Sentinel named is not a primary (a failover under way?)",
-            )),
+            ))),
         }
     }
 
@@ -210,6 +222,12 @@ impl Sentinels {
         }
         redis::Client::open(info)
     }
+}
+
+/// Where a lookup failed: at the Sentinel, or at the primary it named.
+enum Failed {
+    Sentinel(redis::RedisError),
+    Primary(redis::RedisError),
 }
 
 /// No primary to be had from a Sentinel, and why.
