@@ -234,7 +234,7 @@ impl LockClient {
     /// hold that is no longer ours by the time the last name is taken (an
     /// explicit lease that ran out while a later name was waited for) is
     /// never returned: everything is given back and taken again — while the
-    /// deadline allows, and at most [`SETS_MAX`] times (see [`ran_out`]).
+    /// deadline allows, and at most [`SETS_MAX`] times (see [`complete`]).
     fn take_all<S: AsRef<str>>(
         &self,
         names: &[S],
@@ -254,15 +254,12 @@ impl LockClient {
                     None => return Ok(None),
                 }
             }
-            if all.is_held() {
-                return Ok(Some(all));
+            let holds = all.guards.iter().map(|g| (g.name(), g.is_held()));
+            match complete(holds, options, started, tries, deadline)? {
+                Set::Held => return Ok(Some(all)),
+                Set::TimedOut => return Ok(None),
+                Set::Again => {}
             }
-            let expired = all.guards.iter().find(|g| !g.is_held());
-            let expired = expired.map_or(names[0], |g| g.name()).to_owned();
-            if !ran_out(expired, options, started, tries, deadline)? {
-                return Ok(None);
-            }
-            tracing::debug!(names = ?names, "leasehold: a hold ran out while lock_all waited for the others; taking them again");
         }
         Ok(None)
     }
@@ -271,30 +268,44 @@ impl LockClient {
 /// Sets taken whose holds ran out before a `lock_all` gives up.
 pub(crate) const SETS_MAX: u32 = 3;
 
-/// A set of holds was complete, but hold `name`'s lease had run out (the
-/// set was taken from `started`, try `tries`): whether to take them all
-/// again (`true`), or end the call with `None` (`false`: its deadline
-/// passed); [`Error::LeaseExpiredOnArrival`] after [`SETS_MAX`] sets — a
-/// lease too short to cover taking the names would never do.
-pub(crate) fn ran_out(
-    name: String,
+/// What a `lock_all` does with a complete set of holds (see [`complete`]).
+pub(crate) enum Set {
+    /// Every hold is ours: the set is returned.
+    Held,
+    /// A hold ran out, and the deadline passed: `None`.
+    TimedOut,
+    /// A hold ran out: the set is given back (dropped) and taken again.
+    Again,
+}
+
+/// A set of holds `(name, held)` was complete, taken from `started` (try
+/// `tries`): held, or — a hold's explicit lease ran out while a later name
+/// was waited for — taken again while the deadline allows;
+/// [`Error::LeaseExpiredOnArrival`] after [`SETS_MAX`] sets (a lease too
+/// short to cover taking the names would never do). Both faces' one rule.
+pub(crate) fn complete<'g>(
+    holds: impl IntoIterator<Item = (&'g str, bool)>,
     options: &LockOptions,
     started: Instant,
     tries: u32,
     deadline: Option<Instant>,
-) -> Result<bool> {
+) -> Result<Set> {
+    let Some((name, _)) = holds.into_iter().find(|(_, held)| !held) else {
+        return Ok(Set::Held);
+    };
     if deadline.is_some_and(|d| d <= Instant::now()) {
-        return Ok(false);
+        return Ok(Set::TimedOut);
     }
     if tries >= SETS_MAX {
         return Err(Error::LeaseExpiredOnArrival {
-            name,
+            name: name.to_owned(),
             lease: options.lease_time().unwrap_or_default(),
             round_trip: started.elapsed(),
             tries,
         });
     }
-    Ok(true)
+    tracing::debug!(lock = %name, "leasehold: a hold ran out while lock_all waited for the others; taking them all again");
+    Ok(Set::Again)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{AsyncLockClient, AsyncLockGuard};
 use crate::error::Result;
-use crate::multi::{canonical, timed_out};
+use crate::multi::{canonical, complete, timed_out, Set};
 use crate::options::{deadline_after, LockOptions};
 use crate::renewal::LeaseWatch;
 
@@ -178,7 +178,7 @@ impl AsyncLockClient {
         let names = canonical(names)?;
         // As the blocking face's: a hold that ran out meanwhile is never
         // returned; everything is given back and taken again, while
-        // `ran_out` allows.
+        // `complete` allows.
         for tries in 1.. {
             let started = Instant::now();
             let mut all = AsyncMultiLockGuard {
@@ -191,13 +191,11 @@ impl AsyncLockClient {
                     None => return Ok(None),
                 }
             }
-            if all.is_held() {
-                return Ok(Some(all));
-            }
-            let expired = all.guards.iter().find(|g| !g.is_held());
-            let expired = expired.map_or(names[0], |g| g.name()).to_owned();
-            if !crate::multi::ran_out(expired, &options, started, tries, deadline)? {
-                return Ok(None);
+            let holds = all.guards.iter().map(|g| (g.name(), g.is_held()));
+            match complete(holds, &options, started, tries, deadline)? {
+                Set::Held => return Ok(Some(all)),
+                Set::TimedOut => return Ok(None),
+                Set::Again => {}
             }
         }
         Ok(None)
