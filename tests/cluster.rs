@@ -577,16 +577,17 @@ fn a_renewal_redirected_twice_keeps_the_lease() {
 
 /// A bounded wait on a key whose primary stopped answering (paused) ends by
 /// its deadline: the read of the slot table the failure sets off is
-/// bounded by what is left of the wait, not by the connect and socket
-/// timeouts (5 s here). The paused primary serves slot 0, so it is the
-/// first node that read asks.
+/// bounded by what is left of the wait, not by the socket timeout (15 s
+/// here, ten times the 1.5 s bound). The paused primary serves slot 0, so
+/// it is the first node that read asks.
 #[test]
 fn a_bounded_wait_on_a_paused_primary_ends_by_its_deadline() {
     let cluster = RedisCluster::start(3, 0);
     let paused = cluster.primary_of_slot(0, 0);
     let name = support::name_in_slot(&cluster, 0, "cl:paused:");
     let client = LockClient::cluster_builder(&cluster.urls())
-        .socket_timeout(Duration::from_secs(5))
+        .watchdog_lease(Duration::from_secs(40))
+        .socket_timeout(Duration::from_secs(15))
         .build()
         .unwrap();
     client.lock(&name).unwrap().unlock().unwrap(); // connected
@@ -598,7 +599,7 @@ fn a_bounded_wait_on_a_paused_primary_ends_by_its_deadline() {
     cluster.nodes[paused].signal("CONT");
     assert!(!matches!(got, Ok(Some(_))), "{got:?}");
     // The wait and its last round trip, and a second for a loaded machine:
-    // a read of the table from the paused node would take 5 s more.
+    // a read of the table from the paused node would take 15 s more.
     assert!(
         took < wait + Duration::from_millis(1_200),
         "returned {took:?} into a {wait:?} wait: {got:?}"
