@@ -122,4 +122,38 @@ impl TlsSocket {
     pub(crate) fn flush(&self) -> io::Result<()> {
         Ok(())
     }
+
+    /// Whether the session is as it was left after its last reply (see
+    /// `Stream::check_quiet`), looked at without waiting. The records that
+    /// came meanwhile are read: a session ticket is nothing to mind; the
+    /// server's `close_notify`, or an end of file, is a closed connection;
+    /// data is bytes nobody asked for.
+    pub(crate) fn check_quiet(&self) -> io::Result<()> {
+        let mut session = self.session.lock();
+        self.tcp.set_nonblocking(true)?;
+        let came = loop {
+            match session.read_tls(&mut &self.tcp) {
+                Ok(0) => break Err(crate::error::closed_while_idle()),
+                Ok(_) => {
+                    if let Err(e) = session.process_new_packets() {
+                        break Err(io::Error::other(e));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.tcp.set_nonblocking(false)?;
+        came?;
+        while session.wants_write() {
+            session.write_tls(&mut &self.tcp)?;
+        }
+        match session.reader().read(&mut [0; 1]) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Ok(0) => Err(crate::error::closed_while_idle()),
+            Ok(_) => Err(crate::error::unasked_bytes()),
+            Err(e) => Err(e),
+        }
+    }
 }

@@ -200,3 +200,61 @@ fn a_waiter_rides_out_a_server_that_is_loading_its_dataset() {
     );
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// A command that ran in Redis, whose connection then closed before its
+/// reply left (a `CLIENT KILL`, a crash after the write), is not sent again:
+/// the client cannot tell it from a connection that had closed before the
+/// command went out, and a second run of a reentrant hold's release frees
+/// the lock its outer guard still holds — another client would take it.
+#[test]
+fn a_release_that_ran_before_its_connection_closed_is_not_run_twice() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::new(&proxy.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    // The scripts loaded (a cut `NOSCRIPT` would be no run at all).
+    let warm = client.lock("net:cut").unwrap();
+    client.lock("net:cut").unwrap().unlock().unwrap();
+    warm.unlock().unwrap();
+    let outer = client.lock("net:cut").unwrap();
+    let inner = client.lock("net:cut").unwrap(); // reentrant: 2 in Redis
+    let count = || -> Vec<String> { server.connection().hvals("net:cut").unwrap() };
+    assert_eq!(count(), ["2"]);
+    proxy.set(Fault::CutNextReply);
+    let released = inner.unlock();
+    // It ran once: the outer guard's hold is there, and nobody else gets in.
+    assert_eq!(count(), ["1"], "the reentrant release ran twice");
+    assert!(other.try_lock("net:cut").unwrap().is_none());
+    assert!(
+        released.is_err(),
+        "the release's reply was cut: {released:?}"
+    );
+    assert!(outer.is_held());
+    outer.unlock().unwrap();
+    assert!(other.try_lock("net:cut").unwrap().is_some());
+}
+
+/// The other side of the test above: a connection the server closed while
+/// it sat idle (`CLIENT KILL`, its `timeout`, a restart) is found so before
+/// anything is sent on it, and the call goes on a new one — no error for
+/// the caller, and the release ran once.
+#[test]
+fn a_connection_closed_while_idle_is_replaced_before_anything_is_sent() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let outer = client.lock("net:idle").unwrap();
+    let inner = client.lock("net:idle").unwrap();
+    let mut admin = server.connection();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal"])
+        .query(&mut admin)
+        .unwrap();
+    assert!(killed >= 1, "no connection of the client's was killed");
+    // The close is on its way over loopback (microseconds).
+    thread::sleep(Duration::from_millis(100));
+    inner.unlock().unwrap();
+    let count: Vec<String> = admin.hvals("net:idle").unwrap();
+    assert_eq!(count, ["1"]);
+    assert!(outer.is_held());
+    outer.unlock().unwrap();
+}

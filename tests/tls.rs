@@ -78,6 +78,31 @@ mod with_tls {
         renewed.unlock().unwrap();
     }
 
+    /// A TLS connection the server closed while it sat idle (`CLIENT
+    /// KILL`: its `close_notify`, then the end of the TCP stream) is found
+    /// so before anything is sent on it, and the call goes on a new one: no
+    /// error, the reentrant release ran once. (A request sent on it would
+    /// meet the close after it went out, when it may have run.)
+    #[test]
+    fn a_tls_connection_closed_while_idle_is_replaced_before_anything_is_sent() {
+        let server = RedisServer::start_tls();
+        let client = client(&server, Duration::from_secs(30));
+        let outer = client.lock("tls:idle").unwrap();
+        let inner = client.lock("tls:idle").unwrap();
+        let mut admin = server.connection();
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal"])
+            .query(&mut admin)
+            .unwrap();
+        assert!(killed >= 1, "no connection of the client's was killed");
+        // The close is on its way over loopback (microseconds).
+        thread::sleep(Duration::from_millis(100));
+        inner.unlock().unwrap();
+        let count: Vec<String> = admin.hvals("tls:idle").unwrap();
+        assert_eq!(count, ["1"]);
+        outer.unlock().unwrap();
+    }
+
     #[test]
     fn an_untrusted_certificate_is_refused() {
         let server = RedisServer::start_tls();

@@ -230,6 +230,13 @@ impl Batches {
         node: Option<&Arc<str>>,
         pipe: &redis::Pipeline,
     ) -> RedisResult<Vec<RedisResult<Value>>> {
+        // One the server closed since the last round (its `timeout`, a
+        // restart) is found so before anything is sent, and replaced: the
+        // round is not lost to it.
+        let stale = self.cons.get_mut(&node.cloned());
+        if stale.is_some_and(|con| con.check_quiet().is_err()) {
+            self.cons.remove(&node.cloned());
+        }
         let con = match self.cons.entry(node.cloned()) {
             Entry::Occupied(con) => con.into_mut(),
             Entry::Vacant(slot) => slot.insert(match (node, &self.router) {

@@ -1,9 +1,11 @@
 //! Connections to Redis: a pool per server, where the primary is (fixed,
 //! Sentinel, Cluster), cluster slot routing and redirects. [`Connections::run`]
 //! is the one way the lock path sends a script: it picks the node serving the
-//! key, skips pooled connections that died idle, follows `MOVED`/`ASK`, and
-//! re-reads the cluster table after connection errors — every decision by
-//! the one error classification, [`Retry`].
+//! key, takes no pooled connection the server closed while it sat idle
+//! (found before anything is sent on it), never sends a request again once
+//! it may have run, follows `MOVED`/`ASK`, and re-reads the cluster table
+//! after connection errors — every decision by the one error
+//! classification, [`Retry`].
 
 mod batch;
 pub(crate) mod cluster;
@@ -127,9 +129,6 @@ fn out_of_time() -> redis::RedisError {
     )
     .into()
 }
-
-/// Dead pooled connections a command skips before it gives up.
-const STALE_RETRIES: u32 = 3;
 
 /// `MOVED`/`ASK` redirects one command follows before it gives up.
 const CLUSTER_REDIRECTS: u32 = 5;
@@ -301,7 +300,6 @@ impl Connections {
         mut script: impl FnMut(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let cluster = self.cluster.as_ref().filter(|_| pinned.is_none());
-        let mut tries = 0;
         let mut redirects = 0;
         loop {
             let node = cluster.and_then(|c| c.router.node_for(key).ok());
@@ -329,13 +327,6 @@ impl Connections {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if tries < STALE_RETRIES && Retry::of(&e) == Retry::Reconnect && con.closed() {
-                // The connection had died idle (the other end closed it):
-                // nothing it sent reached Redis: send it again elsewhere.
-                tries += 1;
-                tracing::debug!(error = %e, "leasehold: pooled connection was dead; retrying");
-                continue;
-            }
             let Some(cluster) = cluster.filter(|_| redirects < CLUSTER_REDIRECTS) else {
                 return Err(Error::from_redis(e, key));
             };

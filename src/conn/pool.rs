@@ -45,13 +45,15 @@ impl NodePool {
             socket_timeout: socket,
             last_error: Arc::clone(&last_error),
         };
-        // No PING on checkout: it would make lock + unlock three round trips.
-        // A connection that broke is dropped by `has_broken` when it comes
-        // back, and the next command on a stale one fails fast.
+        // No PING on checkout: it would make lock + unlock three round
+        // trips. A connection that broke is dropped by `has_broken` when it
+        // comes back; one the server closed while it sat in the pool is
+        // found so on checkout, before anything is sent on it
+        // (`Wire::check_quiet`, no round trip), and another is taken.
         let pool = r2d2::Pool::builder()
             .max_size(size)
             .min_idle(Some(0))
-            .test_on_check_out(false)
+            .test_on_check_out(true)
             .connection_timeout(connect)
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(manager);
@@ -134,7 +136,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn is_valid(&self, con: &mut Pooled) -> Result<(), redis::RedisError> {
-        redis::cmd("PING").query(con)
+        con.check_quiet()
     }
 
     fn has_broken(&self, con: &mut Pooled) -> bool {

@@ -17,10 +17,11 @@
 //! timer thread tells it, should the runtime not be driven again): the
 //! undo is then sent until Redis answers it twice, as for any lost reply.
 //! Dropped while still connecting: nothing was sent, and the hook is told
-//! so. A connection that broke sitting idle (the server closed it,
-//! restarted) takes the runtime's other idle ones with it, and the call is
-//! sent once more on a new one. Only a connection whose reply was read
-//! whole is used again.
+//! so. A connection found closed before anything is sent on it (the server
+//! closed it while it sat idle, restarted) takes the runtime's other idle
+//! ones with it, and the call goes on a new one; once sent, a call is never
+//! sent again here. Only a connection whose reply was read whole is used
+//! again.
 //!
 //! Time is the library's timer thread's: no time driver is needed. The I/O
 //! driver is (`enable_io`, as `#[tokio::main]` gives): without one tokio
@@ -43,6 +44,7 @@ use tokio::net::TcpStream;
 use tokio::runtime::{Handle, Id};
 
 use super::reply::{reply_len, simple};
+use super::stream::QUIET_UNCHECKED;
 use super::transport::{Forsaken, MakeForsaken, Outcome};
 use super::wire::hello;
 use crate::park::Sleep;
@@ -148,43 +150,41 @@ impl Runtimes {
             sent: false,
             patience: self.socket_timeout,
         };
-        for retry in [false, true] {
-            let (con, was_idle) = match self.pool.take(runtime) {
-                Got::Idle(con) => (Some(con), true),
-                Got::Open(counted) => (self.pool.open(runtime, counted, connect).await, false),
-                Got::None => (None, false),
-            };
-            let io = end.map_or(io, |end| {
-                io.min(end.saturating_duration_since(Instant::now()))
-            });
-            let Some(con) = con.filter(|_| !io.is_zero()) else {
-                flight.forsaken = None; // sent another way (or out of time there)
-                return Err(call);
-            };
-            let abandoned = Arc::clone(&flight.abandoned);
-            let pool = Arc::clone(&self.pool);
-            flight.request = Some(request(pool, runtime, con, &call, abandoned));
-            (flight.polled, flight.sent) = (false, false);
-            let reply = within(io, &mut flight).await.unwrap_or_else(|| {
-                // No reply in time: the caller undoes it as a lost reply,
-                // not the hook as well.
-                flight.forsaken = None;
-                Err(io::Error::new(io::ErrorKind::TimedOut, "no reply in time").into())
-            });
-            let sent = flight.sent;
-            if reply.as_ref().is_err_and(|e| e.is_unrecoverable_error()) && was_idle {
-                // Broken on a connection that sat idle — the server closed
-                // it, restarted: what was sent never ran, and the others
-                // idle beside it are as dead. Once more, on a new one.
-                self.pool.forget(runtime);
-                if !retry {
-                    flight.forsaken = forsaken;
+        let con = loop {
+            break match self.pool.take(runtime) {
+                Got::Idle(con) if con.check_quiet().is_err() => {
+                    // Closed by the server while it sat idle (its timeout, a
+                    // restart), found so before anything was sent on it:
+                    // the others idle beside it are as dead. A new one.
+                    self.pool.forget(runtime);
                     continue;
                 }
-            }
-            return Ok((reply.map(|value| Reply { value, acked: None }), sent));
-        }
-        Err(call)
+                Got::Idle(con) => Some(con),
+                Got::Open(counted) => self.pool.open(runtime, counted, connect).await,
+                Got::None => None,
+            };
+        };
+        let io = end.map_or(io, |end| {
+            io.min(end.saturating_duration_since(Instant::now()))
+        });
+        let Some(con) = con.filter(|_| !io.is_zero()) else {
+            flight.forsaken = None; // sent another way (or out of time there)
+            return Err(call);
+        };
+        let abandoned = Arc::clone(&flight.abandoned);
+        let pool = Arc::clone(&self.pool);
+        flight.request = Some(request(pool, runtime, con, &call, abandoned));
+        // Once sent, never sent again here: a connection that broke after
+        // the request went out may have run it (a `CLIENT KILL`, a crash
+        // after the write), and a request run twice — permits added — is
+        // not one run once.
+        let reply = within(io, &mut flight).await.unwrap_or_else(|| {
+            // No reply in time: the caller undoes it as a lost reply, not
+            // the hook as well.
+            flight.forsaken = None;
+            Err(io::Error::new(io::ErrorKind::TimedOut, "no reply in time").into())
+        });
+        Ok((reply.map(|value| Reply { value, acked: None }), flight.sent))
     }
 }
 
@@ -227,7 +227,8 @@ impl Pool {
 
     /// `con`, whose reply was read whole, back among `runtime`'s idle
     /// connections.
-    fn put(&self, runtime: Id, con: Con) {
+    fn put(&self, runtime: Id, mut con: Con) {
+        con.answered = Instant::now();
         let mut st = self.state.lock();
         if let Some((_, idle, _)) = st.runtimes.iter_mut().find(|(id, ..)| *id == runtime) {
             idle.push(con);
@@ -286,6 +287,8 @@ impl Drop for Counted {
 struct Con {
     stream: TcpStream,
     read: Vec<u8>,
+    /// When its last reply was read whole (see [`QUIET_UNCHECKED`]).
+    answered: Instant,
     _counted: Counted,
 }
 
@@ -298,6 +301,7 @@ impl Con {
         let mut con = Con {
             stream,
             read: Vec::new(),
+            answered: Instant::now(),
             _counted: counted,
         };
         let hello = hello(&pool.settings, None, true);
@@ -306,6 +310,43 @@ impl Con {
             con.recv().await?.extract_error()?;
         }
         Ok(con)
+    }
+
+    /// Whether the connection is as its last reply left it (see
+    /// `Stream::check_quiet`): nothing to read on it. Asked of the socket
+    /// itself, not the reactor, which may not have seen the server's close
+    /// yet (a current-thread runtime not driven since it came).
+    fn check_quiet(&self) -> io::Result<()> {
+        if !self.read.is_empty() {
+            return Err(crate::error::unasked_bytes());
+        }
+        if self.answered.elapsed() < QUIET_UNCHECKED {
+            return Ok(());
+        }
+        let mut buf = [0; 64];
+        #[cfg(unix)]
+        let read = {
+            use std::io::Read;
+            use std::os::fd::AsFd;
+            // A second handle on the socket, non-blocking as tokio keeps
+            // it: a read that does not wait, and leaves the reactor's
+            // readiness as it was.
+            let socket = std::net::TcpStream::from(self.stream.as_fd().try_clone_to_owned()?);
+            loop {
+                match (&socket).read(&mut buf) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    read => break read,
+                }
+            }
+        };
+        #[cfg(not(unix))]
+        let read = self.stream.try_read(&mut buf);
+        match read {
+            Ok(0) => Err(crate::error::closed_while_idle()),
+            Ok(_) => Err(crate::error::unasked_bytes()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes `bytes` whole.

@@ -9,11 +9,11 @@
 //! ([`redis::ConnectionLike`]).
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
 
-use super::stream::{self, Stream, TlsConfig};
+use super::stream::{self, Stream, TlsConfig, QUIET_UNCHECKED};
 use crate::error::Retry;
 
 /// A connection for commands: send, then read the replies in order.
@@ -30,10 +30,8 @@ pub(crate) struct Wire {
     /// up on — or, when the request itself was lost, a reply it would
     /// wrongly skip as late — so it is never trusted again.
     open: bool,
-    /// The socket was found closed by the other end (end of file on a read,
-    /// a failed write): what was sent never ran, so it may be sent again on
-    /// another connection. A timeout is not that: the command may have run.
-    closed: bool,
+    /// When its last request ended (see [`QUIET_UNCHECKED`]).
+    answered: Instant,
 }
 
 impl Wire {
@@ -55,13 +53,25 @@ impl Wire {
             db: settings.db(),
             io,
             open: true,
-            closed: false,
+            answered: Instant::now(),
         })
     }
 
-    /// Whether the other end closed the socket (see the field).
-    pub(crate) fn closed(&self) -> bool {
-        self.closed
+    /// Whether the connection is as its last reply left it: checked before
+    /// a request goes out on a connection that sat idle (see
+    /// [`Stream::check_quiet`]). One the server closed meanwhile is not
+    /// open after; no request was sent on it, so one may go on another.
+    /// Once sent, an end of file is no such proof: the server may have run
+    /// the request and then closed (a `CLIENT KILL`, a crash), and a
+    /// request sent twice — a reentrant hold's release, permits added — is
+    /// not the request sent once.
+    pub(crate) fn check_quiet(&mut self) -> RedisResult<()> {
+        if self.answered.elapsed() < QUIET_UNCHECKED {
+            return Ok(());
+        }
+        let quiet = self.stream.check_quiet();
+        self.open &= quiet.is_ok();
+        Ok(quiet?)
     }
 
     /// Makes `io` the longest each read and write may take from now on (a
@@ -79,18 +89,16 @@ impl Wire {
     fn send(&mut self, bytes: &[u8]) -> RedisResult<()> {
         self.stream.write_all(bytes).map_err(|e| {
             self.open = false;
-            self.closed = true;
             e.into()
         })
     }
 
     fn recv(&mut self) -> RedisResult<Value> {
         let parsed = read_reply(&mut self.parser, &mut self.stream);
-        if let Err(e) = &parsed {
+        if parsed.is_err() {
             // A timeout, a closed socket, bytes that are no reply: whatever
             // follows on this socket cannot be trusted.
             self.open = false;
-            self.closed |= e.is_connection_dropped();
         }
         parsed
     }
@@ -162,7 +170,9 @@ fn read_reply(parser: &mut redis::Parser, stream: &mut Stream) -> RedisResult<Va
 impl redis::ConnectionLike for Wire {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         self.send(cmd)?;
-        self.recv()
+        let reply = self.recv();
+        self.answered = Instant::now();
+        reply
     }
 
     fn req_packed_commands(
@@ -183,6 +193,7 @@ impl redis::ConnectionLike for Wire {
                 reply => replies.push(reply),
             }
         }
+        self.answered = Instant::now();
         let Some(e) = skipped_error else {
             return Ok(replies);
         };

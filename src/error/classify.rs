@@ -64,6 +64,19 @@ pub(crate) fn not_redis(e: &redis::RedisError) -> redis::RedisError {
     .into()
 }
 
+/// The error of a connection the server closed while it sat idle (see
+/// `Stream::check_quiet`).
+pub(crate) fn closed_while_idle() -> std::io::Error {
+    let message = "the server closed the connection while it sat idle";
+    std::io::Error::new(std::io::ErrorKind::ConnectionAborted, message)
+}
+
+/// The error of a connection on which bytes no request asked for waited.
+pub(crate) fn unasked_bytes() -> std::io::Error {
+    let message = "bytes no request asked for waited on the connection";
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
+}
+
 fn is_not_redis(err: &redis::RedisError) -> bool {
     err.is_io_error() && err.to_string().contains(NOT_REDIS_REPLY)
 }

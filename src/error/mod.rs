@@ -6,7 +6,7 @@
 mod classify;
 mod questions;
 
-pub(crate) use classify::{is_auth_failure, not_redis, Retry};
+pub(crate) use classify::{closed_while_idle, is_auth_failure, not_redis, unasked_bytes, Retry};
 
 use std::fmt;
 

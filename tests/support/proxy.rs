@@ -1,7 +1,8 @@
 //! A TCP fault proxy between a client and a test `redis-server`, switchable
 //! at run time: forward, delay every chunk by N ms, blackhole (bytes vanish,
 //! connections stay open), answer every command with one error reply (a
-//! server that is loading its dataset, say), or reset every open connection.
+//! server that is loading its dataset, say), cut the next reply (the
+//! command ran, then the connection closed), or reset every open connection.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -14,6 +15,7 @@ const FORWARD: u8 = 0;
 const DELAY: u8 = 1;
 const BLACKHOLE: u8 = 2;
 const REFUSE: u8 = 3;
+const CUT_NEXT_REPLY: u8 = 4;
 
 /// What the proxy does with the bytes it carries.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +29,11 @@ pub enum Fault {
     /// (e.g. `LOADING …`) and never reaches the server; what the server
     /// sends on its own (pub/sub messages) still arrives.
     Refuse(&'static str),
+    /// Commands reach the server; the next reply it sends is dropped and
+    /// that connection closed (the command ran, then the server closed the
+    /// connection before its reply left: a `CLIENT KILL`, a crash). Then
+    /// forward again.
+    CutNextReply,
 }
 
 struct State {
@@ -103,6 +110,7 @@ impl FaultProxy {
                 *self.state.refusal.lock().unwrap() = error;
                 (REFUSE, 0)
             }
+            Fault::CutNextReply => (CUT_NEXT_REPLY, 0),
         };
         self.state.delay_ms.store(delay, Ordering::Relaxed);
         self.state.mode.store(mode, Ordering::Relaxed);
@@ -156,6 +164,18 @@ fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream, mut back: Op
                     }
                 }
                 DELAY => thread::sleep(Duration::from_millis(st.delay_ms.load(Ordering::Relaxed))),
+                CUT_NEXT_REPLY if back.is_none() => {
+                    // From the server: this reply is the one cut (once).
+                    let cut = st.mode.compare_exchange(
+                        CUT_NEXT_REPLY,
+                        FORWARD,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    if cut.is_ok() {
+                        break;
+                    }
+                }
                 _ => {}
             }
             if to.write_all(&buf[..n]).is_err() {
