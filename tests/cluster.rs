@@ -605,3 +605,52 @@ fn a_bounded_wait_on_a_paused_primary_ends_by_its_deadline() {
         "returned {took:?} into a {wait:?} wait: {got:?}"
     );
 }
+
+/// A bounded wait whose slot moved (`MOVED` from the node the client knew)
+/// ends by its deadline while another primary is paused: the read of the
+/// slot table the redirect sets off is bounded by what is left of the
+/// wait, not by the socket timeout (15 s here, ten times the 1.5 s bound).
+/// The paused primary serves slot 0, so it is the first node that read
+/// asks.
+#[test]
+fn a_bounded_wait_whose_slot_moved_ends_by_its_deadline() {
+    let cluster = RedisCluster::start(3, 0);
+    let paused = cluster.primary_of_slot(0, 0);
+    let others: Vec<usize> = (cluster.primaries().into_iter())
+        .filter(|&p| p != paused)
+        .collect();
+    let (from, to) = (others[0], others[1]);
+    let slot = cluster.first_slot_of(from);
+    let name = support::name_in_slot(&cluster, slot, "cl:moved:");
+    let client = LockClient::cluster_builder(&cluster.urls())
+        .watchdog_lease(Duration::from_secs(40))
+        .socket_timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    client.lock(&name).unwrap().unlock().unwrap(); // the table read
+                                                   // The slot (empty now) moves to another primary; every node knows.
+    let id = cluster.node_id(to);
+    for node in [to, from, paused] {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&id)
+            .query(&mut cluster.nodes[node].connection())
+            .unwrap();
+    }
+    cluster.nodes[paused].signal("STOP");
+    // Past the 100 ms in which the client reads the table at most once.
+    thread::sleep(Duration::from_millis(200));
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let got = client.try_lock_for(&name, wait);
+    let took = started.elapsed();
+    cluster.nodes[paused].signal("CONT");
+    // The wait and its last round trip, and a second for a loaded machine:
+    // a read of the table from the paused node would take 15 s more.
+    assert!(
+        took < wait + Duration::from_millis(1_200),
+        "returned {took:?} into a {wait:?} wait: {got:?}"
+    );
+}

@@ -164,11 +164,17 @@ impl Router {
     /// The primary serving `key`'s slot (`host:port`), reading the slot
     /// table from the cluster when it does not know.
     pub(crate) fn node_for(&self, key: &str) -> RedisResult<Arc<str>> {
+        self.node_for_by(key, None)
+    }
+
+    /// [`node_for`](Self::node_for) for a call that must end by `end` (the
+    /// read of the table bounded as [`refresh_by`](Self::refresh_by)'s).
+    pub(crate) fn node_for_by(&self, key: &str, end: Option<Instant>) -> RedisResult<Arc<str>> {
         let slot = usize::from(key_slot(key.as_bytes()));
         if let Some(node) = &self.table.read()[slot] {
             return Ok(Arc::clone(node));
         }
-        self.refresh()?;
+        self.refresh_by(end)?;
         self.table.read()[slot].clone().ok_or_else(|| {
             no_node(format!(
                 "no cluster node serves slot {slot} (cluster down?)"
@@ -202,9 +208,15 @@ impl Router {
 
     /// `MOVED slot host:port`: the slot is served there now.
     pub(crate) fn moved(&self, slot: u16, addr: &str) {
+        self.moved_by(slot, addr, None);
+    }
+
+    /// [`moved`](Self::moved) for a call that must end by `end` (the read
+    /// of the table bounded as [`refresh_by`](Self::refresh_by)'s).
+    pub(crate) fn moved_by(&self, slot: u16, addr: &str, end: Option<Instant>) {
         self.note_moved(slot, addr);
         // Other slots probably moved with it (a reshard, a failover).
-        let _ = self.refresh();
+        let _ = self.refresh_by(end);
     }
 
     /// Reads the slot table (`CLUSTER SLOTS`) from the first node that

@@ -302,13 +302,13 @@ impl Connections {
         let cluster = self.cluster.as_ref().filter(|_| pinned.is_none());
         let mut redirects = 0;
         loop {
-            let node = cluster.and_then(|c| c.router.node_for(key).ok());
+            let node = cluster.and_then(|c| c.router.node_for_by(key, bound.end).ok());
             at.sent = false;
             if bound.left().is_some_and(|left| left.is_zero()) {
                 (at.io, at.by_deadline) = (Duration::ZERO, true);
                 return Err(Error::from(out_of_time()));
             }
-            let got = self.connection(key, pinned, self.pool_wait(bound), &mut at.addr);
+            let got = self.connection(key, pinned, bound, &mut at.addr);
             let mut con = match (got, cluster) {
                 (Ok(con), _) => con,
                 (Err(e), Some(cluster)) if e.is_connection() && redirects < CLUSTER_REDIRECTS => {
@@ -316,7 +316,7 @@ impl Connections {
                     // table again; retry if the slot has a new primary.
                     redirects += 1;
                     let _ = cluster.router.refresh_by(bound.end);
-                    if cluster.router.node_for(key).ok() == node {
+                    if cluster.router.node_for_by(key, bound.end).ok() == node {
                         return Err(e);
                     }
                     continue;
@@ -335,14 +335,13 @@ impl Connections {
             match (Retry::of(&e), e.code(), e.redirect_node()) {
                 (Retry::Redirect, Some("MOVED"), Some((node, slot))) => {
                     tracing::debug!(%node, slot, "leasehold: slot moved; following");
-                    cluster.router.moved(slot, node);
+                    cluster.router.moved_by(slot, node, bound.end);
                 }
                 (Retry::Redirect, _, Some((node, _))) => {
                     // ASK: the slot is being migrated and this key is
                     // already on the target: ASKING, then the command, there.
                     let pool = cluster.pool(&Arc::from(node))?;
-                    let wait = self.pool_wait(bound);
-                    let mut con = self.connection(key, Some(&pool), wait, &mut at.addr)?;
+                    let mut con = self.connection(key, Some(&pool), bound, &mut at.addr)?;
                     match self.on(&mut con, bound, at, true, &mut script) {
                         Ok(v) => return Ok(v),
                         Err(e) if Retry::of(&e) == Retry::Redirect => {}
@@ -365,7 +364,7 @@ impl Connections {
                     // The node may be gone (a failover): read the table
                     // again, and try the new primary if there is one.
                     let _ = cluster.router.refresh_by(bound.end);
-                    if cluster.router.node_for(key).ok() == node {
+                    if cluster.router.node_for_by(key, bound.end).ok() == node {
                         return Err(Error::from_redis(e, key));
                     }
                 }
@@ -404,13 +403,14 @@ impl Connections {
     }
 
     /// A pooled connection for `key` (of `pinned`; else in a cluster: to
-    /// the primary serving its slot), waiting at most `wait` (default: the
-    /// connect timeout); `addr` is set to the server it is for.
+    /// the primary serving its slot), waiting as `bound` allows (see
+    /// [`pool_wait`](Self::pool_wait)); `addr` is set to the server it is
+    /// for.
     fn connection(
         &self,
         key: &str,
         pinned: Option<&NodePool>,
-        wait: Option<Duration>,
+        bound: Bound,
         addr: &mut Arc<str>,
     ) -> Result<r2d2::PooledConnection<pool::Manager>> {
         let node_pool;
@@ -418,7 +418,7 @@ impl Connections {
             (Some(pool), _) => pool,
             (None, None) => &self.pool,
             (None, Some(cluster)) => {
-                let node = cluster.router.node_for(key).map_err(|e| {
+                let node = cluster.router.node_for_by(key, bound.end).map_err(|e| {
                     *addr = Arc::from(SEEDS);
                     Error::from_redis(e, key)
                 })?;
@@ -426,7 +426,7 @@ impl Connections {
                 &*node_pool
             }
         };
-        let got = pool.get(wait);
+        let got = pool.get(self.pool_wait(bound));
         *addr = pool.addr();
         got
     }
