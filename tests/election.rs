@@ -355,3 +355,45 @@ fn a_term_is_recorded_only_over_an_older_ones() {
     let leader = c.election("r").leader().unwrap().expect("a leader");
     assert_eq!(leader.since, Some(next.since()));
 }
+
+/// A bounded campaign won just as Redis stalls — on the write of the
+/// term's record, which a proxy holds — ends by its deadline, blocking and
+/// async: the record is written within what is left of the campaign, and
+/// past it in the background, not with the socket timeout (15 s here, ten
+/// times the 1.5 s bound).
+#[test]
+fn a_bounded_campaign_won_as_redis_stalls_ends_by_its_deadline() {
+    use support::proxy::{Fault, FaultProxy};
+    let _serial = serial();
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let c = LockClient::builder(&proxy.url())
+        .socket_timeout(Duration::from_secs(15))
+        .watchdog_lease(Duration::from_secs(40))
+        .build()
+        .unwrap();
+    // Connections pooled and the scripts loaded, the record's too.
+    drop(c.election("warm").campaign().unwrap());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = c.to_async();
+    drop(rt.block_on(a.election("warm").campaign()).unwrap());
+    proxy.set(Fault::HoldMatching("leasehold_leader"));
+    let wait = Duration::from_millis(300);
+    let bound = wait + Duration::from_millis(1_200);
+    let started = Instant::now();
+    let won = c.election("stall").try_campaign_for(wait);
+    let took = started.elapsed();
+    assert!(matches!(won, Ok(Some(_))), "{won:?}");
+    assert!(took < bound, "returned {took:?} into a {wait:?} campaign");
+    let started = Instant::now();
+    let won = rt.block_on(a.election("stall-async").try_campaign_for(wait));
+    let took = started.elapsed();
+    assert!(matches!(won, Ok(Some(_))), "{won:?}");
+    assert!(
+        took < bound,
+        "async: returned {took:?} into a {wait:?} campaign"
+    );
+}

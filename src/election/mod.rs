@@ -18,7 +18,7 @@ use crate::client::LockClient;
 use crate::error::Result;
 use crate::guard::OwnedLockGuard;
 use crate::inspect::ClientInfo;
-use crate::options::{check_name, LockOptions};
+use crate::options::{check_name, deadline_after, LockOptions};
 use crate::renewal::{LeaseLost, LeaseWatch};
 
 /// Leader election on a name: candidates — threads, tasks, processes —
@@ -97,7 +97,7 @@ impl Election {
         let guard = self
             .client
             .lock_owned_with(&lock_name(&self.name), fenced())?;
-        self.lead(guard)
+        self.lead(guard, None)
     }
 
     /// One attempt: the leadership, or `None` when another leads.
@@ -105,8 +105,7 @@ impl Election {
     /// # Errors
     /// As [`LockClient::try_lock`].
     pub fn try_campaign(&self) -> Result<Option<Leadership>> {
-        let options = fenced().wait(Duration::ZERO);
-        self.try_with(options)
+        self.try_with(Duration::ZERO)
     }
 
     /// Campaigns for up to `wait`: the leadership, or `None`.
@@ -114,7 +113,7 @@ impl Election {
     /// # Errors
     /// As [`LockClient::try_lock_for`].
     pub fn try_campaign_for(&self, wait: Duration) -> Result<Option<Leadership>> {
-        self.try_with(fenced().wait(wait))
+        self.try_with(wait)
     }
 
     /// Campaigns until `deadline`: the leadership, or `None`.
@@ -122,24 +121,29 @@ impl Election {
     /// # Errors
     /// As [`LockClient::try_lock_until`].
     pub fn try_campaign_until(&self, deadline: Instant) -> Result<Option<Leadership>> {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        self.try_with(fenced().wait(wait))
+        self.try_with(deadline.saturating_duration_since(Instant::now()))
     }
 
-    fn try_with(&self, options: LockOptions) -> Result<Option<Leadership>> {
+    /// A campaign of up to `wait`, its term recorded within it.
+    fn try_with(&self, wait: Duration) -> Result<Option<Leadership>> {
         check_name(&self.name)?;
         let name = lock_name(&self.name);
-        match self.client.try_lock_owned_with(&name, options)? {
-            Some(guard) => self.lead(guard).map(Some),
+        let deadline = Some(deadline_after(wait));
+        match self
+            .client
+            .try_lock_owned_with(&name, fenced().wait(wait))?
+        {
+            Some(guard) => self.lead(guard, deadline).map(Some),
             None => Ok(None),
         }
     }
 
-    /// A new term: its record (when it began), then the leadership.
-    fn lead(&self, guard: OwnedLockGuard) -> Result<Leadership> {
+    /// A new term: its record (when it began, written by `deadline` when
+    /// the campaign has one), then the leadership.
+    fn lead(&self, guard: OwnedLockGuard, deadline: Option<Instant>) -> Result<Leadership> {
         let term = guard.fence().unwrap_or(0);
         let since = now_ms();
-        record(&self.client, guard.key(), term, since);
+        record(&self.client, guard.key(), term, since, deadline);
         Ok(Leadership {
             name: self.name.clone(),
             since,
@@ -177,12 +181,12 @@ fn now_ms() -> SystemTime {
 /// Records when term `term` of the election whose lock is `key` began —
 /// best effort: a leader that could not write it still leads (observers
 /// then see no `since`), so a failure is logged, not returned.
-fn record(client: &LockClient, key: &str, term: u64, since: SystemTime) {
+fn record(client: &LockClient, key: &str, term: u64, since: SystemTime, deadline: Option<Instant>) {
     let since_ms = since
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64;
-    if let Err(e) = client.raw().record_term(key, term, since_ms) {
+    if let Err(e) = client.raw().record_term(key, term, since_ms, deadline) {
         tracing::warn!(election = %key, error = %e, "leasehold: could not record when a term began");
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{fenced, leader_of, lock_name, now_ms, record, Leader, Role};
 use crate::error::Result;
-use crate::options::{check_name, LockOptions};
+use crate::options::{check_name, deadline_after};
 use crate::park::Park;
 use crate::renewal::LeaseWatch;
 use crate::task::{AsyncLockClient, AsyncLockGuard};
@@ -57,7 +57,7 @@ impl AsyncElection {
             .client
             .lock_with(&lock_name(&self.name), fenced())
             .await?;
-        self.lead(guard).await
+        self.lead(guard, None).await
     }
 
     /// [`Election::try_campaign`](super::Election::try_campaign) for a task.
@@ -65,7 +65,7 @@ impl AsyncElection {
     /// # Errors
     /// As [`AsyncLockClient::try_lock`].
     pub async fn try_campaign(&self) -> Result<Option<AsyncLeadership>> {
-        self.try_with(fenced().wait(Duration::ZERO)).await
+        self.try_with(Duration::ZERO).await
     }
 
     /// [`Election::try_campaign_for`](super::Election::try_campaign_for) for a task.
@@ -73,7 +73,7 @@ impl AsyncElection {
     /// # Errors
     /// As [`AsyncLockClient::try_lock_for`].
     pub async fn try_campaign_for(&self, wait: Duration) -> Result<Option<AsyncLeadership>> {
-        self.try_with(fenced().wait(wait)).await
+        self.try_with(wait).await
     }
 
     /// [`Election::try_campaign_until`](super::Election::try_campaign_until) for a task.
@@ -81,26 +81,40 @@ impl AsyncElection {
     /// # Errors
     /// As [`AsyncLockClient::try_lock_until`].
     pub async fn try_campaign_until(&self, deadline: Instant) -> Result<Option<AsyncLeadership>> {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        self.try_with(fenced().wait(wait)).await
+        self.try_with(deadline.saturating_duration_since(Instant::now()))
+            .await
     }
 
-    async fn try_with(&self, options: LockOptions) -> Result<Option<AsyncLeadership>> {
+    /// A campaign of up to `wait`, its term recorded within it.
+    async fn try_with(&self, wait: Duration) -> Result<Option<AsyncLeadership>> {
         check_name(&self.name)?;
         let name = lock_name(&self.name);
-        match self.client.try_lock_with(&name, options).await? {
-            Some(guard) => self.lead(guard).await.map(Some),
+        let deadline = Some(deadline_after(wait));
+        match self
+            .client
+            .try_lock_with(&name, fenced().wait(wait))
+            .await?
+        {
+            Some(guard) => self.lead(guard, deadline).await.map(Some),
             None => Ok(None),
         }
     }
 
-    async fn lead(&self, guard: AsyncLockGuard) -> Result<AsyncLeadership> {
+    /// A new term: its record (written by `deadline` when the campaign
+    /// has one), then the leadership.
+    async fn lead(
+        &self,
+        guard: AsyncLockGuard,
+        deadline: Option<Instant>,
+    ) -> Result<AsyncLeadership> {
         let term = guard.fence().unwrap_or(0);
         let since = now_ms();
         let (client, key) = (self.client.blocking(), guard.key().to_owned());
         let raw = std::sync::Arc::clone(client.raw());
-        raw.io(Park::Task, move || record(&client, &key, term, since))
-            .await?;
+        raw.io(Park::Task, move || {
+            record(&client, &key, term, since, deadline)
+        })
+        .await?;
         Ok(AsyncLeadership {
             name: self.name.clone(),
             since,

@@ -475,13 +475,35 @@ impl Raw {
     }
 
     /// Records that term `term` of the election whose lock is `lock_key`
-    /// began at `since_ms` (over an older term's record only).
-    pub(crate) fn record_term(&self, lock_key: &str, term: u64, since_ms: u64) -> Result<()> {
+    /// began at `since_ms` (over an older term's record only) — for a
+    /// campaign that must end by `deadline`, within it (and its last round
+    /// trip): a write that did not get through by then (Redis stalled just
+    /// after the win) is sent once more in the background, unbounded, where
+    /// a late record is harmless, as it only ever moves to a newer term.
+    pub(crate) fn record_term(
+        self: &Arc<Self>,
+        lock_key: &str,
+        term: u64,
+        since_ms: u64,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
         let record = protocol::election::record_key(lock_key);
         let call = protocol::election::record_call(&record, term, since_ms);
-        self.conns
-            .run(&record, Bound::default(), |con| call.run(con))
-            .map(drop)
+        let bound = Bound::until(deadline);
+        match self.conns.run(&record, bound, |con| call.run(con)) {
+            Err(e) if deadline.is_some() && e.is_transient() => {
+                tracing::debug!(election = %lock_key, error = %e, "leasehold: the term's record did not get through within the campaign; sending it in the background");
+                let raw = Arc::clone(self);
+                self.detach(Park::Task, move || {
+                    let done = raw.conns.run(&record, Bound::default(), |con| call.run(con));
+                    if let Err(e) = done {
+                        tracing::warn!(record = %record, error = %e, "leasehold: could not record when a term began");
+                    }
+                });
+                Ok(())
+            }
+            done => done.map(drop),
+        }
     }
 
     /// The term and its beginning (ms) an election whose lock is `lock_key`

@@ -2,7 +2,9 @@
 //! at run time: forward, delay every chunk by N ms, blackhole (bytes vanish,
 //! connections stay open), answer every command with one error reply (a
 //! server that is loading its dataset, say), cut the next reply (the
-//! command ran, then the connection closed), or reset every open connection.
+//! command ran, then the connection closed), hold the connection whose
+//! request names a given key (a stall just there), or reset every open
+//! connection.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -16,6 +18,7 @@ const DELAY: u8 = 1;
 const BLACKHOLE: u8 = 2;
 const REFUSE: u8 = 3;
 const CUT_NEXT_REPLY: u8 = 4;
+const HOLD_MATCHING: u8 = 5;
 
 /// What the proxy does with the bytes it carries.
 #[derive(Debug, Clone, Copy)]
@@ -34,12 +37,17 @@ pub enum Fault {
     /// connection before its reply left: a `CLIENT KILL`, a crash). Then
     /// forward again.
     CutNextReply,
+    /// A request holding these bytes (a key's name, say) and everything
+    /// after it on its connection vanish; other connections, and that one
+    /// before it, pass (a server that stalls at that moment).
+    HoldMatching(&'static str),
 }
 
 struct State {
     mode: AtomicU8,
     delay_ms: AtomicU64,
     refusal: Mutex<&'static str>,
+    held: Mutex<&'static str>,
     stop: AtomicBool,
     conns: Mutex<Vec<TcpStream>>,
 }
@@ -60,6 +68,7 @@ impl FaultProxy {
             mode: AtomicU8::new(FORWARD),
             delay_ms: AtomicU64::new(0),
             refusal: Mutex::new(""),
+            held: Mutex::new(""),
             stop: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
         });
@@ -111,6 +120,10 @@ impl FaultProxy {
                 (REFUSE, 0)
             }
             Fault::CutNextReply => (CUT_NEXT_REPLY, 0),
+            Fault::HoldMatching(bytes) => {
+                *self.state.held.lock().unwrap() = bytes;
+                (HOLD_MATCHING, 0)
+            }
         };
         self.state.delay_ms.store(delay, Ordering::Relaxed);
         self.state.mode.store(mode, Ordering::Relaxed);
@@ -143,6 +156,7 @@ fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream, mut back: Op
     let st = Arc::clone(state);
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
+        let mut held = false;
         loop {
             let n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
@@ -151,8 +165,22 @@ fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream, mut back: Op
             if st.stop.load(Ordering::Relaxed) {
                 break;
             }
+            if held {
+                continue;
+            }
             match st.mode.load(Ordering::Relaxed) {
                 BLACKHOLE => continue,
+                HOLD_MATCHING if back.is_some() => {
+                    let pattern = *st.held.lock().unwrap();
+                    let chunk = &buf[..n];
+                    if chunk
+                        .windows(pattern.len())
+                        .any(|w| w == pattern.as_bytes())
+                    {
+                        held = true;
+                        continue;
+                    }
+                }
                 REFUSE => {
                     if let Some(back) = back.as_mut() {
                         let error = *st.refusal.lock().unwrap();
