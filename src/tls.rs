@@ -1,8 +1,8 @@
-//! TLS for the subscriber's own socket (feature `tls`). Pooled connections
-//! and the renewal connection use the `redis` crate's rustls support; the
-//! subscriber keeps its split-socket design: the reading thread blocks on the
-//! raw TCP socket without holding anything, then feeds the bytes to the TLS
-//! session under a short lock; writers encrypt and send under the same lock.
+//! TLS over our own sockets (feature `tls`): the subscriber's and every
+//! command connection's (`conn::Wire`). The subscriber keeps
+//! its split-socket design: the reading thread blocks on the raw TCP socket
+//! without holding anything, then feeds the bytes to the TLS session under
+//! a short lock; writers encrypt and send under the same lock.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};

@@ -220,7 +220,7 @@ fn a_release_that_ran_before_its_connection_closed_is_not_run_twice() {
     let inner = client.lock("net:cut").unwrap(); // reentrant: 2 in Redis
     let count = || -> Vec<String> { server.connection().hvals("net:cut").unwrap() };
     assert_eq!(count(), ["2"]);
-    proxy.set(Fault::CutNextReply);
+    proxy.set(Fault::CutReplyTo("net:cut", Duration::ZERO));
     let released = inner.unlock();
     // It ran once: the outer guard's hold is there, and nobody else gets in.
     assert_eq!(count(), ["1"], "the reentrant release ran twice");
@@ -234,7 +234,30 @@ fn a_release_that_ran_before_its_connection_closed_is_not_run_twice() {
     assert!(other.try_lock("net:cut").unwrap().is_some());
 }
 
-/// The other side of the test above: a connection the server closed while
+/// The same for an async call on the I/O threads (a semaphore's): permits
+/// added twice let more holders in than the application meant.
+#[cfg(feature = "tokio")]
+#[test]
+fn permits_added_before_their_connection_closed_are_not_added_twice() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::new(&proxy.url()).unwrap().to_async();
+    let sem = client.semaphore("cut:permits");
+    let rt = support::current_thread();
+    // The script loaded (a cut `NOSCRIPT` would be no run at all).
+    rt.block_on(async {
+        sem.set_permits(1).await.unwrap();
+        sem.add_permits(1).await.unwrap();
+    });
+    proxy.set(Fault::CutReplyTo("cut:permits", Duration::ZERO));
+    let added = rt.block_on(sem.add_permits(1));
+    let available = rt.block_on(sem.available_permits()).unwrap();
+    assert_eq!(available, 3, "permits added twice ({added:?})");
+    assert!(added.is_err(), "the reply was cut: {added:?}");
+}
+
+/// The other side of `a_release_that_ran_before_its_connection_closed_is_not_run_twice`:
+/// a connection the server closed while
 /// it sat idle (`CLIENT KILL`, its `timeout`, a restart) is found so before
 /// anything is sent on it, and the call goes on a new one — no error for
 /// the caller, and the release ran once.

@@ -209,9 +209,10 @@ impl Connections {
     /// Runs `script` for `key` on a pooled connection (in a cluster: of the
     /// primary serving its slot), within `bound`: waiting at most its pool
     /// wait for a connection, and no reply waits longer than the socket
-    /// timeout or past its deadline. A pooled connection that died idle
-    /// (Redis was restarted, a proxy dropped it) fails on first use; the
-    /// script is then sent again on another connection, a few times at most.
+    /// timeout or past its deadline. A pooled connection that the server
+    /// closed while it sat idle (Redis was restarted, a proxy dropped it) is
+    /// found so on checkout and replaced; a script that may have run is
+    /// never sent again here (see [`Wire::check_quiet`]).
     /// A reply that did not come is [`Error::TimedOut`] with how long it was
     /// waited for; every connection error names the server.
     pub(crate) fn run<T>(

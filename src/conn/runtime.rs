@@ -146,7 +146,6 @@ impl Runtimes {
             request: None,
             forsaken,
             abandoned: Abandoned::default(),
-            polled: false,
             sent: false,
             patience: self.socket_timeout,
         };
@@ -462,11 +461,10 @@ struct Flight<'a> {
     forsaken: Option<MakeForsaken<'a>>,
     /// Told when this future is dropped before the request ended.
     abandoned: Abandoned,
-    /// Polled once: the request was written (its first poll writes it
-    /// whole, or fails) — unless it ended at once with a dead connection's
-    /// error.
-    polled: bool,
-    /// The request may have gone out.
+    /// The request may have gone out: it was polled (its first poll
+    /// writes it, whole or in part, or fails). A failure of that first
+    /// poll is no proof that nothing went out (a close can come between
+    /// the write and the read): the connection was checked before.
     sent: bool,
     /// How long its reply is waited for once its caller went away.
     patience: Duration,
@@ -480,11 +478,7 @@ impl Future for Flight<'_> {
             return Poll::Pending;
         };
         let polled = request.as_mut().poll(cx);
-        let first = !self.polled;
-        self.polled = true;
-        // A driver that is gone refuses the request at once: not sent.
-        self.sent |=
-            !(first && matches!(&polled, Poll::Ready(Err(e)) if e.is_unrecoverable_error()));
+        self.sent = true;
         if polled.is_ready() {
             self.request = None;
             self.forsaken = None;

@@ -1,8 +1,8 @@
 //! A TCP fault proxy between a client and a test `redis-server`, switchable
 //! at run time: forward, delay every chunk by N ms, blackhole (bytes vanish,
 //! connections stay open), answer every command with one error reply (a
-//! server that is loading its dataset, say), cut the next reply (the
-//! command ran, then the connection closed), hold the connection whose
+//! server that is loading its dataset, say), cut the reply to a request
+//! naming a given key (it ran, then the connection closed), hold the connection whose
 //! request names a given key (a stall just there), or reset every open
 //! connection.
 
@@ -17,7 +17,7 @@ const FORWARD: u8 = 0;
 const DELAY: u8 = 1;
 const BLACKHOLE: u8 = 2;
 const REFUSE: u8 = 3;
-const CUT_NEXT_REPLY: u8 = 4;
+const CUT_MATCHING: u8 = 4;
 const HOLD_MATCHING: u8 = 5;
 
 /// What the proxy does with the bytes it carries.
@@ -32,11 +32,12 @@ pub enum Fault {
     /// (e.g. `LOADING …`) and never reaches the server; what the server
     /// sends on its own (pub/sub messages) still arrives.
     Refuse(&'static str),
-    /// Commands reach the server; the next reply it sends is dropped and
-    /// that connection closed (the command ran, then the server closed the
-    /// connection before its reply left: a `CLIENT KILL`, a crash). Then
-    /// forward again.
-    CutNextReply,
+    /// Commands reach the server; the reply to the next request holding
+    /// these bytes (a key's name, say) is held for the duration, then
+    /// dropped and that connection closed (the command ran, then the server
+    /// closed the connection before its reply left: a `CLIENT KILL`, a
+    /// crash). Then forward again.
+    CutReplyTo(&'static str, Duration),
     /// A request holding these bytes (a key's name, say) and everything
     /// after it on its connection vanish; other connections, and that one
     /// before it, pass (a server that stalls at that moment).
@@ -87,13 +88,15 @@ impl FaultProxy {
                             conns.push(client.try_clone().unwrap());
                             conns.push(server.try_clone().unwrap());
                         }
+                        let armed = Arc::new(AtomicBool::new(false));
                         pump(
                             &st,
                             client.try_clone().unwrap(),
                             server.try_clone().unwrap(),
                             Some(client.try_clone().unwrap()),
+                            Arc::clone(&armed),
                         );
-                        pump(&st, server, client, None);
+                        pump(&st, server, client, None, armed);
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         thread::sleep(Duration::from_millis(5));
@@ -119,7 +122,10 @@ impl FaultProxy {
                 *self.state.refusal.lock().unwrap() = error;
                 (REFUSE, 0)
             }
-            Fault::CutNextReply => (CUT_NEXT_REPLY, 0),
+            Fault::CutReplyTo(bytes, after) => {
+                *self.state.held.lock().unwrap() = bytes;
+                (CUT_MATCHING, after.as_millis() as u64)
+            }
             Fault::HoldMatching(bytes) => {
                 *self.state.held.lock().unwrap() = bytes;
                 (HOLD_MATCHING, 0)
@@ -151,8 +157,15 @@ impl Drop for FaultProxy {
 
 /// Copies `from` → `to` on its own thread, applying the current fault;
 /// `back` is the client's socket when `from` is the client (where refusals
-/// are answered).
-fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream, mut back: Option<TcpStream>) {
+/// are answered); `armed`, shared by the connection's two pumps, is set
+/// when its next reply is to be cut.
+fn pump(
+    state: &Arc<State>,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    mut back: Option<TcpStream>,
+    armed: Arc<AtomicBool>,
+) {
     let st = Arc::clone(state);
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
@@ -168,18 +181,33 @@ fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream, mut back: Op
             if held {
                 continue;
             }
+            if back.is_none() && armed.swap(false, Ordering::SeqCst) {
+                // From the server: the reply to cut, after the hold.
+                thread::sleep(Duration::from_millis(st.delay_ms.load(Ordering::Relaxed)));
+                break;
+            }
+            let matches = || {
+                let pattern = *st.held.lock().unwrap();
+                let chunk = &buf[..n];
+                chunk
+                    .windows(pattern.len())
+                    .any(|w| w == pattern.as_bytes())
+            };
             match st.mode.load(Ordering::Relaxed) {
                 BLACKHOLE => continue,
-                HOLD_MATCHING if back.is_some() => {
-                    let pattern = *st.held.lock().unwrap();
-                    let chunk = &buf[..n];
-                    if chunk
-                        .windows(pattern.len())
-                        .any(|w| w == pattern.as_bytes())
-                    {
-                        held = true;
-                        continue;
-                    }
+                HOLD_MATCHING if back.is_some() && matches() => {
+                    held = true;
+                    continue;
+                }
+                CUT_MATCHING if back.is_some() && matches() => {
+                    // Once: this request's reply is cut.
+                    let cut = st.mode.compare_exchange(
+                        CUT_MATCHING,
+                        FORWARD,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    armed.store(cut.is_ok(), Ordering::SeqCst);
                 }
                 REFUSE => {
                     if let Some(back) = back.as_mut() {
@@ -192,18 +220,6 @@ fn pump(state: &Arc<State>, mut from: TcpStream, mut to: TcpStream, mut back: Op
                     }
                 }
                 DELAY => thread::sleep(Duration::from_millis(st.delay_ms.load(Ordering::Relaxed))),
-                CUT_NEXT_REPLY if back.is_none() => {
-                    // From the server: this reply is the one cut (once).
-                    let cut = st.mode.compare_exchange(
-                        CUT_NEXT_REPLY,
-                        FORWARD,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                    if cut.is_ok() {
-                        break;
-                    }
-                }
                 _ => {}
             }
             if to.write_all(&buf[..n]).is_err() {
