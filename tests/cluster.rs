@@ -654,3 +654,113 @@ fn a_bounded_wait_whose_slot_moved_ends_by_its_deadline() {
         "returned {took:?} into a {wait:?} wait: {got:?}"
     );
 }
+
+/// A script whose connection closed after it went out (it may have run:
+/// the server ran it, then closed) is not sent again to the slot's new
+/// primary, even when the table read after the error names another one (a
+/// reshard, a failover meanwhile): a reentrant hold's release run on both
+/// frees the lock its outer guard still holds. Primary P is announced at a
+/// fault proxy, which holds the release's reply while the slot, the lock's
+/// key with it, moves to Q, then cuts it.
+#[test]
+fn a_release_that_may_have_run_is_not_sent_again_to_the_slots_new_primary() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = RedisCluster::start(3, 0);
+    let primaries = cluster.primaries();
+    let (p, q) = (primaries[0], primaries[1]);
+    let slot = cluster.first_slot_of(p);
+    let name = support::name_in_slot(&cluster, slot, "cl:sent:");
+    let proxy = FaultProxy::start(cluster.nodes[p].port());
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "cluster-announce-port"])
+        .arg(proxy.port())
+        .query(&mut cluster.nodes[p].connection())
+        .unwrap();
+    let announced = |node: usize| {
+        let slots: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut cluster.nodes[node].connection())
+            .unwrap();
+        format!("{slots:?}").contains(&format!("int({})", proxy.port()))
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || (0..3).all(announced)),
+        "the nodes did not learn P's announced port"
+    );
+    let client = client(&cluster, Duration::from_secs(30));
+    let other = client_of(&cluster);
+    // The scripts loaded (a cut `NOSCRIPT` would be no run at all).
+    let warm = client.lock(&name).unwrap();
+    client.lock(&name).unwrap().unlock().unwrap();
+    warm.unlock().unwrap();
+    let outer = client.lock(&name).unwrap();
+    let inner = client.lock(&name).unwrap(); // reentrant: 2 in Redis
+    assert!(
+        proxy.connections() > 0,
+        "the client does not go through the proxy"
+    );
+    proxy.set(Fault::CutReplyTo(leak(&name), Duration::from_millis(1_500)));
+    let mover = {
+        let (name, ids) = (name.clone(), (cluster.node_id(p), cluster.node_id(q)));
+        let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port()).collect();
+        thread::spawn(move || {
+            // The release has run on P (its reply held at the proxy).
+            thread::sleep(Duration::from_millis(500));
+            let con = |node: usize| {
+                redis::Client::open(format!("redis://127.0.0.1:{}/", ports[node]))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap()
+            };
+            let setslot = |node: usize, how: &str, id: &str| {
+                let _: () = redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg(how)
+                    .arg(id)
+                    .query(&mut con(node))
+                    .unwrap();
+            };
+            setslot(q, "IMPORTING", &ids.0);
+            setslot(p, "MIGRATING", &ids.1);
+            let _: () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(ports[q])
+                .arg("")
+                .arg(0)
+                .arg(5_000)
+                .arg("KEYS")
+                .arg(&name)
+                .query(&mut con(p))
+                .unwrap();
+            for node in 0..ports.len() {
+                setslot(node, "NODE", &ids.1);
+            }
+        })
+    };
+    let released = inner.unlock();
+    mover.join().unwrap();
+    // It ran once, on P, and moved to Q with the key: the outer guard's
+    // hold is there, and nobody else gets in.
+    let count: Vec<String> = cluster.nodes[q].connection().hvals(&name).unwrap();
+    assert_eq!(
+        count,
+        ["1"],
+        "the reentrant release ran twice ({released:?})"
+    );
+    assert!(other.try_lock(&name).unwrap().is_none());
+    assert!(
+        released.is_err(),
+        "the release's reply was cut: {released:?}"
+    );
+    outer.unlock().unwrap();
+}
+
+fn client_of(cluster: &RedisCluster) -> LockClient {
+    client(cluster, Duration::from_secs(30))
+}
+
+/// A name for the proxy's fault, which keeps it for the test's life.
+fn leak(name: &str) -> &'static str {
+    Box::leak(name.to_owned().into_boxed_str())
+}

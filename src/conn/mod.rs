@@ -361,11 +361,19 @@ impl Connections {
                     let _ = cluster.router.refresh_by(bound.end);
                     return Err(Error::from_redis(e, key));
                 }
-                (Retry::Reconnect, _, _) => {
+                (Retry::Reconnect, code, _) => {
                     // The node may be gone (a failover): read the table
-                    // again, and try the new primary if there is one.
+                    // again, and try the new primary if there is one — only
+                    // when the script cannot have run: not sent, or refused
+                    // (a replica now). One that may have run is not sent
+                    // again: run twice, a reentrant hold's release frees
+                    // the lock its outer guard holds (the caller decides,
+                    // as for any lost reply).
                     let _ = cluster.router.refresh_by(bound.end);
-                    if cluster.router.node_for_by(key, bound.end).ok() == node {
+                    let refused = matches!(code, Some("READONLY" | "MASTERDOWN"));
+                    if (at.sent && !refused)
+                        || cluster.router.node_for_by(key, bound.end).ok() == node
+                    {
                         return Err(Error::from_redis(e, key));
                     }
                 }

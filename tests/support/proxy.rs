@@ -108,6 +108,11 @@ impl FaultProxy {
         FaultProxy { port, state }
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `redis://127.0.0.1:<proxy port>/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
