@@ -386,3 +386,45 @@ fn a_reentry_granted_after_a_wait_survives_the_first_guards_release() {
         assert!(!con.exists::<_, bool>(name).unwrap(), "{name}: left behind");
     }
 }
+
+/// A guard whose explicit lease ran out — taken over meanwhile by another
+/// thread of the client, which then handed the lock back to the guard's
+/// thread — counts for nothing when it goes: its owner's new hold, which a
+/// new ledger entry of the same owner records, is not the old guard's to
+/// release. (Its going once ended the new hold in Redis: the ledger began
+/// the new entry's count where the old one's had begun.)
+#[test]
+fn an_expired_guard_going_after_its_owner_took_the_lock_again_releases_nothing() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let other = LockClient::new(&server.url()).unwrap();
+    let lease = Duration::from_millis(500);
+    let old = client
+        .lock_with("re:expired", LockOptions::new().lease(lease))
+        .unwrap();
+    // Another thread of the client queues behind it, takes the lock once
+    // the lease ran out, and holds it a moment.
+    let taker = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let g = client.lock("re:expired").unwrap();
+            thread::sleep(Duration::from_millis(300));
+            g.unlock().unwrap();
+        })
+    };
+    thread::sleep(lease + Duration::from_millis(200));
+    assert!(!old.is_held());
+    // This thread takes it again (handed over by the taker), then the
+    // expired guard goes.
+    let new = client.lock("re:expired").unwrap();
+    taker.join().unwrap();
+    drop(old);
+    let exists: bool = server.connection().exists("re:expired").unwrap();
+    assert!(
+        exists,
+        "the expired guard's going released its owner's new hold"
+    );
+    assert!(other.try_lock("re:expired").unwrap().is_none());
+    assert!(new.is_held());
+    new.unlock().unwrap();
+}

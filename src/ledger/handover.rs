@@ -71,10 +71,7 @@ impl Ledger {
             force: false,
             own_subscriptions: 0,
             messages_before: 0,
-            removed: Removed {
-                stop_renewal: false,
-                ..Removed::STALE
-            },
+            removed: Removed::STALE,
             finished: true,
         };
         let mut keys = self.keys.lock();

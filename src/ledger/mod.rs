@@ -59,8 +59,9 @@ struct Held {
     field: String,
     /// The guards of this field alive here (of its current generation).
     count: u32,
-    /// Bumped when the field's watchdog lease was lost and a new hold was
-    /// taken: guards of older generations no longer count.
+    /// New when the field's watchdog lease was lost and a new hold was
+    /// taken, and for every new `Held` of the field (see
+    /// [`fresh_generation`]): guards of older generations no longer count.
     generation: u64,
     /// The fencing token of its holds, once a fenced hold minted one.
     fence: Option<u64>,
@@ -99,6 +100,10 @@ pub(crate) struct Removed {
     pub(crate) stop_renewal: bool,
     /// What Redis keeps for the field's remaining guards (when not `last`).
     pub(crate) keep: Keep,
+    /// The guard counted here: false for a [`STALE`](Self::STALE) one,
+    /// whose release must send nothing — what Redis has for its owner is
+    /// gone, or a newer hold's.
+    pub(crate) counted: bool,
 }
 
 impl Removed {
@@ -109,6 +114,7 @@ impl Removed {
         last: false,
         stop_renewal: true,
         keep: Keep::UNCHANGED,
+        counted: false,
     };
 }
 
@@ -127,10 +133,23 @@ pub(crate) struct NewHold<'n> {
     pub(crate) new_state: NewState<'n>,
 }
 
+/// A generation no hold of this process had before. A field's `Held` is
+/// made anew after the last one went (its last guard gone, its hold taken
+/// over by another thread or handed on), or bumped when its watchdog lease
+/// was lost; a guard of an earlier one may still be alive (an explicit
+/// lease that ran out), and its going must not count against the new hold
+/// — ended in Redis as the owner's last, it would free the lock a live
+/// guard holds.
+fn fresh_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Held {
     fn new(field: &str) -> Self {
         Held {
             field: field.to_owned(),
+            generation: fresh_generation(),
             ..Held::default()
         }
     }
@@ -195,7 +214,7 @@ impl Entry {
         if renewed && h.shared.as_ref().is_some_and(|s| s.is_lost()) {
             // Its watchdog lease was lost: the older guards hold nothing in
             // Redis any more, and this is the field's first hold again.
-            h.generation += 1;
+            h.generation = fresh_generation();
             h.count = 0;
             h.renewing = 0;
             replaced = h.shared.take();
@@ -265,6 +284,7 @@ impl Entry {
             last,
             stop_renewal,
             keep,
+            counted: true,
         }
     }
 }

@@ -90,6 +90,13 @@ fn gone(ledger: &Ledger, added: &Added, renewed: bool) -> Removed {
     ledger.remove("k", "o", added.generation, &added.state, renewed)
 }
 
+/// The generation of `field`'s holds on "k" now (what its guards count
+/// in).
+fn generation(locks: &Ledger, field: &str) -> u64 {
+    let keys = locks.keys.lock();
+    keys["k"].held(field).map_or(u64::MAX, |h| h.generation)
+}
+
 /// Nobody is queued on "k".
 fn queue_is_empty(locks: &Ledger) -> bool {
     locks.keys.lock()["k"]
@@ -117,7 +124,7 @@ fn release_hands_over_to_the_first_queued_thread() {
     std::thread::scope(|s| {
         let b = s.spawn(|| matches!(enter(&locks, "b"), Enter::Granted(..)));
         wait_until(|| queued(&locks) == 1);
-        let handover = locks.release("k", "a", 0, &a.state, false);
+        let handover = locks.release("k", "a", generation(&locks, "a"), &a.state, false);
         assert!(handover.removed.last);
         let next = handover.successor().expect("b is queued");
         assert_eq!(next.owner, "b");
@@ -127,7 +134,13 @@ fn release_hands_over_to_the_first_queued_thread() {
     });
     assert_eq!(locks.handoffs.load(Ordering::Relaxed), 1);
     // b holds now: its release with nobody queued frees the slot.
-    let handover = locks.release("k", "b", 0, &lease(Duration::from_secs(1)), false);
+    let handover = locks.release(
+        "k",
+        "b",
+        generation(&locks, "b"),
+        &lease(Duration::from_secs(1)),
+        false,
+    );
     assert!(handover.removed.last && handover.successor().is_none());
     handover.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
@@ -141,7 +154,7 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
     let t2 = turn(&locks, "a");
     assert_eq!(t2.alive, 1, "a hold of this owner is alive");
     let t2 = hold(t2, Duration::from_secs(10));
-    let inner = locks.release("k", "a", 0, &t2.state, false);
+    let inner = locks.release("k", "a", generation(&locks, "a"), &t2.state, false);
     assert!(!inner.removed.last && inner.successor().is_none());
     assert!(
         matches!(inner.removed.keep, Keep::Exactly(d) if d > Duration::from_secs(25)),
@@ -149,7 +162,7 @@ fn reentrant_release_is_not_the_last_and_hands_nothing_over() {
         inner.removed.keep
     );
     inner.finish(Outcome::Other);
-    let outer = locks.release("k", "a", 0, &t1.state, false);
+    let outer = locks.release("k", "a", generation(&locks, "a"), &t1.state, false);
     assert!(outer.removed.last);
     outer.finish(Outcome::Other);
     assert!(locks.keys.lock().is_empty());
@@ -192,7 +205,13 @@ fn a_turn_taken_over_meanwhile_cannot_touch_the_new_owner() {
 fn the_owner_waits_for_its_own_last_release_before_a_fresh_hold() {
     let locks = held_by_a();
     // The last guard's release is in flight on another thread …
-    let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
+    let handover = locks.release(
+        "k",
+        "a",
+        generation(&locks, "a"),
+        &lease(Duration::from_secs(30)),
+        false,
+    );
     assert!(handover.removed.last && handover.successor().is_none());
     std::thread::scope(|s| {
         // … so the owner's new lock does not race it at Redis: it queues.
@@ -265,7 +284,13 @@ fn a_public_release_for_others_promotes_with_a_yield() {
             _ => None,
         });
         wait_until(|| queued(&locks) == 1);
-        let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
+        let handover = locks.release(
+            "k",
+            "a",
+            generation(&locks, "a"),
+            &lease(Duration::from_secs(30)),
+            false,
+        );
         assert!(handover.successor().is_some());
         handover.finish(Outcome::FreedForOthers);
         assert_eq!(
@@ -341,6 +366,7 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
             last: true,
             stop_renewal: false,
             keep: Keep::UNCHANGED,
+            counted: true,
         }
     );
 }
@@ -399,6 +425,7 @@ fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothi
             last: true,
             stop_renewal: true,
             keep: Keep::UNCHANGED,
+            counted: true,
         }
     );
     assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));
@@ -437,7 +464,13 @@ fn a_task_dropped_while_queued_leaves_the_queue_and_undoes_nothing() {
     drop(fut);
     assert_eq!(queued(&locks), 0);
     assert_eq!(undone.load(Ordering::SeqCst), 0);
-    let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
+    let handover = locks.release(
+        "k",
+        "a",
+        generation(&locks, "a"),
+        &lease(Duration::from_secs(30)),
+        false,
+    );
     assert!(handover.successor().is_none(), "nobody is queued any more");
     assert!(handover.finish(Outcome::Other).is_none());
 }
@@ -447,7 +480,13 @@ fn a_task_dropped_while_handed_the_lock_leaves_its_hold_to_the_releaser_to_undo(
     let locks = held_by_a();
     let undone = Arc::new(AtomicU64::new(0));
     let fut = queued_task(&locks, "b", &undone);
-    let handover = locks.release("k", "a", 0, &lease(Duration::from_secs(30)), false);
+    let handover = locks.release(
+        "k",
+        "a",
+        generation(&locks, "a"),
+        &lease(Duration::from_secs(30)),
+        false,
+    );
     assert_eq!(handover.successor().map(|s| s.owner), Some("b"));
     // The task gives up while the hand-over's script is on its way: its
     // undo is told so, and the releaser — who learns that the script ran —
@@ -501,7 +540,7 @@ fn a_waiter_promoted_as_it_is_cancelled_sees_the_promotion() {
     });
     assert_eq!(hear.recv_timeout(Duration::from_secs(10)), Ok("queued"));
     // Released publicly (not handed over): b is promoted to try Redis.
-    let handover = locks.release("k", "a", 0, &a.state, false);
+    let handover = locks.release("k", "a", generation(&locks, "a"), &a.state, false);
     assert_eq!(handover.finish(Outcome::Other), None);
     cancel.cancel();
     go.send(()).unwrap();
@@ -510,4 +549,20 @@ fn a_waiter_promoted_as_it_is_cancelled_sees_the_promotion() {
         Ok("turn"),
         "the promoted waiter took its turn"
     );
+}
+
+/// A guard of a field's earlier holds here — alive after they were counted
+/// out (its explicit lease ran out and another thread took the lock over)
+/// — counts for nothing against a new hold of the same field, whose count
+/// the ledger begins anew: its going changes nothing, and sends nothing.
+#[test]
+fn a_guard_of_an_earlier_held_counts_for_nothing_against_a_new_one() {
+    let ledger = Ledger::default();
+    let earlier = add(&ledger, false, Duration::from_secs(1), None);
+    assert!(gone(&ledger, &earlier, false).last); // counted out here
+    let new = add(&ledger, false, Duration::from_secs(1), None);
+    assert_ne!(new.generation, earlier.generation);
+    assert_eq!(gone(&ledger, &earlier, false), Removed::STALE);
+    assert_eq!(ledger.holds("k", "o").0, 1, "the new hold still counts");
+    assert!(gone(&ledger, &new, false).last);
 }

@@ -232,7 +232,10 @@ impl Raw {
         if removed.last {
             state.released();
         }
-        (!state.is_lost()).then_some(Releasing {
+        // A guard that counts for nothing here (its hold taken over, a
+        // lost generation) sends nothing: what Redis has for its owner is
+        // gone, or a newer hold's.
+        (!state.is_lost() && removed.counted).then_some(Releasing {
             removed,
             handover,
             in_flight,
