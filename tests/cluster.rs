@@ -764,3 +764,67 @@ fn client_of(cluster: &RedisCluster) -> LockClient {
 fn leak(name: &str) -> &'static str {
     Box::leak(name.to_owned().into_boxed_str())
 }
+
+/// One stopped primary holds up no other node's renewals: the renewal
+/// thread sends every node's batch before it reads any reply, and reads
+/// the slot table from the others first after the stopped one failed. A
+/// lease on each of three primaries (5 s, renewed every 1.7 s; 2 s socket
+/// timeout), the slot-0 primary stopped: the two leases on running
+/// primaries never run out in Redis. (Each round once waited the stopped
+/// node's socket timeout and then a read of the table from it, in turn
+/// with the others: a running node's lease went 5.7 s without renewal.)
+#[test]
+fn a_stopped_primary_holds_up_no_other_nodes_renewals() {
+    let cluster = RedisCluster::start(3, 0);
+    let stopped = cluster.primary_of_slot(0, 0);
+    let client = LockClient::cluster_builder(&cluster.urls())
+        .watchdog_lease(Duration::from_secs(5))
+        .socket_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let names: Vec<(usize, String)> = cluster
+        .primaries()
+        .into_iter()
+        .map(|p| {
+            let slot = cluster.first_slot_of(p);
+            (p, support::name_in_slot(&cluster, slot, "cl:stall:"))
+        })
+        .collect();
+    // The running nodes go on serving their slots once the stopped one is
+    // found failed (after the 1 s node timeout).
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("CONFIG")
+            .arg(&["SET", "cluster-require-full-coverage", "no"])
+            .query(&mut node.connection())
+            .unwrap();
+    }
+    let guards: Vec<_> = names.iter().map(|(_, n)| client.lock(n).unwrap()).collect();
+    cluster.nodes[stopped].signal("STOP");
+    let running: Vec<(usize, &String)> = (names.iter())
+        .filter(|(p, _)| *p != stopped)
+        .map(|(p, n)| (*p, n))
+        .collect();
+    let mut cons: Vec<_> = running
+        .iter()
+        .map(|(p, _)| cluster.nodes[*p].connection())
+        .collect();
+    let started = Instant::now();
+    let mut lowest = i64::MAX;
+    while started.elapsed() < Duration::from_secs(12) {
+        for ((_, name), con) in running.iter().zip(cons.iter_mut()) {
+            let pttl: i64 = con.pttl(name.as_str()).unwrap();
+            lowest = lowest.min(pttl);
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    cluster.nodes[stopped].signal("CONT");
+    assert!(
+        lowest > 0,
+        "a lease on a running primary ran out in Redis (lowest PTTL {lowest} ms)"
+    );
+    for ((p, _), g) in names.iter().zip(&guards) {
+        if *p != stopped {
+            assert!(g.is_held());
+        }
+    }
+}

@@ -6,7 +6,7 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisResult, Value};
 
@@ -67,7 +67,10 @@ impl Batches {
     /// Sends `commands` — each `(key, command)` — in one pipelined round
     /// trip per node serving their keys, `head` first in each pipeline (e.g.
     /// `SCRIPT LOAD` of the script the commands run: a pipeline does not
-    /// reload a flushed script cache by itself). Commands a cluster
+    /// reload a flushed script cache by itself). Every node's pipeline goes
+    /// out before any reply is read: a node that stopped answering holds up
+    /// the reading of its own replies (its socket timeout), not the other
+    /// nodes' commands, which they ran as they came. Commands a cluster
     /// redirected are sent once more where it pointed. A command whose node
     /// cannot be reached, or that failed as a whole, answers with the error
     /// (retry it later).
@@ -79,67 +82,104 @@ impl Batches {
         };
         let Some(router) = self.router.clone() else {
             let all: Vec<usize> = (0..commands.len()).collect();
-            self.send_on(None, head, commands, &all, false, &mut sent);
+            self.send_on(vec![(None, all)], head, commands, false, &mut sent);
             return sent;
         };
         // A cluster: one batch per primary, each command sent to the node
         // serving its key's slot (a batch never mixes nodes).
+        let by = Some(Instant::now() + self.io_timeout);
         let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
         for (i, (key, _)) in commands.iter().enumerate() {
-            match router.node_for(key) {
+            match router.node_for_by(key, by) {
                 Ok(node) => groups.entry(node).or_default().push(i),
                 Err(e) => sent.answers[i] = Err(e),
             }
         }
-        let mut redirected: HashMap<(Arc<str>, bool), Vec<usize>> = HashMap::new();
-        for (node, group) in groups {
-            for (i, to, ask) in self.send_on(Some(&node), head, commands, &group, false, &mut sent)
-            {
-                redirected.entry((to, ask)).or_default().push(i);
-            }
-        }
+        let groups = groups.into_iter().map(|(n, g)| (Some(n), g)).collect();
+        let mut redirected = self.send_on(groups, head, commands, false, &mut sent);
         // Slots that moved (MOVED) or are moving (ASK: the key is on the
         // target already): once more, at once, where the node pointed — and
         // again for a slot that moved and is moving on (MOVED, then ASK),
         // up to the redirects any call follows. One still redirected is no
         // answer about its lease: retried.
         for _ in 0..super::CLUSTER_REDIRECTS {
-            let mut again: HashMap<(Arc<str>, bool), Vec<usize>> = HashMap::new();
-            for ((node, ask), group) in redirected {
-                let sent_on = self.send_on(Some(&node), head, commands, &group, ask, &mut sent);
-                for (i, to, ask) in sent_on {
-                    again.entry((to, ask)).or_default().push(i);
-                }
-            }
-            redirected = again;
             if redirected.is_empty() {
                 break;
             }
-        }
-        for ((to, _), group) in redirected {
-            for i in group {
-                sent.answers[i] = Err(cluster::no_node(format!(
-                    "the slot of {:?} kept moving (last to {to}); retried",
-                    commands[i].0
-                )));
+            let mut again = Vec::new();
+            for asking in [false, true] {
+                let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+                for (i, to, ask) in &redirected {
+                    if *ask == asking {
+                        groups.entry(Arc::clone(to)).or_default().push(*i);
+                    }
+                }
+                let groups = groups.into_iter().map(|(n, g)| (Some(n), g)).collect();
+                again.extend(self.send_on(groups, head, commands, asking, &mut sent));
             }
+            redirected = again;
+        }
+        for (i, to, _) in redirected {
+            sent.answers[i] = Err(cluster::no_node(format!(
+                "the slot of {:?} kept moving (last to {to}); retried",
+                commands[i].0
+            )));
         }
         sent
     }
 
-    /// Sends the commands numbered `which` in one round trip (to `node` of a
-    /// cluster; `asking`: each after `ASKING`), writing their answers into
-    /// `sent`. Returns the ones a cluster redirected: (index, node, whether
-    /// it was `ASK`) — a `MOVED` is noted in the slot table.
+    /// Sends each group — the commands numbered in it, to its node of a
+    /// cluster (`None`: the server), each after `ASKING` when `asking` —
+    /// in one round trip per node, all written before any reply is read,
+    /// writing their answers into `sent`. Returns the ones a cluster
+    /// redirected: (index, node, whether it was `ASK`) — a `MOVED` is noted
+    /// in the slot table.
     fn send_on(
         &mut self,
-        node: Option<&Arc<str>>,
+        mut groups: Vec<(Option<Arc<str>>, Vec<usize>)>,
+        head: &Cmd,
+        commands: &[(&str, Cmd)],
+        asking: bool,
+        sent: &mut Sent,
+    ) -> Vec<(usize, Arc<str>, bool)> {
+        // Nodes with a connection first: a new one's handshake to a node
+        // that stopped answering would hold up the writes after it.
+        groups.sort_by_key(|(node, _)| !self.cons.contains_key(node));
+        let mut out = Vec::with_capacity(groups.len());
+        for (node, which) in groups {
+            let pipe = self.pipe_of(head, commands, &which, asking);
+            sent.round_trips += 1;
+            let written = self.write(node.as_ref(), &pipe);
+            out.push((node, which, pipe, written));
+        }
+        let mut redirected = Vec::new();
+        let mut failed = None;
+        for (node, which, pipe, written) in out {
+            let read = written.and_then(|()| self.read(node.as_ref(), &pipe));
+            if read.is_err() {
+                failed = node.clone();
+            }
+            redirected.extend(self.answers(node.as_ref(), &which, asking, read, sent));
+        }
+        if let (Some(router), Some(node)) = (&self.router, failed) {
+            // A node may have failed over: the table read again, from the
+            // others first (the failed one may not answer), within a reply's
+            // time.
+            let _ = router.refresh_avoiding(Some(Instant::now() + self.io_timeout), &node);
+        }
+        redirected
+    }
+
+    /// The pipeline of the commands numbered `which`: `head`, each command
+    /// (after `ASKING` when `asking`), and the `WAIT` of replica
+    /// acknowledgement.
+    fn pipe_of(
+        &self,
         head: &Cmd,
         commands: &[(&str, Cmd)],
         which: &[usize],
         asking: bool,
-        sent: &mut Sent,
-    ) -> Vec<(usize, Arc<str>, bool)> {
+    ) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         pipe.add_command(head.clone()).ignore();
         for &i in which {
@@ -153,8 +193,22 @@ impl Batches {
             let ms = timeout.as_millis().max(1) as u64;
             pipe.cmd("WAIT").arg(replicas).arg(ms);
         }
-        sent.round_trips += 1;
-        let e = match self.query(node, pipe.ignore_errors()) {
+        pipe.ignore_errors();
+        pipe
+    }
+
+    /// What the pipeline of the commands numbered `which` got (`read`),
+    /// written into `sent`; the commands redirected (see
+    /// [`send_on`](Self::send_on)).
+    fn answers(
+        &mut self,
+        node: Option<&Arc<str>>,
+        which: &[usize],
+        asking: bool,
+        read: RedisResult<Vec<RedisResult<Value>>>,
+        sent: &mut Sent,
+    ) -> Vec<(usize, Arc<str>, bool)> {
+        let e = match read {
             Ok(mut answers) if answers.len() == which.len() + usize::from(self.ack.is_some()) => {
                 let unacknowledged = self.ack.and_then(|(wanted, timeout)| {
                     let acked = match answers.pop() {
@@ -176,7 +230,8 @@ impl Batches {
                             if Retry::of(e) == Retry::Redirect {
                                 let ask = e.code() == Some("ASK");
                                 if !ask {
-                                    router.moved(slot, addr);
+                                    let by = Some(Instant::now() + self.io_timeout);
+                                    router.moved_by(slot, addr, by);
                                 }
                                 redirected.push((i, Arc::from(addr), ask));
                                 continue;
@@ -203,12 +258,7 @@ impl Batches {
                     answers.len()
                 ))
             }
-            Err(e) => {
-                if let Some(router) = &self.router {
-                    let _ = router.refresh(); // a node may have failed over
-                }
-                e
-            }
+            Err(e) => e,
         };
         for &i in which {
             sent.answers[i] = Err(e.clone());
@@ -217,22 +267,22 @@ impl Batches {
     }
 
     /// One pipeline to the node serving `key` (the server, when not a
-    /// cluster).
+    /// cluster), its reply read at once.
     pub(crate) fn pipeline(&mut self, key: &str, pipe: &redis::Pipeline) -> RedisResult<()> {
-        let node = self.router.as_ref().map(|r| r.node_for(key)).transpose()?;
-        self.query(node.as_ref(), pipe).map(drop)
+        let by = Some(Instant::now() + self.io_timeout);
+        let node = (self.router.as_ref())
+            .map(|r| r.node_for_by(key, by))
+            .transpose()?;
+        self.write(node.as_ref(), pipe)?;
+        self.read(node.as_ref(), pipe).map(drop)
     }
 
-    /// One round trip on this thread's connection (to `node` of a cluster),
-    /// (re)connecting as needed; one that failed is reopened next time.
-    fn query(
-        &mut self,
-        node: Option<&Arc<str>>,
-        pipe: &redis::Pipeline,
-    ) -> RedisResult<Vec<RedisResult<Value>>> {
-        // One the server closed since the last round (its `timeout`, a
-        // restart) is found so before anything is sent, and replaced: the
-        // round is not lost to it.
+    /// Writes `pipe` on this thread's connection (to `node` of a cluster),
+    /// (re)connecting as needed — one the server closed since the last
+    /// round (its `timeout`, a restart) found so before anything is sent,
+    /// and replaced: the round is not lost to it. One that failed is
+    /// reopened next time.
+    fn write(&mut self, node: Option<&Arc<str>>, pipe: &redis::Pipeline) -> RedisResult<()> {
         let stale = self.cons.get_mut(&node.cloned());
         if stale.is_some_and(|con| con.check_quiet().is_err()) {
             self.cons.remove(&node.cloned());
@@ -247,7 +297,23 @@ impl Batches {
                 _ => (self.connector)()?,
             }),
         };
-        let result = pipe.query(con);
+        let written = con.write(&pipe.get_packed_pipeline());
+        if written.is_err() {
+            self.cons.remove(&node.cloned());
+        }
+        written
+    }
+
+    /// The replies to `pipe`, which [`write`](Self::write) sent.
+    fn read(
+        &mut self,
+        node: Option<&Arc<str>>,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        let Some(con) = self.cons.get_mut(&node.cloned()) else {
+            return Err(cluster::no_node("the batch's connection went".into()));
+        };
+        let result = pipe.query(&mut con.replies());
         if result.is_err() {
             self.cons.remove(&node.cloned());
         }

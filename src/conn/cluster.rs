@@ -206,13 +206,9 @@ impl Router {
         Ok(nodes)
     }
 
-    /// `MOVED slot host:port`: the slot is served there now.
-    pub(crate) fn moved(&self, slot: u16, addr: &str) {
-        self.moved_by(slot, addr, None);
-    }
-
-    /// [`moved`](Self::moved) for a call that must end by `end` (the read
-    /// of the table bounded as [`refresh_by`](Self::refresh_by)'s).
+    /// `MOVED slot host:port`: the slot is served there now — and the
+    /// table read again, for a call that must end by `end` (bounded as
+    /// [`refresh_by`](Self::refresh_by)'s).
     pub(crate) fn moved_by(&self, slot: u16, addr: &str, end: Option<Instant>) {
         self.note_moved(slot, addr);
         // Other slots probably moved with it (a reshard, a failover).
@@ -231,6 +227,16 @@ impl Router {
     /// reply, are bounded by what is left (a node that stopped answering
     /// would otherwise hold the call its connect and socket timeouts).
     pub(crate) fn refresh_by(&self, end: Option<Instant>) -> RedisResult<()> {
+        self.refresh_from(end, None)
+    }
+
+    /// [`refresh_by`](Self::refresh_by), asking `node` last (it just
+    /// failed: it may not answer).
+    pub(crate) fn refresh_avoiding(&self, end: Option<Instant>, node: &str) -> RedisResult<()> {
+        self.refresh_from(end, Some(node))
+    }
+
+    fn refresh_from(&self, end: Option<Instant>, last_asked: Option<&str>) -> RedisResult<()> {
         // One refresh at a time; whoever waited for it uses its result.
         let mut last = match end {
             None => self.last_refresh.lock(),
@@ -243,7 +249,7 @@ impl Router {
             return Ok(());
         }
         let mut last_err = None;
-        for info in self.candidates() {
+        for info in self.candidates(last_asked) {
             let mut timeouts = (self.connect_timeout, self.socket_timeout);
             if let Some(end) = end {
                 let left = end.saturating_duration_since(Instant::now());
@@ -342,14 +348,15 @@ impl Router {
         Ok(table)
     }
 
-    /// Known primaries, then the seeds — each once.
-    fn candidates(&self) -> Vec<ConnectionInfo> {
-        let mut infos: Vec<ConnectionInfo> = self
-            .known_primaries()
-            .iter()
-            .filter_map(|n| self.info_for(n).ok())
-            .collect();
+    /// Known primaries, then the seeds — each once; `last` (a known
+    /// primary) after them all.
+    fn candidates(&self, last: Option<&str>) -> Vec<ConnectionInfo> {
+        let nodes = self.known_primaries();
+        let (first, after): (Vec<_>, Vec<_>) = nodes.iter().partition(|n| Some(&***n) != last);
+        let info = |n: &&Arc<str>| self.info_for(n).ok();
+        let mut infos: Vec<ConnectionInfo> = first.iter().filter_map(info).collect();
         infos.extend(self.seeds.iter().cloned());
+        infos.extend(after.iter().filter_map(info));
         infos
     }
 
@@ -381,7 +388,7 @@ impl Router {
     /// cluster): each call starts from the next candidate, so a dead node is
     /// not tried forever.
     pub(crate) fn any_node(&self) -> RedisResult<redis::Client> {
-        let candidates = self.candidates();
+        let candidates = self.candidates(None);
         if candidates.is_empty() {
             return Err(no_node("no cluster node known".into()));
         }

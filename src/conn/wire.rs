@@ -182,6 +182,41 @@ impl redis::ConnectionLike for Wire {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         self.send(cmd)?;
+        self.read_replies(offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+
+    fn check_connection(&mut self) -> bool {
+        redis::cmd("PING").query::<String>(self).is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+    }
+}
+
+impl Wire {
+    /// Writes a request whose replies are read later, through
+    /// [`replies`](Self::replies): requests to several servers go out
+    /// before any reply is waited for.
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> RedisResult<()> {
+        self.send(bytes)
+    }
+
+    /// The connection as one that only reads the replies to what
+    /// [`write`](Self::write) sent: a pipeline's `query` on it sends
+    /// nothing (it reads the pipeline's replies, as the `redis` crate
+    /// counts and parses them).
+    pub(crate) fn replies(&mut self) -> Replies<'_> {
+        Replies(self)
+    }
+
+    /// `offset + count` replies; the first `offset` skipped (a
+    /// transaction's `QUEUED`s).
+    fn read_replies(&mut self, offset: usize, count: usize) -> RedisResult<Vec<Value>> {
         let mut replies = Vec::with_capacity(count);
         let mut skipped_error = None;
         for i in 0..offset + count {
@@ -201,16 +236,36 @@ impl redis::ConnectionLike for Wire {
         self.open &= Retry::of(&e) != Retry::Reconnect;
         Err(e)
     }
+}
+
+/// A [`Wire`] whose requests went out already (see [`Wire::replies`]).
+pub(crate) struct Replies<'a>(&'a mut Wire);
+
+impl redis::ConnectionLike for Replies<'_> {
+    fn req_packed_command(&mut self, _written: &[u8]) -> RedisResult<Value> {
+        let reply = self.0.recv();
+        self.0.answered = Instant::now();
+        reply
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        _written: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.0.read_replies(offset, count)
+    }
 
     fn get_db(&self) -> i64 {
-        self.db
+        self.0.db
     }
 
     fn check_connection(&mut self) -> bool {
-        redis::cmd("PING").query::<String>(self).is_ok()
+        false
     }
 
     fn is_open(&self) -> bool {
-        self.open
+        self.0.open
     }
 }
