@@ -372,4 +372,34 @@ mod tests {
         let in_flight = renewer.cancel(&state, true);
         assert!(!in_flight.is_some(), "no batch is in flight here");
     }
+
+    /// A lease cancelled after the thread picked the due ones and before
+    /// their batch (a later chunk of a large round) is done with: its entry
+    /// goes, as one met cancelled anywhere else. (Kept, it was never met
+    /// again — out of the wheel — and the client counted as active for
+    /// ever: its registration rewritten every period.)
+    #[test]
+    fn a_lease_cancelled_before_its_batch_leaves_the_thread() {
+        const LEASE: Duration = Duration::from_secs(30);
+        let registration = Registration {
+            key: "leasehold_client:unit".into(),
+            fields: Vec::new(),
+        };
+        let (renewer, mut worker) = Renewer::new(Renewed, Duration::ZERO, LEASE / 10, registration);
+        let register = || renewer.register("k", "o", LEASE, Instant::now(), LEASE, None, "plain");
+        let (kept, cancelled) = (register(), register());
+        worker.take_pending();
+        let ids: Vec<u64> = worker.entries.keys().copied().collect();
+        assert_eq!(ids.len(), 2);
+        let in_flight = renewer.cancel(&cancelled, true);
+        assert!(!in_flight.is_some(), "no batch is in flight here");
+        worker.renew(&ids);
+        assert_eq!(
+            worker.entries.len(),
+            1,
+            "the cancelled lease's entry stayed"
+        );
+        let in_flight = renewer.cancel(&kept, true);
+        assert!(!in_flight.is_some(), "no batch is in flight here");
+    }
 }

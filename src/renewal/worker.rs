@@ -196,10 +196,17 @@ impl<B: RoundTrips> Worker<B> {
         let now = Instant::now();
         let mut live = Vec::with_capacity(ids.len());
         let mut commands = Vec::with_capacity(ids.len());
+        // Unlocked since `tick` picked them (a later chunk's): done with,
+        // as anywhere else.
+        let mut gone = Vec::new();
         for id in ids {
-            let Some(e) = self.entries.get(id).filter(|e| !e.state.is_cancelled()) else {
+            let Some(e) = self.entries.get(id) else {
                 continue;
             };
+            if e.state.is_cancelled() {
+                gone.push(*id);
+                continue;
+            }
             // Keep: what is left of an explicit lease.
             let keep = e.until.map(|until| until.saturating_duration_since(now));
             let call = match &e.permits {
@@ -211,11 +218,18 @@ impl<B: RoundTrips> Worker<B> {
             commands.push((&*e.key, call));
         }
         if live.is_empty() {
+            drop(commands);
+            for id in gone {
+                self.entries.remove(&id);
+            }
             return;
         }
         let sent_at = Instant::now();
         let sent = self.batches.send(&renew::load(), &commands);
         drop(commands);
+        for id in gone {
+            self.entries.remove(&id);
+        }
         let counters = &self.counters;
         counters
             .renewals_sent
