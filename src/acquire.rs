@@ -182,6 +182,12 @@ async fn in_turn<'a>(
     }
     waiting.begin_turn(&turn, sub.is_some(), deadline);
     let got = wait::wait_for(waiting, env, &mut sub, name, deadline).await;
+    if let (Ok(Some(_)), Some(s)) = (&got, &sub) {
+        // Ours now: another library's release is nothing to wait for, and
+        // a subscription on its channel would count as its waiter when our
+        // own release asks who listens (a public release, a yield).
+        s.listen_unlock(env.park, false, Instant::now()).await;
+    }
     turn.keep_subscription(sub);
     Ok(got?.map(|got| Taken::Turn(turn, got)))
 }

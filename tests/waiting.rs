@@ -623,3 +623,49 @@ fn stats_count_acquisitions_wait_times_and_timeouts() {
         leasehold::WAIT_BUCKETS_MS
     );
 }
+
+/// A waiter that heard the unlock channel while another library held the
+/// lock stops hearing it once it holds the lock itself: its own client's
+/// release would otherwise count it as another library's waiter (`PUBSUB
+/// NUMSUB`) and give the lock up publicly, with a yield, where it hands it
+/// on to a thread of its own.
+#[test]
+fn a_waiter_that_took_the_lock_from_another_library_stops_hearing_its_channel() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let mut con = server.connection();
+    // Another library's holder (a Redisson owner field), for 30 s.
+    let _: () = con
+        .hset("foreign", "6f1c9a1e-0000-4000-8000-000000000000:1", 1)
+        .unwrap();
+    let _: () = con.pexpire("foreign", 30_000).unwrap();
+    let channel = "redisson_lock__channel:{foreign}";
+    let (held_tx, held_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let g = client.lock("foreign").unwrap();
+            held_tx.send(()).unwrap();
+            done_rx.recv().unwrap();
+            g.unlock().unwrap();
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || numsub(&server, channel) == 1),
+        "the waiter hears the unlock channel while another library holds"
+    );
+    // The other library lets go, as Redisson does.
+    let _: () = con.del("foreign").unwrap();
+    let _: () = con.publish(channel, 0).unwrap();
+    held_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter got the lock");
+    // (Its unsubscribe is on its way on the subscriber's connection.)
+    assert!(
+        eventually(Duration::from_secs(5), || numsub(&server, channel) == 0),
+        "the holder still hears the unlock channel"
+    );
+    done_tx.send(()).unwrap();
+    waiter.join().unwrap();
+}
