@@ -438,11 +438,12 @@ fn request(
             }
         }
         .await;
-        if reply
-            .as_ref()
-            .err()
-            .is_none_or(|e| matches!(e.kind(), ErrorKind::Server(_)))
-        {
+        // Used again when its reply was read whole — not after a reply the
+        // server closes it after.
+        let reusable = |e: &redis::RedisError| {
+            matches!(e.kind(), ErrorKind::Server(_)) && !crate::error::closes_connection(e.detail())
+        };
+        if reply.as_ref().err().is_none_or(reusable) {
             pool.put(runtime, con);
         }
         reply

@@ -95,10 +95,16 @@ impl Wire {
 
     fn recv(&mut self) -> RedisResult<Value> {
         let parsed = read_reply(&mut self.parser, &mut self.stream);
-        if parsed.is_err() {
+        match &parsed {
             // A timeout, a closed socket, bytes that are no reply: whatever
             // follows on this socket cannot be trusted.
-            self.open = false;
+            Err(_) => self.open = false,
+            // The server closes it after this reply: a request sent on it
+            // next would meet the close after it went out.
+            Ok(Value::ServerError(e)) if crate::error::closes_connection(e.details()) => {
+                self.open = false;
+            }
+            Ok(_) => {}
         }
         parsed
     }

@@ -64,6 +64,14 @@ pub(crate) fn not_redis(e: &redis::RedisError) -> redis::RedisError {
     .into()
 }
 
+/// Whether a server's error reply (its details, after the code) says it
+/// closes the connection after it: Redis does after every `Protocol
+/// error` (a request too long for a connection that has not authenticated,
+/// bytes that are no command). The connection is not used again.
+pub(crate) fn closes_connection(details: Option<&str>) -> bool {
+    details.is_some_and(|d| d.starts_with("Protocol error"))
+}
+
 /// The error of a connection the server closed while it sat idle (see
 /// `Stream::check_quiet`).
 pub(crate) fn closed_while_idle() -> std::io::Error {

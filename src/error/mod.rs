@@ -6,7 +6,9 @@
 mod classify;
 mod questions;
 
-pub(crate) use classify::{closed_while_idle, is_auth_failure, not_redis, unasked_bytes, Retry};
+pub(crate) use classify::{
+    closed_while_idle, closes_connection, is_auth_failure, not_redis, unasked_bytes, Retry,
+};
 
 use std::fmt;
 
