@@ -428,3 +428,42 @@ fn an_expired_guard_going_after_its_owner_took_the_lock_again_releases_nothing()
     assert!(new.is_held());
     new.unlock().unwrap();
 }
+
+/// Guards of a hold another thread of the client took over in-process (its
+/// owner's shorter explicit re-entry ran out while its watchdog guard kept
+/// the lock in Redis) still release it, owner-checked, when they go: the
+/// thread waiting behind gets it at once, not after the 30 s watchdog
+/// lease (3 s bound: a tenth of it).
+#[test]
+fn guards_counted_out_by_a_take_over_still_release_the_lock() {
+    let server = RedisServer::start();
+    let client = LockClient::new(&server.url()).unwrap();
+    let outer = client.lock("re:over").unwrap(); // the watchdog's 30 s
+    let inner = client
+        .lock_with(
+            "re:over",
+            LockOptions::new().lease(Duration::from_millis(300)),
+        )
+        .unwrap();
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let g = client.lock("re:over").unwrap();
+            let at = Instant::now();
+            g.unlock().unwrap();
+            at
+        })
+    };
+    // The re-entry's lease ran out: the waiting thread took the lock over
+    // in-process, and waits in Redis, where the outer guard holds it.
+    thread::sleep(Duration::from_secs(1));
+    let released = Instant::now();
+    drop(inner);
+    drop(outer);
+    let got = waiter.join().unwrap();
+    let after = got.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_secs(3),
+        "the waiter got the lock {after:?} after both guards went"
+    );
+}

@@ -100,10 +100,11 @@ pub(crate) struct Removed {
     pub(crate) stop_renewal: bool,
     /// What Redis keeps for the field's remaining guards (when not `last`).
     pub(crate) keep: Keep,
-    /// The guard counted here: false for a [`STALE`](Self::STALE) one,
-    /// whose release must send nothing — what Redis has for its owner is
-    /// gone, or a newer hold's.
-    pub(crate) counted: bool,
+    /// A newer hold of its owner is counted here (the guard is of an
+    /// earlier one: its lease ran out, another thread took the lock over
+    /// and handed it back): what Redis has for the owner is that hold's,
+    /// and this guard's release sends nothing.
+    pub(crate) superseded: bool,
 }
 
 impl Removed {
@@ -114,7 +115,7 @@ impl Removed {
         last: false,
         stop_renewal: true,
         keep: Keep::UNCHANGED,
-        counted: false,
+        superseded: false,
     };
 }
 
@@ -258,7 +259,10 @@ impl Entry {
     ) -> Removed {
         let counted = |h: &Held| h.field == field && h.generation == generation && h.count > 0;
         let Some(i) = self.holds.iter().position(counted) else {
-            return Removed::STALE;
+            return Removed {
+                superseded: self.held(field).is_some(),
+                ..Removed::STALE
+            };
         };
         let h = &mut self.holds[i];
         h.count -= 1;
@@ -284,7 +288,7 @@ impl Entry {
             last,
             stop_renewal,
             keep,
-            counted: true,
+            superseded: false,
         }
     }
 }

@@ -366,7 +366,7 @@ fn watchdog_guards_share_one_lease_and_its_renewal_stops_with_the_last_of_them()
             last: true,
             stop_renewal: false,
             keep: Keep::UNCHANGED,
-            counted: true,
+            superseded: false,
         }
     );
 }
@@ -417,15 +417,20 @@ fn a_hold_after_a_lost_lease_is_a_first_hold_and_the_lost_guards_count_for_nothi
     let new = add(&ledger, true, d, Some(2));
     assert!(!Arc::ptr_eq(&old.state, &new.state), "a new lease");
     assert_eq!(ledger.holds("k", "o"), (1, Some(2)), "the first hold again");
-    assert_eq!(gone(&ledger, &old, true), Removed::STALE);
-    assert_eq!(gone(&ledger, &older, true), Removed::STALE);
+    // Counted out, and superseded by the new hold: they send nothing.
+    let superseded = Removed {
+        superseded: true,
+        ..Removed::STALE
+    };
+    assert_eq!(gone(&ledger, &old, true), superseded);
+    assert_eq!(gone(&ledger, &older, true), superseded);
     assert_eq!(
         gone(&ledger, &new, true),
         Removed {
             last: true,
             stop_renewal: true,
             keep: Keep::UNCHANGED,
-            counted: true,
+            superseded: false,
         }
     );
     assert!(new.replaced.is_some_and(|r| Arc::ptr_eq(&r, &old.state)));
@@ -562,7 +567,14 @@ fn a_guard_of_an_earlier_held_counts_for_nothing_against_a_new_one() {
     assert!(gone(&ledger, &earlier, false).last); // counted out here
     let new = add(&ledger, false, Duration::from_secs(1), None);
     assert_ne!(new.generation, earlier.generation);
-    assert_eq!(gone(&ledger, &earlier, false), Removed::STALE);
+    let removed = gone(&ledger, &earlier, false);
+    assert_eq!(
+        removed,
+        Removed {
+            superseded: true,
+            ..Removed::STALE
+        }
+    );
     assert_eq!(ledger.holds("k", "o").0, 1, "the new hold still counts");
     assert!(gone(&ledger, &new, false).last);
 }

@@ -232,10 +232,11 @@ impl Raw {
         if removed.last {
             state.released();
         }
-        // A guard that counts for nothing here (its hold taken over, a
-        // lost generation) sends nothing: what Redis has for its owner is
-        // gone, or a newer hold's.
-        (!state.is_lost() && removed.counted).then_some(Releasing {
+        // A guard of an earlier hold of an owner that holds the lock again
+        // here sends nothing: what Redis has for the owner is the new
+        // hold's. (One merely counted out — its hold taken over, Redis
+        // deciding — is sent, owner-checked.)
+        (!state.is_lost() && !removed.superseded).then_some(Releasing {
             removed,
             handover,
             in_flight,
