@@ -361,7 +361,7 @@ impl Connections {
                     let _ = cluster.router.refresh_by(bound.end);
                     return Err(Error::from_redis(e, key));
                 }
-                (Retry::Reconnect, code, _) => {
+                (Retry::Reconnect, _, _) => {
                     // The node may be gone (a failover): read the table
                     // again, and try the new primary if there is one — only
                     // when the script cannot have run: not sent, or refused
@@ -370,7 +370,7 @@ impl Connections {
                     // the lock its outer guard holds (the caller decides,
                     // as for any lost reply).
                     let _ = cluster.router.refresh_by(bound.end);
-                    let refused = matches!(code, Some("READONLY" | "MASTERDOWN"));
+                    let refused = crate::error::refused_as_no_primary(&e);
                     if (at.sent && !refused)
                         || cluster.router.node_for_by(key, bound.end).ok() == node
                     {

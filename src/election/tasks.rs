@@ -89,7 +89,9 @@ impl AsyncElection {
     async fn try_with(&self, wait: Duration) -> Result<Option<AsyncLeadership>> {
         check_name(&self.name)?;
         let name = lock_name(&self.name);
-        let deadline = Some(deadline_after(wait));
+        // A single attempt (no wait) is bounded as `try_lock`'s: its
+        // record too.
+        let deadline = (!wait.is_zero()).then(|| deadline_after(wait));
         match self
             .client
             .try_lock_with(&name, fenced().wait(wait))

@@ -173,6 +173,12 @@ fn is_script_acl_refusal(err: &redis::RedisError) -> bool {
 /// The error's code, also when a script wrapped it: Redis 7 keeps the code
 /// (`READONLY … script: …`), Redis 6.2 wraps it in an `ERR Error running
 /// script (call to f_…): @user_script:67: -READONLY …`.
+/// Whether the server refused a command as no primary (`READONLY`,
+/// `MASTERDOWN`, also inside a script's error): it ran nothing.
+pub(crate) fn refused_as_no_primary(err: &redis::RedisError) -> bool {
+    has_code(err, "READONLY") || has_code(err, "MASTERDOWN")
+}
+
 fn has_code(err: &redis::RedisError, code: &str) -> bool {
     err.code() == Some(code)
         || err.detail().is_some_and(|d| {

@@ -7,7 +7,8 @@ mod classify;
 mod questions;
 
 pub(crate) use classify::{
-    closed_while_idle, closes_connection, is_auth_failure, not_redis, unasked_bytes, Retry,
+    closed_while_idle, closes_connection, is_auth_failure, not_redis, refused_as_no_primary,
+    unasked_bytes, Retry,
 };
 
 use std::fmt;
