@@ -10,7 +10,7 @@
 //! with [`Activity::touch`], two atomics), so waiters are named too. It expires [`TTL`] after the thread last wrote it, so a
 //! killed process's registration goes away by itself.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a registration lives unless written again; it is written
@@ -49,15 +49,21 @@ impl Registration {
 
     /// The commands that write it (`HSET`, `PEXPIRE`), for a pipeline.
     pub(crate) fn write(&self, pipe: &mut redis::Pipeline) {
-        let hset = pipe.cmd("HSET").arg(&self.key);
+        for cmd in self.commands() {
+            pipe.add_command(cmd).ignore();
+        }
+    }
+
+    /// The commands that write it, one by one (riding on a renewal round).
+    pub(crate) fn commands(&self) -> [redis::Cmd; 2] {
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&self.key);
         for (field, value) in &self.fields {
             hset.arg(*field).arg(value);
         }
-        hset.ignore();
-        pipe.cmd("PEXPIRE")
-            .arg(&self.key)
-            .arg(crate::protocol::millis(TTL))
-            .ignore();
+        let mut pexpire = redis::cmd("PEXPIRE");
+        pexpire.arg(&self.key).arg(crate::protocol::millis(TTL));
+        [hset, pexpire]
     }
 }
 
@@ -87,6 +93,9 @@ pub(crate) struct Activity {
     fresh_until: AtomicU64,
     /// A wake-up for the registration is on its way to the thread.
     wake_sent: AtomicBool,
+    /// Writes that failed in a row (the registration's node not
+    /// answering): each waits twice as long before the next.
+    failures: AtomicU32,
 }
 
 impl Activity {
@@ -96,6 +105,7 @@ impl Activity {
             active_until: AtomicU64::new(0),
             fresh_until: AtomicU64::new(0),
             wake_sent: AtomicBool::new(false),
+            failures: AtomicU32::new(0),
         }
     }
 
@@ -126,10 +136,21 @@ impl Activity {
         active.then(|| self.instant(self.fresh_until.load(Ordering::Relaxed)))
     }
 
-    /// The registration was written at `at` (or failed: try again at `at`
-    /// plus a second).
+    /// The registration's write ended at `at`: written (the next a third
+    /// of [`TTL`] later), or failed — tried again a second later, twice
+    /// that after each failure in a row, at most [`TTL`]: a node that does
+    /// not answer holds the thread a socket timeout each time, and the
+    /// leases it renews on the other nodes must not wait behind it most
+    /// of the time.
     pub(crate) fn written(&self, at: Instant, ok: bool) {
-        let next = at + if ok { TTL / 3 } else { Duration::from_secs(1) };
+        let wait = if ok {
+            self.failures.store(0, Ordering::Relaxed);
+            TTL / 3
+        } else {
+            let failed = self.failures.fetch_add(1, Ordering::Relaxed).min(16);
+            Duration::from_secs(1u64 << failed).min(TTL)
+        };
+        let next = at + wait;
         self.fresh_until.store(self.ms(next), Ordering::Relaxed);
         self.wake_sent.store(false, Ordering::Release);
     }
@@ -176,5 +197,32 @@ mod tests {
         assert_eq!(field("pid"), Some(std::process::id().to_string()));
         assert_eq!(field("name").as_deref(), Some("worker-3"));
         assert!(field("host").is_some_and(|h| !h.is_empty()));
+    }
+
+    /// A registration whose node does not answer is tried again a second
+    /// after the failed write ended, then twice as long each time (at most
+    /// the TTL): the thread is not held by it round after round.
+    #[test]
+    fn failed_writes_are_tried_again_later_and_later() {
+        let a = Activity::new();
+        let now = Instant::now();
+        assert!(a.touch(now, Duration::from_secs(60)));
+        // To the millisecond the activity keeps.
+        let after = |ended: Instant| {
+            let d = a.due(ended, false).unwrap() - ended;
+            Duration::from_millis(((d.as_micros() + 500) / 1_000) as u64)
+        };
+        a.written(now, false);
+        assert_eq!(after(now), Duration::from_secs(1));
+        a.written(now, false);
+        assert_eq!(after(now), Duration::from_secs(2));
+        a.written(now, false);
+        assert_eq!(after(now), Duration::from_secs(4));
+        a.written(now, false);
+        assert_eq!(after(now), TTL);
+        a.written(now, true);
+        assert_eq!(after(now), TTL / 3);
+        a.written(now, false);
+        assert_eq!(after(now), Duration::from_secs(1), "counted anew");
     }
 }

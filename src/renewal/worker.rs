@@ -136,10 +136,23 @@ impl<B: RoundTrips> Worker<B> {
                 }
                 *self.pending.armed_until.lock() = next;
             }
-            // The registration's next write, while the client is active.
+            // The registration's next write, while the client is active —
+            // unless a round due first carries it (see `carried`).
             let register = self.activity.due(now, !self.entries.is_empty());
+            let register = register.filter(|_| !self.carried(now));
             return next.into_iter().chain(register).min();
         }
+    }
+
+    /// Whether a renewal round is due within a round trip's budget from
+    /// `now`: that round writes the registration (see [`renew`](Self::renew)),
+    /// so a node that does not answer holds the thread once for both, not
+    /// once for each — which, with a lease barely over two socket timeouts,
+    /// was enough for a lease on a running node to run out.
+    fn carried(&self, now: Instant) -> bool {
+        self.wheel
+            .next_due()
+            .is_some_and(|due| due <= now + self.io_budget)
     }
 
     /// Writes the client's registration when due (its own round trip, to
@@ -147,7 +160,7 @@ impl<B: RoundTrips> Worker<B> {
     fn register(&mut self) {
         let now = Instant::now();
         let due = self.activity.due(now, !self.entries.is_empty());
-        if due.is_none_or(|due| due > now) {
+        if due.is_none_or(|due| due > now) || self.carried(now) {
             return;
         }
         let mut pipe = redis::pipe();
@@ -156,7 +169,9 @@ impl<B: RoundTrips> Worker<B> {
         if !ok {
             tracing::debug!("leasehold: could not write the client registration; retrying");
         }
-        self.activity.written(now, ok);
+        // From when the write ended: a failed one may have waited out the
+        // socket timeout.
+        self.activity.written(Instant::now(), ok);
     }
 
     /// Moves queued leases into the wheel, skipping those already unlocked.
@@ -224,11 +239,26 @@ impl<B: RoundTrips> Worker<B> {
             }
             return;
         }
+        // The registration rides along when due before the next round
+        // could (its answers are the last).
+        let register =
+            (self.activity.due(now, true)).is_some_and(|due| due <= now + self.io_budget);
+        if register {
+            for cmd in self.registration.commands() {
+                commands.push((&*self.registration.key, cmd));
+            }
+        }
         let sent_at = Instant::now();
-        let sent = self.batches.send(&renew::load(), &commands);
+        let mut sent = self.batches.send(&renew::load(), &commands);
         drop(commands);
         for id in gone {
             self.entries.remove(&id);
+        }
+        if register {
+            let answers = sent.answers.split_off(live.len());
+            sent.unacknowledged.truncate(live.len());
+            self.activity
+                .written(Instant::now(), answers.iter().all(Result::is_ok));
         }
         let counters = &self.counters;
         counters
