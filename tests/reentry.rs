@@ -467,3 +467,52 @@ fn guards_counted_out_by_a_take_over_still_release_the_lock() {
         "the waiter got the lock {after:?} after both guards went"
     );
 }
+
+/// A guard counted out by a take-over in-process (its owner's shorter
+/// explicit re-entry ran out; a queued thread took over and waits in
+/// Redis) does not stop the renewal of the watchdog lease its owner's other
+/// guards share as it goes: while one of them lives, the lock stays its
+/// owner's, and the queued thread does not get it (once the shared lease
+/// was cancelled with it, the key ran out a lease later and both held).
+#[test]
+fn a_counted_out_guard_going_keeps_its_owners_shared_lease_renewed() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_secs(3))
+        .socket_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let w1 = client.lock("re:shared").unwrap();
+    let w2 = client.lock("re:shared").unwrap();
+    let e3 = client
+        .lock_with(
+            "re:shared",
+            LockOptions::new().lease(Duration::from_millis(500)),
+        )
+        .unwrap();
+    let (got_tx, got_rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let g = client.lock("re:shared").unwrap();
+            got_tx.send(()).unwrap();
+            g.unlock().unwrap();
+        })
+    };
+    // e3's lease ran out: the waiting thread took over in-process.
+    thread::sleep(Duration::from_secs(1));
+    drop(e3);
+    drop(w2);
+    // Two watchdog leases (3 s) later, w1 still holds it.
+    let got = got_rx.recv_timeout(Duration::from_secs(6));
+    assert!(
+        got.is_err(),
+        "the waiting thread got the lock while w1 lived"
+    );
+    assert!(w1.is_held());
+    drop(w1);
+    got_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the waiting thread gets it once w1 went");
+    waiter.join().unwrap();
+}

@@ -71,7 +71,13 @@ impl Ledger {
             force: false,
             own_subscriptions: 0,
             messages_before: 0,
-            removed: Removed::STALE,
+            // Counted out here (taken over, or nothing of the owner's
+            // left): its shared lease goes on being renewed for the owner's
+            // other guards, alive with it in Redis.
+            removed: Removed {
+                stop_renewal: false,
+                ..Removed::STALE
+            },
             finished: true,
         };
         let mut keys = self.keys.lock();
