@@ -402,4 +402,46 @@ mod tests {
         let in_flight = renewer.cancel(&kept, true);
         assert!(!in_flight.is_some(), "no batch is in flight here");
     }
+
+    /// Redis's side counting the registration's writes (every renewal
+    /// answered "ours").
+    struct Counting(Arc<std::sync::atomic::AtomicU64>);
+
+    impl RoundTrips for Counting {
+        fn send(&mut self, head: &redis::Cmd, commands: &[(&str, redis::Cmd)]) -> Sent {
+            Renewed.send(head, commands)
+        }
+
+        fn pipeline(&mut self, _: &str, _: &redis::Pipeline) -> redis::RedisResult<()> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// A due registration waits for a round only when that round comes
+    /// within a third of its TTL: a lease unlocked before its round, next in
+    /// the wheel (10 s away, inside a long round-trip budget), does not
+    /// keep it from being written. (It was skipped while any round was due
+    /// within the budget: with short locks always coming, never written.)
+    #[test]
+    fn a_due_registration_is_not_left_to_a_round_far_off() {
+        const LEASE: Duration = Duration::from_secs(30);
+        let registration = Registration {
+            key: "leasehold_client:unit".into(),
+            fields: Vec::new(),
+        };
+        let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (renewer, mut worker) = Renewer::new(
+            Counting(Arc::clone(&writes)),
+            Duration::ZERO,
+            Duration::from_secs(10),
+            registration,
+        );
+        let state = renewer.register("k", "o", LEASE, Instant::now(), LEASE, None, "plain");
+        worker.take_pending();
+        let in_flight = renewer.cancel(&state, true);
+        assert!(!in_flight.is_some(), "no batch is in flight here");
+        worker.register();
+        assert_eq!(writes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
 }

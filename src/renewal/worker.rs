@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{after, never, select, Receiver};
 
 use super::lease::{LeaseLost, LeaseState};
-use super::registration::{Activity, Registration};
+use super::registration::{Activity, Registration, TTL};
 use super::wheel::{Wheel, TICK};
 use super::{Pending, CHUNK};
 use crate::conn::{Batches, Sent};
@@ -144,20 +144,26 @@ impl<B: RoundTrips> Worker<B> {
         }
     }
 
-    /// Whether a renewal round is due within a round trip's budget from
-    /// `now`: that round writes the registration (see [`renew`](Self::renew)),
-    /// so a node that does not answer holds the thread once for both, not
-    /// once for each — which, with a lease barely over two socket timeouts,
-    /// was enough for a lease on a running node to run out.
+    /// Whether a renewal round comes before the registration, due now or
+    /// at `now`, is a third of its [`TTL`] late (still two thirds before
+    /// it expires): that round writes it (see [`renew`](Self::renew)), so
+    /// a node that does not answer holds the thread once for both, not once
+    /// for each — which, with a lease barely over two socket timeouts, was
+    /// enough for a lease on a running node to run out. A round that then
+    /// has nothing to renew (its leases unlocked) leaves it to
+    /// [`register`](Self::register), a third of the TTL late at most.
     fn carried(&self, now: Instant) -> bool {
+        let Some(due) = self.activity.due(now, true) else {
+            return false;
+        };
         self.wheel
             .next_due()
-            .is_some_and(|due| due <= now + self.io_budget)
+            .is_some_and(|round| round <= due + TTL / 3)
     }
 
     /// Writes the client's registration when due (its own round trip, to
     /// its key's node).
-    fn register(&mut self) {
+    pub(super) fn register(&mut self) {
         let now = Instant::now();
         let due = self.activity.due(now, !self.entries.is_empty());
         if due.is_none_or(|due| due > now) || self.carried(now) {
@@ -239,10 +245,9 @@ impl<B: RoundTrips> Worker<B> {
             }
             return;
         }
-        // The registration rides along when due before the next round
-        // could (its answers are the last).
-        let register =
-            (self.activity.due(now, true)).is_some_and(|due| due <= now + self.io_budget);
+        // The registration rides along when due, as a lease does (within
+        // the rounds' horizon; its answers are the last).
+        let register = (self.activity.due(now, true)).is_some_and(|due| due <= now + self.coalesce);
         if register {
             for cmd in self.registration.commands() {
                 commands.push((&*self.registration.key, cmd));
