@@ -386,14 +386,7 @@ fn a_connection_closed_while_idle_is_replaced_before_anything_is_sent() {
     let client = LockClient::new(&server.url()).unwrap().to_async();
     let rt = support::current_thread();
     rt.block_on(async { client.lock("idle:a").await.unwrap().unlock().await.unwrap() });
-    let mut admin = server.connection();
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg(&["KILL", "TYPE", "normal"])
-        .query(&mut admin)
-        .unwrap();
-    assert!(killed >= 1, "no connection of the client's was killed");
-    // The close is on its way over loopback (microseconds).
-    std::thread::sleep(Duration::from_millis(100));
+    server.kill_clients();
     rt.block_on(async {
         let guard = client.lock("idle:b").await.unwrap();
         guard.unlock().await.unwrap();
