@@ -437,6 +437,10 @@ mod tests {
             Duration::from_secs(10),
             registration,
         );
+        // Written once before (a client's first is written at once): due
+        // again a second after a failed try.
+        worker.activity.written(Instant::now(), false);
+        std::thread::sleep(Duration::from_millis(1_100));
         let state = renewer.register("k", "o", LEASE, Instant::now(), LEASE, None, "plain");
         worker.take_pending();
         let in_flight = renewer.cancel(&state, true);

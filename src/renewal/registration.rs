@@ -136,6 +136,12 @@ impl Activity {
         active.then(|| self.instant(self.fresh_until.load(Ordering::Relaxed)))
     }
 
+    /// Whether the registration was never written yet (nor tried): a new
+    /// client's first is written at once, not left to a round.
+    pub(crate) fn never_written(&self) -> bool {
+        self.fresh_until.load(Ordering::Relaxed) == 0
+    }
+
     /// The registration's write ended at `at`: written (the next a third
     /// of [`TTL`] later), or failed — tried again a second later, twice
     /// that after each failure in a row, at most [`TTL`]: a node that does

@@ -151,11 +151,15 @@ impl<B: RoundTrips> Worker<B> {
     /// for each — which, with a lease barely over two socket timeouts, was
     /// enough for a lease on a running node to run out. A round that then
     /// has nothing to renew (its leases unlocked) leaves it to
-    /// [`register`](Self::register), a third of the TTL late at most.
+    /// [`register`](Self::register), a third of the TTL late at most. A
+    /// client's first registration is not left to a round.
     fn carried(&self, now: Instant) -> bool {
         let Some(due) = self.activity.due(now, true) else {
             return false;
         };
+        if self.activity.never_written() {
+            return false; // a new client's first: at once, as `inspect` expects
+        }
         self.wheel
             .next_due()
             .is_some_and(|round| round <= due + TTL / 3)
