@@ -575,6 +575,41 @@ fn a_renewal_redirected_twice_keeps_the_lease() {
     assert!(lost.try_recv().is_err());
 }
 
+/// A client whose socket timeout (15 s) is ten times the 1.5 s a bounded
+/// wait below may take (a 40 s watchdog lease, as the builder requires).
+fn slow_socket_client(cluster: &RedisCluster) -> LockClient {
+    LockClient::cluster_builder(&cluster.urls())
+        .watchdog_lease(Duration::from_secs(40))
+        .socket_timeout(Duration::from_secs(15))
+        .build()
+        .unwrap()
+}
+
+/// A 300 ms wait for `name` while primary `paused` is stopped, past the
+/// 100 ms in which the client reads the slot table at most once; asserts it
+/// ended by its deadline, its last round trip, and a second for a loaded
+/// machine (a read of the table from the paused node would take the 15 s
+/// socket timeout more). Whether it got the lock.
+fn bounded_wait_while_paused(
+    cluster: &RedisCluster,
+    paused: usize,
+    client: &LockClient,
+    name: &str,
+) -> bool {
+    cluster.nodes[paused].signal("STOP");
+    thread::sleep(Duration::from_millis(200));
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let got = client.try_lock_for(name, wait);
+    let took = started.elapsed();
+    cluster.nodes[paused].signal("CONT");
+    assert!(
+        took < wait + Duration::from_millis(1_200),
+        "returned {took:?} into a {wait:?} wait: {got:?}"
+    );
+    matches!(got, Ok(Some(_)))
+}
+
 /// A bounded wait on a key whose primary stopped answering (paused) ends by
 /// its deadline: the read of the slot table the failure sets off is
 /// bounded by what is left of the wait, not by the socket timeout (15 s
@@ -585,25 +620,10 @@ fn a_bounded_wait_on_a_paused_primary_ends_by_its_deadline() {
     let cluster = RedisCluster::start(3, 0);
     let paused = cluster.primary_of_slot(0, 0);
     let name = support::name_in_slot(&cluster, 0, "cl:paused:");
-    let client = LockClient::cluster_builder(&cluster.urls())
-        .watchdog_lease(Duration::from_secs(40))
-        .socket_timeout(Duration::from_secs(15))
-        .build()
-        .unwrap();
+    let client = slow_socket_client(&cluster);
     client.lock(&name).unwrap().unlock().unwrap(); // connected
-    cluster.nodes[paused].signal("STOP");
-    let wait = Duration::from_millis(300);
-    let started = Instant::now();
-    let got = client.try_lock_for(&name, wait);
-    let took = started.elapsed();
-    cluster.nodes[paused].signal("CONT");
-    assert!(!matches!(got, Ok(Some(_))), "{got:?}");
-    // The wait and its last round trip, and a second for a loaded machine:
-    // a read of the table from the paused node would take 15 s more.
-    assert!(
-        took < wait + Duration::from_millis(1_200),
-        "returned {took:?} into a {wait:?} wait: {got:?}"
-    );
+    let got = bounded_wait_while_paused(&cluster, paused, &client, &name);
+    assert!(!got, "the lock of a paused primary");
 }
 
 /// A bounded wait whose slot moved (`MOVED` from the node the client knew)
@@ -622,11 +642,7 @@ fn a_bounded_wait_whose_slot_moved_ends_by_its_deadline() {
     let (from, to) = (others[0], others[1]);
     let slot = cluster.first_slot_of(from);
     let name = support::name_in_slot(&cluster, slot, "cl:moved:");
-    let client = LockClient::cluster_builder(&cluster.urls())
-        .watchdog_lease(Duration::from_secs(40))
-        .socket_timeout(Duration::from_secs(15))
-        .build()
-        .unwrap();
+    let client = slow_socket_client(&cluster);
     client.lock(&name).unwrap().unlock().unwrap(); // the table read
                                                    // The slot (empty now) moves to another primary; every node knows.
     let id = cluster.node_id(to);
@@ -639,20 +655,7 @@ fn a_bounded_wait_whose_slot_moved_ends_by_its_deadline() {
             .query(&mut cluster.nodes[node].connection())
             .unwrap();
     }
-    cluster.nodes[paused].signal("STOP");
-    // Past the 100 ms in which the client reads the table at most once.
-    thread::sleep(Duration::from_millis(200));
-    let wait = Duration::from_millis(300);
-    let started = Instant::now();
-    let got = client.try_lock_for(&name, wait);
-    let took = started.elapsed();
-    cluster.nodes[paused].signal("CONT");
-    // The wait and its last round trip, and a second for a loaded machine:
-    // a read of the table from the paused node would take 15 s more.
-    assert!(
-        took < wait + Duration::from_millis(1_200),
-        "returned {took:?} into a {wait:?} wait: {got:?}"
-    );
+    bounded_wait_while_paused(&cluster, paused, &client, &name);
 }
 
 /// A script whose connection closed after it went out (it may have run:
